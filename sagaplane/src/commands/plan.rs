@@ -1,0 +1,162 @@
+//! `sagaplane plan validate|sign|verify`.
+
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use clap::Subcommand;
+use serde_json::json;
+use shared_types::{Error, PlanValidator, SigningIdentity, TrustStore, ViolationCode};
+
+use crate::failure::Failure;
+use crate::input::{read_catalog_dir, read_json, read_jwk, read_trust};
+use crate::output::{emit, pretty};
+
+#[derive(Debug, Subcommand)]
+pub enum PlanCommand {
+    /// Check a plan statically and report every violation (exit 0 valid, 1 invalid, 2 unusable input).
+    Validate {
+        plan: PathBuf,
+        /// Folder of agent cards (signed or not) to check against.
+        #[arg(long, value_name = "DIR|URL")]
+        catalog: String,
+        /// Public key of a trusted planner (repeatable).
+        #[arg(long = "trust", value_name = "PUB.jwk", required = true)]
+        trust: Vec<PathBuf>,
+        /// Validate as of this RFC 3339 time instead of now.
+        #[arg(long, value_name = "TIME")]
+        at: Option<DateTime<Utc>>,
+        /// Print {"valid", "violations"} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Sign a plan (replacing any signatures) with a private key.
+    Sign {
+        plan: PathBuf,
+        #[arg(long, value_name = "NAME.jwk")]
+        key: PathBuf,
+        /// Write here instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Verify a plan's signature against trusted public keys.
+    Verify {
+        plan: PathBuf,
+        #[arg(long = "trust", value_name = "PUB.jwk", required = true)]
+        trust: Vec<PathBuf>,
+    },
+}
+
+pub fn run(command: PlanCommand) -> Result<(), Failure> {
+    match command {
+        PlanCommand::Validate {
+            plan,
+            catalog,
+            trust,
+            at,
+            json,
+        } => validate(&plan, &catalog, &trust, at.unwrap_or_else(Utc::now), json),
+        PlanCommand::Sign { plan, key, out } => sign(&plan, &key, out.as_deref()),
+        PlanCommand::Verify { plan, trust } => verify(&plan, &read_trust(&trust)?),
+    }
+}
+
+fn validate(
+    path: &Path,
+    catalog: &str,
+    trust: &[PathBuf],
+    at: DateTime<Utc>,
+    as_json: bool,
+) -> Result<(), Failure> {
+    if catalog.starts_with("http://") || catalog.starts_with("https://") {
+        return Err(Failure::unusable(
+            "reading the catalog from an executor URL is not available in this build; pass a folder of agent cards",
+        ));
+    }
+    let catalog = read_catalog_dir(Path::new(catalog))?;
+    let validator = PlanValidator::new(catalog, read_trust(trust)?)
+        .map_err(|e| Failure::unusable(e.to_string()))?;
+    let plan = read_json(path)?;
+    let report = validator.validate(&plan, at);
+    if as_json {
+        let out = json!({"valid": report.is_valid(), "violations": report.violations});
+        emit(&pretty(&out), None)?;
+    } else {
+        let name = report.plan.as_ref().map_or_else(
+            || path.display().to_string(),
+            |p| format!("plan {} v{}", p.saga_id, p.plan_version),
+        );
+        let mut text = String::new();
+        if report.is_valid() {
+            let steps = report.plan.as_ref().map_or(0, |p| p.steps.len());
+            text.push_str(&format!("valid: {name} ({steps} steps)\n"));
+        } else {
+            let n = report.violations.len();
+            text.push_str(&format!(
+                "invalid: {name} has {n} violation{}\n",
+                if n == 1 { "" } else { "s" }
+            ));
+            let width = report
+                .violations
+                .iter()
+                .map(|v| v.code.as_str().len())
+                .max()
+                .unwrap_or(0);
+            for v in &report.violations {
+                let step = v.step.as_deref().unwrap_or("-");
+                text.push_str(&format!(
+                    "  {:width$}  {step:<4}  {}\n",
+                    v.code.as_str(),
+                    v.message
+                ));
+            }
+        }
+        emit(&text, None)?;
+    }
+    if report.is_valid() {
+        Ok(())
+    } else {
+        // The report is the output; the status says "invalid" without a second message.
+        Err(Failure::rejected(format!(
+            "{} violation(s)",
+            report.violations.len()
+        )))
+    }
+}
+
+fn sign(path: &Path, key: &Path, out: Option<&Path>) -> Result<(), Failure> {
+    let identity = SigningIdentity::from_jwk(&read_jwk(key)?)
+        .map_err(|e| Failure::unusable(format!("{}: {e}", key.display())))?;
+    let mut plan = read_json(path)?;
+    shared_types::Plan::from_value(&plan).map_err(|e| {
+        Failure::unusable(format!(
+            "{}: {}: {e}",
+            path.display(),
+            ViolationCode::SchemaInvalid
+        ))
+    })?;
+    identity
+        .sign_in_place(&mut plan)
+        .map_err(|e| Failure::unusable(format!("{}: {e}", path.display())))?;
+    emit(&pretty(&plan), out)
+}
+
+/// Verifies a signed object, printing the signer; shared by plans and cards.
+pub fn verify_signed(path: &Path, trust: &TrustStore) -> Result<String, Failure> {
+    let value = read_json(path)?;
+    trust.verify(&value).map_err(|e| {
+        let code = match e {
+            Error::SignerUntrusted { .. } => ViolationCode::SignerUntrusted,
+            _ => ViolationCode::SignatureInvalid,
+        };
+        Failure::rejected(format!("{code}: {}: {e}", path.display()))
+    })
+}
+
+fn verify(path: &Path, trust: &TrustStore) -> Result<(), Failure> {
+    let kid = verify_signed(path, trust)?;
+    println!(
+        "verified: {} is signed by trusted key {kid}",
+        path.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! The catalog of curated skills: what the executor's registry knows about each agent's
+//! skills, read from the reversibility extension of (signed) agent cards.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::reversibility::{REVERSIBILITY_EXTENSION_URI, ReversibilityParams, SkillDeclaration};
+
+/// One agent's curated skills.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CatalogAgent {
+    #[serde(default)]
+    pub description: String,
+    pub skills: BTreeMap<String, SkillDeclaration>,
+}
+
+/// Agents by id (the card's `name`), each with its declared skills.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Catalog {
+    pub agents: BTreeMap<String, CatalogAgent>,
+}
+
+impl Catalog {
+    pub fn declaration(&self, agent: &str, skill: &str) -> Option<&SkillDeclaration> {
+        self.agents.get(agent)?.skills.get(skill)
+    }
+
+    /// Adds a card's declarations. The card's signature is the caller's business (the
+    /// executor checks it against platform keys first; offline checks may skip it).
+    pub fn add_card(&mut self, card: &Value) -> Result<&CatalogAgent> {
+        let (name, agent) = agent_from_card(card)?;
+        if self.agents.contains_key(&name) {
+            return Err(Error::Card(format!(
+                "agent {name:?} is already in the catalog"
+            )));
+        }
+        Ok(self.agents.entry(name).or_insert(agent))
+    }
+}
+
+/// Reads one card: its name, its A2A skills, and the reversibility declaration of each.
+pub fn agent_from_card(card: &Value) -> Result<(String, CatalogAgent)> {
+    let shape = |what: &str| Error::Card(format!("the agent card {what}"));
+    let name = card
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| shape("has no \"name\""))?
+        .to_owned();
+    let description = card
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let a2a_skills: Vec<&str> = card
+        .get("skills")
+        .and_then(Value::as_array)
+        .ok_or_else(|| shape("has no \"skills\" array"))?
+        .iter()
+        .map(|s| {
+            s.get("id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| shape("has a skill without an \"id\""))
+        })
+        .collect::<Result<_, _>>()?;
+    let extension = card
+        .pointer("/capabilities/extensions")
+        .and_then(Value::as_array)
+        .and_then(|exts| {
+            exts.iter()
+                .find(|e| e.get("uri").and_then(Value::as_str) == Some(REVERSIBILITY_EXTENSION_URI))
+        })
+        .ok_or_else(|| {
+            Error::Card(format!(
+                "agent card {name:?} has no {REVERSIBILITY_EXTENSION_URI} extension"
+            ))
+        })?;
+    let params = extension.get("params").cloned().unwrap_or(Value::Null);
+    let params = ReversibilityParams::deserialize(params).map_err(|e| {
+        Error::Card(format!(
+            "agent card {name:?}: the reversibility params do not type: {e}"
+        ))
+    })?;
+
+    let mut problems = Vec::new();
+    for skill in &a2a_skills {
+        if !params.skills.contains_key(*skill) {
+            problems.push(format!("skill {skill} has no reversibility declaration"));
+        }
+    }
+    let has_skill = |s: &str| a2a_skills.contains(&s);
+    for (skill, declaration) in &params.skills {
+        if !has_skill(skill) {
+            problems.push(format!(
+                "{skill} is declared but is not one of the card's skills"
+            ));
+        }
+        problems.extend(declaration.problems(skill, &has_skill));
+    }
+    if !problems.is_empty() {
+        return Err(Error::Card(format!(
+            "agent card {name:?}: {}",
+            problems.join("; ")
+        )));
+    }
+    Ok((
+        name,
+        CatalogAgent {
+            description,
+            skills: params.skills,
+        },
+    ))
+}

@@ -1,0 +1,24 @@
+//! Sagaplane's shared types: the plan artifact, reversibility declarations, signing (JWS
+//! over RFC 8785 canonical JSON), runtime expressions and the static plan validator.
+//!
+//! Pure by design: no async runtime, no network, no clock. Callers pass time in.
+
+pub mod catalog;
+pub mod error;
+pub mod expr;
+pub mod json;
+pub mod money;
+pub mod plan;
+pub mod reversibility;
+pub mod signing;
+pub mod validate;
+
+pub use catalog::{Catalog, CatalogAgent};
+pub use error::{Error, Result};
+pub use money::{AmountMinor, Currency, Money};
+pub use plan::{AuthoredBy, Mandate, Plan, Step};
+pub use reversibility::{
+    Compensation, REVERSIBILITY_EXTENSION_URI, RetryPolicy, ReversibilityClass, SkillDeclaration,
+};
+pub use signing::{Jwk, JwsSignature, SigningIdentity, TrustStore};
+pub use validate::{PlanValidator, Report, Violation, ViolationCode};

@@ -1,0 +1,84 @@
+//! The plan artifact: the typed, signed boundary between the intent and execution planes.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::money::Money;
+use crate::reversibility::{Compensation, ReversibilityClass};
+use crate::signing::JwsSignature;
+
+/// A signed plan. Unknown members are refused: a misspelt field in a safety artifact
+/// must not be ignored silently.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Plan {
+    pub saga_id: String,
+    pub plan_version: u32,
+    pub goal: String,
+    pub created_at: DateTime<Utc>,
+    pub authored_by: AuthoredBy,
+    pub mandate: Mandate,
+    /// Index of the first irreversible step; `null` when there is none.
+    pub pivot_index: Option<usize>,
+    pub steps: Vec<Step>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<JwsSignature>,
+}
+
+/// Who wrote the plan, and from what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuthoredBy {
+    pub agent: String,
+    pub model: String,
+    #[serde(default)]
+    pub prompt_sha256: Option<String>,
+    #[serde(default)]
+    pub rejected_alternatives: Vec<Value>,
+}
+
+/// The spending authority the plan runs under.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Mandate {
+    pub max_spend: Money,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// One step: a skill of a registered agent, with its arguments and the reversibility the
+/// planner copied from the catalog (checked, never trusted).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Step {
+    pub id: String,
+    pub agent: String,
+    pub skill: String,
+    pub args: serde_json::Map<String, Value>,
+    pub class: ReversibilityClass,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensation: Option<Compensation>,
+    pub idempotency_key: String,
+}
+
+/// The idempotency key of a forward call: derived from the plan's identity, so that
+/// regenerating any interface never changes it.
+pub fn idempotency_key(saga_id: &str, step_id: &str) -> String {
+    format!("{saga_id}:{step_id}")
+}
+
+/// The idempotency key of a step's compensation.
+pub fn undo_idempotency_key(saga_id: &str, step_id: &str) -> String {
+    format!("{saga_id}:{step_id}:undo")
+}
+
+impl Plan {
+    /// Types a plan from JSON, naming the field that does not fit.
+    pub fn from_value(value: &Value) -> Result<Self, String> {
+        Self::deserialize(value).map_err(|e| e.to_string())
+    }
+
+    pub fn step(&self, id: &str) -> Option<&Step> {
+        self.steps.iter().find(|s| s.id == id)
+    }
+}

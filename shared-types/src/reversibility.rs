@@ -1,0 +1,286 @@
+//! The reversibility extension (`urn:sagaplane:ext:reversibility:v1`): each skill's class,
+//! declared compensation, timing and spend, as an agent card or MCP manifest declares it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::expr::{self, Source};
+
+/// The URI under which agent cards declare reversibility in `capabilities.extensions`.
+pub const REVERSIBILITY_EXTENSION_URI: &str = "urn:sagaplane:ext:reversibility:v1";
+
+/// Default per-attempt timeout when a declaration gives none.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+
+/// How a skill's effect can be undone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReversibilityClass {
+    /// Has a declared compensation.
+    Compensable,
+    /// Idempotent and safe to repeat (`readOnly` when it changes nothing).
+    Retriable,
+    /// One-way: may not carry a compensation.
+    Irreversible,
+}
+
+impl ReversibilityClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Compensable => "compensable",
+            Self::Retriable => "retriable",
+            Self::Irreversible => "irreversible",
+        }
+    }
+}
+
+/// A compensation: the skill to call and how to bind its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Compensation {
+    /// A skill of the same agent (an MCP tool of the same server).
+    pub skill: String,
+    /// Bindings over the forward call (`$response.body`, `$request.body`, `$step.*`, `$saga.id`).
+    pub args: Value,
+    /// Bindings used when the forward call's outcome is unknown: no response to bind from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args_when_unknown: Option<Value>,
+}
+
+/// Retry policy: attempts in all (1 = no retry) and capped exponential backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    #[serde(default)]
+    pub initial_backoff_ms: u64,
+    #[serde(default)]
+    pub max_backoff_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 1,
+            initial_backoff_ms: 0,
+            max_backoff_ms: 0,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The longest wait before attempt `n + 1` (n ≥ 1): `initial × 2^(n-1)`, capped at
+    /// `maxBackoffMs`. Jitter only ever shortens a wait, so this is also its upper bound.
+    pub fn backoff_cap_ms(&self, after_attempt: u32) -> u64 {
+        let shift = after_attempt.saturating_sub(1).min(63);
+        let grown = self.initial_backoff_ms.saturating_mul(1u64 << shift);
+        grown.min(self.max_backoff_ms.max(self.initial_backoff_ms))
+    }
+}
+
+/// What a step spends: two bindings over its own arguments, or literals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpendDeclaration {
+    pub amount_minor: Value,
+    pub currency: Value,
+}
+
+/// One skill's reversibility declaration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SkillDeclaration {
+    pub class: ReversibilityClass,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensation: Option<Compensation>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub idempotent: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub read_only: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub pivot: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_ttl_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub requires_approval: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_timeout_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend: Option<SpendDeclaration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl SkillDeclaration {
+    pub fn timeout_ms(&self) -> u64 {
+        self.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS)
+    }
+
+    pub fn retry(&self) -> RetryPolicy {
+        self.retry.unwrap_or_default()
+    }
+
+    /// Whether the step may stand before the pivot: it can be undone, or it changed nothing.
+    pub fn may_precede_pivot(&self) -> bool {
+        self.class == ReversibilityClass::Compensable
+            || (self.class == ReversibilityClass::Retriable && self.read_only)
+    }
+
+    /// Contradictions inside this one declaration, as sentences. `skills` are the other
+    /// skill ids of the same agent (a compensation must name one of them).
+    pub fn problems(&self, skill: &str, skills: &dyn Fn(&str) -> bool) -> Vec<String> {
+        let mut out = Vec::new();
+        match (self.class, &self.compensation) {
+            (ReversibilityClass::Compensable, None) => {
+                out.push(format!(
+                    "{skill} is compensable but declares no compensation"
+                ));
+            }
+            (ReversibilityClass::Irreversible, Some(_)) => {
+                out.push(format!(
+                    "{skill} is irreversible but declares a compensation"
+                ));
+            }
+            (ReversibilityClass::Retriable, Some(_)) => {
+                out.push(format!(
+                    "{skill} is retriable; only compensable skills declare a compensation"
+                ));
+            }
+            _ => {}
+        }
+        if let Some(comp) = &self.compensation {
+            if !skills(&comp.skill) {
+                out.push(format!(
+                    "{skill}'s compensation names {}, which this agent does not have",
+                    comp.skill
+                ));
+            }
+            if comp.skill == skill {
+                out.push(format!("{skill} cannot compensate itself"));
+            }
+            out.extend(binding_problems(
+                skill,
+                "compensation.args",
+                &comp.args,
+                true,
+            ));
+            if let Some(unknown) = &comp.args_when_unknown {
+                out.extend(binding_problems(
+                    skill,
+                    "compensation.argsWhenUnknown",
+                    unknown,
+                    false,
+                ));
+            }
+        }
+        if self.pivot && self.class != ReversibilityClass::Irreversible {
+            out.push(format!("{skill} is marked pivot but is not irreversible"));
+        }
+        if self.read_only && self.class != ReversibilityClass::Retriable {
+            out.push(format!("{skill} is marked readOnly but is not retriable"));
+        }
+        if self.timeout_ms == Some(0) {
+            out.push(format!("{skill} has timeoutMs 0"));
+        }
+        if let Some(retry) = self.retry {
+            if retry.max_attempts == 0 {
+                out.push(format!(
+                    "{skill} has retry.maxAttempts 0; 1 means a single attempt"
+                ));
+            }
+            if retry.max_backoff_ms < retry.initial_backoff_ms {
+                out.push(format!(
+                    "{skill} has retry.maxBackoffMs below initialBackoffMs"
+                ));
+            }
+        }
+        if self.requires_approval && self.approval_timeout_seconds.is_none() {
+            out.push(format!(
+                "{skill} requires approval but declares no approvalTimeoutSeconds"
+            ));
+        }
+        if let Some(spend) = &self.spend {
+            for (field, value) in [
+                ("spend.amountMinor", &spend.amount_minor),
+                ("spend.currency", &spend.currency),
+            ] {
+                if let Some(problem) = spend_binding_problem(value) {
+                    out.push(format!("{skill}'s {field} {problem}"));
+                }
+            }
+        }
+        for (field, schema) in [
+            ("inputSchema", &self.input_schema),
+            ("outputSchema", &self.output_schema),
+        ] {
+            if let Some(schema) = schema
+                && let Err(e) = jsonschema::validator_for(schema)
+            {
+                out.push(format!("{skill}'s {field} is not a valid JSON Schema: {e}"));
+            }
+        }
+        out
+    }
+}
+
+/// Compensation bindings may read the forward call (`$request`, and `$response` unless
+/// the outcome is unknown) and the saga context; never other steps' results.
+fn binding_problems(
+    skill: &str,
+    field: &str,
+    args: &Value,
+    response_available: bool,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let walked = expr::for_each_expr(args, &mut |at, e| {
+        match &e.source {
+        Source::ResponseBody(_) if !response_available => out.push(format!(
+            "{skill}'s {field} at '{at}' uses {e}, but there is no response when the outcome is unknown"
+        )),
+        Source::StepResponseBody { .. } => out.push(format!(
+            "{skill}'s {field} at '{at}' uses {e}; a declaration may only bind its own call and the saga context"
+        )),
+        _ => {}
+    }
+    });
+    if let Err((at, e)) = walked {
+        out.push(format!("{skill}'s {field} at '{at}': {e}"));
+    }
+    out
+}
+
+/// A spend field is a literal or a single `$request.body` expression.
+fn spend_binding_problem(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) if s.starts_with('$') => match expr::Expr::parse(s) {
+            Ok(e) if matches!(e.source, Source::RequestBody(_)) => None,
+            Ok(e) => Some(format!(
+                "uses {e}; spend may only read the step's own arguments ($request.body)"
+            )),
+            Err(e) => Some(e.to_string()),
+        },
+        Value::String(_) | Value::Number(_) => None,
+        other => Some(format!(
+            "must be a literal or a $request.body expression, found {other}"
+        )),
+    }
+}
+
+/// The `params` of the extension entry in an agent card.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReversibilityParams {
+    pub skills: BTreeMap<String, SkillDeclaration>,
+}

@@ -1,0 +1,712 @@
+//! The static plan validator: every check of DESIGN.md §6, against the curated catalog
+//! and the trusted planner keys, before a single side effect. It reports all violations,
+//! in a deterministic order (plan-level first, then by step, then by code).
+
+mod timing;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use timing::{call_worst_ms, undo_deadlines_ms};
+
+use crate::catalog::Catalog;
+use crate::error::{Error, Result};
+use crate::expr::{self, EvalContext, Source};
+use crate::money::Money;
+use crate::plan::{Plan, Step, idempotency_key};
+use crate::reversibility::{ReversibilityClass, SkillDeclaration, SpendDeclaration};
+use crate::signing::{TrustStore, signing_payload};
+
+/// The stable violation codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ViolationCode {
+    SignatureInvalid,
+    SignerUntrusted,
+    SchemaInvalid,
+    DuplicateStepId,
+    UnknownSkill,
+    ClassMismatch,
+    CompensationNotDeclared,
+    IrreversibleWithCompensation,
+    PivotOrdering,
+    UndoTtlTooShort,
+    MandateExceeded,
+    MandateExpired,
+    BadReference,
+    ArgsInvalid,
+    IdempotencyKeyMismatch,
+    PlanConflict,
+}
+
+impl ViolationCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SignatureInvalid => "SIGNATURE_INVALID",
+            Self::SignerUntrusted => "SIGNER_UNTRUSTED",
+            Self::SchemaInvalid => "SCHEMA_INVALID",
+            Self::DuplicateStepId => "DUPLICATE_STEP_ID",
+            Self::UnknownSkill => "UNKNOWN_SKILL",
+            Self::ClassMismatch => "CLASS_MISMATCH",
+            Self::CompensationNotDeclared => "COMPENSATION_NOT_DECLARED",
+            Self::IrreversibleWithCompensation => "IRREVERSIBLE_WITH_COMPENSATION",
+            Self::PivotOrdering => "PIVOT_ORDERING",
+            Self::UndoTtlTooShort => "UNDO_TTL_TOO_SHORT",
+            Self::MandateExceeded => "MANDATE_EXCEEDED",
+            Self::MandateExpired => "MANDATE_EXPIRED",
+            Self::BadReference => "BAD_REFERENCE",
+            Self::ArgsInvalid => "ARGS_INVALID",
+            Self::IdempotencyKeyMismatch => "IDEMPOTENCY_KEY_MISMATCH",
+            Self::PlanConflict => "PLAN_CONFLICT",
+        }
+    }
+
+    pub const ALL: [ViolationCode; 16] = [
+        Self::SignatureInvalid,
+        Self::SignerUntrusted,
+        Self::SchemaInvalid,
+        Self::DuplicateStepId,
+        Self::UnknownSkill,
+        Self::ClassMismatch,
+        Self::CompensationNotDeclared,
+        Self::IrreversibleWithCompensation,
+        Self::PivotOrdering,
+        Self::UndoTtlTooShort,
+        Self::MandateExceeded,
+        Self::MandateExpired,
+        Self::BadReference,
+        Self::ArgsInvalid,
+        Self::IdempotencyKeyMismatch,
+        Self::PlanConflict,
+    ];
+}
+
+impl fmt::Display for ViolationCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One violation: its code, the step it concerns (if any), and what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    pub code: ViolationCode,
+    pub step: Option<String>,
+    pub message: String,
+}
+
+/// The result of validating one plan.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The typed plan, when the JSON typed at all.
+    pub plan: Option<Plan>,
+    pub violations: Vec<Violation>,
+}
+
+impl Report {
+    pub fn is_valid(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// Checks plans against a catalog and the planner keys this party trusts.
+pub struct PlanValidator {
+    catalog: Catalog,
+    planner_keys: TrustStore,
+    input_schemas: HashMap<(String, String), jsonschema::Validator>,
+}
+
+impl fmt::Debug for PlanValidator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlanValidator")
+            .field("agents", &self.catalog.agents.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PlanValidator {
+    /// Compiles every input schema once. A schema that does not compile is a card error.
+    pub fn new(catalog: Catalog, planner_keys: TrustStore) -> Result<Self> {
+        let mut input_schemas = HashMap::new();
+        for (agent, entry) in &catalog.agents {
+            for (skill, declaration) in &entry.skills {
+                if let Some(schema) = &declaration.input_schema {
+                    let compiled = jsonschema::options()
+                        .should_validate_formats(true)
+                        .build(schema)
+                        .map_err(|e| {
+                            Error::Card(format!(
+                                "{agent}/{skill}: inputSchema does not compile: {e}"
+                            ))
+                        })?;
+                    input_schemas.insert((agent.clone(), skill.clone()), compiled);
+                }
+            }
+        }
+        Ok(Self {
+            catalog,
+            planner_keys,
+            input_schemas,
+        })
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Validates a plan as received: signature over the raw JSON first, then its type,
+    /// then every semantic check. `now` is the validation time (the validator reads no clock).
+    pub fn validate(&self, plan: &Value, now: DateTime<Utc>) -> Report {
+        let mut violations = Vec::new();
+        match self.planner_keys.verify(plan) {
+            Ok(_) => {}
+            Err(Error::SignerUntrusted { kids }) => violations.push(Violation {
+                code: ViolationCode::SignerUntrusted,
+                step: None,
+                message: format!(
+                    "the plan is signed by {kids}, which is not a trusted planner key"
+                ),
+            }),
+            Err(e) => violations.push(Violation {
+                code: ViolationCode::SignatureInvalid,
+                step: None,
+                message: format!("the plan's signature does not verify: {e}"),
+            }),
+        }
+        let typed = Plan::from_value(plan);
+        let plan = match typed {
+            Ok(plan) => {
+                violations.extend(self.check(&plan, now));
+                Some(plan)
+            }
+            Err(e) => {
+                violations.push(Violation {
+                    code: ViolationCode::SchemaInvalid,
+                    step: None,
+                    message: format!("the plan does not have the plan artifact's shape: {e}"),
+                });
+                None
+            }
+        };
+        sort_violations(&mut violations, plan.as_ref());
+        Report { plan, violations }
+    }
+
+    /// Every check that does not involve the signature, on a typed plan.
+    pub fn check(&self, plan: &Plan, now: DateTime<Utc>) -> Vec<Violation> {
+        let mut out = Vec::new();
+        let mut push = |code, step: Option<&Step>, message: String| {
+            out.push(Violation {
+                code,
+                step: step.map(|s| s.id.clone()),
+                message,
+            })
+        };
+        check_identity(plan, &mut push);
+
+        // Step ids and where each one stands, for references.
+        let mut positions: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, step) in plan.steps.iter().enumerate() {
+            if positions.insert(step.id.as_str(), i).is_some() {
+                push(
+                    ViolationCode::DuplicateStepId,
+                    Some(step),
+                    format!(
+                        "step id {:?} is used more than once; give every step its own id",
+                        step.id
+                    ),
+                );
+            }
+        }
+
+        let declarations: Vec<Option<&SkillDeclaration>> = plan
+            .steps
+            .iter()
+            .map(|step| {
+                let found = self.catalog.declaration(&step.agent, &step.skill);
+                if found.is_none() {
+                    let hint = match self.catalog.agents.get(&step.agent) {
+                        None => format!("no agent {:?} is registered", step.agent),
+                        Some(a) => format!(
+                            "agent {:?} has no skill {:?} (it has: {})",
+                            step.agent,
+                            step.skill,
+                            a.skills.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    };
+                    push(
+                        ViolationCode::UnknownSkill,
+                        Some(step),
+                        format!("{hint}; use a skill from the executor's catalog"),
+                    );
+                }
+                found
+            })
+            .collect();
+
+        for (i, (step, declaration)) in plan.steps.iter().zip(&declarations).enumerate() {
+            let expected_key = idempotency_key(&plan.saga_id, &step.id);
+            if step.idempotency_key != expected_key {
+                push(
+                    ViolationCode::IdempotencyKeyMismatch,
+                    Some(step),
+                    format!(
+                        "idempotencyKey is {:?}; it must be {expected_key:?} (sagaId:stepId)",
+                        step.idempotency_key
+                    ),
+                );
+            }
+            self.check_references(step, i, &positions, &mut push);
+            if let Some(declaration) = declaration {
+                check_reversibility(step, declaration, &mut push);
+                self.check_args(step, &mut push);
+            }
+        }
+
+        check_pivot(plan, &declarations, &mut push);
+        check_undo_ttls(plan, &declarations, &self.catalog, &mut push);
+        check_mandate(plan, &declarations, now, &mut push);
+        out
+    }
+
+    fn check_references(
+        &self,
+        step: &Step,
+        index: usize,
+        positions: &BTreeMap<&str, usize>,
+        push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
+    ) {
+        let mut problems = Vec::new();
+        let args = Value::Object(step.args.clone());
+        let walked = expr::for_each_expr(&args, &mut |at, e| {
+            match &e.source {
+            Source::StepResponseBody { step: target, .. } => match positions.get(target.as_str()) {
+                None => problems.push(format!("argument '{at}' uses {e}, but there is no step {target:?}")),
+                Some(&j) if j >= index => problems.push(format!(
+                    "argument '{at}' uses {e}, but step {target:?} does not run before this one"
+                )),
+                Some(_) => {}
+            },
+            Source::RequestBody(_) | Source::ResponseBody(_) => problems.push(format!(
+                "argument '{at}' uses {e}; plan arguments may read earlier steps ($steps.<id>.response.body), \
+                 $saga.id and $step.*, not the step's own request or response"
+            )),
+            Source::SagaId | Source::StepId | Source::StepIdempotencyKey => {}
+        }
+        });
+        if let Err((at, e)) = walked {
+            problems.push(format!("argument '{at}': {e}"));
+        }
+        for problem in problems {
+            push(ViolationCode::BadReference, Some(step), problem);
+        }
+    }
+
+    fn check_args(&self, step: &Step, push: &mut impl FnMut(ViolationCode, Option<&Step>, String)) {
+        let Some(schema) = self
+            .input_schemas
+            .get(&(step.agent.clone(), step.skill.clone()))
+        else {
+            return;
+        };
+        let args = Value::Object(step.args.clone());
+        // Values bound at run time are unknown now: errors at or under them are not counted.
+        let mut bound_at = Vec::new();
+        let _ = expr::for_each_expr(&args, &mut |at, _| bound_at.push(at.to_string()));
+        let is_bound = |path: &str| {
+            bound_at.iter().any(|b| {
+                path == b
+                    || path
+                        .strip_prefix(b.as_str())
+                        .is_some_and(|rest| rest.starts_with('/'))
+            })
+        };
+        for error in schema.iter_errors(&args) {
+            let path = error.instance_path().as_str();
+            if is_bound(path) {
+                continue;
+            }
+            let at = if path.is_empty() {
+                "the arguments"
+            } else {
+                path
+            };
+            push(
+                ViolationCode::ArgsInvalid,
+                Some(step),
+                format!("{at}: {error} (skill {} inputSchema)", step.skill),
+            );
+        }
+    }
+}
+
+fn check_identity(plan: &Plan, push: &mut impl FnMut(ViolationCode, Option<&Step>, String)) {
+    if !expr::is_valid_id(&plan.saga_id) {
+        push(
+            ViolationCode::SchemaInvalid,
+            None,
+            format!(
+                "sagaId {:?} must be 1-64 of A-Z a-z 0-9 '_' '-'",
+                plan.saga_id
+            ),
+        );
+    }
+    if plan.plan_version == 0 {
+        push(
+            ViolationCode::SchemaInvalid,
+            None,
+            "planVersion starts at 1".into(),
+        );
+    }
+    if plan.steps.is_empty() {
+        push(
+            ViolationCode::SchemaInvalid,
+            None,
+            "the plan has no steps".into(),
+        );
+    }
+    for step in &plan.steps {
+        if !expr::is_valid_id(&step.id) {
+            push(
+                ViolationCode::SchemaInvalid,
+                Some(step),
+                format!("step id {:?} must be 1-64 of A-Z a-z 0-9 '_' '-'", step.id),
+            );
+        }
+    }
+}
+
+fn check_reversibility(
+    step: &Step,
+    declaration: &SkillDeclaration,
+    push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
+) {
+    if step.class != declaration.class {
+        push(
+            ViolationCode::ClassMismatch,
+            Some(step),
+            format!(
+                "the plan calls {} {}, but the registry declares it {}",
+                step.skill,
+                step.class.as_str(),
+                declaration.class.as_str()
+            ),
+        );
+    }
+    let irreversible = declaration.class == ReversibilityClass::Irreversible
+        || step.class == ReversibilityClass::Irreversible;
+    match (&step.compensation, &declaration.compensation) {
+        (Some(_), _) if irreversible => push(
+            ViolationCode::IrreversibleWithCompensation,
+            Some(step),
+            format!(
+                "{} is irreversible and may not carry a compensation; remove it",
+                step.skill
+            ),
+        ),
+        (Some(planned), Some(declared)) if planned != declared => push(
+            ViolationCode::CompensationNotDeclared,
+            Some(step),
+            format!(
+                "the plan's compensation ({} with {}) differs from the registry's ({} with {}); copy the declared one unchanged",
+                planned.skill, planned.args, declared.skill, declared.args
+            ),
+        ),
+        (Some(planned), None) => push(
+            ViolationCode::CompensationNotDeclared,
+            Some(step),
+            format!(
+                "the plan gives {} a compensation ({}), but the registry declares none; the planner never authors an undo",
+                step.skill, planned.skill
+            ),
+        ),
+        (None, Some(declared)) => push(
+            ViolationCode::CompensationNotDeclared,
+            Some(step),
+            format!(
+                "the registry declares {} as the compensation of {}; the plan must carry it unchanged",
+                declared.skill, step.skill
+            ),
+        ),
+        _ => {}
+    }
+}
+
+/// Before the pivot only compensable or read-only steps; the pivot is the first
+/// irreversible step; after it only retriable steps. Without an irreversible step, the
+/// first retriable step that changes something is the point of no return all the same.
+fn check_pivot(
+    plan: &Plan,
+    declarations: &[Option<&SkillDeclaration>],
+    push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
+) {
+    let first_irreversible = declarations
+        .iter()
+        .position(|d| d.is_some_and(|d| d.class == ReversibilityClass::Irreversible));
+    if plan.pivot_index != first_irreversible {
+        let expected = first_irreversible
+            .map_or("null (no step is irreversible)".to_owned(), |i| {
+                format!("{i} (step {})", plan.steps[i].id)
+            });
+        let found = plan
+            .pivot_index
+            .map_or("null".to_owned(), |i| i.to_string());
+        push(
+            ViolationCode::PivotOrdering,
+            None,
+            format!("pivotIndex is {found}; the first irreversible step makes it {expected}"),
+        );
+    }
+    let Some(no_return) = declarations
+        .iter()
+        .position(|d| d.is_some_and(|d| !d.may_precede_pivot()))
+    else {
+        return;
+    };
+    let turning = &plan.steps[no_return];
+    for (step, declaration) in plan.steps.iter().zip(declarations).skip(no_return + 1) {
+        let Some(declaration) = declaration else {
+            continue;
+        };
+        if declaration.class != ReversibilityClass::Retriable {
+            push(
+                ViolationCode::PivotOrdering,
+                Some(step),
+                format!(
+                    "{} is {} but comes after {} ({}), which cannot be undone; only retriable steps may follow it, \
+                     so move this step earlier",
+                    step.skill,
+                    declaration.class.as_str(),
+                    turning.id,
+                    turning.skill
+                ),
+            );
+        }
+    }
+}
+
+fn check_undo_ttls(
+    plan: &Plan,
+    declarations: &[Option<&SkillDeclaration>],
+    catalog: &Catalog,
+    push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
+) {
+    if plan.steps.is_empty() {
+        return;
+    }
+    let forward: Vec<u64> = declarations
+        .iter()
+        .map(|d| d.map_or(0, call_worst_ms))
+        .collect();
+    let undo: Vec<u64> = plan
+        .steps
+        .iter()
+        .zip(declarations)
+        .map(|(step, d)| {
+            d.and_then(|d| d.compensation.as_ref())
+                .and_then(|c| catalog.declaration(&step.agent, &c.skill))
+                .map_or(0, call_worst_ms)
+        })
+        .collect();
+    let last_unwinding = plan
+        .pivot_index
+        .unwrap_or(plan.steps.len() - 1)
+        .min(plan.steps.len() - 1);
+    let deadlines = undo_deadlines_ms(&forward, &undo, last_unwinding);
+    for ((step, declaration), worst_ms) in plan.steps.iter().zip(declarations).zip(deadlines) {
+        let Some(ttl) = declaration.and_then(|d| d.undo_ttl_seconds) else {
+            continue;
+        };
+        if worst_ms > ttl.saturating_mul(1000) {
+            push(
+                ViolationCode::UndoTtlTooShort,
+                Some(step),
+                format!(
+                    "{}'s undo expires {ttl} s after it succeeds, but its compensation may be needed up to {} \
+                     later (worst case of the steps after it); move it later or shorten the steps in between",
+                    step.skill,
+                    human_ms(worst_ms)
+                ),
+            );
+        }
+    }
+}
+
+fn check_mandate(
+    plan: &Plan,
+    declarations: &[Option<&SkillDeclaration>],
+    now: DateTime<Utc>,
+    push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
+) {
+    let mandate = &plan.mandate;
+    if mandate.expires_at <= now {
+        push(
+            ViolationCode::MandateExpired,
+            None,
+            format!(
+                "the mandate expired at {}; ask for a new one",
+                mandate.expires_at.to_rfc3339()
+            ),
+        );
+    } else {
+        let worst: u64 = declarations
+            .iter()
+            .map(|d| d.map_or(0, call_worst_ms))
+            .fold(0, u64::saturating_add);
+        let ends = TimeDelta::try_milliseconds(i64::try_from(worst).unwrap_or(i64::MAX))
+            .and_then(|d| now.checked_add_signed(d));
+        if ends.is_none_or(|end| end > mandate.expires_at) {
+            push(
+                ViolationCode::MandateExpired,
+                None,
+                format!(
+                    "the worst-case path takes {}, which ends after the mandate expires at {}",
+                    human_ms(worst),
+                    mandate.expires_at.to_rfc3339()
+                ),
+            );
+        }
+    }
+
+    let mut total: u64 = 0;
+    for (step, declaration) in plan.steps.iter().zip(declarations) {
+        let Some(spend) = declaration.and_then(|d| d.spend.as_ref()) else {
+            continue;
+        };
+        let request = Value::Object(step.args.clone());
+        let ctx = EvalContext {
+            request_body: Some(&request),
+            ..EvalContext::default()
+        };
+        let spent = if bound_at_run_time(&request, spend) {
+            Err("its spend depends on a value known only at run time, so the mandate cannot bound it".to_owned())
+        } else {
+            match (
+                expr::bind(&spend.amount_minor, &ctx),
+                expr::bind(&spend.currency, &ctx),
+            ) {
+                (Ok(a), Ok(c)) => serde_json::from_value::<Money>(
+                    serde_json::json!({"amountMinor": a, "currency": c}),
+                )
+                .map_err(|e| {
+                    format!("its spend is not an amount in minor units with a currency: {e}")
+                }),
+                (Err(e), _) | (_, Err(e)) => {
+                    Err(format!("its spend cannot be read from its arguments: {e}"))
+                }
+            }
+        };
+        match spent {
+            Err(why) => push(
+                ViolationCode::MandateExceeded,
+                Some(step),
+                format!("{}: {why}", step.skill),
+            ),
+            Ok(m) if m.currency != mandate.max_spend.currency => push(
+                ViolationCode::MandateExceeded,
+                Some(step),
+                format!(
+                    "{} spends in {}, but the mandate is in {}",
+                    step.skill, m.currency, mandate.max_spend.currency
+                ),
+            ),
+            Ok(m) => {
+                let before = total;
+                total = total.saturating_add(m.amount_minor.get());
+                let max = mandate.max_spend.amount_minor.get();
+                if total > max && before <= max {
+                    push(
+                        ViolationCode::MandateExceeded,
+                        Some(step),
+                        format!(
+                            "spend reaches {total} {} minor units at this step, over the mandate's {max}",
+                            m.currency
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Whether a spend field reads an argument that is itself bound at run time
+/// (`$steps…`): then the amount is not known statically.
+fn bound_at_run_time(request: &Value, spend: &SpendDeclaration) -> bool {
+    [&spend.amount_minor, &spend.currency]
+        .into_iter()
+        .any(|field| {
+            let Some(Ok(expr::Binding::Expr(e))) = field.as_str().map(expr::parse_string) else {
+                return false;
+            };
+            let Source::RequestBody(pointer) = &e.source else {
+                return false;
+            };
+            pointer
+                .resolve(request)
+                .and_then(Value::as_str)
+                .is_some_and(|s| s.starts_with('$') || s.contains("{$"))
+        })
+}
+
+fn human_ms(ms: u64) -> String {
+    if ms == u64::MAX {
+        "forever".into()
+    } else if ms < 1000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
+}
+
+/// Plan-level violations first, then by step position, then by code.
+fn sort_violations(violations: &mut [Violation], plan: Option<&Plan>) {
+    let position = |v: &Violation| -> usize {
+        match (&v.step, plan) {
+            (Some(id), Some(plan)) => plan
+                .steps
+                .iter()
+                .position(|s| &s.id == id)
+                .map_or(usize::MAX, |i| i + 1),
+            _ => 0,
+        }
+    };
+    violations.sort_by_key(|v| (position(v), v.code));
+}
+
+/// How a received plan relates to one already accepted with the same saga id and version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resubmission {
+    /// Same content (signatures aside): return the existing task.
+    Identical,
+    /// Same `sagaId` and `planVersion`, different content.
+    Conflict(Violation),
+    /// Another saga or another version.
+    Unrelated,
+}
+
+/// Compares a received plan with an accepted one (`PLAN_CONFLICT`).
+pub fn compare_with_accepted(accepted: &Value, received: &Value) -> Resubmission {
+    let identity = |v: &Value| (v.get("sagaId").cloned(), v.get("planVersion").cloned());
+    if identity(accepted) != identity(received) {
+        return Resubmission::Unrelated;
+    }
+    match (signing_payload(accepted), signing_payload(received)) {
+        (Ok(a), Ok(b)) if a == b => Resubmission::Identical,
+        _ => Resubmission::Conflict(Violation {
+            code: ViolationCode::PlanConflict,
+            step: None,
+            message: format!(
+                "saga {} version {} was already accepted with different content; submit a new planVersion",
+                received.get("sagaId").unwrap_or(&Value::Null),
+                received.get("planVersion").unwrap_or(&Value::Null)
+            ),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,329 @@
+//! Validator tests over the committed agent cards and example plans: the valid plan
+//! passes, each invalid plan trips exactly its own code, and nothing panics.
+
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::catalog::Catalog;
+use crate::json::parse_strict;
+use crate::signing::{Jwk, SigningIdentity, TrustStore};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    parse_strict(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub(crate) fn supplier_catalog() -> Catalog {
+    let mut catalog = Catalog::default();
+    let mut paths: Vec<_> = std::fs::read_dir(root().join("agent-cards"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        catalog.add_card(&read(&path)).unwrap();
+    }
+    catalog
+}
+
+fn planner() -> SigningIdentity {
+    let jwk: Jwk =
+        serde_json::from_value(read(&root().join("examples/keys/test-planner.jwk"))).unwrap();
+    SigningIdentity::from_jwk(&jwk).unwrap()
+}
+
+fn validator() -> PlanValidator {
+    let mut trust = TrustStore::new();
+    trust.add_jwk(&planner().public_jwk()).unwrap();
+    PlanValidator::new(supplier_catalog(), trust).unwrap()
+}
+
+fn now() -> DateTime<Utc> {
+    "2026-11-29T12:00:00Z".parse().unwrap()
+}
+
+fn signed(mut plan: Value) -> Value {
+    if plan.get("signatures").is_none() {
+        planner().sign_in_place(&mut plan).unwrap();
+    }
+    plan
+}
+
+/// Signs when the value can be signed at all (mutations may make it unsignable).
+fn try_signed(mut plan: Value) -> Value {
+    let _ = planner().sign_in_place(&mut plan);
+    plan
+}
+
+fn example() -> Value {
+    read(&root().join("examples/plans/supplier-onboarding.json"))
+}
+
+fn codes(report: &Report) -> Vec<ViolationCode> {
+    report.violations.iter().map(|v| v.code).collect()
+}
+
+#[test]
+fn every_card_enters_the_catalog() {
+    let catalog = supplier_catalog();
+    assert_eq!(catalog.agents.len(), 6);
+    assert!(
+        catalog
+            .declaration("payments", "payments.capture")
+            .unwrap()
+            .pivot
+    );
+}
+
+#[test]
+fn the_example_plan_is_valid() {
+    let report = validator().validate(&signed(example()), now());
+    assert_eq!(report.violations, vec![], "the example plan must pass");
+    assert_eq!(report.plan.unwrap().steps.len(), 6);
+}
+
+#[test]
+fn each_invalid_plan_trips_exactly_its_code() {
+    let validator = validator();
+    let dir = root().join("examples/plans/invalid");
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_str().unwrap().to_owned();
+        let expected: ViolationCode =
+            serde_json::from_value(json!(name.replace('-', "_").to_uppercase())).unwrap();
+        seen.push(expected);
+        let plan = signed(read(&path));
+        if expected == ViolationCode::PlanConflict {
+            let accepted = signed(example());
+            let Resubmission::Conflict(v) = compare_with_accepted(&accepted, &plan) else {
+                panic!("{name}: expected a conflict");
+            };
+            assert_eq!(v.code, ViolationCode::PlanConflict);
+            // On its own, the conflicting plan is a valid plan.
+            assert!(validator.validate(&plan, now()).is_valid());
+            continue;
+        }
+        let report = validator.validate(&plan, now());
+        assert_eq!(
+            codes(&report),
+            vec![expected],
+            "{name}: {:#?}",
+            report.violations
+        );
+        assert!(!report.violations[0].message.is_empty());
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        ViolationCode::ALL.to_vec(),
+        "one invalid plan per code"
+    );
+}
+
+#[test]
+fn resubmission_of_the_same_plan_is_identical() {
+    let accepted = signed(example());
+    let mut again = example();
+    // Re-signed by another key: same content, so the same plan.
+    SigningIdentity::from_seed([3; 32], None)
+        .sign_in_place(&mut again)
+        .unwrap();
+    assert_eq!(
+        compare_with_accepted(&accepted, &again),
+        Resubmission::Identical
+    );
+    let mut next = example();
+    next["planVersion"] = json!(2);
+    assert_eq!(
+        compare_with_accepted(&accepted, &next),
+        Resubmission::Unrelated
+    );
+}
+
+#[test]
+fn five_violations_are_all_reported_in_order() {
+    let plan = signed(read(&root().join("examples/plans/five-violations.json")));
+    let report = validator().validate(&plan, now());
+    let got: Vec<(ViolationCode, Option<&str>)> = report
+        .violations
+        .iter()
+        .map(|v| (v.code, v.step.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (ViolationCode::IdempotencyKeyMismatch, Some("s0")),
+            (ViolationCode::ArgsInvalid, Some("s1")),
+            (ViolationCode::BadReference, Some("s2")),
+            (ViolationCode::MandateExceeded, Some("s4")),
+            (ViolationCode::ClassMismatch, Some("s5")),
+        ]
+    );
+}
+
+#[test]
+fn unsigned_and_untrusted_plans() {
+    let v = validator();
+    assert_eq!(
+        codes(&v.validate(&example(), now())),
+        vec![ViolationCode::SignatureInvalid]
+    );
+    let mut other = example();
+    SigningIdentity::from_seed([4; 32], None)
+        .sign_in_place(&mut other)
+        .unwrap();
+    assert_eq!(
+        codes(&v.validate(&other, now())),
+        vec![ViolationCode::SignerUntrusted]
+    );
+}
+
+#[test]
+fn undo_ttl_counts_the_steps_in_between() {
+    // A sandbox whose undo expires after 1 s, followed by a compliance check that may
+    // take 3 × 2 s plus backoffs: the undo could expire before it is needed.
+    let mut catalog = supplier_catalog();
+    let sandbox = catalog.agents.get_mut("sandbox").unwrap();
+    sandbox
+        .skills
+        .get_mut("sandbox.provision")
+        .unwrap()
+        .undo_ttl_seconds = Some(1);
+    let mut trust = TrustStore::new();
+    trust.add_jwk(&planner().public_jwk()).unwrap();
+    let validator = PlanValidator::new(catalog, trust).unwrap();
+    let report = validator.validate(&signed(example()), now());
+    assert_eq!(codes(&report), vec![ViolationCode::UndoTtlTooShort]);
+    assert_eq!(report.violations[0].step.as_deref(), Some("s2"));
+}
+
+#[test]
+fn mandate_checks_currency_and_worst_case_path() {
+    let v = validator();
+    let mut plan = example();
+    plan["steps"][4]["args"]["currency"] = json!("USD");
+    assert_eq!(
+        codes(&v.validate(&signed(plan), now())),
+        vec![ViolationCode::MandateExceeded]
+    );
+    // Expires one second from now: the worst-case path takes far longer.
+    let mut plan = example();
+    plan["mandate"]["expiresAt"] = json!("2026-11-29T12:00:01Z");
+    assert_eq!(
+        codes(&v.validate(&signed(plan), now())),
+        vec![ViolationCode::MandateExpired]
+    );
+    // A fee bound at run time cannot be bounded by the mandate.
+    let mut plan = example();
+    plan["steps"][4]["args"]["amountMinor"] = json!("$steps.s3.response.body#/fee");
+    assert_eq!(
+        codes(&v.validate(&signed(plan), now())),
+        vec![ViolationCode::MandateExceeded]
+    );
+}
+
+#[test]
+fn a_plan_of_ten_thousand_steps_is_checked_quickly_enough_to_finish() {
+    let mut plan = example();
+    let template = plan["steps"][3].clone(); // compliance.check: retriable, read-only
+    let steps: Vec<Value> = (0..10_000)
+        .map(|i| {
+            let mut s = template.clone();
+            s["id"] = json!(format!("c{i}"));
+            s["idempotencyKey"] = json!(format!("sg_demo_supplier_onboarding:c{i}"));
+            s["args"] = json!({"vendorId": "v1", "tenantId": "t1"});
+            s
+        })
+        .collect();
+    plan["steps"] = Value::Array(steps);
+    plan["pivotIndex"] = Value::Null;
+    let report = validator().validate(&signed(plan), now());
+    // 10,000 × 2 s × 3 attempts outlasts nothing here (the mandate is until 2099): valid.
+    assert_eq!(report.violations, vec![]);
+}
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "[$a-z0-9#/.{}~]{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 64, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-zA-Z]{1,12}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Replaces the value at a random place in the example plan.
+    fn mutated_plan() -> impl Strategy<Value = Value> {
+        (any::<prop::sample::Index>(), arb_json()).prop_map(|(index, replacement)| {
+            let mut plan = example();
+            let mut paths = Vec::new();
+            collect_paths(&plan, String::new(), &mut paths);
+            let path = index.get(&paths).clone();
+            if let Some(slot) = plan.pointer_mut(&path) {
+                *slot = replacement;
+            }
+            plan
+        })
+    }
+
+    fn collect_paths(value: &Value, here: String, out: &mut Vec<String>) {
+        out.push(here.clone());
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    collect_paths(v, format!("{here}/{}", crate::expr::escape_token(k)), out);
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    collect_paths(v, format!("{here}/{i}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Arbitrary JSON never panics the validator, and always gets a verdict.
+        #[test]
+        fn validator_never_panics_on_arbitrary_json(value in arb_json()) {
+            let report = validator().validate(&value, now());
+            prop_assert!(!report.is_valid());
+        }
+
+        /// A plan mutated anywhere never panics the validator; a signed, mutated plan
+        /// is valid only if the mutation left it valid.
+        #[test]
+        fn validator_never_panics_on_mutated_plans(plan in mutated_plan()) {
+            let report = validator().validate(&try_signed(plan), now());
+            for v in &report.violations {
+                prop_assert!(!v.message.is_empty());
+            }
+        }
+    }
+}
