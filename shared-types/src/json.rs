@@ -57,8 +57,106 @@ fn number_is_safe(n: &Number) -> Result<(), String> {
 
 /// The RFC 8785 canonical bytes of `value`.
 pub fn canonicalize(value: &Value) -> Result<Vec<u8>> {
+    canonicalize_without(value, None)
+}
+
+/// The canonical bytes of `value`, leaving out the top-level member `skip` when `value`
+/// is an object (how signed objects exclude their `signatures`).
+pub fn canonicalize_without(value: &Value, skip: Option<&str>) -> Result<Vec<u8>> {
     check_numbers(value)?;
-    serde_json_canonicalizer::to_vec(value).map_err(|e| Error::from_serde(&e))
+    let mut out = Vec::with_capacity(1024);
+    match (value, skip) {
+        (Value::Object(map), Some(skip)) => {
+            write_object(&mut out, map.iter().filter(|(k, _)| k.as_str() != skip))
+        }
+        _ => write_canonical(&mut out, value),
+    }
+    Ok(out)
+}
+
+/// RFC 8785 §3.2: no whitespace, members sorted by their UTF-16 code units, numbers as
+/// ECMAScript prints doubles, strings with the minimal escapes.
+fn write_canonical(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => write_number(out, n),
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => write_object(out, map.iter()),
+    }
+}
+
+fn write_object<'a>(out: &mut Vec<u8>, members: impl Iterator<Item = (&'a String, &'a Value)>) {
+    let mut members: Vec<_> = members.collect();
+    members.sort_unstable_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+    out.push(b'{');
+    for (i, (key, item)) in members.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_string(out, key);
+        out.push(b':');
+        write_canonical(out, item);
+    }
+    out.push(b'}');
+}
+
+/// Integers within ±(2^53 - 1) print as their digits, exactly as ECMAScript prints the
+/// same double; everything else goes through the double and ECMAScript's algorithm.
+fn write_number(out: &mut Vec<u8>, n: &Number) {
+    if let Some(i) = n.as_i64() {
+        out.extend_from_slice(i.to_string().as_bytes());
+    } else if let Some(u) = n.as_u64() {
+        out.extend_from_slice(u.to_string().as_bytes());
+    } else {
+        let f = n.as_f64().unwrap_or(0.0);
+        let mut buffer = ryu_js::Buffer::new();
+        out.extend_from_slice(buffer.format_finite(f).as_bytes());
+    }
+}
+
+fn write_string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    if !bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        if escape.is_empty() {
+            out.extend_from_slice(format!("\\u{b:04x}").as_bytes());
+        } else {
+            out.extend_from_slice(escape);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
 }
 
 struct StrictValue(Value);
@@ -177,7 +275,7 @@ mod tests {
         ];
         for &(bits, expected) in cases {
             let value = Value::Number(Number::from_f64(f64::from_bits(bits)).unwrap());
-            let bytes = serde_json_canonicalizer::to_vec(&value).unwrap();
+            let bytes = canonicalize(&value).unwrap();
             assert_eq!(
                 String::from_utf8(bytes).unwrap(),
                 expected,

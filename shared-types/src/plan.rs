@@ -54,11 +54,18 @@ pub struct Step {
     pub id: String,
     pub agent: String,
     pub skill: String,
-    pub args: serde_json::Map<String, Value>,
+    /// A JSON object (refused otherwise); kept as a `Value` so checks and bindings
+    /// read it without copying.
+    #[serde(deserialize_with = "object")]
+    pub args: Value,
     pub class: ReversibilityClass,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compensation: Option<Compensation>,
     pub idempotency_key: String,
+}
+
+fn object<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
+    serde_json::Map::deserialize(deserializer).map(Value::Object)
 }
 
 /// The idempotency key of a forward call: derived from the plan's identity, so that

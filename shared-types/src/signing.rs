@@ -207,12 +207,10 @@ impl SigningIdentity {
 
 /// The bytes that are signed: the canonical JSON of the object minus `signatures`.
 pub fn signing_payload(object: &Value) -> Result<Vec<u8>> {
-    let Value::Object(map) = object else {
+    if !object.is_object() {
         return Err(not_an_object());
-    };
-    let mut unsigned = map.clone();
-    unsigned.remove(SIGNATURES_MEMBER);
-    json::canonicalize(&Value::Object(unsigned))
+    }
+    json::canonicalize_without(object, Some(SIGNATURES_MEMBER))
 }
 
 fn not_an_object() -> Error {

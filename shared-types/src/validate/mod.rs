@@ -117,7 +117,8 @@ impl Report {
 pub struct PlanValidator {
     catalog: Catalog,
     planner_keys: TrustStore,
-    input_schemas: HashMap<(String, String), jsonschema::Validator>,
+    /// Compiled input schemas by agent, then skill.
+    input_schemas: HashMap<String, HashMap<String, jsonschema::Validator>>,
 }
 
 impl fmt::Debug for PlanValidator {
@@ -131,7 +132,8 @@ impl fmt::Debug for PlanValidator {
 impl PlanValidator {
     /// Compiles every input schema once. A schema that does not compile is a card error.
     pub fn new(catalog: Catalog, planner_keys: TrustStore) -> Result<Self> {
-        let mut input_schemas = HashMap::new();
+        let mut input_schemas: HashMap<String, HashMap<String, jsonschema::Validator>> =
+            HashMap::new();
         for (agent, entry) in &catalog.agents {
             for (skill, declaration) in &entry.skills {
                 if let Some(schema) = &declaration.input_schema {
@@ -143,7 +145,10 @@ impl PlanValidator {
                                 "{agent}/{skill}: inputSchema does not compile: {e}"
                             ))
                         })?;
-                    input_schemas.insert((agent.clone(), skill.clone()), compiled);
+                    input_schemas
+                        .entry(agent.clone())
+                        .or_default()
+                        .insert(skill.clone(), compiled);
                 }
             }
         }
@@ -260,10 +265,11 @@ impl PlanValidator {
                     ),
                 );
             }
-            self.check_references(step, i, &positions, &mut push);
+            let args = &step.args;
+            self.check_references(step, args, i, &positions, &mut push);
             if let Some(declaration) = declaration {
                 check_reversibility(step, declaration, &mut push);
-                self.check_args(step, &mut push);
+                self.check_args(step, args, &mut push);
             }
         }
 
@@ -276,13 +282,13 @@ impl PlanValidator {
     fn check_references(
         &self,
         step: &Step,
+        args: &Value,
         index: usize,
         positions: &BTreeMap<&str, usize>,
         push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
     ) {
         let mut problems = Vec::new();
-        let args = Value::Object(step.args.clone());
-        let walked = expr::for_each_expr(&args, &mut |at, e| {
+        let walked = expr::for_each_expr(args, &mut |at, e| {
             match &e.source {
             Source::StepResponseBody { step: target, .. } => match positions.get(target.as_str()) {
                 None => problems.push(format!("argument '{at}' uses {e}, but there is no step {target:?}")),
@@ -306,17 +312,25 @@ impl PlanValidator {
         }
     }
 
-    fn check_args(&self, step: &Step, push: &mut impl FnMut(ViolationCode, Option<&Step>, String)) {
+    fn check_args(
+        &self,
+        step: &Step,
+        args: &Value,
+        push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
+    ) {
         let Some(schema) = self
             .input_schemas
-            .get(&(step.agent.clone(), step.skill.clone()))
+            .get(&step.agent)
+            .and_then(|s| s.get(&step.skill))
         else {
             return;
         };
-        let args = Value::Object(step.args.clone());
+        if schema.is_valid(args) {
+            return;
+        }
         // Values bound at run time are unknown now: errors at or under them are not counted.
         let mut bound_at = Vec::new();
-        let _ = expr::for_each_expr(&args, &mut |at, _| bound_at.push(at.to_string()));
+        let _ = expr::for_each_expr(args, &mut |at, _| bound_at.push(at.to_string()));
         let is_bound = |path: &str| {
             bound_at.iter().any(|b| {
                 path == b
@@ -325,7 +339,7 @@ impl PlanValidator {
                         .is_some_and(|rest| rest.starts_with('/'))
             })
         };
-        for error in schema.iter_errors(&args) {
+        for error in schema.iter_errors(args) {
             let path = error.instance_path().as_str();
             if is_bound(path) {
                 continue;
@@ -577,12 +591,12 @@ fn check_mandate(
         let Some(spend) = declaration.and_then(|d| d.spend.as_ref()) else {
             continue;
         };
-        let request = Value::Object(step.args.clone());
+        let request = &step.args;
         let ctx = EvalContext {
-            request_body: Some(&request),
+            request_body: Some(request),
             ..EvalContext::default()
         };
-        let spent = if bound_at_run_time(&request, spend) {
+        let spent = if bound_at_run_time(request, spend) {
             Err("its spend depends on a value known only at run time, so the mandate cannot bound it".to_owned())
         } else {
             match (

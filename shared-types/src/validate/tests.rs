@@ -327,3 +327,31 @@ mod properties {
         }
     }
 }
+
+/// Flipping one bit of any byte of a signed plan's text never leaves a plan that
+/// verifies: the text stops parsing, or verification fails — with SIGNATURE_INVALID
+/// whenever the flipped byte is in the signed content.
+#[test]
+fn flipping_any_byte_of_a_signed_plan_fails_verification() {
+    let mut trust = TrustStore::new();
+    trust.add_jwk(&planner().public_jwk()).unwrap();
+    let text = serde_json::to_string_pretty(&signed(example())).unwrap();
+    let signatures_at = text.find("\"signatures\"").unwrap();
+    let mut content_flips = 0;
+    for i in 0..text.len() {
+        let mut bytes = text.clone().into_bytes();
+        bytes[i] ^= 0x01;
+        let Ok(value) = crate::json::parse_strict_bytes(&bytes) else {
+            continue;
+        };
+        match trust.verify(&value) {
+            Ok(kid) => panic!("byte {i}: still verifies (by {kid})"),
+            Err(Error::SignatureInvalid(_)) => content_flips += usize::from(i < signatures_at),
+            Err(e) => assert!(i >= signatures_at, "byte {i} in the content gave {e}"),
+        }
+    }
+    assert!(
+        content_flips > 500,
+        "{content_flips} flips in the content parsed and were caught"
+    );
+}
