@@ -205,6 +205,9 @@ pub fn for_each_expr(
     walk(value, &mut Vec::new(), visit)
 }
 
+/// Looks up an earlier step's result by step id.
+pub type StepResponses<'a> = dyn Fn(&str) -> Option<&'a Value> + 'a;
+
 /// What an expression is evaluated against. Each field is `None` when that source is
 /// not available in the context (for example no response after an unknown outcome).
 #[derive(Clone, Copy, Default)]
@@ -215,7 +218,7 @@ pub struct EvalContext<'a> {
     pub request_body: Option<&'a Value>,
     pub response_body: Option<&'a Value>,
     /// Results of earlier steps, looked up by step id.
-    pub step_responses: Option<&'a dyn Fn(&str) -> Option<&'a Value>>,
+    pub step_responses: Option<&'a StepResponses<'a>>,
 }
 
 impl fmt::Debug for EvalContext<'_> {
