@@ -92,15 +92,43 @@ impl Awkward {
 
     fn string(&mut self) -> String {
         const PIECES: &[&str] = &[
-            "a", "Z", "1", "\u{0}", "\u{1f}", "\"", "\\", "/", "\n", "\u{7f}", "\u{80}", "ö", "€", "\u{e000}", "\u{fb33}",
-            "\u{ffff}", "😀", "\u{10000}", "\u{2028}", " ",
+            "a",
+            "Z",
+            "1",
+            "\u{0}",
+            "\u{1f}",
+            "\"",
+            "\\",
+            "/",
+            "\n",
+            "\u{7f}",
+            "\u{80}",
+            "ö",
+            "€",
+            "\u{e000}",
+            "\u{fb33}",
+            "\u{ffff}",
+            "😀",
+            "\u{10000}",
+            "\u{2028}",
+            " ",
         ];
-        (0..self.next() % 5).map(|_| PIECES[(self.next() % PIECES.len() as u64) as usize]).collect()
+        (0..self.next() % 5)
+            .map(|_| PIECES[(self.next() % PIECES.len() as u64) as usize])
+            .collect()
     }
 
     /// Keys where UTF-16 order and code-point order disagree, half of the time.
     fn key(&mut self) -> String {
-        const SURPRISING: &[&str] = &["\u{e000}", "\u{ffff}", "\u{fb33}", "\u{10000}", "😀", "a", "\u{80}"];
+        const SURPRISING: &[&str] = &[
+            "\u{e000}",
+            "\u{ffff}",
+            "\u{fb33}",
+            "\u{10000}",
+            "😀",
+            "a",
+            "\u{80}",
+        ];
         if self.next() % 2 == 0 {
             SURPRISING[(self.next() % SURPRISING.len() as u64) as usize].to_owned() + &self.string()
         } else {
@@ -113,16 +141,30 @@ impl Awkward {
         match self.next() % if depth > 3 { 6 } else { 8 } {
             0 => Value::Null,
             1 => Value::Bool(self.next() % 2 == 0),
-            2 => Value::from((self.next() % (1 << 53)) as i64 * if self.next() % 2 == 0 { 1 } else { -1 }),
+            2 => Value::from(
+                (self.next() % (1 << 53)) as i64 * if self.next() % 2 == 0 { 1 } else { -1 },
+            ),
             3 => {
                 let f = f64::from_bits(self.next());
-                let f = if f.is_finite() && f.abs() < 9.0e15 { f } else { 1.5e-7 };
+                let f = if f.is_finite() && f.abs() < 9.0e15 {
+                    f
+                } else {
+                    1.5e-7
+                };
                 Value::from(f)
             }
             4 => Value::from((self.next() % 1_000_000) as f64 / 7.0),
             5 => Value::String(self.string()),
-            6 => Value::Array((0..self.next() % 4).map(|_| self.value(depth + 1)).collect()),
-            _ => Value::Object((0..self.next() % 6).map(|_| (self.key(), self.value(depth + 1))).collect()),
+            6 => Value::Array(
+                (0..self.next() % 4)
+                    .map(|_| self.value(depth + 1))
+                    .collect(),
+            ),
+            _ => Value::Object(
+                (0..self.next() % 6)
+                    .map(|_| (self.key(), self.value(depth + 1)))
+                    .collect(),
+            ),
         }
     }
 }

@@ -355,3 +355,90 @@ fn flipping_any_byte_of_a_signed_plan_fails_verification() {
         "{content_flips} flips in the content parsed and were caught"
     );
 }
+
+#[test]
+fn plans_and_declarations_round_trip_through_their_types() {
+    let plan = example();
+    let typed = Plan::from_value(&plan).unwrap();
+    assert_eq!(serde_json::to_value(&typed).unwrap(), plan);
+
+    for (name, agent) in &supplier_catalog().agents {
+        let card = read(&root().join(format!("agent-cards/{name}.json")));
+        let declared = &card["capabilities"]["extensions"][0]["params"]["skills"];
+        assert_eq!(
+            &serde_json::to_value(&agent.skills).unwrap(),
+            declared,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn typing_errors_name_the_field() {
+    let mut plan = example();
+    plan["mandate"].as_object_mut().unwrap().remove("expiresAt");
+    let err = Plan::from_value(&plan).unwrap_err();
+    assert!(err.contains("expiresAt"), "{err}");
+    let mut plan = example();
+    plan["steps"][0]["compensations"] = json!({});
+    let err = Plan::from_value(&plan).unwrap_err();
+    assert!(err.contains("compensations"), "{err}");
+    let mut plan = example();
+    plan["steps"][0]["args"] = json!([1]);
+    let err = Plan::from_value(&plan).unwrap_err();
+    assert!(err.contains("map"), "{err}");
+}
+
+#[test]
+fn contradictory_cards_are_refused_with_the_reason() {
+    let card = read(&root().join("agent-cards/budget.json"));
+    let cases: &[(&str, Value, &str)] = &[
+        (
+            "/capabilities/extensions/0/params/skills/budget.reserve/class",
+            json!("irreversible"),
+            "irreversible but declares a compensation",
+        ),
+        (
+            "/capabilities/extensions/0/params/skills/budget.reserve/compensation/skill",
+            json!("budget.refund"),
+            "which this agent does not have",
+        ),
+        (
+            "/capabilities/extensions/0/params/skills/budget.reserve/compensation/argsWhenUnknown",
+            json!({"id": "$response.body#/reservationId"}),
+            "no response when the outcome is unknown",
+        ),
+        (
+            "/capabilities/extensions/0/params/skills/budget.reserve/undoTTLSeconds",
+            json!(60),
+            "unknown field `undoTTLSeconds`",
+        ),
+        (
+            "/capabilities/extensions/0/params/skills/budget.reserve/readOnly",
+            json!(true),
+            "marked readOnly but is not retriable",
+        ),
+        (
+            "/capabilities/extensions/0/params/skills/budget.release/compensation",
+            json!({"skill": "budget.reserve", "args": {}}),
+            "is retriable; only compensable",
+        ),
+        (
+            "/capabilities/extensions/0/params/skills/budget.reserve/spend",
+            json!({"amountMinor": "$response.body#/x", "currency": "EUR"}),
+            "spend may only read",
+        ),
+        (
+            "/capabilities/extensions/0/params/skills/budget.reserve/inputSchema",
+            json!({"type": 12}),
+            "not a valid JSON Schema",
+        ),
+    ];
+    for (pointer, value, reason) in cases {
+        let mut bad = card.clone();
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        bad.pointer_mut(parent).unwrap()[key] = value.clone();
+        let err = Catalog::default().add_card(&bad).unwrap_err().to_string();
+        assert!(err.contains(reason), "{pointer}: {err}");
+    }
+}
