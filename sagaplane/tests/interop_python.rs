@@ -129,7 +129,7 @@ impl Awkward {
             "a",
             "\u{80}",
         ];
-        if self.next() % 2 == 0 {
+        if self.next().is_multiple_of(2) {
             SURPRISING[(self.next() % SURPRISING.len() as u64) as usize].to_owned() + &self.string()
         } else {
             self.string()
@@ -140,9 +140,10 @@ impl Awkward {
         use serde_json::Value;
         match self.next() % if depth > 3 { 6 } else { 8 } {
             0 => Value::Null,
-            1 => Value::Bool(self.next() % 2 == 0),
+            1 => Value::Bool(self.next().is_multiple_of(2)),
             2 => Value::from(
-                (self.next() % (1 << 53)) as i64 * if self.next() % 2 == 0 { 1 } else { -1 },
+                (self.next() % (1 << 53)) as i64
+                    * if self.next().is_multiple_of(2) { 1 } else { -1 },
             ),
             3 => {
                 let f = f64::from_bits(self.next());
