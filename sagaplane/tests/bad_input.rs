@@ -6,21 +6,8 @@ use std::io::Write;
 
 use common::*;
 
-fn trust() -> std::path::PathBuf {
-    root().join("examples/keys/test-planner.pub.jwk")
-}
-
 fn validate(plan: &std::path::Path) -> std::process::Output {
-    let cards = root().join("agent-cards");
-    sagaplane(&[
-        "plan",
-        "validate",
-        p(plan),
-        "--catalog",
-        p(&cards),
-        "--trust",
-        p(&trust()),
-    ])
+    validate_plan(plan, &[])
 }
 
 fn assert_clean_failure(out: &std::process::Output, status: i32, needle: &str) {
@@ -57,7 +44,13 @@ fn deeply_nested_json() {
     )
     .unwrap();
     assert_clean_failure(&validate(&path), 2, "recursion limit");
-    let out = sagaplane(&["plan", "verify", p(&path), "--trust", p(&trust())]);
+    let out = sagaplane(&[
+        "plan",
+        "verify",
+        p(&path),
+        "--trust",
+        p(&test_planner_pub()),
+    ]);
     assert_clean_failure(&out, 2, "recursion limit");
 }
 
@@ -102,11 +95,7 @@ fn a_plan_of_ten_thousand_steps_gets_a_result() {
     plan["pivotIndex"] = serde_json::Value::Null;
     let path = dir.path().join("huge.json");
     std::fs::write(&path, plan.to_string()).unwrap();
-    let signed = sign_plan(
-        dir.path(),
-        &path,
-        &root().join("examples/keys/test-planner.jwk"),
-    );
+    let signed = sign_plan(dir.path(), &path, &test_planner_key());
     let out = validate(&signed);
     // 10,000 budget lines of up to 3 × 3 s each: the first ones' 24 h undo expires.
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
@@ -126,12 +115,6 @@ fn a_plan_that_is_not_an_object() {
     let out = validate(&path);
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).contains("SCHEMA_INVALID"));
-    let out = sagaplane(&[
-        "plan",
-        "sign",
-        p(&path),
-        "--key",
-        p(&root().join("examples/keys/test-planner.jwk")),
-    ]);
+    let out = sagaplane(&["plan", "sign", p(&path), "--key", p(&test_planner_key())]);
     assert_clean_failure(&out, 2, "SCHEMA_INVALID");
 }

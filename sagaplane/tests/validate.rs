@@ -5,38 +5,19 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-fn test_key() -> std::path::PathBuf {
-    root().join("examples/keys/test-planner.jwk")
-}
-
-fn test_pub() -> std::path::PathBuf {
-    root().join("examples/keys/test-planner.pub.jwk")
-}
-
 fn validate(plan: &std::path::Path, json: bool) -> std::process::Output {
-    let cards = root().join("agent-cards");
-    let trusted = test_pub();
-    let mut args = vec![
-        "plan",
-        "validate",
-        p(plan),
-        "--catalog",
-        p(&cards),
-        "--trust",
-        p(&trusted),
-        "--at",
-        "2026-11-29T12:00:00Z",
-    ];
+    let at = ["--at", "2026-11-29T12:00:00Z"];
     if json {
-        args.push("--json");
+        validate_plan(plan, &[at[0], at[1], "--json"])
+    } else {
+        validate_plan(plan, &at)
     }
-    sagaplane(&args)
 }
 
 #[test]
 fn the_example_plan_is_valid() {
     let dir = tempfile::tempdir().unwrap();
-    let signed = sign_plan(dir.path(), &example_plan(), &test_key());
+    let signed = sign_plan(dir.path(), &example_plan(), &test_planner_key());
     let out = validate(&signed, false);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert!(stdout(&out).starts_with("valid: plan sg_demo_supplier_onboarding v1 (6 steps)"));
@@ -51,7 +32,7 @@ fn five_violations_in_one_run() {
     let signed = sign_plan(
         dir.path(),
         &root().join("examples/plans/five-violations.json"),
-        &test_key(),
+        &test_planner_key(),
     );
 
     let out = validate(&signed, true);
@@ -114,7 +95,7 @@ fn validation_needs_a_usable_catalog_and_keys() {
         "--catalog",
         p(dir.path()),
         "--trust",
-        p(&test_pub()),
+        p(&test_planner_pub()),
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(

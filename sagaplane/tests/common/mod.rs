@@ -61,3 +61,29 @@ pub fn sign_plan(dir: &Path, plan: &Path, key: &Path) -> PathBuf {
 pub fn example_plan() -> PathBuf {
     root().join("examples/plans/supplier-onboarding.json")
 }
+
+/// The committed test planner's private and public keys.
+pub fn test_planner_key() -> PathBuf {
+    root().join("examples/keys/test-planner.jwk")
+}
+
+pub fn test_planner_pub() -> PathBuf {
+    root().join("examples/keys/test-planner.pub.jwk")
+}
+
+/// `sagaplane plan validate PLAN` against the demo cards, trusting the test planner.
+pub fn validate_plan(plan: &Path, extra: &[&str]) -> Output {
+    let cards = root().join("agent-cards");
+    let trusted = test_planner_pub();
+    let mut args = vec![
+        "plan",
+        "validate",
+        p(plan),
+        "--catalog",
+        p(&cards),
+        "--trust",
+        p(&trusted),
+    ];
+    args.extend_from_slice(extra);
+    sagaplane(&args)
+}
