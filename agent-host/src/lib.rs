@@ -1,1 +1,22 @@
-//! The A2A 1.0 hosting layer every Sagaplane agent stands on (built out in its own issue).
+//! The A2A 1.0 hosting layer every Sagaplane agent stands on: the SDK's bindings behind
+//! our own request handler, a durable task store, authentication, the agent card, and
+//! protocol checks the SDK leaves open.
+
+pub mod agent;
+pub mod auth;
+pub mod card;
+pub mod error;
+pub mod handler;
+pub mod protocol;
+pub mod sdk;
+pub mod server;
+pub mod store;
+pub mod tasks;
+
+pub use agent::{Agent, Reply};
+pub use auth::{Caller, InboundAuth, JwtPolicy, mint_jwt};
+pub use card::{ServedCard, prepare_card};
+pub use error::{Error, Result};
+pub use server::{HostConfig, app, serve};
+pub use store::{MemoryTaskStore, SqliteTaskStore, TaskStore};
+pub use tasks::{TaskHandle, TaskManager};

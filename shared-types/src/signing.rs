@@ -174,6 +174,18 @@ impl SigningIdentity {
         }
     }
 
+    /// The private key as PKCS#8 DER (RFC 8410), the form JOSE libraries take for EdDSA.
+    pub fn pkcs8_der(&self) -> Vec<u8> {
+        // SEQUENCE { INTEGER 0, SEQUENCE { OID 1.3.101.112 }, OCTET STRING { OCTET STRING seed } }
+        const PREFIX: [u8; 16] = [
+            0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22,
+            0x04, 0x20,
+        ];
+        let mut der = PREFIX.to_vec();
+        der.extend_from_slice(&self.key.to_bytes());
+        der
+    }
+
     /// Raw Ed25519 signature over `message` (used for JWTs elsewhere).
     pub fn sign_bytes(&self, message: &[u8]) -> [u8; 64] {
         self.key.sign(message).to_bytes()

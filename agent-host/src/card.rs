@@ -1,0 +1,84 @@
+//! Serving the agent card at `/.well-known/agent-card.json` with ETag, Cache-Control
+//! and Last-Modified, and preparing a card for the address the agent actually bound.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::Value;
+use shared_types::SigningIdentity;
+
+use crate::error::{Error, Result};
+
+pub const AGENT_CARD_PATH: &str = "/.well-known/agent-card.json";
+
+/// A card ready to serve: its bytes and validators, computed once.
+#[derive(Debug, Clone)]
+pub struct ServedCard {
+    body: Arc<[u8]>,
+    etag: HeaderValue,
+    last_modified: HeaderValue,
+}
+
+impl ServedCard {
+    pub fn new(card: &Value) -> Result<Self> {
+        let body = serde_json::to_vec_pretty(card).map_err(|e| Error::Config(format!("agent card: {e}")))?;
+        let digest = shared_types::json::canonicalize(card)
+            .map(|bytes| {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                bytes.hash(&mut h);
+                h.finish()
+            })
+            .map_err(|e| Error::Config(format!("agent card: {e}")))?;
+        let etag = HeaderValue::from_str(&format!("\"{digest:016x}\"")).map_err(|e| Error::Config(e.to_string()))?;
+        let modified = chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+        let last_modified = HeaderValue::from_str(&modified).map_err(|e| Error::Config(e.to_string()))?;
+        Ok(Self {
+            body: body.into(),
+            etag,
+            last_modified,
+        })
+    }
+}
+
+async fn serve_card(State(card): State<ServedCard>, headers: HeaderMap) -> Response {
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes().split(|b| *b == b',').any(|t| t.trim_ascii() == card.etag.as_bytes() || t.trim_ascii() == b"*"));
+    let mut response = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        (StatusCode::OK, card.body.to_vec()).into_response()
+    };
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(header::ETAG, card.etag.clone());
+    h.insert(header::LAST_MODIFIED, card.last_modified.clone());
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    response
+}
+
+/// The router that serves the card; it needs no authentication.
+pub fn card_router(card: ServedCard) -> axum::Router {
+    axum::Router::new().route(AGENT_CARD_PATH, get(serve_card)).with_state(card)
+}
+
+/// Points every `supportedInterfaces[].url` at `base_url` (the address actually bound),
+/// and signs the card when an identity is given (replacing earlier signatures).
+pub fn prepare_card(mut card: Value, base_url: &str, signer: Option<&SigningIdentity>) -> Result<Value> {
+    if let Some(interfaces) = card.get_mut("supportedInterfaces").and_then(Value::as_array_mut) {
+        for interface in interfaces {
+            interface["url"] = Value::String(base_url.to_owned());
+        }
+    }
+    if let Some(signer) = signer {
+        signer
+            .sign_in_place(&mut card)
+            .map_err(|e| Error::Config(format!("cannot sign the agent card: {e}")))?;
+    }
+    Ok(card)
+}

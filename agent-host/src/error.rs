@@ -1,0 +1,39 @@
+//! The crate's one error type; it becomes an A2A error without leaking internals.
+
+use crate::sdk::A2AError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The task store failed (disk, database, encoding). Logged; callers see "internal error".
+    #[error("{0}")]
+    Store(String),
+    /// A protocol-level answer for the caller (task not found, invalid params, …).
+    #[error("{0}")]
+    Protocol(#[from] A2AError),
+    /// Configuration that cannot work (bad key, unreadable card, listener failure).
+    #[error("{0}")]
+    Config(String),
+    /// An outbound call failed before an A2A answer arrived (connect, timeout, HTTP status).
+    #[error("{0}")]
+    Transport(String),
+}
+
+impl Error {
+    pub(crate) fn store(message: impl Into<String>) -> Self {
+        Self::Store(message.into())
+    }
+
+    /// The A2A error a caller sees: protocol errors as they are, anything else as a
+    /// generic internal error (the cause goes to the log).
+    pub fn into_a2a(self) -> A2AError {
+        match self {
+            Self::Protocol(e) => e,
+            other => {
+                tracing::error!(error = %other, "internal error");
+                A2AError::internal("internal error")
+            }
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,373 @@
+//! Our `RequestHandler` for the SDK's bindings: validation of incoming requests, tasks in
+//! our durable store, streams that begin with the Task, subscriptions to paused tasks.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use futures::stream::{self, BoxStream, StreamExt};
+use tokio::sync::broadcast;
+
+use crate::agent::{Agent, Reply};
+use crate::sdk::{
+    A2AError, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Message, RequestHandler,
+    Role, SendMessageRequest, SendMessageResponse, ServiceParams, StreamResponse, SubscribeToTaskRequest, Task,
+    TaskState, TaskStatus, is_interrupted, is_terminal, new_context_id, new_task_id,
+};
+use crate::store::TaskQuery;
+use crate::tasks::{TaskHandle, TaskManager};
+
+const DEFAULT_PAGE_SIZE: usize = 50;
+const MAX_PAGE_SIZE: usize = 100;
+
+/// Serves one agent.
+pub struct HostHandler<A: Agent> {
+    agent: Arc<A>,
+    tasks: Arc<TaskManager>,
+}
+
+impl<A: Agent> HostHandler<A> {
+    pub fn new(agent: Arc<A>, tasks: Arc<TaskManager>) -> Self {
+        Self { agent, tasks }
+    }
+
+    /// Opens the task a message belongs to (a new one, or the one it continues) and
+    /// starts the agent on it. Returns the task and a receiver subscribed before the
+    /// agent started, so no event is missed.
+    async fn start(
+        &self,
+        req: SendMessageRequest,
+    ) -> Result<Started, A2AError> {
+        let message = validate_message(req.message)?;
+        let existing = match message.task_id.as_deref().filter(|id| !id.is_empty()) {
+            None => None,
+            Some(id) => {
+                let task = self.get(id).await?;
+                if is_terminal(&task.status.state) {
+                    return Err(A2AError::unsupported_operation(format!(
+                        "task {id} is {:?} and accepts no more messages",
+                        task.status.state
+                    )));
+                }
+                if let Some(context) = message.context_id.as_deref().filter(|c| !c.is_empty())
+                    && context != task.context_id
+                {
+                    return Err(A2AError::invalid_params(format!(
+                        "message.contextId {context} does not match task {id}'s context {}",
+                        task.context_id
+                    )));
+                }
+                Some(task)
+            }
+        };
+        if let Reply::Message(reply) = self.agent.accept(&message, existing.as_ref()).await? {
+            return Ok(Started::Message(reply));
+        }
+        let handle = match existing {
+            Some(task) => {
+                let handle = self.tasks.handle(&task.id, &task.context_id);
+                handle.record_message(message.clone()).await.map_err(crate::Error::into_a2a)?;
+                handle
+            }
+            None => {
+                let context_id = message.context_id.clone().filter(|c| !c.is_empty()).unwrap_or_else(new_context_id);
+                let id = new_task_id();
+                let mut first = message.clone();
+                first.task_id = Some(id.clone());
+                first.context_id = Some(context_id.clone());
+                let task = Task {
+                    id,
+                    context_id,
+                    status: TaskStatus {
+                        state: TaskState::Submitted,
+                        message: None,
+                        timestamp: Some(Utc::now()),
+                    },
+                    artifacts: None,
+                    history: Some(vec![first]),
+                    metadata: None,
+                };
+                self.tasks.create(task).await.map_err(crate::Error::into_a2a)?
+            }
+        };
+        let events = self.tasks.subscribe(handle.id()).map_err(crate::Error::into_a2a)?;
+        let agent = self.agent.clone();
+        let run_handle = handle.clone();
+        let run = tokio::spawn(async move { agent.run(run_handle, message).await });
+        Ok(Started::Task { handle, events, run })
+    }
+
+    async fn get(&self, id: &str) -> Result<Task, A2AError> {
+        self.tasks
+            .store()
+            .get(id)
+            .await
+            .map_err(crate::Error::into_a2a)?
+            .ok_or_else(|| A2AError::task_not_found(id))
+    }
+
+    /// The live stream of a task: a snapshot first, then each event until the task is
+    /// terminal or interrupted, or the agent's run ends without either.
+    fn follow(
+        &self,
+        first: Task,
+        events: broadcast::Receiver<StreamResponse>,
+        run: Option<tokio::task::JoinHandle<()>>,
+    ) -> BoxStream<'static, Result<StreamResponse, A2AError>> {
+        let tasks = self.tasks.clone();
+        let id = first.id.clone();
+        let state = Follow { events, run, done: false, tasks, id };
+        let rest = stream::unfold(state, |mut state| async move {
+            if state.done {
+                return None;
+            }
+            let event = state.next().await?;
+            if let Some(s) = event_state(&event)
+                && (is_terminal(&s) || is_interrupted(&s))
+            {
+                state.done = true;
+            }
+            Some((Ok(event), state))
+        });
+        stream::once(async move { Ok(StreamResponse::Task(first)) }).chain(rest).boxed()
+    }
+}
+
+enum Started {
+    Message(Message),
+    Task {
+        handle: TaskHandle,
+        events: broadcast::Receiver<StreamResponse>,
+        run: tokio::task::JoinHandle<()>,
+    },
+}
+
+struct Follow {
+    events: broadcast::Receiver<StreamResponse>,
+    run: Option<tokio::task::JoinHandle<()>>,
+    done: bool,
+    tasks: Arc<TaskManager>,
+    id: String,
+}
+
+impl Follow {
+    /// The next event; after a lag, the stored task stands in for what was missed.
+    /// Events come before the end of the run (`biased`), so nothing the run published
+    /// is lost when it ends.
+    async fn next(&mut self) -> Option<StreamResponse> {
+        loop {
+            let received = match &mut self.run {
+                Some(run) => tokio::select! {
+                    biased;
+                    received = self.events.recv() => received,
+                    _ = run => {
+                        self.run = None;
+                        return None;
+                    }
+                },
+                None => self.events.recv().await,
+            };
+            match received {
+                Ok(event) => return Some(event),
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if let Ok(Some(task)) = self.tasks.store().get(&self.id).await {
+                        return Some(StreamResponse::Task(task));
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+fn event_state(event: &StreamResponse) -> Option<TaskState> {
+    match event {
+        StreamResponse::Task(t) => Some(t.status.state.clone()),
+        StreamResponse::StatusUpdate(u) => Some(u.status.state.clone()),
+        _ => None,
+    }
+}
+
+/// Refuses a message the protocol requires to be complete.
+fn validate_message(message: Message) -> Result<Message, A2AError> {
+    if message.message_id.trim().is_empty() && message.parts.is_empty() {
+        return Err(A2AError::invalid_params("params.message is required (messageId, role and parts)"));
+    }
+    if message.message_id.trim().is_empty() {
+        return Err(A2AError::invalid_params("message.messageId is required"));
+    }
+    if message.parts.is_empty() {
+        return Err(A2AError::invalid_params("message.parts must contain at least one part"));
+    }
+    if message.role != Role::User {
+        return Err(A2AError::invalid_params("message.role must be ROLE_USER for a message sent to an agent"));
+    }
+    Ok(message)
+}
+
+/// Keeps the last `length` messages of the history (`None` keeps all; 0 drops it).
+fn trim_history(mut task: Task, length: Option<i32>) -> Task {
+    if let (Some(length), Some(history)) = (length, task.history.as_mut()) {
+        let keep = usize::try_from(length.max(0)).unwrap_or(0);
+        if history.len() > keep {
+            history.drain(..history.len() - keep);
+        }
+    }
+    task
+}
+
+#[async_trait]
+impl<A: Agent> RequestHandler for HostHandler<A> {
+    async fn send_message(&self, _: &ServiceParams, req: SendMessageRequest) -> Result<SendMessageResponse, A2AError> {
+        let config = req.configuration.clone();
+        let history_length = config.as_ref().and_then(|c| c.history_length);
+        let immediately = config.as_ref().and_then(|c| c.return_immediately).unwrap_or(false);
+        match self.start(req).await? {
+            Started::Message(m) => Ok(SendMessageResponse::Message(m)),
+            Started::Task { handle, events, run } => {
+                if !immediately {
+                    let first = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
+                    let mut stream = self.follow(first, events, Some(run));
+                    while stream.next().await.is_some() {}
+                }
+                let task = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
+                Ok(SendMessageResponse::Task(trim_history(task, history_length)))
+            }
+        }
+    }
+
+    async fn send_streaming_message(
+        &self,
+        _: &ServiceParams,
+        req: SendMessageRequest,
+    ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>, A2AError> {
+        match self.start(req).await? {
+            Started::Message(m) => Ok(stream::once(async move { Ok(StreamResponse::Message(m)) }).boxed()),
+            Started::Task { handle, events, run } => {
+                let first = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
+                Ok(self.follow(first, events, Some(run)))
+            }
+        }
+    }
+
+    async fn get_task(&self, _: &ServiceParams, req: GetTaskRequest) -> Result<Task, A2AError> {
+        if let Some(length) = req.history_length
+            && length < 0
+        {
+            return Err(A2AError::invalid_params("historyLength must not be negative"));
+        }
+        Ok(trim_history(self.get(&req.id).await?, req.history_length))
+    }
+
+    async fn list_tasks(&self, _: &ServiceParams, req: ListTasksRequest) -> Result<ListTasksResponse, A2AError> {
+        let limit = match req.page_size {
+            None | Some(0) => DEFAULT_PAGE_SIZE,
+            Some(n) if n < 0 || n as usize > MAX_PAGE_SIZE => {
+                return Err(A2AError::invalid_params(format!("pageSize must be 1-{MAX_PAGE_SIZE}")));
+            }
+            Some(n) => n as usize,
+        };
+        if req.history_length.is_some_and(|h| h < 0) {
+            return Err(A2AError::invalid_params("historyLength must not be negative"));
+        }
+        let offset = match req.page_token.as_deref().filter(|t| !t.is_empty()) {
+            None => 0,
+            Some(token) => token
+                .parse::<usize>()
+                .map_err(|_| A2AError::invalid_params(format!("pageToken {token:?} is not one this agent issued")))?,
+        };
+        let query = TaskQuery {
+            context_id: req.context_id.clone().filter(|c| !c.is_empty()),
+            state: req.status.clone().filter(|s| *s != TaskState::Unspecified),
+            updated_after: req.status_timestamp_after,
+            offset,
+            limit,
+        };
+        let page = self.tasks.store().list(&query).await.map_err(crate::Error::into_a2a)?;
+        let include_artifacts = req.include_artifacts.unwrap_or(false);
+        let next = offset + page.tasks.len();
+        let tasks: Vec<Task> = page
+            .tasks
+            .into_iter()
+            .map(|mut t| {
+                if !include_artifacts {
+                    t.artifacts = None;
+                }
+                trim_history(t, req.history_length)
+            })
+            .collect();
+        Ok(ListTasksResponse {
+            page_size: limit as i32,
+            total_size: page.total as i32,
+            next_page_token: if next < page.total { next.to_string() } else { String::new() },
+            tasks,
+        })
+    }
+
+    async fn cancel_task(&self, _: &ServiceParams, req: CancelTaskRequest) -> Result<Task, A2AError> {
+        let task = self.get(&req.id).await?;
+        if task.status.state == TaskState::Canceled {
+            Ok(task)
+        } else if is_terminal(&task.status.state) {
+            Err(A2AError::task_not_cancelable(&req.id))
+        } else {
+            self.agent.cancel(self.tasks.handle(&task.id, &task.context_id)).await
+        }
+    }
+
+    async fn subscribe_to_task(
+        &self,
+        _: &ServiceParams,
+        req: SubscribeToTaskRequest,
+    ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>, A2AError> {
+        let events = self.tasks.subscribe(&req.id).map_err(crate::Error::into_a2a)?;
+        let task = self.get(&req.id).await?;
+        if is_terminal(&task.status.state) {
+            return Err(A2AError::unsupported_operation(format!(
+                "task {} is already in a terminal state; use GetTask",
+                req.id
+            )));
+        }
+        Ok(self.follow(task, events, None))
+    }
+
+    async fn create_push_config(
+        &self,
+        _: &ServiceParams,
+        _: a2a::TaskPushNotificationConfig,
+    ) -> Result<a2a::TaskPushNotificationConfig, A2AError> {
+        Err(A2AError::push_notification_not_supported())
+    }
+
+    async fn get_push_config(
+        &self,
+        _: &ServiceParams,
+        _: a2a::GetTaskPushNotificationConfigRequest,
+    ) -> Result<a2a::TaskPushNotificationConfig, A2AError> {
+        Err(A2AError::push_notification_not_supported())
+    }
+
+    async fn list_push_configs(
+        &self,
+        _: &ServiceParams,
+        _: a2a::ListTaskPushNotificationConfigsRequest,
+    ) -> Result<a2a::ListTaskPushNotificationConfigsResponse, A2AError> {
+        Err(A2AError::push_notification_not_supported())
+    }
+
+    async fn delete_push_config(
+        &self,
+        _: &ServiceParams,
+        _: a2a::DeleteTaskPushNotificationConfigRequest,
+    ) -> Result<(), A2AError> {
+        Err(A2AError::push_notification_not_supported())
+    }
+
+    async fn get_extended_agent_card(
+        &self,
+        _: &ServiceParams,
+        _: a2a::GetExtendedAgentCardRequest,
+    ) -> Result<a2a::AgentCard, A2AError> {
+        Err(A2AError::extended_card_not_configured())
+    }
+}

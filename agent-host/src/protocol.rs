@@ -1,0 +1,137 @@
+//! Protocol gaps the SDK's bindings leave open, closed as axum middleware: the
+//! `A2A-Version` check on both bindings (with a message that says what to send), and
+//! the HTTP statuses of the HTTP+JSON binding's errors.
+
+use axum::body::{Body, Bytes, to_bytes};
+use axum::extract::Request;
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// The protocol version every Sagaplane agent serves.
+pub const PROTOCOL_VERSION: &str = "1.0";
+
+/// Bodies larger than this are not read back by the middleware (the limit layer refuses
+/// them earlier anyway).
+const INSPECT_LIMIT: usize = 16 * 1024 * 1024;
+
+/// Whether the `A2A-Version` header asks for 1.x. A missing header means 0.3 (A2A §3.6).
+fn supported(version: Option<&HeaderValue>) -> Result<(), String> {
+    let Some(value) = version else {
+        return Err("the request has no A2A-Version header, which means protocol 0.3; this agent serves \
+                    A2A 1.0 only: send the header A2A-Version: 1.0"
+            .into());
+    };
+    let text = value.to_str().unwrap_or("").trim();
+    let major = text.split('.').next().unwrap_or("");
+    if major == "1" {
+        Ok(())
+    } else {
+        Err(format!("A2A-Version {text:?} is not supported; this agent serves A2A 1.0: send A2A-Version: 1.0"))
+    }
+}
+
+/// The JSON-RPC binding lives at `POST /`; everything else under the A2A routes is REST.
+fn is_jsonrpc(request: &Request) -> bool {
+    request.method() == Method::POST && request.uri().path() == "/"
+}
+
+/// Refuses unsupported protocol versions on both bindings before they reach the SDK.
+pub async fn require_version(request: Request, next: Next) -> Response {
+    let Err(message) = supported(request.headers().get("a2a-version")) else {
+        return next.run(request).await;
+    };
+    if is_jsonrpc(&request) {
+        // JSON-RPC errors echo the request id, which is in the body.
+        let body = to_bytes(request.into_body(), INSPECT_LIMIT).await.unwrap_or_default();
+        let id = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("id").cloned())
+            .unwrap_or(Value::Null);
+        jsonrpc_error(id, -32009, "VERSION_NOT_SUPPORTED", &message)
+    } else {
+        rest_error(StatusCode::BAD_REQUEST, "FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED", &message)
+    }
+}
+
+fn error_info(reason: &str) -> Value {
+    json!({
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": reason,
+        "domain": "a2a-protocol.org",
+        "metadata": {"timestamp": chrono::Utc::now().to_rfc3339()},
+    })
+}
+
+/// A JSON-RPC error response (HTTP 200) with `google.rpc.ErrorInfo` in `error.data`.
+pub fn jsonrpc_error(id: Value, code: i32, reason: &str, message: &str) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": message, "data": [error_info(reason)]},
+    });
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+/// An HTTP+JSON error response in the AIP-193 shape the SDK uses.
+pub fn rest_error(status: StatusCode, grpc_status: &str, reason: &str, message: &str) -> Response {
+    let body = json!({
+        "error": {
+            "code": status.as_u16(),
+            "status": grpc_status,
+            "message": message,
+            "details": [error_info(reason)],
+        }
+    });
+    let mut response = (status, axum::Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    response
+}
+
+/// The HTTP status the A2A spec's error mapping gives each reason, where the SDK differs.
+fn status_for_reason(reason: &str) -> Option<StatusCode> {
+    Some(match reason {
+        "TASK_NOT_CANCELABLE" => StatusCode::CONFLICT,
+        "CONTENT_TYPE_NOT_SUPPORTED" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "INVALID_AGENT_RESPONSE" => StatusCode::BAD_GATEWAY,
+        "METHOD_NOT_FOUND" => StatusCode::NOT_FOUND,
+        _ => return None,
+    })
+}
+
+/// Rewrites the status of HTTP+JSON error responses to the spec's mapping.
+pub async fn rest_error_status(request: Request, next: Next) -> Response {
+    if is_jsonrpc(&request) {
+        return next.run(request).await;
+    }
+    let response = next.run(request).await;
+    let is_problem = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
+    if !is_problem {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let bytes = to_bytes(body, INSPECT_LIMIT).await.unwrap_or_else(|_| Bytes::new());
+    let Ok(mut value) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response::from_parts(parts, Body::from(bytes));
+    };
+    let reason = value
+        .pointer("/error/details")
+        .and_then(Value::as_array)
+        .and_then(|d| d.iter().find_map(|d| d.get("reason").and_then(Value::as_str)))
+        .map(str::to_owned);
+    if let Some(status) = reason.as_deref().and_then(status_for_reason) {
+        parts.status = status;
+        if let Some(code) = value.pointer_mut("/error/code") {
+            *code = json!(status.as_u16());
+        }
+        parts.headers.remove(header::CONTENT_LENGTH);
+        return Response::from_parts(parts, Body::from(value.to_string()));
+    }
+    Response::from_parts(parts, Body::from(bytes))
+}

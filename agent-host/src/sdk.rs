@@ -1,0 +1,51 @@
+//! The one module that names the official A2A SDK crates (`a2a-lf`, `a2a-server-lf`,
+//! `a2a-client-lf`, pinned exactly): their churn stops here. Everything else in Sagaplane
+//! uses these re-exports.
+
+pub use a2a::{
+    A2AError, AgentCapabilities, AgentCard, AgentExtension, AgentInterface, AgentSkill, Artifact,
+    CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Message, Part, PartContent,
+    Role, SendMessageRequest, SendMessageResponse, StreamResponse, SubscribeToTaskRequest, Task,
+    TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
+pub use a2a_server::{RequestHandler, ServiceParams};
+
+/// JSON-RPC 2.0 binding: `POST /`.
+pub fn jsonrpc_router<H: RequestHandler>(handler: std::sync::Arc<H>) -> axum::Router {
+    a2a_server::jsonrpc::jsonrpc_router(handler)
+}
+
+/// HTTP+JSON binding: `/message:send`, `/tasks/{id}`, ….
+pub fn rest_router<H: RequestHandler>(handler: std::sync::Arc<H>) -> axum::Router {
+    a2a_server::rest::rest_router(handler)
+}
+
+/// A fresh task id (UUIDv7, time-ordered).
+pub fn new_task_id() -> String {
+    a2a::new_task_id()
+}
+
+/// A fresh context id.
+pub fn new_context_id() -> String {
+    a2a::new_context_id()
+}
+
+/// A fresh message id.
+pub fn new_message_id() -> String {
+    a2a::new_message_id()
+}
+
+/// A fresh artifact id.
+pub fn new_artifact_id() -> String {
+    a2a::new_artifact_id()
+}
+
+/// Whether a task in this state will never change again.
+pub fn is_terminal(state: &TaskState) -> bool {
+    state.is_terminal()
+}
+
+/// Whether a task in this state waits for someone outside the agent (a human, a credential).
+pub fn is_interrupted(state: &TaskState) -> bool {
+    matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
+}

@@ -1,0 +1,225 @@
+//! The task lifecycle shared by every agent: durable writes through the `TaskStore`,
+//! then one event per change on the per-task event bus, in that order, so a subscriber
+//! never sees a state the store would not return after a crash.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::Utc;
+use tokio::sync::broadcast;
+
+use crate::error::{Error, Result};
+use crate::sdk::{
+    A2AError, Artifact, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent, is_terminal,
+};
+use crate::store::TaskStore;
+
+/// Events a live subscriber may fall behind by before it resynchronises from the store.
+const EVENT_BUFFER: usize = 256;
+
+/// Owns the store and the event bus; hands out `TaskHandle`s.
+pub struct TaskManager {
+    store: Arc<dyn TaskStore>,
+    channels: Mutex<HashMap<String, broadcast::Sender<StreamResponse>>>,
+    /// One writer at a time per task keeps events in store order.
+    write_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl std::fmt::Debug for TaskManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskManager").finish_non_exhaustive()
+    }
+}
+
+impl TaskManager {
+    pub fn new(store: Arc<dyn TaskStore>) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            channels: Mutex::new(HashMap::new()),
+            write_locks: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn store(&self) -> &Arc<dyn TaskStore> {
+        &self.store
+    }
+
+    /// Subscribes to a task's future events.
+    pub fn subscribe(&self, task_id: &str) -> Result<broadcast::Receiver<StreamResponse>> {
+        let mut channels = self.channels.lock().map_err(|_| Error::store("event bus poisoned"))?;
+        Ok(channels
+            .entry(task_id.to_owned())
+            .or_insert_with(|| broadcast::channel(EVENT_BUFFER).0)
+            .subscribe())
+    }
+
+    fn publish(&self, task_id: &str, event: StreamResponse, last: bool) {
+        let Ok(mut channels) = self.channels.lock() else { return };
+        if let Some(sender) = channels.get(task_id) {
+            // No receivers is fine: nobody is watching.
+            let _ = sender.send(event);
+            if last || sender.receiver_count() == 0 {
+                channels.remove(task_id);
+            }
+        }
+    }
+
+    fn write_lock(&self, task_id: &str) -> Result<Arc<tokio::sync::Mutex<()>>> {
+        let mut locks = self.write_locks.lock().map_err(|_| Error::store("task locks poisoned"))?;
+        Ok(locks.entry(task_id.to_owned()).or_default().clone())
+    }
+
+    /// Stores a new (or resumed) task and announces it.
+    pub async fn create(self: &Arc<Self>, task: Task) -> Result<TaskHandle> {
+        let lock = self.write_lock(&task.id)?;
+        let _guard = lock.lock().await;
+        self.store.put(&task).await?;
+        self.publish(&task.id, StreamResponse::Task(task.clone()), false);
+        Ok(self.handle(&task.id, &task.context_id))
+    }
+
+    /// A handle on an existing task, for an agent that resumes work (after a restart).
+    pub fn handle(self: &Arc<Self>, task_id: &str, context_id: &str) -> TaskHandle {
+        TaskHandle {
+            id: task_id.to_owned(),
+            context_id: context_id.to_owned(),
+            manager: self.clone(),
+        }
+    }
+
+    /// Reads a task, applying it a change, and writes it back durably before announcing
+    /// `event(&task)`.
+    async fn update(
+        &self,
+        task_id: &str,
+        change: impl FnOnce(&mut Task) -> std::result::Result<(), A2AError>,
+        event: impl FnOnce(&Task) -> StreamResponse,
+    ) -> Result<Task> {
+        let lock = self.write_lock(task_id)?;
+        let _guard = lock.lock().await;
+        let mut task = self
+            .store
+            .get(task_id)
+            .await?
+            .ok_or_else(|| Error::Protocol(A2AError::task_not_found(task_id)))?;
+        if is_terminal(&task.status.state) {
+            return Err(Error::Protocol(A2AError::unsupported_operation(format!(
+                "task {task_id} is already in a terminal state"
+            ))));
+        }
+        change(&mut task).map_err(Error::Protocol)?;
+        self.store.put(&task).await?;
+        let last = is_terminal(&task.status.state);
+        self.publish(task_id, event(&task), last);
+        if last && let Ok(mut locks) = self.write_locks.lock() {
+            locks.remove(task_id);
+        }
+        Ok(task)
+    }
+}
+
+/// What an agent uses to report progress on one task.
+#[derive(Debug, Clone)]
+pub struct TaskHandle {
+    id: String,
+    context_id: String,
+    manager: Arc<TaskManager>,
+}
+
+impl TaskHandle {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn context_id(&self) -> &str {
+        &self.context_id
+    }
+
+    /// The task as stored now.
+    pub async fn snapshot(&self) -> Result<Task> {
+        self.manager
+            .store
+            .get(&self.id)
+            .await?
+            .ok_or_else(|| Error::Protocol(A2AError::task_not_found(&self.id)))
+    }
+
+    /// Moves the task to `state`, with an optional agent message (kept in the history).
+    pub async fn set_status(&self, state: TaskState, message: Option<Message>) -> Result<Task> {
+        let status = TaskStatus {
+            state,
+            message: message.map(|mut m| {
+                m.task_id = Some(self.id.clone());
+                m.context_id = Some(self.context_id.clone());
+                m
+            }),
+            timestamp: Some(Utc::now()),
+        };
+        let metadata = None;
+        self.manager
+            .update(
+                &self.id,
+                |task| {
+                    if let Some(m) = &status.message {
+                        task.history.get_or_insert_with(Vec::new).push(m.clone());
+                    }
+                    task.status = status.clone();
+                    Ok(())
+                },
+                |task| {
+                    StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                        task_id: task.id.clone(),
+                        context_id: task.context_id.clone(),
+                        status: task.status.clone(),
+                        metadata,
+                    })
+                },
+            )
+            .await
+    }
+
+    /// Adds an artifact, replaces the one with the same id, or appends to it (`append`).
+    pub async fn add_artifact(&self, artifact: Artifact, append: bool, last_chunk: bool) -> Result<Task> {
+        let sent = artifact.clone();
+        self.manager
+            .update(
+                &self.id,
+                |task| {
+                    let artifacts = task.artifacts.get_or_insert_with(Vec::new);
+                    match artifacts.iter_mut().find(|a| a.artifact_id == artifact.artifact_id) {
+                        Some(existing) if append => existing.parts.extend(artifact.parts),
+                        Some(existing) => *existing = artifact,
+                        None => artifacts.push(artifact),
+                    }
+                    task.status.timestamp = Some(Utc::now());
+                    Ok(())
+                },
+                |task| {
+                    StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                        task_id: task.id.clone(),
+                        context_id: task.context_id.clone(),
+                        artifact: sent,
+                        append: Some(append),
+                        last_chunk: Some(last_chunk),
+                        metadata: None,
+                    })
+                },
+            )
+            .await
+    }
+
+    /// Appends a message from the client to the history (a follow-up turn).
+    pub(crate) async fn record_message(&self, message: Message) -> Result<Task> {
+        self.manager
+            .update(
+                &self.id,
+                |task| {
+                    task.history.get_or_insert_with(Vec::new).push(message);
+                    Ok(())
+                },
+                |task| StreamResponse::Task(task.clone()),
+            )
+            .await
+    }
+}
