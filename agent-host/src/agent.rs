@@ -29,6 +29,8 @@ pub trait Agent: Send + Sync + 'static {
 
     /// Cancels a task that is not terminal. The default marks it canceled at once.
     async fn cancel(&self, task: TaskHandle) -> Result<Task, A2AError> {
-        task.set_status(TaskState::Canceled, None).await.map_err(crate::Error::into_a2a)
+        task.set_status(TaskState::Canceled, None)
+            .await
+            .map_err(crate::Error::into_a2a)
     }
 }

@@ -71,7 +71,8 @@ impl JwtPolicy {
     pub fn new(audience: impl Into<String>, issuers: &[(String, Jwk)]) -> Result<Self> {
         let mut keys = HashMap::new();
         for (iss, jwk) in issuers {
-            jwk.verifying_key().map_err(|e| Error::Config(format!("key of issuer {iss}: {e}")))?;
+            jwk.verifying_key()
+                .map_err(|e| Error::Config(format!("key of issuer {iss}: {e}")))?;
             let key = DecodingKey::from_ed_components(&jwk.x)
                 .map_err(|e| Error::Config(format!("key of issuer {iss}: {e}")))?;
             keys.insert(iss.clone(), key);
@@ -85,10 +86,15 @@ impl JwtPolicy {
 
     /// Checks a token; returns the issuer.
     pub fn check(&self, token: &str, now: i64) -> std::result::Result<String, String> {
-        let unverified = jsonwebtoken::dangerous::insecure_decode::<Claims>(token)
-            .map_err(|e| format!("the bearer token is not a JWT with iss, aud, exp, iat and jti: {e}"))?;
+        let unverified =
+            jsonwebtoken::dangerous::insecure_decode::<Claims>(token).map_err(|e| {
+                format!("the bearer token is not a JWT with iss, aud, exp, iat and jti: {e}")
+            })?;
         let iss = unverified.claims.iss;
-        let key = self.issuers.get(&iss).ok_or_else(|| format!("issuer {iss:?} is not trusted"))?;
+        let key = self
+            .issuers
+            .get(&iss)
+            .ok_or_else(|| format!("issuer {iss:?} is not trusted"))?;
         let mut validation = Validation::new(Algorithm::EdDSA);
         validation.set_audience(&[&self.audience]);
         validation.set_issuer(&[&iss]);
@@ -98,22 +104,38 @@ impl JwtPolicy {
             .map_err(|e| format!("the token from {iss} is refused: {e}"))?
             .claims;
         if claims.exp - now > MAX_TOKEN_LIFETIME_SECONDS + CLOCK_SKEW_SECONDS as i64 {
-            return Err(format!("the token from {iss} lives longer than {MAX_TOKEN_LIFETIME_SECONDS} s"));
+            return Err(format!(
+                "the token from {iss} lives longer than {MAX_TOKEN_LIFETIME_SECONDS} s"
+            ));
         }
         if claims.iat > now + CLOCK_SKEW_SECONDS as i64 {
             return Err(format!("the token from {iss} was issued in the future"));
         }
-        let mut seen = self.seen.lock().map_err(|_| "replay cache poisoned".to_owned())?;
+        let mut seen = self
+            .seen
+            .lock()
+            .map_err(|_| "replay cache poisoned".to_owned())?;
         seen.retain(|_, exp| *exp + CLOCK_SKEW_SECONDS as i64 >= now);
-        if seen.insert(format!("{iss}:{}", claims.jti), claims.exp).is_some() {
-            return Err(format!("the token from {iss} (jti {}) was already used", claims.jti));
+        if seen
+            .insert(format!("{iss}:{}", claims.jti), claims.exp)
+            .is_some()
+        {
+            return Err(format!(
+                "the token from {iss} (jti {}) was already used",
+                claims.jti
+            ));
         }
         Ok(iss)
     }
 }
 
 /// Mints a JWT for calling `audience` as `issuer`, valid for `lifetime_seconds` (≤ 300).
-pub fn mint_jwt(identity: &SigningIdentity, issuer: &str, audience: &str, lifetime_seconds: i64) -> Result<String> {
+pub fn mint_jwt(
+    identity: &SigningIdentity,
+    issuer: &str,
+    audience: &str,
+    lifetime_seconds: i64,
+) -> Result<String> {
     let now = chrono::Utc::now().timestamp();
     let claims = Claims {
         iss: issuer.to_owned(),
@@ -124,8 +146,12 @@ pub fn mint_jwt(identity: &SigningIdentity, issuer: &str, audience: &str, lifeti
     };
     let mut header = Header::new(Algorithm::EdDSA);
     header.kid = Some(identity.kid().to_owned());
-    jsonwebtoken::encode(&header, &claims, &EncodingKey::from_ed_der(&identity.pkcs8_der()))
-        .map_err(|e| Error::Config(format!("cannot sign a JWT: {e}")))
+    jsonwebtoken::encode(
+        &header,
+        &claims,
+        &EncodingKey::from_ed_der(&identity.pkcs8_der()),
+    )
+    .map_err(|e| Error::Config(format!("cannot sign a JWT: {e}")))
 }
 
 fn unauthorized(message: &str) -> Response {
@@ -138,16 +164,25 @@ fn unauthorized(message: &str) -> Response {
 }
 
 /// The middleware: authenticates, then adds the `Caller` to the request.
-pub async fn authenticate(State(auth): State<InboundAuth>, mut request: Request, next: Next) -> Response {
+pub async fn authenticate(
+    State(auth): State<InboundAuth>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
         .map(str::trim)
         .map(str::to_owned);
     let caller = match (&auth, presented) {
-        (InboundAuth::Open, _) => Caller { id: "anonymous".into() },
+        (InboundAuth::Open, _) => Caller {
+            id: "anonymous".into(),
+        },
         (_, None) => return unauthorized("this agent requires Authorization: Bearer <token>"),
         (InboundAuth::StaticBearer { name, token }, Some(given)) => {
             if !constant_time_eq(token.as_bytes(), given.as_bytes()) {
@@ -155,10 +190,12 @@ pub async fn authenticate(State(auth): State<InboundAuth>, mut request: Request,
             }
             Caller { id: name.clone() }
         }
-        (InboundAuth::Jwt(policy), Some(given)) => match policy.check(&given, chrono::Utc::now().timestamp()) {
-            Ok(iss) => Caller { id: iss },
-            Err(why) => return unauthorized(&why),
-        },
+        (InboundAuth::Jwt(policy), Some(given)) => {
+            match policy.check(&given, chrono::Utc::now().timestamp()) {
+                Ok(iss) => Caller { id: iss },
+                Err(why) => return unauthorized(&why),
+            }
+        }
     };
     request.extensions_mut().insert(caller);
     next.run(request).await

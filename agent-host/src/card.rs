@@ -24,7 +24,8 @@ pub struct ServedCard {
 
 impl ServedCard {
     pub fn new(card: &Value) -> Result<Self> {
-        let body = serde_json::to_vec_pretty(card).map_err(|e| Error::Config(format!("agent card: {e}")))?;
+        let body = serde_json::to_vec_pretty(card)
+            .map_err(|e| Error::Config(format!("agent card: {e}")))?;
         let digest = shared_types::json::canonicalize(card)
             .map(|bytes| {
                 use std::hash::{Hash, Hasher};
@@ -33,9 +34,13 @@ impl ServedCard {
                 h.finish()
             })
             .map_err(|e| Error::Config(format!("agent card: {e}")))?;
-        let etag = HeaderValue::from_str(&format!("\"{digest:016x}\"")).map_err(|e| Error::Config(e.to_string()))?;
-        let modified = chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string();
-        let last_modified = HeaderValue::from_str(&modified).map_err(|e| Error::Config(e.to_string()))?;
+        let etag = HeaderValue::from_str(&format!("\"{digest:016x}\""))
+            .map_err(|e| Error::Config(e.to_string()))?;
+        let modified = chrono::Utc::now()
+            .format("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string();
+        let last_modified =
+            HeaderValue::from_str(&modified).map_err(|e| Error::Config(e.to_string()))?;
         Ok(Self {
             body: body.into(),
             etag,
@@ -45,32 +50,52 @@ impl ServedCard {
 }
 
 async fn serve_card(State(card): State<ServedCard>, headers: HeaderMap) -> Response {
-    let fresh = headers
-        .get(header::IF_NONE_MATCH)
-        .is_some_and(|v| v.as_bytes().split(|b| *b == b',').any(|t| t.trim_ascii() == card.etag.as_bytes() || t.trim_ascii() == b"*"));
+    let fresh = headers.get(header::IF_NONE_MATCH).is_some_and(|v| {
+        v.as_bytes()
+            .split(|b| *b == b',')
+            .any(|t| t.trim_ascii() == card.etag.as_bytes() || t.trim_ascii() == b"*")
+    });
     let mut response = if fresh {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
         (StatusCode::OK, card.body.to_vec()).into_response()
     };
     let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     h.insert(header::ETAG, card.etag.clone());
     h.insert(header::LAST_MODIFIED, card.last_modified.clone());
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
-    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
     response
 }
 
 /// The router that serves the card; it needs no authentication.
 pub fn card_router(card: ServedCard) -> axum::Router {
-    axum::Router::new().route(AGENT_CARD_PATH, get(serve_card)).with_state(card)
+    axum::Router::new()
+        .route(AGENT_CARD_PATH, get(serve_card))
+        .with_state(card)
 }
 
 /// Points every `supportedInterfaces[].url` at `base_url` (the address actually bound),
 /// and signs the card when an identity is given (replacing earlier signatures).
-pub fn prepare_card(mut card: Value, base_url: &str, signer: Option<&SigningIdentity>) -> Result<Value> {
-    if let Some(interfaces) = card.get_mut("supportedInterfaces").and_then(Value::as_array_mut) {
+pub fn prepare_card(
+    mut card: Value,
+    base_url: &str,
+    signer: Option<&SigningIdentity>,
+) -> Result<Value> {
+    if let Some(interfaces) = card
+        .get_mut("supportedInterfaces")
+        .and_then(Value::as_array_mut)
+    {
         for interface in interfaces {
             interface["url"] = Value::String(base_url.to_owned());
         }

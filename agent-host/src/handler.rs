@@ -10,9 +10,10 @@ use tokio::sync::broadcast;
 
 use crate::agent::{Agent, Reply};
 use crate::sdk::{
-    A2AError, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Message, RequestHandler,
-    Role, SendMessageRequest, SendMessageResponse, ServiceParams, StreamResponse, SubscribeToTaskRequest, Task,
-    TaskState, TaskStatus, is_interrupted, is_terminal, new_context_id, new_task_id,
+    A2AError, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Message,
+    RequestHandler, Role, SendMessageRequest, SendMessageResponse, ServiceParams, StreamResponse,
+    SubscribeToTaskRequest, Task, TaskState, TaskStatus, is_interrupted, is_terminal,
+    new_context_id, new_task_id,
 };
 use crate::store::TaskQuery;
 use crate::tasks::{TaskHandle, TaskManager};
@@ -34,10 +35,7 @@ impl<A: Agent> HostHandler<A> {
     /// Opens the task a message belongs to (a new one, or the one it continues) and
     /// starts the agent on it. Returns the task and a receiver subscribed before the
     /// agent started, so no event is missed.
-    async fn start(
-        &self,
-        req: SendMessageRequest,
-    ) -> Result<Started, A2AError> {
+    async fn start(&self, req: SendMessageRequest) -> Result<Started, A2AError> {
         let message = validate_message(req.message)?;
         let existing = match message.task_id.as_deref().filter(|id| !id.is_empty()) {
             None => None,
@@ -66,11 +64,18 @@ impl<A: Agent> HostHandler<A> {
         let handle = match existing {
             Some(task) => {
                 let handle = self.tasks.handle(&task.id, &task.context_id);
-                handle.record_message(message.clone()).await.map_err(crate::Error::into_a2a)?;
+                handle
+                    .record_message(message.clone())
+                    .await
+                    .map_err(crate::Error::into_a2a)?;
                 handle
             }
             None => {
-                let context_id = message.context_id.clone().filter(|c| !c.is_empty()).unwrap_or_else(new_context_id);
+                let context_id = message
+                    .context_id
+                    .clone()
+                    .filter(|c| !c.is_empty())
+                    .unwrap_or_else(new_context_id);
                 let id = new_task_id();
                 let mut first = message.clone();
                 first.task_id = Some(id.clone());
@@ -87,14 +92,24 @@ impl<A: Agent> HostHandler<A> {
                     history: Some(vec![first]),
                     metadata: None,
                 };
-                self.tasks.create(task).await.map_err(crate::Error::into_a2a)?
+                self.tasks
+                    .create(task)
+                    .await
+                    .map_err(crate::Error::into_a2a)?
             }
         };
-        let events = self.tasks.subscribe(handle.id()).map_err(crate::Error::into_a2a)?;
+        let events = self
+            .tasks
+            .subscribe(handle.id())
+            .map_err(crate::Error::into_a2a)?;
         let agent = self.agent.clone();
         let run_handle = handle.clone();
         let run = tokio::spawn(async move { agent.run(run_handle, message).await });
-        Ok(Started::Task { handle, events, run })
+        Ok(Started::Task {
+            handle,
+            events,
+            run,
+        })
     }
 
     async fn get(&self, id: &str) -> Result<Task, A2AError> {
@@ -116,7 +131,13 @@ impl<A: Agent> HostHandler<A> {
     ) -> BoxStream<'static, Result<StreamResponse, A2AError>> {
         let tasks = self.tasks.clone();
         let id = first.id.clone();
-        let state = Follow { events, run, done: false, tasks, id };
+        let state = Follow {
+            events,
+            run,
+            done: false,
+            tasks,
+            id,
+        };
         let rest = stream::unfold(state, |mut state| async move {
             if state.done {
                 return None;
@@ -129,7 +150,9 @@ impl<A: Agent> HostHandler<A> {
             }
             Some((Ok(event), state))
         });
-        stream::once(async move { Ok(StreamResponse::Task(first)) }).chain(rest).boxed()
+        stream::once(async move { Ok(StreamResponse::Task(first)) })
+            .chain(rest)
+            .boxed()
     }
 }
 
@@ -191,16 +214,22 @@ fn event_state(event: &StreamResponse) -> Option<TaskState> {
 /// Refuses a message the protocol requires to be complete.
 fn validate_message(message: Message) -> Result<Message, A2AError> {
     if message.message_id.trim().is_empty() && message.parts.is_empty() {
-        return Err(A2AError::invalid_params("params.message is required (messageId, role and parts)"));
+        return Err(A2AError::invalid_params(
+            "params.message is required (messageId, role and parts)",
+        ));
     }
     if message.message_id.trim().is_empty() {
         return Err(A2AError::invalid_params("message.messageId is required"));
     }
     if message.parts.is_empty() {
-        return Err(A2AError::invalid_params("message.parts must contain at least one part"));
+        return Err(A2AError::invalid_params(
+            "message.parts must contain at least one part",
+        ));
     }
     if message.role != Role::User {
-        return Err(A2AError::invalid_params("message.role must be ROLE_USER for a message sent to an agent"));
+        return Err(A2AError::invalid_params(
+            "message.role must be ROLE_USER for a message sent to an agent",
+        ));
     }
     Ok(message)
 }
@@ -218,20 +247,34 @@ fn trim_history(mut task: Task, length: Option<i32>) -> Task {
 
 #[async_trait]
 impl<A: Agent> RequestHandler for HostHandler<A> {
-    async fn send_message(&self, _: &ServiceParams, req: SendMessageRequest) -> Result<SendMessageResponse, A2AError> {
+    async fn send_message(
+        &self,
+        _: &ServiceParams,
+        req: SendMessageRequest,
+    ) -> Result<SendMessageResponse, A2AError> {
         let config = req.configuration.clone();
         let history_length = config.as_ref().and_then(|c| c.history_length);
-        let immediately = config.as_ref().and_then(|c| c.return_immediately).unwrap_or(false);
+        let immediately = config
+            .as_ref()
+            .and_then(|c| c.return_immediately)
+            .unwrap_or(false);
         match self.start(req).await? {
             Started::Message(m) => Ok(SendMessageResponse::Message(m)),
-            Started::Task { handle, events, run } => {
+            Started::Task {
+                handle,
+                events,
+                run,
+            } => {
                 if !immediately {
                     let first = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
                     let mut stream = self.follow(first, events, Some(run));
                     while stream.next().await.is_some() {}
                 }
                 let task = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
-                Ok(SendMessageResponse::Task(trim_history(task, history_length)))
+                Ok(SendMessageResponse::Task(trim_history(
+                    task,
+                    history_length,
+                )))
             }
         }
     }
@@ -242,8 +285,14 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
         req: SendMessageRequest,
     ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>, A2AError> {
         match self.start(req).await? {
-            Started::Message(m) => Ok(stream::once(async move { Ok(StreamResponse::Message(m)) }).boxed()),
-            Started::Task { handle, events, run } => {
+            Started::Message(m) => {
+                Ok(stream::once(async move { Ok(StreamResponse::Message(m)) }).boxed())
+            }
+            Started::Task {
+                handle,
+                events,
+                run,
+            } => {
                 let first = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
                 Ok(self.follow(first, events, Some(run)))
             }
@@ -254,27 +303,39 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
         if let Some(length) = req.history_length
             && length < 0
         {
-            return Err(A2AError::invalid_params("historyLength must not be negative"));
+            return Err(A2AError::invalid_params(
+                "historyLength must not be negative",
+            ));
         }
         Ok(trim_history(self.get(&req.id).await?, req.history_length))
     }
 
-    async fn list_tasks(&self, _: &ServiceParams, req: ListTasksRequest) -> Result<ListTasksResponse, A2AError> {
+    async fn list_tasks(
+        &self,
+        _: &ServiceParams,
+        req: ListTasksRequest,
+    ) -> Result<ListTasksResponse, A2AError> {
         let limit = match req.page_size {
             None | Some(0) => DEFAULT_PAGE_SIZE,
             Some(n) if n < 0 || n as usize > MAX_PAGE_SIZE => {
-                return Err(A2AError::invalid_params(format!("pageSize must be 1-{MAX_PAGE_SIZE}")));
+                return Err(A2AError::invalid_params(format!(
+                    "pageSize must be 1-{MAX_PAGE_SIZE}"
+                )));
             }
             Some(n) => n as usize,
         };
         if req.history_length.is_some_and(|h| h < 0) {
-            return Err(A2AError::invalid_params("historyLength must not be negative"));
+            return Err(A2AError::invalid_params(
+                "historyLength must not be negative",
+            ));
         }
         let offset = match req.page_token.as_deref().filter(|t| !t.is_empty()) {
             None => 0,
-            Some(token) => token
-                .parse::<usize>()
-                .map_err(|_| A2AError::invalid_params(format!("pageToken {token:?} is not one this agent issued")))?,
+            Some(token) => token.parse::<usize>().map_err(|_| {
+                A2AError::invalid_params(format!(
+                    "pageToken {token:?} is not one this agent issued"
+                ))
+            })?,
         };
         let query = TaskQuery {
             context_id: req.context_id.clone().filter(|c| !c.is_empty()),
@@ -283,7 +344,12 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
             offset,
             limit,
         };
-        let page = self.tasks.store().list(&query).await.map_err(crate::Error::into_a2a)?;
+        let page = self
+            .tasks
+            .store()
+            .list(&query)
+            .await
+            .map_err(crate::Error::into_a2a)?;
         let include_artifacts = req.include_artifacts.unwrap_or(false);
         let next = offset + page.tasks.len();
         let tasks: Vec<Task> = page
@@ -299,19 +365,29 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
         Ok(ListTasksResponse {
             page_size: limit as i32,
             total_size: page.total as i32,
-            next_page_token: if next < page.total { next.to_string() } else { String::new() },
+            next_page_token: if next < page.total {
+                next.to_string()
+            } else {
+                String::new()
+            },
             tasks,
         })
     }
 
-    async fn cancel_task(&self, _: &ServiceParams, req: CancelTaskRequest) -> Result<Task, A2AError> {
+    async fn cancel_task(
+        &self,
+        _: &ServiceParams,
+        req: CancelTaskRequest,
+    ) -> Result<Task, A2AError> {
         let task = self.get(&req.id).await?;
         if task.status.state == TaskState::Canceled {
             Ok(task)
         } else if is_terminal(&task.status.state) {
             Err(A2AError::task_not_cancelable(&req.id))
         } else {
-            self.agent.cancel(self.tasks.handle(&task.id, &task.context_id)).await
+            self.agent
+                .cancel(self.tasks.handle(&task.id, &task.context_id))
+                .await
         }
     }
 
@@ -320,7 +396,10 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
         _: &ServiceParams,
         req: SubscribeToTaskRequest,
     ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>, A2AError> {
-        let events = self.tasks.subscribe(&req.id).map_err(crate::Error::into_a2a)?;
+        let events = self
+            .tasks
+            .subscribe(&req.id)
+            .map_err(crate::Error::into_a2a)?;
         let task = self.get(&req.id).await?;
         if is_terminal(&task.status.state) {
             return Err(A2AError::unsupported_operation(format!(

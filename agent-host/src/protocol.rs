@@ -19,16 +19,20 @@ const INSPECT_LIMIT: usize = 16 * 1024 * 1024;
 /// Whether the `A2A-Version` header asks for 1.x. A missing header means 0.3 (A2A §3.6).
 fn supported(version: Option<&HeaderValue>) -> Result<(), String> {
     let Some(value) = version else {
-        return Err("the request has no A2A-Version header, which means protocol 0.3; this agent serves \
+        return Err(
+            "the request has no A2A-Version header, which means protocol 0.3; this agent serves \
                     A2A 1.0 only: send the header A2A-Version: 1.0"
-            .into());
+                .into(),
+        );
     };
     let text = value.to_str().unwrap_or("").trim();
     let major = text.split('.').next().unwrap_or("");
     if major == "1" {
         Ok(())
     } else {
-        Err(format!("A2A-Version {text:?} is not supported; this agent serves A2A 1.0: send A2A-Version: 1.0"))
+        Err(format!(
+            "A2A-Version {text:?} is not supported; this agent serves A2A 1.0: send A2A-Version: 1.0"
+        ))
     }
 }
 
@@ -44,14 +48,21 @@ pub async fn require_version(request: Request, next: Next) -> Response {
     };
     if is_jsonrpc(&request) {
         // JSON-RPC errors echo the request id, which is in the body.
-        let body = to_bytes(request.into_body(), INSPECT_LIMIT).await.unwrap_or_default();
+        let body = to_bytes(request.into_body(), INSPECT_LIMIT)
+            .await
+            .unwrap_or_default();
         let id = serde_json::from_slice::<Value>(&body)
             .ok()
             .and_then(|v| v.get("id").cloned())
             .unwrap_or(Value::Null);
         jsonrpc_error(id, -32009, "VERSION_NOT_SUPPORTED", &message)
     } else {
-        rest_error(StatusCode::BAD_REQUEST, "FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED", &message)
+        rest_error(
+            StatusCode::BAD_REQUEST,
+            "FAILED_PRECONDITION",
+            "VERSION_NOT_SUPPORTED",
+            &message,
+        )
     }
 }
 
@@ -85,9 +96,10 @@ pub fn rest_error(status: StatusCode, grpc_status: &str, reason: &str, message: 
         }
     });
     let mut response = (status, axum::Json(body)).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
     response
 }
 
@@ -116,14 +128,19 @@ pub async fn rest_error_status(request: Request, next: Next) -> Response {
         return response;
     }
     let (mut parts, body) = response.into_parts();
-    let bytes = to_bytes(body, INSPECT_LIMIT).await.unwrap_or_else(|_| Bytes::new());
+    let bytes = to_bytes(body, INSPECT_LIMIT)
+        .await
+        .unwrap_or_else(|_| Bytes::new());
     let Ok(mut value) = serde_json::from_slice::<Value>(&bytes) else {
         return Response::from_parts(parts, Body::from(bytes));
     };
     let reason = value
         .pointer("/error/details")
         .and_then(Value::as_array)
-        .and_then(|d| d.iter().find_map(|d| d.get("reason").and_then(Value::as_str)))
+        .and_then(|d| {
+            d.iter()
+                .find_map(|d| d.get("reason").and_then(Value::as_str))
+        })
         .map(str::to_owned);
     if let Some(status) = reason.as_deref().and_then(status_for_reason) {
         parts.status = status;

@@ -4,9 +4,10 @@
 
 pub use a2a::{
     A2AError, AgentCapabilities, AgentCard, AgentExtension, AgentInterface, AgentSkill, Artifact,
-    CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Message, Part, PartContent,
-    Role, SendMessageRequest, SendMessageResponse, StreamResponse, SubscribeToTaskRequest, Task,
-    TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+    CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Message, Part,
+    PartContent, Role, SendMessageRequest, SendMessageResponse, StreamResponse,
+    SubscribeToTaskRequest, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent,
 };
 pub use a2a_server::{RequestHandler, ServiceParams};
 

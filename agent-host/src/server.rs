@@ -54,7 +54,11 @@ pub fn app<A: Agent>(config: &HostConfig, agent: Arc<A>, tasks: Arc<TaskManager>
 }
 
 /// Serves `router` on `listener` until `shutdown` is cancelled; in-flight requests finish.
-pub async fn serve(listener: TcpListener, router: Router, shutdown: CancellationToken) -> Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+) -> Result<()> {
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await

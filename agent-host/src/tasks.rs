@@ -10,8 +10,8 @@ use tokio::sync::broadcast;
 
 use crate::error::{Error, Result};
 use crate::sdk::{
-    A2AError, Artifact, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
-    TaskStatusUpdateEvent, is_terminal,
+    A2AError, Artifact, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState,
+    TaskStatus, TaskStatusUpdateEvent, is_terminal,
 };
 use crate::store::TaskStore;
 
@@ -47,7 +47,10 @@ impl TaskManager {
 
     /// Subscribes to a task's future events.
     pub fn subscribe(&self, task_id: &str) -> Result<broadcast::Receiver<StreamResponse>> {
-        let mut channels = self.channels.lock().map_err(|_| Error::store("event bus poisoned"))?;
+        let mut channels = self
+            .channels
+            .lock()
+            .map_err(|_| Error::store("event bus poisoned"))?;
         Ok(channels
             .entry(task_id.to_owned())
             .or_insert_with(|| broadcast::channel(EVENT_BUFFER).0)
@@ -55,7 +58,9 @@ impl TaskManager {
     }
 
     fn publish(&self, task_id: &str, event: StreamResponse, last: bool) {
-        let Ok(mut channels) = self.channels.lock() else { return };
+        let Ok(mut channels) = self.channels.lock() else {
+            return;
+        };
         if let Some(sender) = channels.get(task_id) {
             // No receivers is fine: nobody is watching.
             let _ = sender.send(event);
@@ -66,7 +71,10 @@ impl TaskManager {
     }
 
     fn write_lock(&self, task_id: &str) -> Result<Arc<tokio::sync::Mutex<()>>> {
-        let mut locks = self.write_locks.lock().map_err(|_| Error::store("task locks poisoned"))?;
+        let mut locks = self
+            .write_locks
+            .lock()
+            .map_err(|_| Error::store("task locks poisoned"))?;
         Ok(locks.entry(task_id.to_owned()).or_default().clone())
     }
 
@@ -180,14 +188,22 @@ impl TaskHandle {
     }
 
     /// Adds an artifact, replaces the one with the same id, or appends to it (`append`).
-    pub async fn add_artifact(&self, artifact: Artifact, append: bool, last_chunk: bool) -> Result<Task> {
+    pub async fn add_artifact(
+        &self,
+        artifact: Artifact,
+        append: bool,
+        last_chunk: bool,
+    ) -> Result<Task> {
         let sent = artifact.clone();
         self.manager
             .update(
                 &self.id,
                 |task| {
                     let artifacts = task.artifacts.get_or_insert_with(Vec::new);
-                    match artifacts.iter_mut().find(|a| a.artifact_id == artifact.artifact_id) {
+                    match artifacts
+                        .iter_mut()
+                        .find(|a| a.artifact_id == artifact.artifact_id)
+                    {
                         Some(existing) if append => existing.parts.extend(artifact.parts),
                         Some(existing) => *existing = artifact,
                         None => artifacts.push(artifact),

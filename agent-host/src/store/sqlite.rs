@@ -48,7 +48,9 @@ impl SqliteTaskStore {
     ) -> Result<T> {
         let conn = self.conn.clone();
         tokio::task::spawn_blocking(move || {
-            let mut conn = conn.lock().map_err(|_| Error::store("task store connection poisoned"))?;
+            let mut conn = conn
+                .lock()
+                .map_err(|_| Error::store("task store connection poisoned"))?;
             work(&mut conn).map_err(|e| Error::store(format!("task store: {e}")))
         })
         .await
@@ -63,7 +65,8 @@ fn decode(body: &str) -> rusqlite::Result<Task> {
 #[async_trait]
 impl TaskStore for SqliteTaskStore {
     async fn put(&self, task: &Task) -> Result<()> {
-        let body = serde_json::to_string(task).map_err(|e| Error::store(format!("cannot encode task: {e}")))?;
+        let body = serde_json::to_string(task)
+            .map_err(|e| Error::store(format!("cannot encode task: {e}")))?;
         let id = task.id.clone();
         let context_id = task.context_id.clone();
         let state = state_name(&task.status.state);
