@@ -143,9 +143,7 @@ impl<A: Agent> HostHandler<A> {
                 return None;
             }
             let event = state.next().await?;
-            if let Some(s) = event_state(&event)
-                && (is_terminal(&s) || is_interrupted(&s))
-            {
+            if ends_stream(&event) {
                 state.done = true;
             }
             Some((Ok(event), state))
@@ -203,11 +201,16 @@ impl Follow {
     }
 }
 
-fn event_state(event: &StreamResponse) -> Option<TaskState> {
+/// A stream ends at a status update to a terminal or interrupted state, or at a
+/// terminal task snapshot. (A snapshot of a paused task, sent when a follow-up message
+/// arrives, does not end it: the task is about to resume.)
+fn ends_stream(event: &StreamResponse) -> bool {
     match event {
-        StreamResponse::Task(t) => Some(t.status.state.clone()),
-        StreamResponse::StatusUpdate(u) => Some(u.status.state.clone()),
-        _ => None,
+        StreamResponse::Task(t) => is_terminal(&t.status.state),
+        StreamResponse::StatusUpdate(u) => {
+            is_terminal(&u.status.state) || is_interrupted(&u.status.state)
+        }
+        _ => false,
     }
 }
 

@@ -41,8 +41,21 @@ fn is_jsonrpc(request: &Request) -> bool {
     request.method() == Method::POST && request.uri().path() == "/"
 }
 
-/// Refuses unsupported protocol versions on both bindings before they reach the SDK.
+/// Refuses unsupported protocol versions on both bindings before they reach the SDK,
+/// and JSON-RPC requests that are not JSON (ContentTypeNotSupported, -32005).
 pub async fn require_version(request: Request, next: Next) -> Response {
+    if is_jsonrpc(&request)
+        && let Some(content_type) = request.headers().get(header::CONTENT_TYPE)
+        && !is_json(content_type)
+    {
+        let shown = String::from_utf8_lossy(content_type.as_bytes()).into_owned();
+        return jsonrpc_error(
+            Value::Null,
+            -32005,
+            "CONTENT_TYPE_NOT_SUPPORTED",
+            &format!("Content-Type {shown:?} is not supported; send application/json"),
+        );
+    }
     let Err(message) = supported(request.headers().get("a2a-version")) else {
         return next.run(request).await;
     };
@@ -64,6 +77,19 @@ pub async fn require_version(request: Request, next: Next) -> Response {
             &message,
         )
     }
+}
+
+fn is_json(content_type: &HeaderValue) -> bool {
+    let essence = content_type
+        .to_str()
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 fn error_info(reason: &str) -> Value {
@@ -114,16 +140,27 @@ fn status_for_reason(reason: &str) -> Option<StatusCode> {
     })
 }
 
-/// Rewrites the status of HTTP+JSON error responses to the spec's mapping.
-pub async fn rest_error_status(request: Request, next: Next) -> Response {
+/// Brings HTTP+JSON responses in line with the spec: `Content-Type: application/json`
+/// (the SDK sends `application/a2a+json` and `application/problem+json`), and error
+/// statuses per the spec's mapping.
+pub async fn rest_responses(request: Request, next: Next) -> Response {
     if is_jsonrpc(&request) {
         return next.run(request).await;
     }
-    let response = next.run(request).await;
-    let is_problem = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
+    let mut response = next.run(request).await;
+    let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    let Some(content_type) = content_type else {
+        return response;
+    };
+    let is_problem = content_type
+        .as_bytes()
+        .starts_with(b"application/problem+json");
+    if content_type.as_bytes().starts_with(b"application/a2a+json") || is_problem {
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
     if !is_problem {
         return response;
     }

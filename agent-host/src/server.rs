@@ -15,7 +15,7 @@ use crate::auth::{InboundAuth, authenticate};
 use crate::card::{ServedCard, card_router};
 use crate::error::{Error, Result};
 use crate::handler::HostHandler;
-use crate::protocol::{require_version, rest_error_status};
+use crate::protocol::{require_version, rest_responses};
 use crate::sdk;
 use crate::tasks::TaskManager;
 
@@ -45,7 +45,7 @@ pub fn app<A: Agent>(config: &HostConfig, agent: Arc<A>, tasks: Arc<TaskManager>
     let handler = Arc::new(HostHandler::new(agent, tasks));
     let a2a = sdk::jsonrpc_router(handler.clone())
         .merge(sdk::rest_router(handler))
-        .layer(from_fn(rest_error_status))
+        .layer(from_fn(rest_responses))
         .layer(from_fn(require_version))
         .layer(from_fn_with_state(config.auth.clone(), authenticate));
     card_router(config.card.clone())
