@@ -1,0 +1,220 @@
+//! Bad input over real HTTP: every case gets the right error, and none creates a task.
+
+mod common;
+
+use std::sync::Arc;
+
+use agent_host::{InboundAuth, JwtPolicy, mint_jwt};
+use common::*;
+use serde_json::{Value, json};
+use shared_types::SigningIdentity;
+
+async fn raw(url: &str, body: &'static str, version: Option<&str>) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{url}/"))
+        .header("content-type", "application/json")
+        .body(body);
+    if let Some(v) = version {
+        request = request.header("A2A-Version", v);
+    }
+    let response = request.send().await.unwrap();
+    (
+        response.status().as_u16(),
+        response.json().await.unwrap_or(Value::Null),
+    )
+}
+
+fn error_code(body: &Value) -> i64 {
+    body.pointer("/error/code")
+        .and_then(Value::as_i64)
+        .unwrap_or_else(|| panic!("no error in {body}"))
+}
+
+#[tokio::test]
+async fn protocol_errors_have_the_right_codes_and_create_nothing() {
+    let agent = start(InboundAuth::Open).await;
+    let url = agent.url.as_str();
+
+    let (_, body) = raw(url, "{not json", Some("1.0")).await;
+    assert_eq!(error_code(&body), -32700);
+
+    let (_, body) = raw(
+        url,
+        r#"{"jsonrpc":"2.0","id":1,"method":"DoesNotExist","params":{}}"#,
+        Some("1.0"),
+    )
+    .await;
+    assert_eq!(error_code(&body), -32601);
+
+    let (_, body) = raw(
+        url,
+        r#"{"jsonrpc":"2.0","id":3,"method":"SendMessage","params":{}}"#,
+        Some("1.0"),
+    )
+    .await;
+    assert_eq!(error_code(&body), -32602);
+    assert!(
+        body.pointer("/error/message")
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .contains("message"),
+        "{body}"
+    );
+    assert_eq!(
+        body.pointer("/error/data/0/@type"),
+        Some(&json!("type.googleapis.com/google.rpc.ErrorInfo"))
+    );
+
+    let empty_parts = r#"{"jsonrpc":"2.0","id":4,"method":"SendMessage","params":{"message":{"role":"ROLE_USER","messageId":"m","parts":[]}}}"#;
+    let (_, body) = raw(url, empty_parts, Some("1.0")).await;
+    assert_eq!(error_code(&body), -32602);
+    assert!(body.to_string().contains("parts"), "{body}");
+
+    let (_, body) = raw(
+        url,
+        r#"{"jsonrpc":"2.0","id":5,"method":"GetTask","params":{}}"#,
+        None,
+    )
+    .await;
+    assert_eq!(error_code(&body), -32009);
+    assert_eq!(body["id"], 5, "the error echoes the request id");
+    assert!(
+        body.to_string().contains("A2A-Version: 1.0"),
+        "tells the caller what to send: {body}"
+    );
+    let (_, body) = raw(
+        url,
+        r#"{"jsonrpc":"2.0","id":6,"method":"GetTask","params":{}}"#,
+        Some("0.3"),
+    )
+    .await;
+    assert_eq!(error_code(&body), -32009);
+
+    let rest = reqwest::Client::new()
+        .post(format!("{url}/message:send"))
+        .header("A2A-Version", "99.0")
+        .json(&user_message("complete"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rest.status().as_u16(), 400);
+    let body: Value = rest.json().await.unwrap();
+    assert_eq!(
+        body.pointer("/error/details/0/reason"),
+        Some(&json!("VERSION_NOT_SUPPORTED"))
+    );
+
+    let big = "x".repeat(2 * 1024 * 1024);
+    let oversize = reqwest::Client::new()
+        .post(format!("{url}/"))
+        .header("A2A-Version", "1.0")
+        .header("content-type", "application/json")
+        .body(format!(r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"message":{{"role":"ROLE_USER","messageId":"m","parts":[{{"text":"{big}"}}]}}}}}}"#))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(oversize.status().as_u16(), 413);
+
+    assert_eq!(
+        task_count(url, None).await,
+        0,
+        "no bad request created a task"
+    );
+    let (_, body) = rpc(url, "SendMessage", user_message("complete"), None).await;
+    assert_eq!(
+        body.pointer("/result/task/status/state"),
+        Some(&json!("TASK_STATE_COMPLETED")),
+        "{body}"
+    );
+    assert_eq!(task_count(url, None).await, 1);
+    agent.shutdown.cancel();
+    agent.server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn jwt_authentication() {
+    let planner = SigningIdentity::from_seed([1; 32], Some("planner".into()));
+    let stranger = SigningIdentity::from_seed([2; 32], Some("stranger".into()));
+    let policy = JwtPolicy::new(
+        "executor",
+        &[("planner@local".to_owned(), planner.public_jwk())],
+    )
+    .unwrap();
+    let agent = start(InboundAuth::Jwt(Arc::new(policy))).await;
+    let url = agent.url.as_str();
+    let good = || mint_jwt(&planner, "planner@local", "executor", 60).unwrap();
+
+    // The card needs no credentials.
+    let card = reqwest::get(format!("{url}/.well-known/agent-card.json"))
+        .await
+        .unwrap();
+    assert_eq!(card.status().as_u16(), 200);
+
+    let cases: Vec<(&str, Option<String>, &str)> = vec![
+        ("missing", None, "requires Authorization"),
+        ("garbage", Some("not-a-jwt".into()), "not a JWT"),
+        (
+            "wrong audience",
+            Some(mint_jwt(&planner, "planner@local", "someone-else", 60).unwrap()),
+            "refused",
+        ),
+        (
+            "untrusted issuer",
+            Some(mint_jwt(&stranger, "stranger", "executor", 60).unwrap()),
+            "not trusted",
+        ),
+        (
+            "forged key",
+            Some(mint_jwt(&stranger, "planner@local", "executor", 60).unwrap()),
+            "refused",
+        ),
+        (
+            "expired",
+            Some(mint_jwt(&planner, "planner@local", "executor", -120).unwrap()),
+            "refused",
+        ),
+    ];
+    for (name, token, reason) in cases {
+        let (status, body) = rpc(
+            url,
+            "SendMessage",
+            user_message("complete"),
+            token.as_deref(),
+        )
+        .await;
+        assert_eq!(status, 401, "{name}: {body}");
+        let message = body
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        assert!(message.contains(reason), "{name}: {message}");
+    }
+
+    let token = good();
+    let (status, body) = rpc(url, "SendMessage", user_message("complete"), Some(&token)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = rpc(url, "GetTask", json!({"id": "x"}), Some(&token)).await;
+    assert_eq!(status, 401, "a token is good once: {body}");
+    assert!(body.to_string().contains("already used"));
+    assert_eq!(
+        task_count(url, Some(&good())).await,
+        1,
+        "only the authenticated request made a task"
+    );
+    agent.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn static_bearer_token() {
+    let agent = start(InboundAuth::StaticBearer {
+        name: "executor".into(),
+        token: "s3cret".into(),
+    })
+    .await;
+    let (status, _) = rpc(&agent.url, "ListTasks", json!({}), Some("wrong")).await;
+    assert_eq!(status, 401);
+    let (status, _) = rpc(&agent.url, "ListTasks", json!({}), Some("s3cret")).await;
+    assert_eq!(status, 200);
+    agent.shutdown.cancel();
+}

@@ -1,0 +1,113 @@
+//! A small agent and a real server on 127.0.0.1:0 for the hosting layer's tests.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use agent_host::sdk::{Message, Part, Role, TaskState, new_message_id};
+use agent_host::{
+    Agent, HostConfig, InboundAuth, MemoryTaskStore, ServedCard, TaskHandle, TaskManager,
+    prepare_card,
+};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// Completes on "complete", pauses for input on "pause"; a follow-up turn completes.
+pub struct EchoAgent;
+
+#[async_trait::async_trait]
+impl Agent for EchoAgent {
+    async fn run(&self, task: TaskHandle, message: Message) {
+        let text = message
+            .parts
+            .iter()
+            .find_map(|p| p.as_text())
+            .unwrap_or_default()
+            .to_owned();
+        let reply = Message {
+            message_id: new_message_id(),
+            context_id: None,
+            task_id: None,
+            role: Role::Agent,
+            parts: vec![Part::text(format!("echo: {text}"))],
+            metadata: None,
+            extensions: None,
+            reference_task_ids: None,
+        };
+        let state = if text == "pause" {
+            TaskState::InputRequired
+        } else {
+            TaskState::Completed
+        };
+        let _ = task.set_status(TaskState::Working, None).await;
+        let _ = task.set_status(state, Some(reply)).await;
+    }
+}
+
+pub fn card() -> Value {
+    json!({
+        "name": "echo", "description": "test agent", "version": "1.0.0",
+        "supportedInterfaces": [
+            {"url": "", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": "", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}
+        ],
+        "capabilities": {"streaming": true, "pushNotifications": false},
+        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "echo", "name": "echo", "description": "echoes", "tags": []}]
+    })
+}
+
+/// A running agent: its base URL and the token that stops it.
+pub struct Running {
+    pub url: String,
+    pub shutdown: CancellationToken,
+    pub server: tokio::task::JoinHandle<agent_host::Result<()>>,
+}
+
+pub async fn start(auth: InboundAuth) -> Running {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let card = prepare_card(card(), &url, None).unwrap();
+    let config = HostConfig::new(ServedCard::new(&card).unwrap(), auth);
+    let router = agent_host::app(
+        &config,
+        Arc::new(EchoAgent),
+        TaskManager::new(Arc::new(MemoryTaskStore::new())),
+    );
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(agent_host::serve(listener, router, shutdown.clone()));
+    Running {
+        url,
+        shutdown,
+        server,
+    }
+}
+
+/// A JSON-RPC call with `A2A-Version: 1.0` and optional bearer token; returns the body.
+pub async fn rpc(url: &str, method: &str, params: Value, token: Option<&str>) -> (u16, Value) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let mut request = reqwest::Client::new()
+        .post(format!("{url}/"))
+        .header("A2A-Version", "1.0")
+        .json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+pub fn user_message(text: &str) -> Value {
+    json!({"message": {"role": "ROLE_USER", "messageId": new_message_id(), "parts": [{"text": text}]}})
+}
+
+/// The number of tasks the agent has (through ListTasks, authenticated with `token`).
+pub async fn task_count(url: &str, token: Option<&str>) -> i64 {
+    let (_, body) = rpc(url, "ListTasks", json!({}), token).await;
+    let result = body
+        .get("result")
+        .unwrap_or_else(|| panic!("ListTasks: {body}"));
+    // ProtoJSON leaves out zero values: no totalSize means 0.
+    result.get("totalSize").and_then(Value::as_i64).unwrap_or(0)
+}
