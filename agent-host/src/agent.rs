@@ -2,8 +2,37 @@
 
 use async_trait::async_trait;
 
-use crate::sdk::{A2AError, Message, Task, TaskState};
+use crate::sdk::{A2AError, Message, ServiceParams, Task, TaskState};
 use crate::tasks::TaskHandle;
+
+/// The header through which the authentication middleware tells the handler who called;
+/// any value a client sends under this name is removed first.
+pub const CALLER_HEADER: &str = "x-sagaplane-caller";
+
+/// What the agent learns about the request a message came with.
+#[derive(Debug, Clone, Default)]
+pub struct RequestContext {
+    /// Who called (the JWT issuer, the static token's name, or "anonymous").
+    pub caller: String,
+    /// `Idempotency-Key`, when the caller sent one.
+    pub idempotency_key: Option<String>,
+    /// W3C `traceparent` and `baggage`, when sent.
+    pub traceparent: Option<String>,
+    pub baggage: Option<String>,
+}
+
+impl RequestContext {
+    /// Reads the context from the request headers the SDK hands over (lower-cased names).
+    pub fn from_params(params: &ServiceParams) -> Self {
+        let first = |name: &str| params.get(name).and_then(|v| v.first()).cloned();
+        Self {
+            caller: first(CALLER_HEADER).unwrap_or_else(|| "anonymous".into()),
+            idempotency_key: first("idempotency-key"),
+            traceparent: first("traceparent"),
+            baggage: first("baggage"),
+        }
+    }
+}
 
 /// How the agent answers a message.
 #[derive(Debug, Clone)]
@@ -19,13 +48,18 @@ pub enum Reply {
 pub trait Agent: Send + Sync + 'static {
     /// Decides how to answer `message` (for `task`, when it continues one). Runs inside
     /// the request: refuse bad input here with an A2A error, before any task exists.
-    async fn accept(&self, _message: &Message, _task: Option<&Task>) -> Result<Reply, A2AError> {
+    async fn accept(
+        &self,
+        _ctx: &RequestContext,
+        _message: &Message,
+        _task: Option<&Task>,
+    ) -> Result<Reply, A2AError> {
         Ok(Reply::Task)
     }
 
     /// Works on the task. Runs on its own tokio task, and may outlive the request; it
     /// reports progress through `task` and should leave the task terminal or interrupted.
-    async fn run(&self, task: TaskHandle, message: Message);
+    async fn run(&self, ctx: RequestContext, task: TaskHandle, message: Message);
 
     /// Cancels a task that is not terminal. The default marks it canceled at once.
     async fn cancel(&self, task: TaskHandle) -> Result<Task, A2AError> {

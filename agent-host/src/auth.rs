@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use shared_types::{Jwk, SigningIdentity};
 
+use crate::agent::CALLER_HEADER;
 use crate::error::{Error, Result};
 
 /// Clock skew tolerated on `exp` and `iat`, in seconds.
@@ -197,6 +198,12 @@ pub async fn authenticate(
             }
         }
     };
+    // The handler sees headers only: pass the caller on as one, after removing any copy
+    // the client sent.
+    request.headers_mut().remove(CALLER_HEADER);
+    if let Ok(value) = HeaderValue::from_str(&caller.id) {
+        request.headers_mut().insert(CALLER_HEADER, value);
+    }
     request.extensions_mut().insert(caller);
     next.run(request).await
 }

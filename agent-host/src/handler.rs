@@ -8,7 +8,7 @@ use chrono::Utc;
 use futures::stream::{self, BoxStream, StreamExt};
 use tokio::sync::broadcast;
 
-use crate::agent::{Agent, Reply};
+use crate::agent::{Agent, Reply, RequestContext};
 use crate::sdk::{
     A2AError, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Message,
     RequestHandler, Role, SendMessageRequest, SendMessageResponse, ServiceParams, StreamResponse,
@@ -35,7 +35,12 @@ impl<A: Agent> HostHandler<A> {
     /// Opens the task a message belongs to (a new one, or the one it continues) and
     /// starts the agent on it. Returns the task and a receiver subscribed before the
     /// agent started, so no event is missed.
-    async fn start(&self, req: SendMessageRequest) -> Result<Started, A2AError> {
+    async fn start(
+        &self,
+        params: &ServiceParams,
+        req: SendMessageRequest,
+    ) -> Result<Started, A2AError> {
+        let ctx = RequestContext::from_params(params);
         let message = validate_message(req.message)?;
         let existing = match message.task_id.as_deref().filter(|id| !id.is_empty()) {
             None => None,
@@ -58,7 +63,7 @@ impl<A: Agent> HostHandler<A> {
                 Some(task)
             }
         };
-        if let Reply::Message(reply) = self.agent.accept(&message, existing.as_ref()).await? {
+        if let Reply::Message(reply) = self.agent.accept(&ctx, &message, existing.as_ref()).await? {
             return Ok(Started::Message(reply));
         }
         let handle = match existing {
@@ -104,7 +109,7 @@ impl<A: Agent> HostHandler<A> {
             .map_err(crate::Error::into_a2a)?;
         let agent = self.agent.clone();
         let run_handle = handle.clone();
-        let run = tokio::spawn(async move { agent.run(run_handle, message).await });
+        let run = tokio::spawn(async move { agent.run(ctx, run_handle, message).await });
         Ok(Started::Task {
             handle,
             events,
@@ -252,7 +257,7 @@ fn trim_history(mut task: Task, length: Option<i32>) -> Task {
 impl<A: Agent> RequestHandler for HostHandler<A> {
     async fn send_message(
         &self,
-        _: &ServiceParams,
+        params: &ServiceParams,
         req: SendMessageRequest,
     ) -> Result<SendMessageResponse, A2AError> {
         let config = req.configuration.clone();
@@ -261,7 +266,7 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
             .as_ref()
             .and_then(|c| c.return_immediately)
             .unwrap_or(false);
-        match self.start(req).await? {
+        match self.start(params, req).await? {
             Started::Message(m) => Ok(SendMessageResponse::Message(m)),
             Started::Task {
                 handle,
@@ -284,10 +289,10 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
 
     async fn send_streaming_message(
         &self,
-        _: &ServiceParams,
+        params: &ServiceParams,
         req: SendMessageRequest,
     ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>, A2AError> {
-        match self.start(req).await? {
+        match self.start(params, req).await? {
             Started::Message(m) => {
                 Ok(stream::once(async move { Ok(StreamResponse::Message(m)) }).boxed())
             }

@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod auth;
 pub mod card;
+pub mod client;
 pub mod error;
 pub mod handler;
 pub mod protocol;
@@ -13,9 +14,10 @@ pub mod server;
 pub mod store;
 pub mod tasks;
 
-pub use agent::{Agent, Reply};
+pub use agent::{Agent, Reply, RequestContext};
 pub use auth::{Caller, InboundAuth, JwtPolicy, mint_jwt};
 pub use card::{ServedCard, prepare_card};
+pub use client::{AgentClient, OutboundCall};
 pub use error::{Error, Result};
 pub use server::{HostConfig, app, serve};
 pub use store::{MemoryTaskStore, SqliteTaskStore, TaskStore};

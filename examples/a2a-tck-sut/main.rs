@@ -10,8 +10,8 @@ use agent_host::sdk::{
     A2AError, Artifact, Message, Part, Role, Task, TaskState, new_artifact_id, new_message_id,
 };
 use agent_host::{
-    Agent, HostConfig, InboundAuth, MemoryTaskStore, Reply, ServedCard, SqliteTaskStore,
-    TaskHandle, TaskManager, TaskStore, prepare_card,
+    Agent, HostConfig, InboundAuth, MemoryTaskStore, Reply, RequestContext, ServedCard,
+    SqliteTaskStore, TaskHandle, TaskManager, TaskStore, prepare_card,
 };
 use anyhow::Context;
 use clap::Parser;
@@ -136,14 +136,19 @@ impl TckAgent {
 
 #[async_trait::async_trait]
 impl Agent for TckAgent {
-    async fn accept(&self, message: &Message, _task: Option<&Task>) -> Result<Reply, A2AError> {
+    async fn accept(
+        &self,
+        _: &RequestContext,
+        message: &Message,
+        _: Option<&Task>,
+    ) -> Result<Reply, A2AError> {
         if message.message_id.starts_with("tck-message-response") {
             return Ok(Reply::Message(agent_text("Direct message response")));
         }
         Ok(Reply::Task)
     }
 
-    async fn run(&self, task: TaskHandle, message: Message) {
+    async fn run(&self, _: RequestContext, task: TaskHandle, message: Message) {
         if let Err(e) = self.script(&task, &message.message_id).await {
             tracing::warn!(task = task.id(), error = %e, "scripted behaviour failed");
         }

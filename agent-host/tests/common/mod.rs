@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use agent_host::sdk::{Message, Part, Role, TaskState, new_message_id};
 use agent_host::{
-    Agent, HostConfig, InboundAuth, MemoryTaskStore, ServedCard, TaskHandle, TaskManager,
-    prepare_card,
+    Agent, HostConfig, InboundAuth, MemoryTaskStore, RequestContext, ServedCard, TaskHandle,
+    TaskManager, prepare_card,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -17,13 +17,34 @@ pub struct EchoAgent;
 
 #[async_trait::async_trait]
 impl Agent for EchoAgent {
-    async fn run(&self, task: TaskHandle, message: Message) {
+    async fn run(&self, ctx: RequestContext, task: TaskHandle, message: Message) {
         let text = message
             .parts
             .iter()
             .find_map(|p| p.as_text())
             .unwrap_or_default()
             .to_owned();
+        if text == "headers" {
+            let seen = serde_json::json!({
+                "caller": ctx.caller, "idempotencyKey": ctx.idempotency_key,
+                "traceparent": ctx.traceparent, "baggage": ctx.baggage,
+            });
+            let artifact = agent_host::sdk::Artifact {
+                artifact_id: "headers".into(),
+                name: None,
+                description: None,
+                parts: vec![Part::data(seen)],
+                metadata: None,
+                extensions: None,
+            };
+            let _ = task.add_artifact(artifact, false, true).await;
+            let _ = task.set_status(TaskState::Completed, None).await;
+            return;
+        }
+        if text == "hang" {
+            // Never answers: for deadline tests.
+            std::future::pending::<()>().await;
+        }
         let reply = Message {
             message_id: new_message_id(),
             context_id: None,
@@ -65,9 +86,17 @@ pub struct Running {
 }
 
 pub async fn start(auth: InboundAuth) -> Running {
+    start_signed(auth, None).await
+}
+
+/// Like `start`, serving a card signed by `signer`.
+pub async fn start_signed(
+    auth: InboundAuth,
+    signer: Option<&shared_types::SigningIdentity>,
+) -> Running {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let card = prepare_card(card(), &url, None).unwrap();
+    let card = prepare_card(card(), &url, signer).unwrap();
     let config = HostConfig::new(ServedCard::new(&card).unwrap(), auth);
     let router = agent_host::app(
         &config,

@@ -1,0 +1,240 @@
+//! The outbound A2A client every agent uses to call another: the SDK's JSON-RPC
+//! transport with our headers on each call (`A2A-Version`, bearer credential,
+//! `Idempotency-Key`, `traceparent`, `baggage`), a deadline on each call, and agent-card
+//! fetching with signature verification.
+
+use std::time::Duration;
+
+use a2a_client::Transport;
+use a2a_client::jsonrpc::JsonRpcTransport;
+use futures::stream::BoxStream;
+use serde_json::Value;
+use shared_types::TrustStore;
+
+use crate::card::AGENT_CARD_PATH;
+use crate::error::{Error, Result};
+use crate::protocol::PROTOCOL_VERSION;
+use crate::sdk::{
+    A2AError, CancelTaskRequest, GetTaskRequest, SendMessageRequest, SendMessageResponse,
+    ServiceParams, StreamResponse, SubscribeToTaskRequest, Task,
+};
+
+/// The per-call context: credentials, identity of the effect, tracing, and a deadline.
+#[derive(Debug, Clone)]
+pub struct OutboundCall {
+    pub bearer: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub traceparent: Option<String>,
+    /// W3C baggage members, e.g. `("sagaplane.saga", "sg_1")`.
+    pub baggage: Vec<(String, String)>,
+    pub timeout: Duration,
+}
+
+impl Default for OutboundCall {
+    fn default() -> Self {
+        Self {
+            bearer: None,
+            idempotency_key: None,
+            traceparent: None,
+            baggage: Vec::new(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl OutboundCall {
+    fn params(&self) -> ServiceParams {
+        let mut params = ServiceParams::new();
+        let mut put = |name: &str, value: String| {
+            params.insert(name.to_owned(), vec![value]);
+        };
+        put("A2A-Version", PROTOCOL_VERSION.to_owned());
+        if let Some(token) = &self.bearer {
+            put("Authorization", format!("Bearer {token}"));
+        }
+        if let Some(key) = &self.idempotency_key {
+            put("Idempotency-Key", key.clone());
+        }
+        if let Some(traceparent) = &self.traceparent {
+            put("traceparent", traceparent.clone());
+        }
+        if !self.baggage.is_empty() {
+            let members: Vec<String> = self
+                .baggage
+                .iter()
+                .map(|(k, v)| format!("{k}={}", percent_encode(v)))
+                .collect();
+            put("baggage", members.join(","));
+        }
+        params
+    }
+}
+
+/// Baggage values are percent-encoded outside the unreserved set (W3C Baggage §3.2.1.1).
+fn percent_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~:/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A client for one agent's JSON-RPC endpoint.
+pub struct AgentClient {
+    base_url: String,
+    http: reqwest::Client,
+    transport: JsonRpcTransport,
+}
+
+impl std::fmt::Debug for AgentClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentClient")
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentClient {
+    /// `base_url` is the agent's JSON-RPC interface URL (its card's `supportedInterfaces`).
+    pub fn new(base_url: &str) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| Error::Config(format!("cannot build an HTTP client: {e}")))?;
+        let base_url = base_url.trim_end_matches('/').to_owned();
+        Ok(Self {
+            transport: JsonRpcTransport::new(http.clone(), format!("{base_url}/")),
+            base_url,
+            http,
+        })
+    }
+
+    async fn within<T>(
+        &self,
+        call: &OutboundCall,
+        what: &str,
+        work: impl Future<Output = Result<T, A2AError>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(call.timeout, work).await {
+            Ok(result) => result.map_err(Error::Protocol),
+            Err(_) => Err(Error::Transport(format!(
+                "{what} to {} got no answer within {} ms",
+                self.base_url,
+                call.timeout.as_millis()
+            ))),
+        }
+    }
+
+    pub async fn send(
+        &self,
+        call: &OutboundCall,
+        request: &SendMessageRequest,
+    ) -> Result<SendMessageResponse> {
+        let params = call.params();
+        self.within(
+            call,
+            "SendMessage",
+            self.transport.send_message(&params, request),
+        )
+        .await
+    }
+
+    /// Opens a stream; the deadline covers opening it, not reading it.
+    pub async fn stream(
+        &self,
+        call: &OutboundCall,
+        request: &SendMessageRequest,
+    ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>> {
+        let params = call.params();
+        self.within(
+            call,
+            "SendStreamingMessage",
+            self.transport.send_streaming_message(&params, request),
+        )
+        .await
+    }
+
+    pub async fn get_task(&self, call: &OutboundCall, id: &str) -> Result<Task> {
+        let params = call.params();
+        let request = GetTaskRequest {
+            id: id.to_owned(),
+            history_length: None,
+            tenant: None,
+        };
+        self.within(call, "GetTask", self.transport.get_task(&params, &request))
+            .await
+    }
+
+    pub async fn cancel_task(&self, call: &OutboundCall, id: &str) -> Result<Task> {
+        let params = call.params();
+        let request = CancelTaskRequest {
+            id: id.to_owned(),
+            metadata: None,
+            tenant: None,
+        };
+        self.within(
+            call,
+            "CancelTask",
+            self.transport.cancel_task(&params, &request),
+        )
+        .await
+    }
+
+    pub async fn subscribe(
+        &self,
+        call: &OutboundCall,
+        id: &str,
+    ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>> {
+        let params = call.params();
+        let request = SubscribeToTaskRequest {
+            id: id.to_owned(),
+            tenant: None,
+        };
+        self.within(
+            call,
+            "SubscribeToTask",
+            self.transport.subscribe_to_task(&params, &request),
+        )
+        .await
+    }
+
+    /// Fetches the agent card as JSON.
+    pub async fn fetch_card(&self) -> Result<Value> {
+        let url = format!("{}{AGENT_CARD_PATH}", self.base_url);
+        let response = self
+            .http
+            .get(&url)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| Error::Transport(format!("cannot fetch {url}: {e}")))?;
+        if !response.status().is_success() {
+            return Err(Error::Transport(format!(
+                "{url} answered {}",
+                response.status()
+            )));
+        }
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| Error::Transport(format!("cannot read {url}: {e}")))?;
+        shared_types::json::parse_strict_bytes(&bytes)
+            .map_err(|e| Error::Transport(format!("{url}: {e}")))
+    }
+
+    /// Fetches the agent card and verifies its signature; returns it with the signer's key id.
+    pub async fn fetch_verified_card(&self, trust: &TrustStore) -> Result<(Value, String)> {
+        let card = self.fetch_card().await?;
+        let kid = trust.verify(&card).map_err(|e| {
+            Error::Config(format!(
+                "the agent card of {} is not trusted: {e}",
+                self.base_url
+            ))
+        })?;
+        Ok((card, kid))
+    }
+}

@@ -1,0 +1,184 @@
+//! The outbound client: our headers reach the agent, deadlines hold, cards verify.
+
+mod common;
+
+use std::time::Duration;
+
+use agent_host::sdk::{
+    Message, Part, Role, SendMessageRequest, SendMessageResponse, StreamResponse, TaskState,
+};
+use agent_host::{AgentClient, Error, InboundAuth, OutboundCall};
+use common::*;
+use futures::StreamExt;
+use serde_json::json;
+use shared_types::{SigningIdentity, TrustStore};
+
+fn request(text: &str) -> SendMessageRequest {
+    SendMessageRequest {
+        message: Message {
+            message_id: agent_host::sdk::new_message_id(),
+            context_id: None,
+            task_id: None,
+            role: Role::User,
+            parts: vec![Part::text(text)],
+            metadata: None,
+            extensions: None,
+            reference_task_ids: None,
+        },
+        configuration: None,
+        metadata: None,
+        tenant: None,
+    }
+}
+
+fn call() -> OutboundCall {
+    OutboundCall {
+        bearer: Some("s3cret".into()),
+        idempotency_key: Some("sg_1:s0".into()),
+        traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+        baggage: vec![
+            ("sagaplane.saga".into(), "sg_1".into()),
+            ("sagaplane.caused-by".into(), "s0 failed".into()),
+        ],
+        timeout: Duration::from_secs(10),
+    }
+}
+
+#[tokio::test]
+async fn headers_reach_the_agent() {
+    let agent = start(InboundAuth::StaticBearer {
+        name: "executor".into(),
+        token: "s3cret".into(),
+    })
+    .await;
+    let client = AgentClient::new(&agent.url).unwrap();
+    let SendMessageResponse::Task(task) = client.send(&call(), &request("headers")).await.unwrap()
+    else {
+        panic!("expected a task");
+    };
+    assert_eq!(task.status.state, TaskState::Completed);
+    let seen = match &task.artifacts.unwrap()[0].parts[0].content {
+        agent_host::sdk::PartContent::Data(value) => value.clone(),
+        other => panic!("expected a data part, got {other:?}"),
+    };
+    assert_eq!(
+        seen,
+        json!({
+            "caller": "executor",
+            "idempotencyKey": "sg_1:s0",
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "baggage": "sagaplane.saga=sg_1,sagaplane.caused-by=s0%20failed",
+        })
+    );
+
+    // Get, cancel and stream through the same client.
+    let got = client.get_task(&call(), &task.id).await.unwrap();
+    assert_eq!(got.id, task.id);
+    let SendMessageResponse::Task(paused) = client.send(&call(), &request("pause")).await.unwrap()
+    else {
+        panic!("expected a task");
+    };
+    assert_eq!(paused.status.state, TaskState::InputRequired);
+    assert_eq!(
+        client
+            .cancel_task(&call(), &paused.id)
+            .await
+            .unwrap()
+            .status
+            .state,
+        TaskState::Canceled
+    );
+    let events: Vec<_> = client
+        .stream(&call(), &request("complete"))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert!(
+        matches!(events.first(), Some(Ok(StreamResponse::Task(_)))),
+        "{events:?}"
+    );
+    assert!(
+        matches!(events.last(), Some(Ok(StreamResponse::StatusUpdate(u))) if u.status.state == TaskState::Completed),
+        "{events:?}"
+    );
+
+    // A wrong credential is an error from the agent, not a task.
+    let wrong = OutboundCall {
+        bearer: Some("nope".into()),
+        ..call()
+    };
+    assert!(client.send(&wrong, &request("complete")).await.is_err());
+    agent.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_call_without_an_answer_hits_its_deadline() {
+    let agent = start(InboundAuth::Open).await;
+    let client = AgentClient::new(&agent.url).unwrap();
+    let quick = OutboundCall {
+        timeout: Duration::from_millis(200),
+        ..OutboundCall::default()
+    };
+    match client.send(&quick, &request("hang")).await {
+        Err(Error::Transport(message)) => {
+            assert!(message.contains("no answer within 200 ms"), "{message}")
+        }
+        other => panic!("expected a deadline error, got {other:?}"),
+    }
+    // Nothing listens here any more: a transport error, not a hang.
+    agent.shutdown.cancel();
+    let gone = AgentClient::new("http://127.0.0.1:9").unwrap();
+    assert!(
+        gone.send(&OutboundCall::default(), &request("complete"))
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn cards_are_served_signed_and_verified() {
+    let platform = SigningIdentity::from_seed([5; 32], Some("platform".into()));
+    let agent = start_signed(InboundAuth::Open, Some(&platform)).await;
+    let client = AgentClient::new(&agent.url).unwrap();
+    let mut trust = TrustStore::new();
+    trust.add_jwk(&platform.public_jwk()).unwrap();
+    let (card, kid) = client.fetch_verified_card(&trust).await.unwrap();
+    assert_eq!(kid, "platform");
+    assert_eq!(card["supportedInterfaces"][0]["url"], agent.url.as_str());
+
+    let mut other = TrustStore::new();
+    other
+        .add_jwk(&SigningIdentity::from_seed([6; 32], None).public_jwk())
+        .unwrap();
+    let err = client
+        .fetch_verified_card(&other)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not trusted"), "{err}");
+
+    // Conditional requests: the ETag validates.
+    let http = reqwest::Client::new();
+    let first = http
+        .get(format!("{}/.well-known/agent-card.json", agent.url))
+        .send()
+        .await
+        .unwrap();
+    let etag = first.headers()["etag"].clone();
+    assert!(first.headers().contains_key("last-modified"));
+    assert!(
+        first.headers()["cache-control"]
+            .to_str()
+            .unwrap()
+            .contains("max-age")
+    );
+    let again = http
+        .get(format!("{}/.well-known/agent-card.json", agent.url))
+        .header("if-none-match", etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status().as_u16(), 304);
+    agent.shutdown.cancel();
+}
