@@ -37,7 +37,7 @@ async fn measure(name: &str, store: Arc<dyn TaskStore>) {
     let card = prepare_card(card, &url, None).expect("card");
     let config = HostConfig::new(ServedCard::new(&card).expect("card"), InboundAuth::Open);
     let router = agent_host::app(&config, Arc::new(Done), TaskManager::new(store));
-    let shutdown = CancellationToken::new();
+    let shutdown = config.shutdown.clone();
     let server = tokio::spawn(agent_host::serve(listener, router, shutdown.clone()));
 
     let counting = Arc::new(std::sync::atomic::AtomicBool::new(false));

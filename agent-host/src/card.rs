@@ -7,9 +7,10 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use serde_json::Value;
+use serde_json::{Value, json};
 use shared_types::SigningIdentity;
 
+use crate::auth::InboundAuth;
 use crate::error::{Error, Result};
 
 pub const AGENT_CARD_PATH: &str = "/.well-known/agent-card.json";
@@ -106,4 +107,30 @@ pub fn prepare_card(
             .map_err(|e| Error::Config(format!("cannot sign the agent card: {e}")))?;
     }
     Ok(card)
+}
+
+/// Writes into the card the security scheme that `auth` enforces, so that the card
+/// describes exactly what the middleware checks. Call before `prepare_card` signs it.
+pub fn describe_auth(mut card: Value, auth: &InboundAuth) -> Value {
+    let Some(object) = card.as_object_mut() else {
+        return card;
+    };
+    let scheme = match auth {
+        InboundAuth::Open => {
+            object.remove("securitySchemes");
+            object.remove("securityRequirements");
+            return card;
+        }
+        InboundAuth::StaticBearer { .. } => json!({"httpAuthSecurityScheme": {
+            "scheme": "Bearer", "description": "A static bearer token issued to the caller"}}),
+        InboundAuth::Jwt(_) => json!({"httpAuthSecurityScheme": {
+            "scheme": "Bearer", "bearerFormat": "JWT",
+            "description": "An EdDSA JWT (iss, aud, exp at most 5 min ahead, jti) signed by a trusted caller key"}}),
+    };
+    object.insert("securitySchemes".into(), json!({ "bearer": scheme }));
+    object.insert(
+        "securityRequirements".into(),
+        json!([{"schemes": {"bearer": {"list": []}}}]),
+    );
+    card
 }

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use futures::stream::{self, BoxStream, StreamExt};
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, Reply, RequestContext};
 use crate::sdk::{
@@ -25,11 +26,16 @@ const MAX_PAGE_SIZE: usize = 100;
 pub struct HostHandler<A: Agent> {
     agent: Arc<A>,
     tasks: Arc<TaskManager>,
+    shutdown: CancellationToken,
 }
 
 impl<A: Agent> HostHandler<A> {
-    pub fn new(agent: Arc<A>, tasks: Arc<TaskManager>) -> Self {
-        Self { agent, tasks }
+    pub fn new(agent: Arc<A>, tasks: Arc<TaskManager>, shutdown: CancellationToken) -> Self {
+        Self {
+            agent,
+            tasks,
+            shutdown,
+        }
     }
 
     /// Opens the task a message belongs to (a new one, or the one it continues) and
@@ -142,6 +148,7 @@ impl<A: Agent> HostHandler<A> {
             done: false,
             tasks,
             id,
+            shutdown: self.shutdown.clone(),
         };
         let rest = stream::unfold(state, |mut state| async move {
             if state.done {
@@ -169,6 +176,7 @@ enum Started {
 }
 
 struct Follow {
+    shutdown: CancellationToken,
     events: broadcast::Receiver<StreamResponse>,
     run: Option<tokio::task::JoinHandle<()>>,
     done: bool,
@@ -190,8 +198,12 @@ impl Follow {
                         self.run = None;
                         return None;
                     }
+                    _ = self.shutdown.cancelled() => return None,
                 },
-                None => self.events.recv().await,
+                None => tokio::select! {
+                    received = self.events.recv() => received,
+                    _ = self.shutdown.cancelled() => return None,
+                },
             };
             match received {
                 Ok(event) => return Some(event),

@@ -16,7 +16,7 @@ pub mod tasks;
 
 pub use agent::{Agent, Reply, RequestContext};
 pub use auth::{Caller, InboundAuth, JwtPolicy, mint_jwt};
-pub use card::{ServedCard, prepare_card};
+pub use card::{ServedCard, describe_auth, prepare_card};
 pub use client::{AgentClient, OutboundCall};
 pub use error::{Error, Result};
 pub use server::{HostConfig, app, serve};

@@ -28,6 +28,9 @@ pub struct HostConfig {
     pub card: ServedCard,
     pub auth: InboundAuth,
     pub max_body_bytes: usize,
+    /// Cancelled to shut down: open streams end (with the task as it stands), so the
+    /// server's graceful shutdown does not wait on them forever.
+    pub shutdown: CancellationToken,
 }
 
 impl HostConfig {
@@ -36,13 +39,14 @@ impl HostConfig {
             card,
             auth,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            shutdown: CancellationToken::new(),
         }
     }
 }
 
 /// The agent's whole router, for tests to call without a socket.
 pub fn app<A: Agent>(config: &HostConfig, agent: Arc<A>, tasks: Arc<TaskManager>) -> Router {
-    let handler = Arc::new(HostHandler::new(agent, tasks));
+    let handler = Arc::new(HostHandler::new(agent, tasks, config.shutdown.clone()));
     let a2a = sdk::jsonrpc_router(handler.clone())
         .merge(sdk::rest_router(handler))
         .layer(from_fn(rest_responses))

@@ -146,6 +146,10 @@ async fn cards_are_served_signed_and_verified() {
     let (card, kid) = client.fetch_verified_card(&trust).await.unwrap();
     assert_eq!(kid, "platform");
     assert_eq!(card["supportedInterfaces"][0]["url"], agent.url.as_str());
+    assert!(
+        card.get("securitySchemes").is_none(),
+        "an open agent declares no scheme"
+    );
 
     let mut other = TrustStore::new();
     other
@@ -181,4 +185,66 @@ async fn cards_are_served_signed_and_verified() {
         .unwrap();
     assert_eq!(again.status().as_u16(), 304);
     agent.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn shutdown_ends_open_streams_and_in_flight_requests() {
+    let agent = start(InboundAuth::Open).await;
+    let client = AgentClient::new(&agent.url).unwrap();
+    let SendMessageResponse::Task(paused) = client
+        .send(&OutboundCall::default(), &request("pause"))
+        .await
+        .unwrap()
+    else {
+        panic!("expected a task");
+    };
+    let mut subscription = client
+        .subscribe(&OutboundCall::default(), &paused.id)
+        .await
+        .unwrap();
+    assert!(matches!(
+        subscription.next().await,
+        Some(Ok(StreamResponse::Task(_)))
+    ));
+    let hanging = {
+        let client = AgentClient::new(&agent.url).unwrap();
+        tokio::spawn(async move {
+            client
+                .send(&OutboundCall::default(), &request("hang"))
+                .await
+        })
+    };
+    // Wait until the hanging request's task exists, so it is truly in flight.
+    let store_has_two = async {
+        loop {
+            if task_count(&agent.url, None).await == 2 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), store_has_two)
+        .await
+        .expect("the hanging task appears");
+
+    agent.shutdown.cancel();
+    // The server stops: streams end instead of holding the graceful shutdown open.
+    tokio::time::timeout(Duration::from_secs(10), agent.server)
+        .await
+        .expect("server stops")
+        .unwrap()
+        .unwrap();
+    assert!(
+        subscription.next().await.is_none(),
+        "the subscription ended"
+    );
+    let answered = hanging.await.unwrap().unwrap();
+    let SendMessageResponse::Task(task) = answered else {
+        panic!("expected a task")
+    };
+    assert_eq!(
+        task.status.state,
+        TaskState::Submitted,
+        "answered with the task as it stood"
+    );
 }

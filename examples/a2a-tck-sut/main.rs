@@ -16,7 +16,6 @@ use agent_host::{
 use anyhow::Context;
 use clap::Parser;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
 #[command(about = "A2A TCK system under test, on Sagaplane's hosting layer")]
@@ -193,7 +192,7 @@ async fn main() -> anyhow::Result<()> {
     let card = prepare_card(card(), &format!("http://{address}"), None)?;
     let config = HostConfig::new(ServedCard::new(&card)?, InboundAuth::Open);
     let router = agent_host::app(&config, Arc::new(TckAgent), TaskManager::new(store));
-    let shutdown = CancellationToken::new();
+    let shutdown = config.shutdown.clone();
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;

@@ -96,14 +96,14 @@ pub async fn start_signed(
 ) -> Running {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let card = prepare_card(card(), &url, signer).unwrap();
+    let card = prepare_card(agent_host::describe_auth(card(), &auth), &url, signer).unwrap();
     let config = HostConfig::new(ServedCard::new(&card).unwrap(), auth);
     let router = agent_host::app(
         &config,
         Arc::new(EchoAgent),
         TaskManager::new(Arc::new(MemoryTaskStore::new())),
     );
-    let shutdown = CancellationToken::new();
+    let shutdown = config.shutdown.clone();
     let server = tokio::spawn(agent_host::serve(listener, router, shutdown.clone()));
     Running {
         url,
