@@ -1,1 +1,4 @@
-//! The execution plane: registry of curated cards, plan intake, the durable saga engine (built out in its own issue).
+//! The execution plane: registry of curated cards, plan intake, and the saga engine.
+//! The engine (`saga::engine`) is pure: events in, commands out; drivers do the I/O.
+
+pub mod saga;

@@ -1,0 +1,896 @@
+//! The saga engine: a pure state machine. Events in (results, timers, a human's
+//! resolution, cancellation, recovery), commands out (invoke, wait, report, pause,
+//! finish). No I/O and no clock: the driver journals each event before feeding it and
+//! performs each command, so replaying the journal rebuilds the exact state.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use shared_types::expr::{self, EvalContext};
+
+use super::spec::{CallSpec, SagaSpec};
+
+/// Which call an invocation or result belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "step", rename_all = "camelCase")]
+pub enum Target {
+    Forward(usize),
+    Compensation(usize),
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+pub enum CallOutcome {
+    /// The tool completed; its result.
+    Succeeded { response: Value },
+    /// The tool said no (FAILED, REJECTED, a protocol refusal): nothing took effect.
+    Failed { reason: String },
+    /// No answer we can trust (timeout, 5xx, dropped connection): it may have taken effect.
+    Unknown { reason: String },
+}
+
+/// What a person answers to a paused saga.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Resolution {
+    Approve,
+    Retry,
+    ResolvedManually,
+    Compensate,
+}
+
+/// Timers the engine asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "timer", rename_all = "camelCase")]
+pub enum Timer {
+    Retry { target: Target, attempt: u32 },
+    ApprovalTimeout { step: usize },
+    MandateExpiry,
+}
+
+/// Everything that can happen to a saga. The driver journals each before `step`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "camelCase")]
+pub enum Event {
+    Start {
+        now_ms: i64,
+    },
+    Result {
+        target: Target,
+        attempt: u32,
+        outcome: CallOutcome,
+        now_ms: i64,
+    },
+    TimerFired {
+        timer: Timer,
+        now_ms: i64,
+    },
+    Resolve {
+        resolution: Resolution,
+        now_ms: i64,
+    },
+    Cancel {
+        now_ms: i64,
+    },
+    /// After a restart: the journaled invocation had no journaled result.
+    InFlightLost {
+        target: Target,
+        attempt: u32,
+        now_ms: i64,
+    },
+}
+
+/// One call to make. The driver journals it before calling.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Invocation {
+    pub target: Target,
+    pub attempt: u32,
+    pub call: CallSpec,
+    pub args: Value,
+    pub idempotency_key: String,
+}
+
+/// How the saga ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Ending {
+    Completed,
+    /// Failed, and every completed effect was undone.
+    Compensated,
+    /// Canceled, and every completed effect was undone.
+    Canceled,
+}
+
+/// What the driver must do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "camelCase")]
+pub enum Command {
+    Invoke(Invocation),
+    StartTimer {
+        timer: Timer,
+        after_ms: u64,
+    },
+    /// A step transition to show (status update; the ledger artifact is refreshed too).
+    Report {
+        step: String,
+        what: String,
+    },
+    /// Wait for a person (INPUT_REQUIRED).
+    Pause {
+        reason: String,
+    },
+    Finish {
+        ending: Ending,
+        reason: String,
+    },
+    RefuseCancel {
+        reason: String,
+    },
+}
+
+/// A step's forward record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "camelCase")]
+pub enum Forward {
+    Pending,
+    AwaitingApproval,
+    Running { attempt: u32 },
+    WaitingRetry { attempt: u32 },
+    Succeeded { response: Value, at_ms: i64 },
+    Failed { reason: String },
+    Unknown { reason: String },
+    ResolvedManually,
+}
+
+/// A step's compensation record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "camelCase")]
+pub enum Undo {
+    NotNeeded,
+    Pending,
+    Running {
+        attempt: u32,
+    },
+    WaitingRetry {
+        attempt: u32,
+    },
+    Done,
+    /// Nothing to undo: the forward call failed definitely, or never ran.
+    NothingToUndo,
+    Unavailable {
+        reason: String,
+    },
+    DeadLettered {
+        reason: String,
+    },
+    ResolvedManually,
+}
+
+/// The per-step ledger entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepRecord {
+    pub forward: Forward,
+    pub attempts: u32,
+    /// The arguments actually sent (bound), once known.
+    pub request: Option<Value>,
+    pub undo: Undo,
+    pub undo_attempts: u32,
+}
+
+/// Where the saga stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "camelCase")]
+pub enum Phase {
+    NotStarted,
+    Forward { step: usize },
+    Unwinding { cause: Cause },
+    Paused { on: PauseOn, reason: String },
+    Done { ending: Ending },
+}
+
+/// Why the saga unwinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Cause {
+    Failure,
+    Canceled,
+    MandateExpired,
+}
+
+/// What a pause waits on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "on", rename_all = "camelCase")]
+pub enum PauseOn {
+    Approval { step: usize },
+    Forward { step: usize },
+    Compensation { step: usize, cause: Cause },
+}
+
+/// The whole state: the spec, the phase and the ledger.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Saga {
+    pub spec: SagaSpec,
+    pub phase: Phase,
+    pub records: Vec<StepRecord>,
+    /// A cancel or expiry that arrived while a call was in flight; acted on at its result.
+    pub pending_unwind: Option<Cause>,
+}
+
+impl Saga {
+    pub fn new(spec: SagaSpec) -> Self {
+        let records = spec
+            .steps
+            .iter()
+            .map(|s| StepRecord {
+                forward: Forward::Pending,
+                attempts: 0,
+                request: None,
+                undo: if s.compensation.is_some() {
+                    Undo::Pending
+                } else {
+                    Undo::NotNeeded
+                },
+                undo_attempts: 0,
+            })
+            .collect();
+        Self {
+            spec,
+            phase: Phase::NotStarted,
+            records,
+            pending_unwind: None,
+        }
+    }
+
+    /// Whether the saga has gone past the point where it may unwind.
+    fn past_no_return(&self) -> bool {
+        let Some(p) = self.spec.point_of_no_return else {
+            return false;
+        };
+        !matches!(
+            self.records[p].forward,
+            Forward::Pending | Forward::AwaitingApproval
+        )
+    }
+
+    /// The engine's one entry point.
+    pub fn step(&mut self, event: Event) -> Vec<Command> {
+        let mut out = Vec::new();
+        match event {
+            Event::Start { now_ms } => {
+                if self.phase == Phase::NotStarted {
+                    let until = self.spec.expires_at_ms.saturating_sub(now_ms);
+                    if until <= 0 {
+                        self.finish(
+                            &mut out,
+                            Ending::Compensated,
+                            "the mandate had expired before the saga started",
+                        );
+                    } else {
+                        out.push(Command::StartTimer {
+                            timer: Timer::MandateExpiry,
+                            after_ms: until as u64,
+                        });
+                        self.advance(0, now_ms, &mut out);
+                    }
+                }
+            }
+            Event::Result {
+                target,
+                attempt,
+                outcome,
+                now_ms,
+            } => {
+                if self.in_flight() == Some((target, attempt)) {
+                    self.on_result(target, attempt, outcome, now_ms, &mut out);
+                }
+            }
+            Event::TimerFired { timer, now_ms } => self.on_timer(timer, now_ms, &mut out),
+            Event::Resolve { resolution, now_ms } => {
+                self.on_resolution(resolution, now_ms, &mut out)
+            }
+            Event::Cancel { now_ms } => self.on_cancel(now_ms, &mut out),
+            Event::InFlightLost {
+                target,
+                attempt,
+                now_ms,
+            } => {
+                if self.in_flight() == Some((target, attempt)) {
+                    let idempotent = self.call_of(target).idempotent;
+                    if idempotent {
+                        // Same key again: the tool replays its result or does the work once.
+                        self.invoke(target, attempt, now_ms, &mut out);
+                    } else {
+                        // Never guess about a non-idempotent effect: a person decides.
+                        let reason = "the executor stopped during this call and the skill is not \
+                                      idempotent; its outcome is unknown"
+                            .to_owned();
+                        match target {
+                            Target::Forward(i) => {
+                                self.records[i].forward = Forward::Unknown {
+                                    reason: reason.clone(),
+                                }
+                            }
+                            Target::Compensation(i) => {
+                                self.records[i].undo = Undo::DeadLettered {
+                                    reason: reason.clone(),
+                                }
+                            }
+                        }
+                        self.pause_forward_or_undo(target, &reason, &mut out);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The call currently out, if any.
+    pub fn in_flight(&self) -> Option<(Target, u32)> {
+        self.records
+            .iter()
+            .enumerate()
+            .find_map(|(i, r)| match (&r.forward, &r.undo) {
+                (Forward::Running { attempt }, _) => Some((Target::Forward(i), *attempt)),
+                (_, Undo::Running { attempt }) => Some((Target::Compensation(i), *attempt)),
+                _ => None,
+            })
+    }
+
+    fn call_of(&self, target: Target) -> &CallSpec {
+        match target {
+            Target::Forward(i) => &self.spec.steps[i].call,
+            Target::Compensation(i) => match &self.spec.steps[i].compensation {
+                Some(c) => &c.call,
+                None => &self.spec.steps[i].call,
+            },
+        }
+    }
+}
+
+/// An earlier step's result, for `$steps.<id>.response.body` bindings.
+fn response_of<'a>(spec: &'a SagaSpec, records: &'a [StepRecord], id: &str) -> Option<&'a Value> {
+    let i = spec.steps.iter().position(|s| s.id == id)?;
+    match &records[i].forward {
+        Forward::Succeeded { response, .. } => Some(response),
+        _ => None,
+    }
+}
+
+impl Saga {
+    /// Runs forward from step `from`.
+    fn advance(&mut self, from: usize, now_ms: i64, out: &mut Vec<Command>) {
+        if let Some(cause) = self.pending_unwind.take()
+            && !self.past_no_return()
+        {
+            self.unwind(cause, now_ms, out);
+            return;
+        }
+        let Some(step) = self.spec.steps.get(from) else {
+            self.finish(out, Ending::Completed, "every step succeeded");
+            return;
+        };
+        self.phase = Phase::Forward { step: from };
+        if let Some(timeout) = step.approval_timeout_ms
+            && self.records[from].forward == Forward::Pending
+        {
+            self.records[from].forward = Forward::AwaitingApproval;
+            let reason = format!("step {} ({}) needs approval", step.id, step.call.skill);
+            out.push(Command::StartTimer {
+                timer: Timer::ApprovalTimeout { step: from },
+                after_ms: timeout,
+            });
+            self.phase = Phase::Paused {
+                on: PauseOn::Approval { step: from },
+                reason: reason.clone(),
+            };
+            out.push(Command::Pause { reason });
+            return;
+        }
+        self.invoke(Target::Forward(from), 1, now_ms, out);
+    }
+
+    /// Binds the arguments and emits the invocation.
+    fn invoke(&mut self, target: Target, attempt: u32, now_ms: i64, out: &mut Vec<Command>) {
+        let spec = &self.spec;
+        let (i, forward) = match target {
+            Target::Forward(i) => (i, true),
+            Target::Compensation(i) => (i, false),
+        };
+        let step = &spec.steps[i];
+        let records = &self.records;
+        let lookup = |id: &str| response_of(spec, records, id);
+        let bound = if forward {
+            let ctx = EvalContext {
+                saga_id: Some(&spec.saga_id),
+                step_id: Some(&step.id),
+                idempotency_key: Some(&step.idempotency_key),
+                step_responses: Some(&lookup),
+                ..EvalContext::default()
+            };
+            expr::bind(&step.args, &ctx)
+                .map(|args| (args, step.idempotency_key.clone(), step.call.clone()))
+        } else {
+            let Some(comp) = &step.compensation else {
+                return;
+            };
+            let record = &self.records[i];
+            let (template, response) = match &record.forward {
+                Forward::Succeeded { response, .. } => (Some(&comp.args), Some(response)),
+                _ => (comp.args_when_unknown.as_ref(), None),
+            };
+            match template {
+                None => Err(expr::Unresolved {
+                    expr: "argsWhenUnknown".into(),
+                    reason: "the outcome is unknown and no argsWhenUnknown is declared".into(),
+                }),
+                Some(template) => {
+                    let ctx = EvalContext {
+                        saga_id: Some(&spec.saga_id),
+                        step_id: Some(&step.id),
+                        idempotency_key: Some(&step.idempotency_key),
+                        request_body: record.request.as_ref(),
+                        response_body: response,
+                        step_responses: Some(&lookup),
+                    };
+                    expr::bind(template, &ctx)
+                        .map(|args| (args, comp.idempotency_key.clone(), comp.call.clone()))
+                }
+            }
+        };
+        match bound {
+            Ok((args, idempotency_key, call)) => {
+                let record = &mut self.records[i];
+                if forward {
+                    record.forward = Forward::Running { attempt };
+                    record.attempts = attempt;
+                    record.request = Some(args.clone());
+                } else {
+                    record.undo = Undo::Running { attempt };
+                    record.undo_attempts = attempt;
+                }
+                let what = if forward { "started" } else { "compensating" };
+                out.push(Command::Report {
+                    step: self.spec.steps[i].id.clone(),
+                    what: format!("{what} (attempt {attempt})"),
+                });
+                out.push(Command::Invoke(Invocation {
+                    target,
+                    attempt,
+                    call,
+                    args,
+                    idempotency_key,
+                }));
+            }
+            Err(unresolved) => {
+                let reason = format!("cannot bind arguments: {unresolved}");
+                if forward {
+                    // The step never ran: a definite failure with nothing to undo.
+                    self.on_result(target, attempt, CallOutcome::Failed { reason }, now_ms, out);
+                } else {
+                    self.records[i].undo = Undo::Unavailable {
+                        reason: reason.clone(),
+                    };
+                    self.pause_forward_or_undo(
+                        target,
+                        &format!("compensation unavailable: {reason}"),
+                        out,
+                    );
+                }
+            }
+        }
+    }
+
+    fn on_result(
+        &mut self,
+        target: Target,
+        attempt: u32,
+        outcome: CallOutcome,
+        now_ms: i64,
+        out: &mut Vec<Command>,
+    ) {
+        let call = self.call_of(target).clone();
+        match target {
+            Target::Forward(i) => {
+                let id = self.spec.steps[i].id.clone();
+                match outcome {
+                    CallOutcome::Succeeded { response } => {
+                        self.records[i].forward = Forward::Succeeded {
+                            response,
+                            at_ms: now_ms,
+                        };
+                        out.push(Command::Report {
+                            step: id,
+                            what: "succeeded".into(),
+                        });
+                        self.advance(i + 1, now_ms, out);
+                    }
+                    CallOutcome::Unknown { reason }
+                        if call.idempotent && attempt < call.retry.max_attempts =>
+                    {
+                        self.records[i].forward = Forward::WaitingRetry { attempt };
+                        out.push(Command::Report {
+                            step: id,
+                            what: format!("retrying after: {reason}"),
+                        });
+                        let after_ms = call.retry.backoff_cap_ms(attempt);
+                        out.push(Command::StartTimer {
+                            timer: Timer::Retry {
+                                target,
+                                attempt: attempt + 1,
+                            },
+                            after_ms,
+                        });
+                    }
+                    CallOutcome::Failed { reason } => {
+                        self.records[i].forward = Forward::Failed {
+                            reason: reason.clone(),
+                        };
+                        if self.records[i].undo == Undo::Pending {
+                            self.records[i].undo = Undo::NothingToUndo;
+                        }
+                        out.push(Command::Report {
+                            step: id,
+                            what: format!("failed: {reason}"),
+                        });
+                        self.after_forward_failure(i, false, &reason, now_ms, out);
+                    }
+                    CallOutcome::Unknown { reason } => {
+                        self.records[i].forward = Forward::Unknown {
+                            reason: reason.clone(),
+                        };
+                        out.push(Command::Report {
+                            step: id,
+                            what: format!("outcome unknown: {reason}"),
+                        });
+                        self.after_forward_failure(i, true, &reason, now_ms, out);
+                    }
+                }
+            }
+            Target::Compensation(i) => {
+                let id = self.spec.steps[i].id.clone();
+                match outcome {
+                    CallOutcome::Succeeded { .. } => {
+                        self.records[i].undo = Undo::Done;
+                        out.push(Command::Report {
+                            step: id,
+                            what: "compensated".into(),
+                        });
+                        self.continue_unwind(now_ms, out);
+                    }
+                    CallOutcome::Failed { reason } | CallOutcome::Unknown { reason } => {
+                        if attempt < call.retry.max_attempts {
+                            self.records[i].undo = Undo::WaitingRetry { attempt };
+                            out.push(Command::Report {
+                                step: id,
+                                what: format!("compensation retrying after: {reason}"),
+                            });
+                            let after_ms = call.retry.backoff_cap_ms(attempt);
+                            out.push(Command::StartTimer {
+                                timer: Timer::Retry {
+                                    target,
+                                    attempt: attempt + 1,
+                                },
+                                after_ms,
+                            });
+                        } else {
+                            let reason = format!("compensation failed {attempt} times: {reason}");
+                            self.records[i].undo = Undo::DeadLettered {
+                                reason: reason.clone(),
+                            };
+                            self.pause_forward_or_undo(target, &reason, out);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A forward step failed for good: unwind if that is still allowed, else pause.
+    fn after_forward_failure(
+        &mut self,
+        i: usize,
+        unknown: bool,
+        reason: &str,
+        now_ms: i64,
+        out: &mut Vec<Command>,
+    ) {
+        let no_return = self.spec.point_of_no_return;
+        let unwindable = match no_return {
+            None => true,
+            Some(p) if i < p => true,
+            // The pivot itself: a definite failure left nothing done; an unknown one may have.
+            Some(p) if i == p => !unknown,
+            Some(_) => false,
+        };
+        if unwindable {
+            let cause = self.pending_unwind.take().unwrap_or(Cause::Failure);
+            self.unwind(cause, now_ms, out);
+        } else {
+            self.pause_forward_or_undo(Target::Forward(i), reason, out);
+        }
+    }
+
+    fn pause_forward_or_undo(&mut self, target: Target, reason: &str, out: &mut Vec<Command>) {
+        let (on, what) = match target {
+            Target::Forward(i) => (PauseOn::Forward { step: i }, "escalated"),
+            Target::Compensation(i) => {
+                let cause = match self.phase {
+                    Phase::Unwinding { cause } => cause,
+                    _ => Cause::Failure,
+                };
+                (
+                    PauseOn::Compensation { step: i, cause },
+                    "escalated during compensation",
+                )
+            }
+        };
+        let i = match target {
+            Target::Forward(i) | Target::Compensation(i) => i,
+        };
+        let reason = format!("step {}: {reason}", self.spec.steps[i].id);
+        out.push(Command::Report {
+            step: self.spec.steps[i].id.clone(),
+            what: what.into(),
+        });
+        self.phase = Phase::Paused {
+            on,
+            reason: reason.clone(),
+        };
+        out.push(Command::Pause { reason });
+    }
+
+    fn unwind(&mut self, cause: Cause, now_ms: i64, out: &mut Vec<Command>) {
+        self.phase = Phase::Unwinding { cause };
+        self.continue_unwind(now_ms, out);
+    }
+
+    /// Compensates the latest step that still needs it; finishes when none is left.
+    fn continue_unwind(&mut self, now_ms: i64, out: &mut Vec<Command>) {
+        let Phase::Unwinding { cause } = self.phase else {
+            return;
+        };
+        let next = (0..self.records.len()).rev().find(|&i| {
+            let r = &self.records[i];
+            r.undo == Undo::Pending
+                && matches!(
+                    r.forward,
+                    Forward::Succeeded { .. } | Forward::Unknown { .. }
+                )
+        });
+        let Some(i) = next else {
+            let (ending, reason) = match cause {
+                Cause::Canceled => (
+                    Ending::Canceled,
+                    "canceled; every completed step was compensated",
+                ),
+                Cause::Failure => (
+                    Ending::Compensated,
+                    "a step failed; every completed step was compensated",
+                ),
+                Cause::MandateExpired => (
+                    Ending::Compensated,
+                    "the mandate expired; every completed step was compensated",
+                ),
+            };
+            self.finish(out, ending, reason);
+            return;
+        };
+        if let (Some(ttl), Forward::Succeeded { at_ms, .. }) =
+            (self.spec.steps[i].undo_ttl_ms, &self.records[i].forward)
+            && now_ms.saturating_sub(*at_ms) > ttl as i64
+        {
+            let reason = format!("the undo expired {ttl} ms after the step succeeded");
+            self.records[i].undo = Undo::Unavailable {
+                reason: reason.clone(),
+            };
+            self.pause_forward_or_undo(Target::Compensation(i), &reason, out);
+            return;
+        }
+        self.invoke(Target::Compensation(i), 1, now_ms, out);
+    }
+
+    fn on_timer(&mut self, timer: Timer, now_ms: i64, out: &mut Vec<Command>) {
+        match timer {
+            Timer::Retry { target, attempt } => {
+                let waiting = match target {
+                    Target::Forward(i) => {
+                        self.records[i].forward
+                            == Forward::WaitingRetry {
+                                attempt: attempt - 1,
+                            }
+                    }
+                    Target::Compensation(i) => {
+                        self.records[i].undo
+                            == Undo::WaitingRetry {
+                                attempt: attempt - 1,
+                            }
+                    }
+                };
+                if waiting {
+                    if let (Target::Forward(_), Some(cause)) = (target, self.pending_unwind)
+                        && !self.past_no_return()
+                    {
+                        // Canceled while waiting to retry: the retry never happens.
+                        if let Target::Forward(i) = target {
+                            self.records[i].forward = Forward::Unknown {
+                                reason: "retry abandoned".into(),
+                            };
+                        }
+                        self.pending_unwind = None;
+                        self.unwind(cause, now_ms, out);
+                        return;
+                    }
+                    self.invoke(target, attempt, now_ms, out);
+                }
+            }
+            Timer::ApprovalTimeout { step } => {
+                if matches!(self.phase, Phase::Paused { on: PauseOn::Approval { step: s }, .. } if s == step)
+                {
+                    self.records[step].forward = Forward::Failed {
+                        reason: "approval timed out".into(),
+                    };
+                    if self.records[step].undo == Undo::Pending {
+                        self.records[step].undo = Undo::NothingToUndo;
+                    }
+                    out.push(Command::Report {
+                        step: self.spec.steps[step].id.clone(),
+                        what: "approval timed out".into(),
+                    });
+                    self.after_forward_failure(step, false, "approval timed out", now_ms, out);
+                }
+            }
+            Timer::MandateExpiry => {
+                if matches!(self.phase, Phase::Done { .. } | Phase::Unwinding { .. })
+                    || self.past_no_return()
+                {
+                    return;
+                }
+                out.push(Command::Report {
+                    step: String::new(),
+                    what: "mandate expired".into(),
+                });
+                self.request_unwind(Cause::MandateExpired, now_ms, out);
+            }
+        }
+    }
+
+    fn pause_reason(&self) -> String {
+        match &self.phase {
+            Phase::Paused { reason, .. } => reason.clone(),
+            _ => String::new(),
+        }
+    }
+
+    /// Unwinds now if nothing is in flight; otherwise when the in-flight call answers.
+    fn request_unwind(&mut self, cause: Cause, now_ms: i64, out: &mut Vec<Command>) {
+        let waiting_retry = self
+            .records
+            .iter()
+            .any(|r| matches!(r.forward, Forward::WaitingRetry { .. }));
+        if self.in_flight().is_some() || waiting_retry {
+            self.pending_unwind = Some(cause);
+        } else {
+            if let Phase::Paused {
+                on: PauseOn::Approval { step },
+                ..
+            } = self.phase
+            {
+                self.records[step].forward = Forward::Pending;
+                if self.records[step].undo == Undo::Pending {
+                    self.records[step].undo = Undo::NothingToUndo;
+                }
+            }
+            self.unwind(cause, now_ms, out);
+        }
+    }
+
+    fn on_cancel(&mut self, now_ms: i64, out: &mut Vec<Command>) {
+        match self.phase {
+            Phase::Done { .. } => out.push(Command::RefuseCancel {
+                reason: "the saga has already ended".into(),
+            }),
+            _ if self.past_no_return() => out.push(Command::RefuseCancel {
+                reason: "the saga is past its pivot; it can no longer be unwound".into(),
+            }),
+            Phase::Unwinding { .. } => {}
+            _ => self.request_unwind(Cause::Canceled, now_ms, out),
+        }
+    }
+
+    fn on_resolution(&mut self, resolution: Resolution, now_ms: i64, out: &mut Vec<Command>) {
+        let Phase::Paused { on, .. } = self.phase else {
+            return;
+        };
+        match (on, resolution) {
+            (PauseOn::Approval { step }, Resolution::Approve) => {
+                self.phase = Phase::Forward { step };
+                self.invoke(Target::Forward(step), 1, now_ms, out);
+            }
+            (PauseOn::Approval { .. }, Resolution::Compensate) => {
+                self.request_unwind(Cause::Failure, now_ms, out)
+            }
+            (PauseOn::Forward { step }, Resolution::Retry) => {
+                self.phase = Phase::Forward { step };
+                self.invoke(
+                    Target::Forward(step),
+                    self.records[step].attempts + 1,
+                    now_ms,
+                    out,
+                );
+            }
+            (PauseOn::Forward { step }, Resolution::ResolvedManually) => {
+                self.records[step].forward = Forward::ResolvedManually;
+                if self.records[step].undo == Undo::Pending {
+                    self.records[step].undo = Undo::NothingToUndo;
+                }
+                self.advance(step + 1, now_ms, out);
+            }
+            (PauseOn::Forward { step }, Resolution::Compensate) => {
+                // Allowed only where unwinding is: before the point of no return, or at it
+                // when a person confirms the pivot did not happen.
+                let allowed = self.spec.point_of_no_return.is_none_or(|p| step <= p);
+                if allowed {
+                    if step == self.spec.point_of_no_return.unwrap_or(usize::MAX) {
+                        self.records[step].forward = Forward::Failed {
+                            reason: "confirmed not done by a person".into(),
+                        };
+                        self.records[step].undo = Undo::NothingToUndo;
+                    }
+                    self.unwind(Cause::Failure, now_ms, out);
+                } else {
+                    out.push(Command::Report {
+                        step: self.spec.steps[step].id.clone(),
+                        what: "cannot compensate past the pivot".into(),
+                    });
+                    out.push(Command::Pause {
+                        reason: self.pause_reason(),
+                    });
+                }
+            }
+            (PauseOn::Compensation { step, cause }, Resolution::Retry) => {
+                self.phase = Phase::Unwinding { cause };
+                self.records[step].undo = Undo::Pending;
+                self.invoke(Target::Compensation(step), 1, now_ms, out);
+            }
+            (PauseOn::Compensation { step, cause }, Resolution::ResolvedManually) => {
+                self.records[step].undo = Undo::ResolvedManually;
+                self.phase = Phase::Unwinding { cause };
+                self.continue_unwind(now_ms, out);
+            }
+            _ => out.push(Command::Pause {
+                reason: format!(
+                    "{} (resolution {resolution:?} does not apply here)",
+                    self.pause_reason()
+                ),
+            }),
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<Command>, ending: Ending, reason: &str) {
+        self.phase = Phase::Done { ending };
+        out.push(Command::Finish {
+            ending,
+            reason: reason.into(),
+        });
+    }
+
+    /// The `saga-ledger` artifact: per step, key, attempts, outcome and undo.
+    pub fn ledger(&self) -> Value {
+        let steps: Vec<Value> = self
+            .spec
+            .steps
+            .iter()
+            .zip(&self.records)
+            .map(|(s, r)| {
+                json!({
+                    "step": s.id, "skill": s.call.skill, "idempotencyKey": s.idempotency_key,
+                    "attempts": r.attempts, "forward": r.forward, "undo": r.undo, "undoAttempts": r.undo_attempts,
+                })
+            })
+            .collect();
+        json!({"sagaId": self.spec.saga_id, "phase": self.phase, "steps": steps})
+    }
+}

@@ -1,0 +1,127 @@
+//! What the saga engine runs: a validated plan joined with the curated declarations of
+//! each step (the plan's own claims are never used for behaviour).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use shared_types::plan::undo_idempotency_key;
+use shared_types::reversibility::{RetryPolicy, ReversibilityClass};
+use shared_types::{Catalog, Plan};
+
+/// How to call one skill: where, with what, and how patiently.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallSpec {
+    pub agent: String,
+    pub skill: String,
+    pub idempotent: bool,
+    pub timeout_ms: u64,
+    pub retry: RetryPolicy,
+}
+
+/// A step's declared compensation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompensationSpec {
+    pub call: CallSpec,
+    pub args: Value,
+    pub args_when_unknown: Option<Value>,
+    pub idempotency_key: String,
+}
+
+/// One step as the engine runs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepSpec {
+    pub id: String,
+    pub call: CallSpec,
+    pub args: Value,
+    pub idempotency_key: String,
+    pub class: ReversibilityClass,
+    pub read_only: bool,
+    pub undo_ttl_ms: Option<u64>,
+    pub approval_timeout_ms: Option<u64>,
+    pub compensation: Option<CompensationSpec>,
+}
+
+/// A whole saga.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SagaSpec {
+    pub saga_id: String,
+    pub steps: Vec<StepSpec>,
+    /// The first step that cannot be unwound past: the pivot, or else the first
+    /// retriable step that changes something; `None` when every step can be unwound.
+    pub point_of_no_return: Option<usize>,
+    /// The mandate's expiry, in ms since the Unix epoch.
+    pub expires_at_ms: i64,
+}
+
+/// Why a plan cannot become a saga (it should have failed validation first).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("step {step}: {reason}")]
+pub struct SpecError {
+    pub step: String,
+    pub reason: String,
+}
+
+impl SagaSpec {
+    /// Joins a validated plan with the catalog's declarations.
+    pub fn new(plan: &Plan, catalog: &Catalog) -> Result<Self, SpecError> {
+        let mut steps = Vec::with_capacity(plan.steps.len());
+        for step in &plan.steps {
+            let error = |reason: &str| SpecError {
+                step: step.id.clone(),
+                reason: reason.to_owned(),
+            };
+            let declared = catalog
+                .declaration(&step.agent, &step.skill)
+                .ok_or_else(|| error("the skill is not in the catalog"))?;
+            let call = |skill: &str, d: &shared_types::SkillDeclaration| CallSpec {
+                agent: step.agent.clone(),
+                skill: skill.to_owned(),
+                idempotent: d.idempotent,
+                timeout_ms: d.timeout_ms(),
+                retry: d.retry(),
+            };
+            let compensation = match &declared.compensation {
+                None => None,
+                Some(c) => {
+                    let undo = catalog
+                        .declaration(&step.agent, &c.skill)
+                        .ok_or_else(|| error("its compensation skill is not in the catalog"))?;
+                    Some(CompensationSpec {
+                        call: call(&c.skill, undo),
+                        args: c.args.clone(),
+                        args_when_unknown: c.args_when_unknown.clone(),
+                        idempotency_key: undo_idempotency_key(&plan.saga_id, &step.id),
+                    })
+                }
+            };
+            steps.push(StepSpec {
+                id: step.id.clone(),
+                call: call(&step.skill, declared),
+                args: step.args.clone(),
+                idempotency_key: step.idempotency_key.clone(),
+                class: declared.class,
+                read_only: declared.read_only,
+                undo_ttl_ms: declared.undo_ttl_seconds.map(|s| s.saturating_mul(1000)),
+                approval_timeout_ms: declared.requires_approval.then(|| {
+                    declared
+                        .approval_timeout_seconds
+                        .unwrap_or(0)
+                        .saturating_mul(1000)
+                }),
+                compensation,
+            });
+        }
+        let point_of_no_return = steps
+            .iter()
+            .position(|s| s.class != ReversibilityClass::Compensable && !s.read_only);
+        Ok(Self {
+            saga_id: plan.saga_id.clone(),
+            steps,
+            point_of_no_return,
+            expires_at_ms: plan.mandate.expires_at.timestamp_millis(),
+        })
+    }
+}

@@ -1,0 +1,785 @@
+//! The engine driven through every path of DESIGN.md §7 with scripted events: the exact
+//! calls it asks for, in order, and how it ends. No network, no clock, no sleeps.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde_json::{Value, json};
+use shared_types::{Catalog, Plan};
+
+use super::engine::{Forward, Phase, Undo};
+use super::*;
+
+const T0: i64 = 1_800_000_000_000;
+
+fn read(path: &str) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap()).unwrap()
+}
+
+fn catalog() -> Catalog {
+    let mut catalog = Catalog::default();
+    for name in [
+        "vendor-registry",
+        "budget",
+        "sandbox",
+        "compliance-registry",
+        "payments",
+        "mailer",
+    ] {
+        catalog
+            .add_card(&read(&format!("agent-cards/{name}.json")))
+            .unwrap();
+    }
+    catalog
+}
+
+fn saga_from(plan: &str) -> Saga {
+    let plan = Plan::from_value(&read(plan)).unwrap();
+    Saga::new(SagaSpec::new(&plan, &catalog()).unwrap())
+}
+
+fn supplier() -> Saga {
+    saga_from("examples/plans/supplier-onboarding.json")
+}
+
+/// A response for each forward skill, shaped like the real tools' outputs.
+fn response(skill: &str) -> Value {
+    match skill {
+        "vendor.create" => json!({"vendorId": "v_1"}),
+        "budget.reserve" => json!({"reservationId": "r_1"}),
+        "sandbox.provision" => json!({"tenantId": "t_1", "login": "acme-admin"}),
+        "compliance.check" | "compliance.review" => json!({"status": "clear", "reference": "c_1"}),
+        "payments.capture" => json!({"captureId": "p_1", "amountMinor": 12000, "currency": "EUR"}),
+        "email.send" => json!({"messageId": "m_1"}),
+        other => json!({"ok": other}),
+    }
+}
+
+/// What a scripted run saw: every invocation (skill, key, args) and the last command.
+#[derive(Debug)]
+struct Run {
+    calls: Vec<(String, String, Value)>,
+    commands: Vec<Command>,
+}
+
+impl Run {
+    fn skills(&self) -> Vec<&str> {
+        self.calls.iter().map(|(s, _, _)| s.as_str()).collect()
+    }
+
+    fn last(&self) -> &Command {
+        self.commands.last().unwrap()
+    }
+}
+
+/// Drives the saga like a driver would: performs each invocation with `tool`, fires
+/// each retry timer at once, and stops at a pause or the end.
+fn drive(saga: &mut Saga, first: Event, tool: &mut dyn FnMut(&Invocation) -> CallOutcome) -> Run {
+    let mut run = Run {
+        calls: Vec::new(),
+        commands: Vec::new(),
+    };
+    let mut queue = vec![first];
+    let mut now = T0;
+    while let Some(event) = queue.pop() {
+        now += 10;
+        for command in saga.step(event) {
+            match &command {
+                Command::Invoke(inv) => {
+                    run.calls.push((
+                        inv.call.skill.clone(),
+                        inv.idempotency_key.clone(),
+                        inv.args.clone(),
+                    ));
+                    let outcome = tool(inv);
+                    queue.push(Event::Result {
+                        target: inv.target,
+                        attempt: inv.attempt,
+                        outcome,
+                        now_ms: now,
+                    });
+                }
+                Command::StartTimer {
+                    timer: timer @ Timer::Retry { .. },
+                    ..
+                } => queue.push(Event::TimerFired {
+                    timer: *timer,
+                    now_ms: now,
+                }),
+                _ => {}
+            }
+            run.commands.push(command);
+        }
+    }
+    run
+}
+
+fn ok(inv: &Invocation) -> CallOutcome {
+    CallOutcome::Succeeded {
+        response: response(&inv.call.skill),
+    }
+}
+
+fn unknown() -> CallOutcome {
+    CallOutcome::Unknown {
+        reason: "timed out".into(),
+    }
+}
+
+fn failed() -> CallOutcome {
+    CallOutcome::Failed {
+        reason: "declined".into(),
+    }
+}
+
+const FORWARD: [&str; 6] = [
+    "vendor.create",
+    "budget.reserve",
+    "sandbox.provision",
+    "compliance.check",
+    "payments.capture",
+    "email.send",
+];
+
+#[test]
+fn happy_path_runs_every_step_once_in_order() {
+    let mut saga = supplier();
+    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut ok);
+    assert_eq!(run.skills(), FORWARD);
+    let keys: Vec<&str> = run.calls.iter().map(|(_, k, _)| k.as_str()).collect();
+    assert_eq!(keys[0], "sg_demo_supplier_onboarding:s0");
+    // Arguments are bound from earlier results.
+    assert_eq!(run.calls[2].2, json!({"vendorId": "v_1"}));
+    assert_eq!(
+        run.calls[3].2,
+        json!({"vendorId": "v_1", "tenantId": "t_1"})
+    );
+    assert_eq!(run.calls[5].2["login"], "acme-admin");
+    assert!(matches!(
+        run.last(),
+        Command::Finish {
+            ending: Ending::Completed,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn compliance_timeouts_are_retried_then_everything_before_is_undone_in_reverse() {
+    let mut saga = supplier();
+    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
+        if inv.call.skill == "compliance.check" {
+            unknown()
+        } else {
+            ok(inv)
+        }
+    });
+    assert_eq!(
+        run.skills(),
+        [
+            "vendor.create",
+            "budget.reserve",
+            "sandbox.provision",
+            "compliance.check",
+            "compliance.check",
+            "compliance.check",
+            "sandbox.deprovision",
+            "budget.release",
+            "vendor.archive",
+        ]
+    );
+    // The same key on every retry; compensations bind from the forward responses.
+    assert!(
+        run.calls[3..6]
+            .iter()
+            .all(|(_, k, _)| k == "sg_demo_supplier_onboarding:s3")
+    );
+    assert_eq!(run.calls[6].1, "sg_demo_supplier_onboarding:s2:undo");
+    assert_eq!(run.calls[6].2, json!({"tenantId": "t_1"}));
+    assert_eq!(run.calls[7].2, json!({"reservationId": "r_1"}));
+    assert_eq!(run.calls[8].2, json!({"vendorId": "v_1"}));
+    assert!(matches!(
+        run.last(),
+        Command::Finish {
+            ending: Ending::Compensated,
+            ..
+        }
+    ));
+    // Backoff between attempts follows the declaration (250 ms, then 500 ms).
+    let waits: Vec<u64> = run
+        .commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::StartTimer {
+                timer: Timer::Retry { .. },
+                after_ms,
+            } => Some(*after_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(waits, [250, 500]);
+}
+
+#[test]
+fn a_declined_pivot_unwinds_and_is_not_itself_compensated() {
+    let mut saga = supplier();
+    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
+        if inv.call.skill == "payments.capture" {
+            failed()
+        } else {
+            ok(inv)
+        }
+    });
+    assert_eq!(
+        &run.skills()[4..],
+        [
+            "payments.capture",
+            "sandbox.deprovision",
+            "budget.release",
+            "vendor.archive"
+        ],
+        "a definite failure is not retried"
+    );
+    assert!(matches!(
+        run.last(),
+        Command::Finish {
+            ending: Ending::Compensated,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn an_unknown_pivot_escalates_and_unwinds_nothing() {
+    let mut saga = supplier();
+    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
+        if inv.call.skill == "payments.capture" {
+            unknown()
+        } else {
+            ok(inv)
+        }
+    });
+    assert_eq!(&run.skills()[4..], ["payments.capture"; 3]);
+    assert!(
+        matches!(run.last(), Command::Pause { .. }),
+        "{:?}",
+        run.last()
+    );
+    assert!(
+        run.skills()
+            .iter()
+            .all(|s| !s.ends_with("release") && !s.ends_with("archive"))
+    );
+    // "compensate" is allowed only because a person confirms the pivot did not happen.
+    let run = drive(
+        &mut saga,
+        Event::Resolve {
+            resolution: Resolution::Compensate,
+            now_ms: T0 + 1000,
+        },
+        &mut ok,
+    );
+    assert_eq!(
+        run.skills(),
+        ["sandbox.deprovision", "budget.release", "vendor.archive"]
+    );
+    assert!(matches!(
+        run.last(),
+        Command::Finish {
+            ending: Ending::Compensated,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn exhausted_retries_after_the_pivot_escalate_and_never_unwind() {
+    let mut saga = supplier();
+    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
+        if inv.call.skill == "email.send" {
+            unknown()
+        } else {
+            ok(inv)
+        }
+    });
+    assert_eq!(&run.skills()[5..], ["email.send"; 5]);
+    assert!(matches!(run.last(), Command::Pause { .. }));
+    let refused = drive(
+        &mut saga,
+        Event::Resolve {
+            resolution: Resolution::Compensate,
+            now_ms: T0 + 1,
+        },
+        &mut ok,
+    );
+    assert!(
+        refused.calls.is_empty(),
+        "nothing past the pivot is unwound"
+    );
+    let retried = drive(
+        &mut saga,
+        Event::Resolve {
+            resolution: Resolution::Retry,
+            now_ms: T0 + 2,
+        },
+        &mut ok,
+    );
+    assert_eq!(retried.skills(), ["email.send"]);
+    assert_eq!(
+        retried.calls[0].1, "sg_demo_supplier_onboarding:s5",
+        "the same key after a human retry"
+    );
+    assert!(matches!(
+        retried.last(),
+        Command::Finish {
+            ending: Ending::Completed,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_compensation_that_keeps_failing_is_dead_lettered_then_retried_by_a_person() {
+    let mut saga = supplier();
+    let mut release_failures = 0;
+    let run = drive(
+        &mut saga,
+        Event::Start { now_ms: T0 },
+        &mut |inv| match inv.call.skill.as_str() {
+            "compliance.check" => failed(),
+            "budget.release" => {
+                release_failures += 1;
+                unknown()
+            }
+            _ => ok(inv),
+        },
+    );
+    assert_eq!(release_failures, 5, "all declared attempts");
+    assert!(
+        matches!(run.last(), Command::Pause { reason } if reason.contains("compensation failed 5 times"))
+    );
+    assert!(
+        !run.skills().contains(&"vendor.archive"),
+        "stops before unwinding further"
+    );
+    assert!(matches!(saga.records[1].undo, Undo::DeadLettered { .. }));
+    let run = drive(
+        &mut saga,
+        Event::Resolve {
+            resolution: Resolution::Retry,
+            now_ms: T0 + 5,
+        },
+        &mut ok,
+    );
+    assert_eq!(run.skills(), ["budget.release", "vendor.archive"]);
+    assert!(matches!(
+        run.last(),
+        Command::Finish {
+            ending: Ending::Compensated,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_compensation_that_fails_twice_then_succeeds() {
+    let mut saga = supplier();
+    let mut failures = 0;
+    let run = drive(
+        &mut saga,
+        Event::Start { now_ms: T0 },
+        &mut |inv| match inv.call.skill.as_str() {
+            "compliance.check" => failed(),
+            "sandbox.deprovision" if failures < 2 => {
+                failures += 1;
+                failed()
+            }
+            _ => ok(inv),
+        },
+    );
+    assert_eq!(
+        &run.skills()[4..],
+        [
+            "sandbox.deprovision",
+            "sandbox.deprovision",
+            "sandbox.deprovision",
+            "budget.release",
+            "vendor.archive"
+        ]
+    );
+    assert!(matches!(
+        run.last(),
+        Command::Finish {
+            ending: Ending::Compensated,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn an_unknown_compensable_step_is_compensated_through_its_idempotency_key() {
+    let mut saga = supplier();
+    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
+        if inv.call.skill == "sandbox.provision" {
+            unknown()
+        } else {
+            ok(inv)
+        }
+    });
+    assert_eq!(
+        &run.skills()[2..],
+        [
+            "sandbox.provision",
+            "sandbox.provision",
+            "sandbox.provision",
+            "sandbox.deprovision",
+            "budget.release",
+            "vendor.archive"
+        ]
+    );
+    // No response to bind from: argsWhenUnknown locates the work by the forward key.
+    assert_eq!(
+        run.calls[5].2,
+        json!({"forwardKey": "sg_demo_supplier_onboarding:s2"})
+    );
+    assert!(matches!(
+        run.last(),
+        Command::Finish {
+            ending: Ending::Compensated,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn an_unresolvable_compensation_escalates_instead_of_calling_with_partial_arguments() {
+    let mut saga = supplier();
+    let run = drive(
+        &mut saga,
+        Event::Start { now_ms: T0 },
+        &mut |inv| match inv.call.skill.as_str() {
+            // The budget answered without a reservation id; the registry then fails.
+            "budget.reserve" => CallOutcome::Succeeded {
+                response: json!({"note": "no id"}),
+            },
+            "compliance.check" => failed(),
+            _ => ok(inv),
+        },
+    );
+    assert_eq!(
+        &run.skills()[4..],
+        ["sandbox.deprovision"],
+        "budget.release is never called"
+    );
+    assert!(
+        matches!(run.last(), Command::Pause { reason } if reason.contains("compensation unavailable"))
+    );
+    assert!(matches!(saga.records[1].undo, Undo::Unavailable { .. }));
+    // A person releases it by hand; the unwind goes on.
+    let run = drive(
+        &mut saga,
+        Event::Resolve {
+            resolution: Resolution::ResolvedManually,
+            now_ms: T0 + 1,
+        },
+        &mut ok,
+    );
+    assert_eq!(run.skills(), ["vendor.archive"]);
+}
+
+#[test]
+fn cancel_before_the_pivot_waits_for_the_call_in_flight_then_compensates() {
+    let mut saga = supplier();
+    let started = saga.step(Event::Start { now_ms: T0 });
+    let Some(Command::Invoke(first)) = started
+        .iter()
+        .find(|c| matches!(c, Command::Invoke(_)))
+        .cloned()
+    else {
+        panic!("expected an invocation");
+    };
+    assert!(
+        saga.step(Event::Cancel { now_ms: T0 + 1 }).is_empty(),
+        "nothing to do while s0 is out"
+    );
+    let result = Event::Result {
+        target: first.target,
+        attempt: 1,
+        outcome: ok(&first),
+        now_ms: T0 + 2,
+    };
+    let run = drive(&mut saga, result, &mut ok);
+    assert_eq!(
+        run.skills(),
+        ["vendor.archive"],
+        "s1 never starts; s0 is undone"
+    );
+    assert!(matches!(
+        run.last(),
+        Command::Finish {
+            ending: Ending::Canceled,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn cancel_after_the_pivot_is_refused() {
+    let mut saga = supplier();
+    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
+        if inv.call.skill == "email.send" {
+            unknown()
+        } else {
+            ok(inv)
+        }
+    });
+    assert!(matches!(run.last(), Command::Pause { .. }));
+    let commands = saga.step(Event::Cancel { now_ms: T0 + 1 });
+    assert!(
+        matches!(&commands[..], [Command::RefuseCancel { .. }]),
+        "{commands:?}"
+    );
+}
+
+#[test]
+fn mandate_expiry_before_the_pivot_unwinds_and_after_it_is_ignored() {
+    let mut saga = supplier();
+    let commands = saga.step(Event::Start { now_ms: T0 });
+    assert!(commands.iter().any(|c| matches!(
+        c,
+        Command::StartTimer {
+            timer: Timer::MandateExpiry,
+            ..
+        }
+    )));
+    let Some(Command::Invoke(first)) = commands
+        .iter()
+        .find(|c| matches!(c, Command::Invoke(_)))
+        .cloned()
+    else {
+        panic!()
+    };
+    saga.step(Event::TimerFired {
+        timer: Timer::MandateExpiry,
+        now_ms: T0 + 1,
+    });
+    let run = drive(
+        &mut saga,
+        Event::Result {
+            target: first.target,
+            attempt: 1,
+            outcome: ok(&first),
+            now_ms: T0 + 2,
+        },
+        &mut ok,
+    );
+    assert_eq!(run.skills(), ["vendor.archive"]);
+    assert!(
+        matches!(run.last(), Command::Finish { ending: Ending::Compensated, reason } if reason.contains("mandate"))
+    );
+
+    let mut saga = supplier();
+    drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
+        if inv.call.skill == "email.send" {
+            unknown()
+        } else {
+            ok(inv)
+        }
+    });
+    assert!(
+        saga.step(Event::TimerFired {
+            timer: Timer::MandateExpiry,
+            now_ms: T0 + 1
+        })
+        .is_empty()
+    );
+}
+
+#[test]
+fn after_a_restart_idempotent_calls_are_repeated_with_the_same_key_others_escalate() {
+    let mut saga = supplier();
+    let commands = saga.step(Event::Start { now_ms: T0 });
+    let Some(Command::Invoke(first)) = commands
+        .iter()
+        .find(|c| matches!(c, Command::Invoke(_)))
+        .cloned()
+    else {
+        panic!()
+    };
+    let again = saga.step(Event::InFlightLost {
+        target: first.target,
+        attempt: 1,
+        now_ms: T0 + 5,
+    });
+    let Some(Command::Invoke(repeat)) = again.iter().find(|c| matches!(c, Command::Invoke(_)))
+    else {
+        panic!("{again:?}")
+    };
+    assert_eq!(repeat.idempotency_key, first.idempotency_key);
+    assert_eq!(repeat.args, first.args);
+
+    // The same saga with a skill that is not idempotent: a person decides.
+    let mut saga = supplier();
+    saga.spec.steps[0].call.idempotent = false;
+    saga.step(Event::Start { now_ms: T0 });
+    let commands = saga.step(Event::InFlightLost {
+        target: Target::Forward(0),
+        attempt: 1,
+        now_ms: T0 + 5,
+    });
+    assert!(
+        !commands
+            .iter()
+            .any(|c| matches!(c, Command::Invoke(inv) if inv.target == Target::Forward(0)))
+    );
+    assert!(
+        matches!(saga.phase, Phase::Paused { .. })
+            || matches!(saga.phase, Phase::Unwinding { .. } | Phase::Done { .. })
+    );
+    assert!(matches!(saga.records[0].forward, Forward::Unknown { .. }));
+}
+
+#[test]
+fn approvals_pause_until_a_person_answers_and_expire_into_an_unwind() {
+    let mut saga = saga_from("examples/plans/invalid/undo-ttl-too-short.json");
+    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut ok);
+    assert_eq!(run.skills(), ["vendor.create", "budget.reserve"]);
+    assert!(matches!(run.last(), Command::Pause { reason } if reason.contains("needs approval")));
+    let run = drive(
+        &mut saga,
+        Event::Resolve {
+            resolution: Resolution::Approve,
+            now_ms: T0 + 100,
+        },
+        &mut ok,
+    );
+    assert_eq!(run.skills()[0], "compliance.review");
+    assert!(matches!(
+        run.last(),
+        Command::Finish {
+            ending: Ending::Completed,
+            ..
+        }
+    ));
+
+    let mut saga = saga_from("examples/plans/invalid/undo-ttl-too-short.json");
+    drive(&mut saga, Event::Start { now_ms: T0 }, &mut ok);
+    // (The driver fires the timer when it is due; the engine takes the time it is given.)
+    let run = drive(
+        &mut saga,
+        Event::TimerFired {
+            timer: Timer::ApprovalTimeout { step: 2 },
+            now_ms: T0 + 1000,
+        },
+        &mut ok,
+    );
+    assert_eq!(run.skills(), ["budget.release", "vendor.archive"]);
+    assert!(matches!(
+        run.last(),
+        Command::Finish {
+            ending: Ending::Compensated,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn an_expired_undo_is_not_attempted() {
+    // Everything succeeds until the registry, which fails two hours later: the
+    // sandbox's one-hour undo has expired by then, so it is not attempted.
+    let mut late = supplier();
+    late.step(Event::Start { now_ms: T0 });
+    for (i, skill) in ["vendor.create", "budget.reserve", "sandbox.provision"]
+        .iter()
+        .enumerate()
+    {
+        late.step(Event::Result {
+            target: Target::Forward(i),
+            attempt: 1,
+            outcome: CallOutcome::Succeeded {
+                response: response(skill),
+            },
+            now_ms: T0,
+        });
+    }
+    let commands = late.step(Event::Result {
+        target: Target::Forward(3),
+        attempt: 1,
+        outcome: failed(),
+        now_ms: T0 + 2 * 3_600_000,
+    });
+    assert!(
+        matches!(commands.last(), Some(Command::Pause { reason }) if reason.contains("undo expired")),
+        "{commands:?}"
+    );
+}
+
+#[test]
+fn stale_results_are_ignored() {
+    let mut saga = supplier();
+    saga.step(Event::Start { now_ms: T0 });
+    let before = saga.clone();
+    let stale = saga.step(Event::Result {
+        target: Target::Forward(3),
+        attempt: 1,
+        outcome: CallOutcome::Succeeded {
+            response: json!({}),
+        },
+        now_ms: T0 + 1,
+    });
+    assert!(stale.is_empty());
+    assert_eq!(saga, before);
+}
+
+#[test]
+fn replaying_the_journal_rebuilds_the_same_state() {
+    let mut saga = supplier();
+    let mut journal = vec![Event::Start { now_ms: T0 }];
+    let mut pending = vec![Event::Start { now_ms: T0 }];
+    let mut failures: HashMap<String, u32> = HashMap::new();
+    while let Some(event) = pending.pop() {
+        for command in saga.step(event) {
+            let next = match command {
+                Command::Invoke(inv) => {
+                    let n = failures.entry(inv.call.skill.clone()).or_default();
+                    *n += 1;
+                    let outcome = if inv.call.skill == "compliance.check" && *n < 3 {
+                        unknown()
+                    } else {
+                        ok(&inv)
+                    };
+                    Event::Result {
+                        target: inv.target,
+                        attempt: inv.attempt,
+                        outcome,
+                        now_ms: T0 + 7,
+                    }
+                }
+                Command::StartTimer {
+                    timer: timer @ Timer::Retry { .. },
+                    ..
+                } => Event::TimerFired {
+                    timer,
+                    now_ms: T0 + 9,
+                },
+                _ => continue,
+            };
+            journal.push(next.clone());
+            pending.push(next);
+        }
+    }
+    assert!(matches!(
+        saga.phase,
+        Phase::Done {
+            ending: Ending::Completed
+        }
+    ));
+    let mut replayed = supplier();
+    for event in journal {
+        replayed.step(event);
+    }
+    assert_eq!(replayed, saga);
+    assert_eq!(replayed.ledger(), saga.ledger());
+    assert_eq!(saga.ledger()["steps"][3]["attempts"], 3);
+}
