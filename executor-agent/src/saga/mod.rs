@@ -1,6 +1,7 @@
 //! The saga: its spec (plan joined with curated declarations) and the pure engine.
 
 pub mod engine;
+pub mod model;
 pub mod spec;
 
 #[cfg(test)]

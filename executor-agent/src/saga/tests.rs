@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 use shared_types::{Catalog, Plan};
 
-use super::engine::{Forward, Phase, Undo};
+use super::model::{Forward, Phase, Undo};
 use super::*;
 
 const T0: i64 = 1_800_000_000_000;

@@ -1,0 +1,206 @@
+//! The saga's vocabulary: the events the engine takes, the commands it gives, and the
+//! per-step ledger records it keeps. Plain data, serialisable for the journal.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::spec::CallSpec;
+
+/// Which call an invocation or result belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "step", rename_all = "camelCase")]
+pub enum Target {
+    Forward(usize),
+    Compensation(usize),
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+pub enum CallOutcome {
+    /// The tool completed; its result.
+    Succeeded { response: Value },
+    /// The tool said no (FAILED, REJECTED, a protocol refusal): nothing took effect.
+    Failed { reason: String },
+    /// No answer we can trust (timeout, 5xx, dropped connection): it may have taken effect.
+    Unknown { reason: String },
+}
+
+/// What a person answers to a paused saga.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Resolution {
+    Approve,
+    Retry,
+    ResolvedManually,
+    Compensate,
+}
+
+/// Timers the engine asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "timer", rename_all = "camelCase")]
+pub enum Timer {
+    Retry { target: Target, attempt: u32 },
+    ApprovalTimeout { step: usize },
+    MandateExpiry,
+}
+
+/// Everything that can happen to a saga. The driver journals each before `step`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "camelCase")]
+pub enum Event {
+    Start {
+        now_ms: i64,
+    },
+    Result {
+        target: Target,
+        attempt: u32,
+        outcome: CallOutcome,
+        now_ms: i64,
+    },
+    TimerFired {
+        timer: Timer,
+        now_ms: i64,
+    },
+    Resolve {
+        resolution: Resolution,
+        now_ms: i64,
+    },
+    Cancel {
+        now_ms: i64,
+    },
+    /// After a restart: the journaled invocation had no journaled result.
+    InFlightLost {
+        target: Target,
+        attempt: u32,
+        now_ms: i64,
+    },
+}
+
+/// One call to make. The driver journals it before calling.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Invocation {
+    pub target: Target,
+    pub attempt: u32,
+    pub call: CallSpec,
+    pub args: Value,
+    pub idempotency_key: String,
+}
+
+/// How the saga ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Ending {
+    Completed,
+    /// Failed, and every completed effect was undone.
+    Compensated,
+    /// Canceled, and every completed effect was undone.
+    Canceled,
+}
+
+/// What the driver must do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "camelCase")]
+pub enum Command {
+    Invoke(Invocation),
+    StartTimer {
+        timer: Timer,
+        after_ms: u64,
+    },
+    /// A step transition to show (status update; the ledger artifact is refreshed too).
+    Report {
+        step: String,
+        what: String,
+    },
+    /// Wait for a person (INPUT_REQUIRED).
+    Pause {
+        reason: String,
+    },
+    Finish {
+        ending: Ending,
+        reason: String,
+    },
+    RefuseCancel {
+        reason: String,
+    },
+}
+
+/// A step's forward record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "camelCase")]
+pub enum Forward {
+    Pending,
+    AwaitingApproval,
+    Running { attempt: u32 },
+    WaitingRetry { attempt: u32 },
+    Succeeded { response: Value, at_ms: i64 },
+    Failed { reason: String },
+    Unknown { reason: String },
+    ResolvedManually,
+}
+
+/// A step's compensation record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "camelCase")]
+pub enum Undo {
+    NotNeeded,
+    Pending,
+    Running {
+        attempt: u32,
+    },
+    WaitingRetry {
+        attempt: u32,
+    },
+    Done,
+    /// Nothing to undo: the forward call failed definitely, or never ran.
+    NothingToUndo,
+    Unavailable {
+        reason: String,
+    },
+    DeadLettered {
+        reason: String,
+    },
+    ResolvedManually,
+}
+
+/// The per-step ledger entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepRecord {
+    pub forward: Forward,
+    pub attempts: u32,
+    /// The arguments actually sent (bound), once known.
+    pub request: Option<Value>,
+    pub undo: Undo,
+    pub undo_attempts: u32,
+}
+
+/// Where the saga stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "camelCase")]
+pub enum Phase {
+    NotStarted,
+    Forward { step: usize },
+    Unwinding { cause: Cause },
+    Paused { on: PauseOn, reason: String },
+    Done { ending: Ending },
+}
+
+/// Why the saga unwinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Cause {
+    Failure,
+    Canceled,
+    MandateExpired,
+}
+
+/// What a pause waits on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "on", rename_all = "camelCase")]
+pub enum PauseOn {
+    Approval { step: usize },
+    Forward { step: usize },
+    Compensation { step: usize, cause: Cause },
+}
