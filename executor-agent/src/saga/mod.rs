@@ -1,4 +1,5 @@
-//! The saga: its spec (plan joined with curated declarations) and the pure engine.
+//! The saga: its spec (plan joined with curated declarations), its vocabulary, and the
+//! pure engine.
 
 pub mod engine;
 pub mod model;
@@ -7,7 +8,6 @@ pub mod spec;
 #[cfg(test)]
 mod tests;
 
-pub use engine::{
-    CallOutcome, Command, Ending, Event, Invocation, Resolution, Saga, Target, Timer,
-};
+pub use engine::Saga;
+pub use model::{CallOutcome, Command, Ending, Event, Invocation, Resolution, Target, Timer};
 pub use spec::{SagaSpec, SpecError};
