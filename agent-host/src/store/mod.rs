@@ -1,6 +1,7 @@
 //! Durable task storage: the `TaskStore` trait, an in-memory store for tests and
 //! benchmarks, and the SQLite store that is the embedded default.
 
+pub mod durable;
 mod memory;
 mod sqlite;
 

@@ -1,98 +1,55 @@
-//! The SQLite `TaskStore`: one file, WAL, `synchronous=FULL`, so a write has reached the
-//! disk when `put` returns. Writes go through one writer thread that commits every write
-//! waiting at that moment in one transaction (group commit: one fsync for many tasks);
-//! reads use their own connection on the blocking pool.
+//! The SQLite `TaskStore`: one file, durable when `put` returns, with group commit
+//! (`durable.rs`); reads use their own connection on the blocking pool.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, params};
-use tokio::sync::{mpsc, oneshot};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
+use super::durable::{GroupCommit, open_connection};
 use super::{TaskPage, TaskQuery, TaskStore, state_name, updated_at};
 use crate::error::{Error, Result};
 use crate::sdk::Task;
 
-/// Writes waiting longer than this many are committed in the next transaction.
-const MAX_BATCH: usize = 1024;
-
-/// One row to write, and whom to tell once it is durable.
-struct PendingWrite {
+/// One row to write.
+#[derive(Debug)]
+struct TaskRow {
     id: String,
     context_id: String,
     state: String,
     updated_ms: i64,
     body: String,
-    done: oneshot::Sender<Result<()>>,
 }
 
 #[derive(Debug, Clone)]
 pub struct SqliteTaskStore {
     reader: Arc<Mutex<Connection>>,
-    writer: mpsc::UnboundedSender<PendingWrite>,
+    writer: GroupCommit<TaskRow>,
 }
 
-impl std::fmt::Debug for PendingWrite {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PendingWrite")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
-    }
-}
-
-fn connect(path: &Path) -> Result<Connection> {
-    let conn = Connection::open(path)
-        .map_err(|e| Error::store(format!("cannot open task store {}: {e}", path.display())))?;
-    conn.execute_batch(
-        "PRAGMA journal_mode = WAL;
-         PRAGMA synchronous = FULL;
-         PRAGMA busy_timeout = 5000;",
-    )
-    .map_err(|e| Error::store(format!("cannot prepare task store {}: {e}", path.display())))?;
-    Ok(conn)
-}
-
-/// The writer thread: waits for a write, takes every other one already waiting, commits
-/// them together, then acknowledges each.
-fn write_loop(mut conn: Connection, mut queue: mpsc::UnboundedReceiver<PendingWrite>) {
-    let mut batch = Vec::new();
-    while let Some(first) = queue.blocking_recv() {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
-        let result = commit(&mut conn, &batch).map_err(|e| format!("task store write failed: {e}"));
-        for write in batch.drain(..) {
-            let _ = write.done.send(result.clone().map_err(Error::Store));
-        }
-    }
-}
-
-fn commit(conn: &mut Connection, batch: &[PendingWrite]) -> rusqlite::Result<()> {
-    let tx = conn.transaction()?;
-    {
-        let mut upsert = tx.prepare_cached(
-            "INSERT INTO tasks (id, context_id, state, updated_ms, body)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (id) DO UPDATE SET
-                 context_id = excluded.context_id, state = excluded.state,
-                 updated_ms = excluded.updated_ms, body = excluded.body",
-        )?;
-        for w in batch {
-            upsert.execute(params![w.id, w.context_id, w.state, w.updated_ms, w.body])?;
-        }
-    }
-    tx.commit()
+fn upsert(tx: &Transaction<'_>, row: &TaskRow) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO tasks (id, context_id, state, updated_ms, body)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (id) DO UPDATE SET
+             context_id = excluded.context_id, state = excluded.state,
+             updated_ms = excluded.updated_ms, body = excluded.body",
+    )?
+    .execute(params![
+        row.id,
+        row.context_id,
+        row.state,
+        row.updated_ms,
+        row.body
+    ])
+    .map(|_| ())
 }
 
 impl SqliteTaskStore {
     /// Opens (or creates) the store at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let conn = connect(path)?;
+        let conn = open_connection(path, "task store")?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS tasks (
                  seq         INTEGER PRIMARY KEY,
@@ -106,14 +63,9 @@ impl SqliteTaskStore {
              CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (context_id);",
         )
         .map_err(|e| Error::store(format!("cannot prepare task store {}: {e}", path.display())))?;
-        let (writer, queue) = mpsc::unbounded_channel();
-        std::thread::Builder::new()
-            .name("task-store-writer".into())
-            .spawn(move || write_loop(conn, queue))
-            .map_err(|e| Error::store(format!("cannot start the task store writer: {e}")))?;
         Ok(Self {
-            reader: Arc::new(Mutex::new(connect(path)?)),
-            writer,
+            reader: Arc::new(Mutex::new(open_connection(path, "task store")?)),
+            writer: GroupCommit::spawn("task-store", conn, upsert)?,
         })
     }
 
@@ -143,21 +95,15 @@ impl TaskStore for SqliteTaskStore {
     async fn put(&self, task: &Task) -> Result<()> {
         let body = serde_json::to_string(task)
             .map_err(|e| Error::store(format!("cannot encode task: {e}")))?;
-        let (done, durable) = oneshot::channel();
-        let write = PendingWrite {
-            id: task.id.clone(),
-            context_id: task.context_id.clone(),
-            state: state_name(&task.status.state),
-            updated_ms: updated_at(task).timestamp_millis(),
-            body,
-            done,
-        };
         self.writer
-            .send(write)
-            .map_err(|_| Error::store("the task store writer has stopped"))?;
-        durable.await.map_err(|_| {
-            Error::store("the task store writer stopped before the write was durable")
-        })?
+            .submit(TaskRow {
+                id: task.id.clone(),
+                context_id: task.context_id.clone(),
+                state: state_name(&task.status.state),
+                updated_ms: updated_at(task).timestamp_millis(),
+                body,
+            })
+            .await
     }
 
     async fn get(&self, id: &str) -> Result<Option<Task>> {

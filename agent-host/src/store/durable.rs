@@ -1,0 +1,112 @@
+//! SQLite plumbing shared by Sagaplane's durable stores: a connection opened with WAL and
+//! `synchronous=FULL`, and group commit — one writer thread that commits every write
+//! waiting at that moment in one transaction (one fsync for many), acknowledging each
+//! only once it is on disk.
+
+use std::path::Path;
+
+use rusqlite::{Connection, Transaction};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, Result};
+
+/// Writes waiting beyond this many go into the next transaction.
+const MAX_BATCH: usize = 1024;
+
+/// Opens `path` for durable use. `what` names the store in errors.
+pub fn open_connection(path: &Path, what: &str) -> Result<Connection> {
+    let conn = Connection::open(path)
+        .map_err(|e| Error::store(format!("cannot open {what} {}: {e}", path.display())))?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = FULL;
+         PRAGMA busy_timeout = 5000;",
+    )
+    .map_err(|e| Error::store(format!("cannot prepare {what} {}: {e}", path.display())))?;
+    Ok(conn)
+}
+
+type Apply<J> = Box<dyn Fn(&Transaction<'_>, &J) -> rusqlite::Result<()> + Send>;
+
+/// The handle to a group-commit writer thread for jobs of type `J`.
+pub struct GroupCommit<J> {
+    queue: mpsc::UnboundedSender<(J, oneshot::Sender<Result<()>>)>,
+    what: &'static str,
+}
+
+impl<J> Clone for GroupCommit<J> {
+    fn clone(&self) -> Self {
+        Self {
+            queue: self.queue.clone(),
+            what: self.what,
+        }
+    }
+}
+
+impl<J> std::fmt::Debug for GroupCommit<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupCommit")
+            .field("what", &self.what)
+            .finish()
+    }
+}
+
+impl<J: Send + 'static> GroupCommit<J> {
+    /// Starts the writer thread on `conn`; `apply` writes one job inside the batch's
+    /// transaction. The thread ends when every handle is dropped.
+    pub fn spawn(
+        what: &'static str,
+        mut conn: Connection,
+        apply: impl Fn(&Transaction<'_>, &J) -> rusqlite::Result<()> + Send + 'static,
+    ) -> Result<Self> {
+        let (queue, mut jobs) = mpsc::unbounded_channel::<(J, oneshot::Sender<Result<()>>)>();
+        let apply: Apply<J> = Box::new(apply);
+        std::thread::Builder::new()
+            .name(format!("{what}-writer"))
+            .spawn(move || {
+                let mut batch = Vec::new();
+                while let Some(first) = jobs.blocking_recv() {
+                    batch.push(first);
+                    while batch.len() < MAX_BATCH {
+                        match jobs.try_recv() {
+                            Ok(next) => batch.push(next),
+                            Err(_) => break,
+                        }
+                    }
+                    let result = commit(&mut conn, &batch, &apply)
+                        .map_err(|e| format!("{what} write failed: {e}"));
+                    for (_, done) in batch.drain(..) {
+                        let _ = done.send(result.clone().map_err(Error::Store));
+                    }
+                }
+            })
+            .map_err(|e| Error::store(format!("cannot start the {what} writer: {e}")))?;
+        Ok(Self { queue, what })
+    }
+
+    /// Writes `job`; returns once it is durable (or the batch failed).
+    pub async fn submit(&self, job: J) -> Result<()> {
+        let (done, durable) = oneshot::channel();
+        self.queue
+            .send((job, done))
+            .map_err(|_| Error::store(format!("the {} writer has stopped", self.what)))?;
+        durable.await.map_err(|_| {
+            Error::store(format!(
+                "the {} writer stopped before the write was durable",
+                self.what
+            ))
+        })?
+    }
+}
+
+fn commit<J>(
+    conn: &mut Connection,
+    batch: &[(J, oneshot::Sender<Result<()>>)],
+    apply: &Apply<J>,
+) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    for (job, _) in batch {
+        apply(&tx, job)?;
+    }
+    tx.commit()
+}
