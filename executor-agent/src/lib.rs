@@ -1,4 +1,10 @@
 //! The execution plane: registry of curated cards, plan intake, and the saga engine.
-//! The engine (`saga::engine`) is pure: events in, commands out; drivers do the I/O.
+//! The engine (`saga::engine`) is pure: events in, commands out. The journal makes every
+//! event and every call's intent durable first; recovery replays it after a crash.
 
+pub mod error;
+pub mod journal;
+pub mod recovery;
 pub mod saga;
+
+pub use error::{Error, Result};

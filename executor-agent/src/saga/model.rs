@@ -37,7 +37,7 @@ pub enum Resolution {
 }
 
 /// Timers the engine asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "timer", rename_all = "camelCase")]
 pub enum Timer {
     Retry { target: Target, attempt: u32 },

@@ -1,0 +1,20 @@
+//! The executor's one error type.
+
+/// What can go wrong in the executor library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The journal could not be read or written (disk, database, encoding).
+    #[error("journal: {0}")]
+    Journal(String),
+    /// A plan could not become a saga.
+    #[error("{0}")]
+    Spec(#[from] crate::saga::SpecError),
+}
+
+impl From<agent_host::Error> for Error {
+    fn from(e: agent_host::Error) -> Self {
+        Self::Journal(e.to_string())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,191 @@
+//! The write-ahead journal: for each saga, its spec, then every event and every
+//! invocation intent in the order they happened. An event is journaled before the engine
+//! sees it, an intent before the call is made; replaying the journal therefore rebuilds
+//! the saga exactly, and shows which calls were made but never answered.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use agent_host::store::durable::{GroupCommit, open_connection};
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::saga::{Event, Invocation, SagaSpec};
+
+/// One journal entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "entry", rename_all = "camelCase")]
+pub enum Entry {
+    Event(Event),
+    Intent(Invocation),
+}
+
+/// What the journal keeps about a saga besides its entries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SagaHeader {
+    pub saga_id: String,
+    pub plan_version: u32,
+    /// The A2A task that reports this saga.
+    pub task_id: String,
+    pub spec: SagaSpec,
+}
+
+/// Where sagas are journaled. A PostgreSQL journal (shared by executor replicas, with a
+/// lease per saga) implements the same trait.
+#[async_trait]
+pub trait Journal: Send + Sync + 'static {
+    /// Records a new saga. Durable when it returns.
+    async fn begin(&self, header: &SagaHeader) -> Result<()>;
+    /// Appends one entry. Durable when it returns; concurrent appends share an fsync.
+    async fn append(&self, saga_id: &str, entry: &Entry) -> Result<()>;
+    /// Marks a saga finished (it needs no recovery).
+    async fn finish(&self, saga_id: &str) -> Result<()>;
+    async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>>;
+    /// Sagas not finished: the ones to resume after a restart.
+    async fn unfinished(&self) -> Result<Vec<String>>;
+}
+
+#[derive(Debug)]
+enum Write {
+    Begin { saga_id: String, body: String },
+    Append { saga_id: String, body: String },
+    Finish { saga_id: String },
+}
+
+fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
+    match write {
+        Write::Begin { saga_id, body } => tx
+            .prepare_cached("INSERT INTO sagas (saga_id, header, finished) VALUES (?1, ?2, 0)")?
+            .execute(params![saga_id, body]),
+        Write::Append { saga_id, body } => tx
+            .prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
+            .execute(params![saga_id, body]),
+        Write::Finish { saga_id } => tx
+            .prepare_cached("UPDATE sagas SET finished = 1 WHERE saga_id = ?1")?
+            .execute(params![saga_id]),
+    }
+    .map(|_| ())
+}
+
+/// The SQLite journal: one file, WAL, `synchronous=FULL`, group commit.
+#[derive(Debug, Clone)]
+pub struct SqliteJournal {
+    reader: Arc<Mutex<Connection>>,
+    writer: GroupCommit<Write>,
+}
+
+impl SqliteJournal {
+    pub fn open(path: &Path) -> Result<Self> {
+        let conn = open_connection(path, "journal")?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS sagas (
+                 saga_id  TEXT PRIMARY KEY,
+                 header   TEXT NOT NULL,
+                 finished INTEGER NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS entries (
+                 seq      INTEGER PRIMARY KEY,
+                 saga_id  TEXT NOT NULL REFERENCES sagas (saga_id),
+                 body     TEXT NOT NULL
+             );
+             CREATE INDEX IF NOT EXISTS entries_by_saga ON entries (saga_id, seq);",
+        )
+        .map_err(|e| Error::Journal(format!("cannot prepare {}: {e}", path.display())))?;
+        Ok(Self {
+            reader: Arc::new(Mutex::new(open_connection(path, "journal")?)),
+            writer: GroupCommit::spawn("journal", conn, apply)?,
+        })
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let reader = self.reader.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = reader
+                .lock()
+                .map_err(|_| Error::Journal("reader poisoned".into()))?;
+            work(&conn).map_err(|e| Error::Journal(e.to_string()))
+        })
+        .await
+        .map_err(|e| Error::Journal(format!("reader failed: {e}")))?
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| Error::Journal(format!("cannot encode: {e}")))
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(text: &str) -> rusqlite::Result<T> {
+    serde_json::from_str(text).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+}
+
+#[async_trait]
+impl Journal for SqliteJournal {
+    async fn begin(&self, header: &SagaHeader) -> Result<()> {
+        let body = encode(header)?;
+        Ok(self
+            .writer
+            .submit(Write::Begin {
+                saga_id: header.saga_id.clone(),
+                body,
+            })
+            .await?)
+    }
+
+    async fn append(&self, saga_id: &str, entry: &Entry) -> Result<()> {
+        let body = encode(entry)?;
+        Ok(self
+            .writer
+            .submit(Write::Append {
+                saga_id: saga_id.to_owned(),
+                body,
+            })
+            .await?)
+    }
+
+    async fn finish(&self, saga_id: &str) -> Result<()> {
+        Ok(self
+            .writer
+            .submit(Write::Finish {
+                saga_id: saga_id.to_owned(),
+            })
+            .await?)
+    }
+
+    async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {
+        let saga_id = saga_id.to_owned();
+        self.read(move |conn| {
+            let Some(header) = conn
+                .query_row(
+                    "SELECT header FROM sagas WHERE saga_id = ?1",
+                    [&saga_id],
+                    |row| decode::<SagaHeader>(&row.get::<_, String>(0)?),
+                )
+                .optional()?
+            else {
+                return Ok(None);
+            };
+            let mut statement =
+                conn.prepare("SELECT body FROM entries WHERE saga_id = ?1 ORDER BY seq")?;
+            let entries = statement
+                .query_map([&saga_id], |row| decode::<Entry>(&row.get::<_, String>(0)?))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(Some((header, entries)))
+        })
+        .await
+    }
+
+    async fn unfinished(&self) -> Result<Vec<String>> {
+        self.read(|conn| {
+            let mut statement =
+                conn.prepare("SELECT saga_id FROM sagas WHERE finished = 0 ORDER BY saga_id")?;
+            statement.query_map([], |row| row.get(0))?.collect()
+        })
+        .await
+    }
+}

@@ -1,0 +1,266 @@
+//! Journal and recovery: a saga "crashes" after every possible number of journal writes,
+//! is rebuilt from the journal, and carries on; it must end exactly as an uninterrupted
+//! run does, and no tool may apply any idempotency key twice.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
+use executor_agent::recovery::replay;
+use executor_agent::saga::{CallOutcome, Command, Event, Invocation, Saga, SagaSpec, Timer};
+use serde_json::{Value, json};
+use shared_types::{Catalog, Plan};
+
+const T0: i64 = 1_800_000_000_000;
+
+fn read(path: &str) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap()).unwrap()
+}
+
+fn spec() -> SagaSpec {
+    let mut catalog = Catalog::default();
+    for name in [
+        "vendor-registry",
+        "budget",
+        "sandbox",
+        "compliance-registry",
+        "payments",
+        "mailer",
+    ] {
+        catalog
+            .add_card(&read(&format!("agent-cards/{name}.json")))
+            .unwrap();
+    }
+    let plan = Plan::from_value(&read("examples/plans/supplier-onboarding.json")).unwrap();
+    SagaSpec::new(&plan, &catalog).unwrap()
+}
+
+/// Tools that honour Idempotency-Key: a repeated key replays the first result.
+#[derive(Default)]
+struct Tools {
+    /// Effects actually applied, by idempotency key, in order.
+    applied: Vec<String>,
+    results: HashMap<String, CallOutcome>,
+    /// The registry times out on its first two tries (a retried unknown outcome).
+    registry_tries: u32,
+    fail_registry: bool,
+}
+
+impl Tools {
+    fn call(&mut self, inv: &Invocation) -> CallOutcome {
+        if let Some(previous) = self.results.get(&inv.idempotency_key) {
+            return previous.clone();
+        }
+        if inv.call.skill == "compliance.check" {
+            self.registry_tries += 1;
+            if self.fail_registry || self.registry_tries <= 2 {
+                return CallOutcome::Unknown {
+                    reason: "timed out".into(),
+                };
+            }
+        }
+        let response = json!({"vendorId": "v_1", "reservationId": "r_1", "tenantId": "t_1", "login": "l",
+                              "status": "clear", "reference": "c_1", "captureId": "p_1", "messageId": "m_1"});
+        let outcome = CallOutcome::Succeeded { response };
+        self.applied.push(inv.idempotency_key.clone());
+        self.results
+            .insert(inv.idempotency_key.clone(), outcome.clone());
+        outcome
+    }
+}
+
+struct Crash;
+
+/// A driver over an in-memory journal that crashes after `budget` writes.
+struct Sim<'t> {
+    journal: Vec<Entry>,
+    budget: usize,
+    tools: &'t mut Tools,
+}
+
+impl Sim<'_> {
+    fn write(&mut self, entry: Entry) -> Result<(), Crash> {
+        if self.budget == 0 {
+            return Err(Crash);
+        }
+        self.budget -= 1;
+        self.journal.push(entry);
+        Ok(())
+    }
+
+    fn invoke(&mut self, inv: Invocation, queue: &mut Vec<Event>) -> Result<(), Crash> {
+        self.write(Entry::Intent(inv.clone()))?;
+        let outcome = self.tools.call(&inv);
+        queue.push(Event::Result {
+            target: inv.target,
+            attempt: inv.attempt,
+            outcome,
+            now_ms: T0 + 1,
+        });
+        Ok(())
+    }
+
+    fn run(&mut self, saga: &mut Saga, mut queue: Vec<Event>) -> Result<(), Crash> {
+        while let Some(event) = queue.pop() {
+            self.write(Entry::Event(event.clone()))?;
+            for command in saga.step(event) {
+                match command {
+                    Command::Invoke(inv) => self.invoke(inv, &mut queue)?,
+                    Command::StartTimer {
+                        timer: timer @ Timer::Retry { .. },
+                        ..
+                    } => queue.push(Event::TimerFired {
+                        timer,
+                        now_ms: T0 + 2,
+                    }),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs with a crash after `budget` writes (`usize::MAX`: no crash), recovers, finishes.
+fn run_with_crash(budget: usize, fail_registry: bool) -> (Saga, Tools, usize) {
+    let mut tools = Tools {
+        fail_registry,
+        ..Tools::default()
+    };
+    let mut saga = Saga::new(spec());
+    let mut sim = Sim {
+        journal: Vec::new(),
+        budget,
+        tools: &mut tools,
+    };
+    let crashed = sim
+        .run(&mut saga, vec![Event::Start { now_ms: T0 }])
+        .is_err();
+    let written = sim.journal.len();
+    if crashed {
+        let journal = std::mem::take(&mut sim.journal);
+        let recovered = replay(spec(), &journal, T0 + 3);
+        saga = recovered.saga;
+        let mut sim = Sim {
+            journal,
+            budget: usize::MAX,
+            tools: &mut tools,
+        };
+        let mut queue = recovered.lost;
+        for inv in recovered.to_invoke {
+            sim.invoke(inv, &mut queue)
+                .unwrap_or_else(|_| unreachable!());
+        }
+        for (timer, _) in recovered.timers {
+            if matches!(timer, Timer::Retry { .. }) {
+                queue.push(Event::TimerFired {
+                    timer,
+                    now_ms: T0 + 4,
+                });
+            }
+        }
+        sim.run(&mut saga, queue).unwrap_or_else(|_| unreachable!());
+    }
+    (saga, tools, written)
+}
+
+fn check_every_crash_point(fail_registry: bool) {
+    let (clean, clean_tools, writes) = run_with_crash(usize::MAX, fail_registry);
+    assert!(
+        writes > 10,
+        "the uninterrupted run journals {writes} entries"
+    );
+    for budget in 0..writes {
+        let (saga, tools, _) = run_with_crash(budget, fail_registry);
+        assert_eq!(saga.phase, clean.phase, "crash after {budget} writes");
+        assert_eq!(
+            tools.applied, clean_tools.applied,
+            "crash after {budget} writes: the same effects, once each"
+        );
+        let forward: Vec<_> = saga.records.iter().map(|r| (&r.forward, &r.undo)).collect();
+        let expected: Vec<_> = clean
+            .records
+            .iter()
+            .map(|r| (&r.forward, &r.undo))
+            .collect();
+        assert_eq!(
+            format!("{forward:?}"),
+            format!("{expected:?}"),
+            "crash after {budget} writes"
+        );
+    }
+}
+
+#[test]
+fn a_crash_at_any_journal_point_ends_like_an_uninterrupted_run() {
+    check_every_crash_point(false);
+}
+
+#[test]
+fn a_crash_during_compensation_ends_like_an_uninterrupted_run() {
+    check_every_crash_point(true);
+    let (saga, tools, _) = run_with_crash(usize::MAX, true);
+    assert!(
+        tools.applied.iter().any(|k| k.ends_with(":s0:undo")),
+        "{:?}",
+        tools.applied
+    );
+    assert!(format!("{:?}", saga.phase).contains("Compensated"));
+}
+
+#[tokio::test]
+async fn the_sqlite_journal_keeps_everything_across_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let header = SagaHeader {
+        saga_id: "sg_1".into(),
+        plan_version: 1,
+        task_id: "task-1".into(),
+        spec: spec(),
+    };
+    {
+        let journal = SqliteJournal::open(&path).unwrap();
+        journal.begin(&header).await.unwrap();
+        let (clean, _, _) = run_with_crash(usize::MAX, false);
+        assert!(format!("{:?}", clean.phase).contains("Completed"));
+        journal
+            .append("sg_1", &Entry::Event(Event::Start { now_ms: T0 }))
+            .await
+            .unwrap();
+        let appends = (0..50).map(|i| {
+            let journal = journal.clone();
+            async move {
+                journal
+                    .append("sg_1", &Entry::Event(Event::Cancel { now_ms: T0 + i }))
+                    .await
+            }
+        });
+        for result in futures_join(appends).await {
+            result.unwrap();
+        }
+        assert_eq!(journal.unfinished().await.unwrap(), ["sg_1"]);
+    }
+    let journal = SqliteJournal::open(&path).unwrap();
+    let (loaded, entries) = journal.load("sg_1").await.unwrap().unwrap();
+    assert_eq!(loaded, header);
+    assert_eq!(entries.len(), 51);
+    assert_eq!(entries[0], Entry::Event(Event::Start { now_ms: T0 }));
+    journal.finish("sg_1").await.unwrap();
+    assert!(journal.unfinished().await.unwrap().is_empty());
+    assert!(journal.load("nope").await.unwrap().is_none());
+}
+
+/// Runs futures concurrently (so their appends share commits) and collects the results.
+async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+    F: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for handle in handles {
+        out.push(handle.await.unwrap());
+    }
+    out
+}
