@@ -252,10 +252,10 @@ async fn the_sqlite_journal_keeps_everything_across_a_reopen() {
 }
 
 /// Runs futures concurrently (so their appends share commits) and collects the results.
-async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+async fn futures_join<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 where
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
-    F: Send + 'static,
 {
     let handles: Vec<_> = futures.map(tokio::spawn).collect();
     let mut out = Vec::new();
