@@ -2,7 +2,9 @@
 //! The engine (`saga::engine`) is pure: events in, commands out. The journal makes every
 //! event and every call's intent durable first; recovery replays it after a crash.
 
+pub mod driver;
 pub mod error;
+pub mod invoke;
 pub mod journal;
 pub mod recovery;
 pub mod saga;

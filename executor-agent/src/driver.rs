@@ -1,0 +1,187 @@
+//! The saga driver: the thin async loop around the pure engine. For every event it
+//! journals the event, steps the engine, and performs the commands — journaling each
+//! call's intent before making it, arming timers, and reporting progress.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::Result;
+use crate::invoke::{CallContext, Invoker};
+use crate::journal::{Entry, Journal};
+use crate::recovery::Recovered;
+use crate::saga::model::Phase;
+use crate::saga::{Command, Event, Invocation, Resolution, Saga, Target, Timer};
+
+/// Where progress goes (the executor's A2A task; a log in tests).
+#[async_trait]
+pub trait Reporter: Send + Sync + 'static {
+    /// Called with every command that people should see (reports, pauses, the end),
+    /// and the ledger as it stands after it.
+    async fn report(&self, command: &Command, ledger: &serde_json::Value);
+}
+
+/// Requests from outside the saga: a person's answer, or a cancel.
+#[derive(Debug)]
+pub enum Control {
+    Resolve(Resolution),
+    /// Answered with `Err(reason)` when the saga can no longer be canceled.
+    Cancel(oneshot::Sender<std::result::Result<(), String>>),
+}
+
+/// Milliseconds since the Unix epoch: the only clock the saga sees, given as event data.
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Runs one saga until it ends. `resume` comes from the journal after a restart, or is
+/// `None` for a new saga (which starts with `Event::Start`).
+pub async fn drive(
+    saga_id: String,
+    mut saga: Saga,
+    resume: Option<Recovered>,
+    journal: Arc<dyn Journal>,
+    invoker: Arc<dyn Invoker>,
+    reporter: Arc<dyn Reporter>,
+    mut control: mpsc::Receiver<Control>,
+) -> Result<Phase> {
+    let (events, mut incoming) = mpsc::unbounded_channel::<Event>();
+    let ctx = Ctx {
+        saga_id: saga_id.clone(),
+        journal: journal.clone(),
+        invoker,
+        events: events.clone(),
+    };
+    match resume {
+        None => {
+            let _ = events.send(Event::Start { now_ms: now_ms() });
+        }
+        Some(recovered) => {
+            saga = recovered.saga;
+            for invocation in recovered.to_invoke {
+                ctx.call(&saga, invocation).await?;
+            }
+            for event in recovered.lost {
+                let _ = events.send(event);
+            }
+            for (timer, deadline) in recovered.timers {
+                ctx.arm(timer, u64::try_from(deadline - now_ms()).unwrap_or(0));
+            }
+        }
+    }
+    let mut pending_cancel: Option<oneshot::Sender<std::result::Result<(), String>>> = None;
+    loop {
+        if let Phase::Done { .. } = saga.phase {
+            journal.finish(&saga_id).await?;
+            return Ok(saga.phase);
+        }
+        let event = tokio::select! {
+            Some(event) = incoming.recv() => event,
+            Some(request) = control.recv() => match request {
+                Control::Resolve(resolution) => Event::Resolve { resolution, now_ms: now_ms() },
+                Control::Cancel(reply) => {
+                    pending_cancel = Some(reply);
+                    Event::Cancel { now_ms: now_ms() }
+                }
+            },
+            else => return Ok(saga.phase),
+        };
+        let is_cancel = matches!(event, Event::Cancel { .. });
+        journal
+            .append(&saga_id, &Entry::Event(event.clone()))
+            .await?;
+        let commands = saga.step(event);
+        if is_cancel && let Some(reply) = pending_cancel.take() {
+            let refused = commands.iter().find_map(|c| match c {
+                Command::RefuseCancel { reason } => Some(reason.clone()),
+                _ => None,
+            });
+            let _ = reply.send(refused.map_or(Ok(()), Err));
+        }
+        for command in commands {
+            match command {
+                Command::Invoke(invocation) => ctx.call(&saga, invocation).await?,
+                Command::StartTimer { timer, after_ms } => ctx.arm(timer, after_ms),
+                Command::RefuseCancel { .. } => {}
+                ref shown @ (Command::Report { .. }
+                | Command::Pause { .. }
+                | Command::Finish { .. }) => {
+                    reporter.report(shown, &saga.ledger()).await;
+                }
+            }
+        }
+    }
+}
+
+struct Ctx {
+    saga_id: String,
+    journal: Arc<dyn Journal>,
+    invoker: Arc<dyn Invoker>,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+impl Ctx {
+    /// Journals the intent, then calls on its own task; the result comes back as an event.
+    async fn call(&self, saga: &Saga, invocation: Invocation) -> Result<()> {
+        self.journal
+            .append(&self.saga_id, &Entry::Intent(invocation.clone()))
+            .await?;
+        let (step, caused_by) = match invocation.target {
+            Target::Forward(i) => (i, None),
+            Target::Compensation(i) => (i, failed_step(saga)),
+        };
+        let context = CallContext {
+            saga_id: self.saga_id.clone(),
+            step_id: saga.spec.steps[step].id.clone(),
+            caused_by,
+        };
+        let (invoker, events) = (self.invoker.clone(), self.events.clone());
+        tokio::spawn(async move {
+            let outcome = invoker.invoke(&invocation, &context).await;
+            let _ = events.send(Event::Result {
+                target: invocation.target,
+                attempt: invocation.attempt,
+                outcome,
+                now_ms: now_ms(),
+            });
+        });
+        Ok(())
+    }
+
+    /// Arms a timer. Retry waits get jitter: a random share of the cap, never more.
+    fn arm(&self, timer: Timer, after_ms: u64) {
+        let wait = match timer {
+            Timer::Retry { .. } if after_ms > 0 => after_ms / 2 + jitter(after_ms / 2),
+            _ => after_ms,
+        };
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            let _ = events.send(Event::TimerFired {
+                timer,
+                now_ms: now_ms(),
+            });
+        });
+    }
+}
+
+fn jitter(up_to: u64) -> u64 {
+    if up_to == 0 {
+        return 0;
+    }
+    let random = uuid::Uuid::new_v4().as_u128() as u64;
+    random % (up_to + 1)
+}
+
+/// The step whose failure started the unwind, for `sagaplane.caused-by`.
+fn failed_step(saga: &Saga) -> Option<String> {
+    use crate::saga::model::Forward;
+    saga.spec
+        .steps
+        .iter()
+        .zip(&saga.records)
+        .find(|(_, r)| matches!(r.forward, Forward::Failed { .. } | Forward::Unknown { .. }))
+        .map(|(s, _)| s.id.clone())
+}

@@ -1,0 +1,176 @@
+//! Calling tools. `Invoker` is what the driver needs; `A2aInvoker` calls A2A tool agents
+//! with the executor's credential for each agent and the saga context of DESIGN.md §7
+//! (`Idempotency-Key`, `traceparent`, `baggage`, and the same context in message
+//! metadata under the extension URI), and classifies each answer as success, definite
+//! failure, or unknown outcome.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use agent_host::sdk::{
+    Message, Part, PartContent, Role, SendMessageRequest, SendMessageResponse, Task, TaskState,
+    new_message_id,
+};
+use agent_host::{AgentClient, OutboundCall};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use shared_types::REVERSIBILITY_EXTENSION_URI;
+
+use crate::saga::{CallOutcome, Invocation, Target};
+
+/// JSON-RPC's internal error: the SDK's client also reports transport failures with it,
+/// so it never proves that nothing happened.
+const INTERNAL_ERROR: i32 = -32603;
+
+/// The saga context that travels with every call.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    pub saga_id: String,
+    pub step_id: String,
+    /// Why this call happens: the step whose failure caused a compensation.
+    pub caused_by: Option<String>,
+}
+
+/// Performs invocations.
+#[async_trait]
+pub trait Invoker: Send + Sync + 'static {
+    async fn invoke(&self, invocation: &Invocation, context: &CallContext) -> CallOutcome;
+}
+
+/// Where an agent is and how the executor authenticates to it.
+#[derive(Debug)]
+pub struct Endpoint {
+    pub client: AgentClient,
+    pub bearer: Option<String>,
+}
+
+/// Calls A2A tool agents.
+#[derive(Debug, Default)]
+pub struct A2aInvoker {
+    endpoints: HashMap<String, Endpoint>,
+}
+
+impl A2aInvoker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, agent: impl Into<String>, endpoint: Endpoint) {
+        self.endpoints.insert(agent.into(), endpoint);
+    }
+}
+
+/// A W3C trace context: one trace per saga, one span per call.
+fn traceparent(saga_id: &str) -> String {
+    let trace = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, saga_id.as_bytes())
+        .simple()
+        .to_string();
+    let span = &uuid::Uuid::new_v4().simple().to_string()[..16];
+    format!("00-{trace}-{span}-01")
+}
+
+fn data_of(parts: &[Part]) -> Option<Value> {
+    parts.iter().find_map(|p| match &p.content {
+        PartContent::Data(v) => Some(v.clone()),
+        _ => None,
+    })
+}
+
+fn text_of(task: &Task) -> String {
+    task.status
+        .message
+        .as_ref()
+        .and_then(|m| m.parts.iter().find_map(|p| p.as_text().map(str::to_owned)))
+        .unwrap_or_else(|| format!("{:?}", task.status.state))
+}
+
+/// How a tool's task answers a call.
+pub fn classify_task(task: &Task) -> CallOutcome {
+    match task.status.state {
+        TaskState::Completed => {
+            let response = task
+                .artifacts
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .find_map(|a| data_of(&a.parts))
+                .unwrap_or_else(|| json!({}));
+            CallOutcome::Succeeded { response }
+        }
+        TaskState::Failed | TaskState::Rejected | TaskState::Canceled => CallOutcome::Failed {
+            reason: text_of(task),
+        },
+        ref other => CallOutcome::Unknown {
+            reason: format!("the tool's task is still {other:?} after the call's timeout"),
+        },
+    }
+}
+
+#[async_trait]
+impl Invoker for A2aInvoker {
+    async fn invoke(&self, invocation: &Invocation, context: &CallContext) -> CallOutcome {
+        let Some(endpoint) = self.endpoints.get(&invocation.call.agent) else {
+            // Nothing was sent: a definite failure.
+            return CallOutcome::Failed {
+                reason: format!("no endpoint for agent {}", invocation.call.agent),
+            };
+        };
+        let saga_context = json!({
+            "sagaId": context.saga_id, "stepId": context.step_id,
+            "idempotencyKey": invocation.idempotency_key, "causedBy": context.caused_by,
+            "compensation": matches!(invocation.target, Target::Compensation(_)),
+        });
+        let message = Message {
+            message_id: new_message_id(),
+            context_id: None,
+            task_id: None,
+            role: Role::User,
+            parts: vec![Part::data(
+                json!({"skill": invocation.call.skill, "args": invocation.args}),
+            )],
+            metadata: Some(HashMap::from([(
+                REVERSIBILITY_EXTENSION_URI.to_owned(),
+                saga_context,
+            )])),
+            extensions: Some(vec![REVERSIBILITY_EXTENSION_URI.to_owned()]),
+            reference_task_ids: None,
+        };
+        let mut baggage = vec![
+            ("sagaplane.saga".to_owned(), context.saga_id.clone()),
+            ("sagaplane.step".to_owned(), context.step_id.clone()),
+        ];
+        if let Some(cause) = &context.caused_by {
+            baggage.push(("sagaplane.caused-by".to_owned(), cause.clone()));
+        }
+        let call = OutboundCall {
+            bearer: endpoint.bearer.clone(),
+            idempotency_key: Some(invocation.idempotency_key.clone()),
+            traceparent: Some(traceparent(&context.saga_id)),
+            baggage,
+            timeout: Duration::from_millis(invocation.call.timeout_ms),
+        };
+        let request = SendMessageRequest {
+            message,
+            configuration: None,
+            metadata: None,
+            tenant: None,
+        };
+        match endpoint.client.send(&call, &request).await {
+            Ok(SendMessageResponse::Task(task)) => classify_task(&task),
+            Ok(SendMessageResponse::Message(m)) => match data_of(&m.parts) {
+                Some(response) => CallOutcome::Succeeded { response },
+                None => CallOutcome::Unknown {
+                    reason: "the tool answered with a message and no result".into(),
+                },
+            },
+            Err(agent_host::Error::Protocol(e)) if e.code != INTERNAL_ERROR => {
+                CallOutcome::Failed {
+                    reason: format!("the tool refused the call: {} ({})", e.message, e.code),
+                }
+            }
+            Err(e) => CallOutcome::Unknown {
+                reason: e.to_string(),
+            },
+        }
+    }
+}

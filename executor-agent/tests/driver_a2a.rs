@@ -1,0 +1,414 @@
+//! The driver against real A2A tool agents on loopback: every effect once, compensations
+//! in reverse order, the saga context on every call, and faults injected on the tool side.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use agent_host::sdk::{Artifact, Message, Part, PartContent, Role, TaskState, new_message_id};
+use agent_host::{
+    Agent, AgentClient, HostConfig, InboundAuth, MemoryTaskStore, RequestContext, ServedCard,
+    TaskHandle, TaskManager, prepare_card,
+};
+use executor_agent::driver::{Control, Reporter, drive};
+use executor_agent::invoke::{A2aInvoker, Endpoint};
+use executor_agent::journal::{Journal, SagaHeader, SqliteJournal};
+use executor_agent::saga::model::Phase;
+use executor_agent::saga::{Command, Ending, Saga, SagaSpec};
+use serde_json::{Value, json};
+use shared_types::{Catalog, Plan};
+use tokio::sync::mpsc;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    Decline,
+    Hang,
+}
+
+/// What one tool agent saw and did.
+#[derive(Debug, Default)]
+struct ToolLog {
+    /// (idempotency key, skill) of every effect applied, in order.
+    effects: Vec<(String, String)>,
+    /// Every call received: (key, skill, caller, traceparent present, baggage).
+    calls: Vec<(String, String, String, bool, String)>,
+    results: HashMap<String, (Value, Value)>,
+}
+
+struct Tool {
+    faults: HashMap<String, Fault>,
+    log: Arc<Mutex<ToolLog>>,
+}
+
+fn response(skill: &str) -> Value {
+    match skill {
+        "vendor.create" => json!({"vendorId": "v_1"}),
+        "budget.reserve" => json!({"reservationId": "r_1"}),
+        "sandbox.provision" => json!({"tenantId": "t_1", "login": "acme-admin"}),
+        "compliance.check" => json!({"status": "clear", "reference": "c_1"}),
+        "payments.capture" => json!({"captureId": "p_1", "amountMinor": 12000, "currency": "EUR"}),
+        "email.send" => json!({"messageId": "m_1"}),
+        _ => json!({"done": true}),
+    }
+}
+
+#[async_trait::async_trait]
+impl Agent for Tool {
+    async fn run(&self, ctx: RequestContext, task: TaskHandle, message: Message) {
+        let Some(PartContent::Data(call)) = message.parts.first().map(|p| p.content.clone()) else {
+            let _ = task.set_status(TaskState::Rejected, None).await;
+            return;
+        };
+        let skill = call["skill"].as_str().unwrap_or_default().to_owned();
+        let key = ctx.idempotency_key.clone().unwrap_or_default();
+        self.log.lock().unwrap().calls.push((
+            key.clone(),
+            skill.clone(),
+            ctx.caller.clone(),
+            ctx.traceparent.is_some(),
+            ctx.baggage.clone().unwrap_or_default(),
+        ));
+        let fault = self.faults.get(&skill).copied();
+        if fault == Some(Fault::Hang) {
+            std::future::pending::<()>().await;
+        }
+        if fault == Some(Fault::Decline) {
+            let reason = Message {
+                message_id: new_message_id(),
+                context_id: None,
+                task_id: None,
+                role: Role::Agent,
+                parts: vec![Part::text("declined")],
+                metadata: None,
+                extensions: None,
+                reference_task_ids: None,
+            };
+            let _ = task.set_status(TaskState::Failed, Some(reason)).await;
+            return;
+        }
+        let result = {
+            let mut log = self.log.lock().unwrap();
+            match log.results.get(&key) {
+                Some((args, result)) if *args == call["args"] => result.clone(),
+                Some(_) => Value::Null,
+                None => {
+                    let result = response(&skill);
+                    log.effects.push((key.clone(), skill.clone()));
+                    log.results
+                        .insert(key, (call["args"].clone(), result.clone()));
+                    result
+                }
+            }
+        };
+        if result.is_null() {
+            let _ = task.set_status(TaskState::Failed, None).await;
+            return;
+        }
+        let artifact = Artifact {
+            artifact_id: "result".into(),
+            name: None,
+            description: None,
+            parts: vec![Part::data(result)],
+            metadata: None,
+            extensions: None,
+        };
+        let _ = task.add_artifact(artifact, false, true).await;
+        let _ = task.set_status(TaskState::Completed, None).await;
+    }
+}
+
+async fn start_tool(faults: HashMap<String, Fault>, log: Arc<Mutex<ToolLog>>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let card = json!({"name": "tool", "description": "", "version": "1", "supportedInterfaces": [],
+        "capabilities": {"streaming": true}, "defaultInputModes": [], "defaultOutputModes": [], "skills": []});
+    let card = prepare_card(card, &url, None).unwrap();
+    let auth = InboundAuth::StaticBearer {
+        name: "executor".into(),
+        token: "tool-secret".into(),
+    };
+    let config = HostConfig::new(ServedCard::new(&card).unwrap(), auth);
+    let router = agent_host::app(
+        &config,
+        Arc::new(Tool { faults, log }),
+        TaskManager::new(Arc::new(MemoryTaskStore::new())),
+    );
+    tokio::spawn(agent_host::serve(listener, router, config.shutdown.clone()));
+    url
+}
+
+struct Log(mpsc::UnboundedSender<Command>);
+
+#[async_trait::async_trait]
+impl Reporter for Log {
+    async fn report(&self, command: &Command, _: &Value) {
+        let _ = self.0.send(command.clone());
+    }
+}
+
+/// A saga running in the background, stopped at a pause or its end.
+struct Stopped {
+    last: Command,
+    logs: HashMap<String, Arc<Mutex<ToolLog>>>,
+    control: mpsc::Sender<Control>,
+    reports: mpsc::UnboundedReceiver<Command>,
+    saga: tokio::task::JoinHandle<executor_agent::Result<Phase>>,
+    _journal_dir: tempfile::TempDir,
+}
+
+impl Stopped {
+    /// Waits for the next pause or the end.
+    async fn next_stop(&mut self) -> Command {
+        loop {
+            let command = self
+                .reports
+                .recv()
+                .await
+                .expect("the saga reports until it ends");
+            if matches!(command, Command::Pause { .. } | Command::Finish { .. }) {
+                return command;
+            }
+        }
+    }
+}
+
+fn read(path: &str) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap()).unwrap()
+}
+
+const AGENTS: [&str; 6] = [
+    "vendor-registry",
+    "budget",
+    "sandbox",
+    "compliance-registry",
+    "payments",
+    "mailer",
+];
+
+/// Starts the supplier saga against six tool agents with `faults`, and waits for its
+/// first pause or its end.
+async fn start(faults: &[(&str, Fault)]) -> Stopped {
+    let mut catalog = Catalog::default();
+    let mut invoker = A2aInvoker::new();
+    let mut logs = HashMap::new();
+    for agent in AGENTS {
+        catalog
+            .add_card(&read(&format!("agent-cards/{agent}.json")))
+            .unwrap();
+        let log = Arc::new(Mutex::new(ToolLog::default()));
+        let faults = faults.iter().map(|(s, f)| (s.to_string(), *f)).collect();
+        let url = start_tool(faults, log.clone()).await;
+        invoker.add(
+            agent,
+            Endpoint {
+                client: AgentClient::new(&url).unwrap(),
+                bearer: Some("tool-secret".into()),
+            },
+        );
+        logs.insert(agent.to_owned(), log);
+    }
+    let plan = Plan::from_value(&read("examples/plans/supplier-onboarding.json")).unwrap();
+    let mut spec = SagaSpec::new(&plan, &catalog).unwrap();
+    for step in &mut spec.steps {
+        step.call.timeout_ms = step.call.timeout_ms.min(300); // keep hanging calls short here
+        step.call.retry.max_backoff_ms = step.call.retry.max_backoff_ms.min(100);
+        step.call.retry.initial_backoff_ms = step.call.retry.initial_backoff_ms.min(100);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Arc::new(SqliteJournal::open(&dir.path().join("journal.db")).unwrap());
+    let header = SagaHeader {
+        saga_id: plan.saga_id.clone(),
+        plan_version: 1,
+        task_id: "t".into(),
+        spec: spec.clone(),
+    };
+    journal.begin(&header).await.unwrap();
+    let (reports_tx, reports) = mpsc::unbounded_channel();
+    let (control, rx) = mpsc::channel::<Control>(4);
+    let saga = tokio::spawn(drive(
+        plan.saga_id.clone(),
+        Saga::new(spec),
+        None,
+        journal,
+        Arc::new(invoker),
+        Arc::new(Log(reports_tx)),
+        rx,
+    ));
+    let mut stopped = Stopped {
+        last: Command::Pause {
+            reason: String::new(),
+        },
+        logs,
+        control,
+        reports,
+        saga,
+        _journal_dir: dir,
+    };
+    stopped.last = stopped.next_stop().await;
+    stopped
+}
+
+async fn run(
+    faults: &[(&str, Fault)],
+) -> (Phase, HashMap<String, Arc<Mutex<ToolLog>>>, Vec<Command>) {
+    let stopped = start(faults).await;
+    assert!(
+        matches!(stopped.last, Command::Finish { .. }),
+        "expected the end, got {:?}",
+        stopped.last
+    );
+    let phase = stopped.saga.await.unwrap().unwrap();
+    (phase, stopped.logs, vec![stopped.last])
+}
+
+fn effects(logs: &HashMap<String, Arc<Mutex<ToolLog>>>) -> Vec<String> {
+    let mut all: Vec<String> = AGENTS
+        .iter()
+        .flat_map(|a| {
+            logs[*a]
+                .lock()
+                .unwrap()
+                .effects
+                .iter()
+                .map(|(k, _)| k.clone())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_happy_path_applies_every_effect_once_with_the_saga_context() {
+    let (phase, logs, reported) = run(&[]).await;
+    assert_eq!(reported.len(), 1);
+    assert_eq!(
+        phase,
+        Phase::Done {
+            ending: Ending::Completed
+        }
+    );
+    let keys: Vec<String> = (0..6)
+        .map(|i| format!("sg_demo_supplier_onboarding:s{i}"))
+        .collect();
+    assert_eq!(effects(&logs), keys);
+    let calls = &logs["budget"].lock().unwrap().calls;
+    let (key, skill, caller, traced, baggage) = &calls[0];
+    assert_eq!(
+        (key.as_str(), skill.as_str(), caller.as_str()),
+        (
+            "sg_demo_supplier_onboarding:s1",
+            "budget.reserve",
+            "executor"
+        )
+    );
+    assert!(traced);
+    assert_eq!(
+        baggage,
+        "sagaplane.saga=sg_demo_supplier_onboarding,sagaplane.step=s1"
+    );
+    assert!(matches!(
+        reported.last(),
+        Some(Command::Finish {
+            ending: Ending::Completed,
+            ..
+        })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_hangs_unwinds_vendor_budget_and_sandbox_in_reverse() {
+    let (phase, logs, _) = run(&[("compliance.check", Fault::Hang)]).await;
+    assert_eq!(
+        phase,
+        Phase::Done {
+            ending: Ending::Compensated
+        }
+    );
+    assert_eq!(
+        logs["compliance-registry"].lock().unwrap().calls.len(),
+        3,
+        "three tries with one key"
+    );
+    let undo_order: Vec<String> = ["sandbox", "budget", "vendor-registry"]
+        .iter()
+        .map(|a| logs[*a].lock().unwrap().effects.last().unwrap().0.clone())
+        .collect();
+    assert_eq!(
+        undo_order,
+        [
+            "sg_demo_supplier_onboarding:s2:undo",
+            "sg_demo_supplier_onboarding:s1:undo",
+            "sg_demo_supplier_onboarding:s0:undo"
+        ]
+    );
+    let compensation_baggage = &logs["sandbox"].lock().unwrap().calls[1].4;
+    assert!(
+        compensation_baggage.contains("sagaplane.caused-by=s3"),
+        "{compensation_baggage}"
+    );
+    assert!(
+        logs["payments"].lock().unwrap().effects.is_empty(),
+        "nothing after the failure ran"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declined_capture_unwinds_and_a_hanging_email_escalates() {
+    let (phase, logs, _) = run(&[("payments.capture", Fault::Decline)]).await;
+    assert_eq!(
+        phase,
+        Phase::Done {
+            ending: Ending::Compensated
+        }
+    );
+    assert!(logs["payments"].lock().unwrap().effects.is_empty());
+    assert_eq!(
+        logs["vendor-registry"].lock().unwrap().effects.len(),
+        2,
+        "created, then archived"
+    );
+
+    // The mailer never answers: after the pivot, the saga stops and waits for a person,
+    // refuses to be canceled, and completes when the person says the email went out.
+    let mut stopped = start(&[("email.send", Fault::Hang)]).await;
+    assert!(
+        matches!(&stopped.last, Command::Pause { reason } if reason.contains("s5")),
+        "{:?}",
+        stopped.last
+    );
+    assert_eq!(
+        stopped.logs["mailer"].lock().unwrap().calls.len(),
+        5,
+        "every declared attempt, one key"
+    );
+    assert_eq!(
+        stopped.logs["payments"].lock().unwrap().effects.len(),
+        1,
+        "the capture stands"
+    );
+    let (reply, refused) = tokio::sync::oneshot::channel();
+    stopped.control.send(Control::Cancel(reply)).await.unwrap();
+    assert!(refused.await.unwrap().is_err(), "no cancel past the pivot");
+    stopped
+        .control
+        .send(Control::Resolve(
+            executor_agent::saga::Resolution::ResolvedManually,
+        ))
+        .await
+        .unwrap();
+    assert!(matches!(
+        stopped.next_stop().await,
+        Command::Finish {
+            ending: Ending::Completed,
+            ..
+        }
+    ));
+    assert_eq!(
+        stopped.saga.await.unwrap().unwrap(),
+        Phase::Done {
+            ending: Ending::Completed
+        }
+    );
+}
