@@ -6,6 +6,9 @@ pub enum Error {
     /// The journal could not be read or written (disk, database, encoding).
     #[error("journal: {0}")]
     Journal(String),
+    /// A card or request refused, with the reason to show the caller.
+    #[error("{0}")]
+    Refused(String),
     /// A plan could not become a saga.
     #[error("{0}")]
     Spec(#[from] crate::saga::SpecError),

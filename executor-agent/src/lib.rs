@@ -7,6 +7,7 @@ pub mod error;
 pub mod invoke;
 pub mod journal;
 pub mod recovery;
+pub mod registry;
 pub mod saga;
 
 pub use error::{Error, Result};
