@@ -41,6 +41,8 @@ pub enum Reply {
     Message(Message),
     /// Work on a task (new, or the one the message continues); `Agent::run` follows.
     Task,
+    /// The message repeats one already handled: answer with that task, start nothing.
+    Existing { task_id: String },
 }
 
 /// An A2A agent's behaviour. The host does the protocol, storage and streaming.

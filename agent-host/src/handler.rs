@@ -69,8 +69,17 @@ impl<A: Agent> HostHandler<A> {
                 Some(task)
             }
         };
-        if let Reply::Message(reply) = self.agent.accept(&ctx, &message, existing.as_ref()).await? {
-            return Ok(Started::Message(reply));
+        match self.agent.accept(&ctx, &message, existing.as_ref()).await? {
+            Reply::Message(reply) => return Ok(Started::Message(reply)),
+            Reply::Existing { task_id } => {
+                let task = self.get(&task_id).await?;
+                let events = self
+                    .tasks
+                    .subscribe(&task_id)
+                    .map_err(crate::Error::into_a2a)?;
+                return Ok(Started::Existing { task, events });
+            }
+            Reply::Task => {}
         }
         let handle = match existing {
             Some(task) => {
@@ -168,6 +177,10 @@ impl<A: Agent> HostHandler<A> {
 
 enum Started {
     Message(Message),
+    Existing {
+        task: Task,
+        events: broadcast::Receiver<StreamResponse>,
+    },
     Task {
         handle: TaskHandle,
         events: broadcast::Receiver<StreamResponse>,
@@ -280,6 +293,10 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
             .unwrap_or(false);
         match self.start(params, req).await? {
             Started::Message(m) => Ok(SendMessageResponse::Message(m)),
+            Started::Existing { task, .. } => Ok(SendMessageResponse::Task(trim_history(
+                task,
+                history_length,
+            ))),
             Started::Task {
                 handle,
                 events,
@@ -307,6 +324,13 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
         match self.start(params, req).await? {
             Started::Message(m) => {
                 Ok(stream::once(async move { Ok(StreamResponse::Message(m)) }).boxed())
+            }
+            Started::Existing { task, events } => {
+                if is_terminal(&task.status.state) || is_interrupted(&task.status.state) {
+                    Ok(stream::once(async move { Ok(StreamResponse::Task(task)) }).boxed())
+                } else {
+                    Ok(self.follow(task, events, None))
+                }
             }
             Started::Task {
                 handle,

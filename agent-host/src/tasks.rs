@@ -225,6 +225,23 @@ impl TaskHandle {
             .await
     }
 
+    /// Sets one member of the task's metadata (announced as a task snapshot).
+    pub async fn set_metadata(&self, key: &str, value: serde_json::Value) -> Result<Task> {
+        let key = key.to_owned();
+        self.manager
+            .update(
+                &self.id,
+                |task| {
+                    task.metadata
+                        .get_or_insert_with(Default::default)
+                        .insert(key, value);
+                    Ok(())
+                },
+                |task| StreamResponse::Task(task.clone()),
+            )
+            .await
+    }
+
     /// Appends a message from the client to the history (a follow-up turn).
     pub(crate) async fn record_message(&self, message: Message) -> Result<Task> {
         self.manager

@@ -28,8 +28,11 @@ pub enum Entry {
 pub struct SagaHeader {
     pub saga_id: String,
     pub plan_version: u32,
-    /// The A2A task that reports this saga.
+    /// The A2A task that reports this saga, and its context.
     pub task_id: String,
+    pub context_id: String,
+    /// The signed plan as received (to recognise a resubmission).
+    pub plan: serde_json::Value,
     pub spec: SagaSpec,
 }
 
@@ -46,6 +49,10 @@ pub trait Journal: Send + Sync + 'static {
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>>;
     /// Sagas not finished: the ones to resume after a restart.
     async fn unfinished(&self) -> Result<Vec<String>>;
+    /// The header of a saga, if one with this id was ever begun.
+    async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
+        Ok(self.load(saga_id).await?.map(|(header, _)| header))
+    }
 }
 
 #[derive(Debug)]

@@ -2,6 +2,7 @@
 //! The engine (`saga::engine`) is pure: events in, commands out. The journal makes every
 //! event and every call's intent durable first; recovery replays it after a crash.
 
+pub mod agent;
 pub mod driver;
 pub mod error;
 pub mod invoke;

@@ -217,6 +217,8 @@ async fn the_sqlite_journal_keeps_everything_across_a_reopen() {
         saga_id: "sg_1".into(),
         plan_version: 1,
         task_id: "task-1".into(),
+        context_id: "ctx-1".into(),
+        plan: json!({}),
         spec: spec(),
     };
     {

@@ -55,6 +55,41 @@ fn number_is_safe(n: &Number) -> Result<(), String> {
     }
 }
 
+/// Rewrites every number that is a double with an integral value within ±(2^53 − 1) as
+/// an integer. JSON does not tell `25000.0` from `25000`, and neither does RFC 8785, but
+/// transports do: A2A data parts travel as `google.protobuf.Value`, where every number is
+/// a double. Returns whether anything changed. Signatures are unaffected.
+pub fn normalize_integers(value: &mut Value) -> bool {
+    match value {
+        Value::Number(n) if n.is_f64() => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64 => {
+                *value = Value::from(f as i64);
+                true
+            }
+            _ => false,
+        },
+        Value::Array(items) => items
+            .iter_mut()
+            .fold(false, |changed, v| normalize_integers(v) | changed),
+        Value::Object(map) => map
+            .values_mut()
+            .fold(false, |changed, v| normalize_integers(v) | changed),
+        _ => false,
+    }
+}
+
+/// Whether `normalize_integers` would change anything.
+pub fn has_integral_doubles(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => n
+            .as_f64()
+            .is_some_and(|f| n.is_f64() && f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64),
+        Value::Array(items) => items.iter().any(has_integral_doubles),
+        Value::Object(map) => map.values().any(has_integral_doubles),
+        _ => false,
+    }
+}
+
 /// The RFC 8785 canonical bytes of `value`.
 pub fn canonicalize(value: &Value) -> Result<Vec<u8>> {
     canonicalize_without(value, None)
@@ -305,6 +340,19 @@ mod tests {
         }"#;
         let expected = r#"{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}"#;
         assert_eq!(canonical(input), expected);
+    }
+
+    #[test]
+    fn integral_doubles_become_integers_without_changing_the_canonical_form() {
+        let mut value = json!({"a": 25000.0, "b": [1.5, -3.0, 1e300], "c": 7});
+        let before = canonicalize(&value).unwrap();
+        assert!(has_integral_doubles(&value));
+        assert!(normalize_integers(&mut value));
+        assert_eq!(value, json!({"a": 25000, "b": [1.5, -3, 1e300], "c": 7}));
+        assert!(value["a"].is_u64() || value["a"].is_i64());
+        assert_eq!(canonicalize(&value).unwrap(), before);
+        assert!(!has_integral_doubles(&value));
+        assert!(!normalize_integers(&mut value));
     }
 
     #[test]

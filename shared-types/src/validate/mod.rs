@@ -182,7 +182,15 @@ impl PlanValidator {
                 message: format!("the plan's signature does not verify: {e}"),
             }),
         }
-        let typed = Plan::from_value(plan);
+        // Transports that carry JSON numbers as doubles (A2A data parts) turn 25000 into
+        // 25000.0; the signature cannot tell them apart, so neither does typing.
+        let typed = if crate::json::has_integral_doubles(plan) {
+            let mut normalized = plan.clone();
+            crate::json::normalize_integers(&mut normalized);
+            Plan::from_value(&normalized)
+        } else {
+            Plan::from_value(plan)
+        };
         let plan = match typed {
             Ok(plan) => {
                 violations.extend(self.check(&plan, now));

@@ -1,0 +1,419 @@
+//! The executor as an A2A agent (skill `execute-plan`): plan intake with full static
+//! validation, one driver per accepted saga reporting on the saga's task, a person's
+//! `resolution` messages, cancellation, and recovery of unfinished sagas at start.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use agent_host::sdk::{
+    A2AError, Artifact, Message, Part, PartContent, Role, Task, TaskState, new_message_id,
+};
+use agent_host::{Agent, AgentClient, Reply, RequestContext, TaskHandle, TaskManager};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use shared_types::validate::{Resubmission, compare_with_accepted};
+use shared_types::{PlanValidator, TrustStore, Violation};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::driver::{Control, Reporter, drive};
+use crate::error::{Error, Result};
+use crate::invoke::{A2aInvoker, Endpoint, Invoker};
+use crate::journal::{Journal, SagaHeader};
+use crate::recovery::replay;
+use crate::registry::Registry;
+use crate::saga::{Command, Ending, Resolution, Saga, SagaSpec};
+
+/// What the executor needs.
+pub struct ExecutorConfig {
+    pub registry: Registry,
+    pub planner_keys: TrustStore,
+    pub journal: Arc<dyn Journal>,
+    /// The executor's credential for each tool agent, by agent name.
+    pub credentials: HashMap<String, String>,
+}
+
+/// A running saga: how to reach its driver, and a signal that changes at every stop.
+struct Live {
+    control: mpsc::Sender<Control>,
+    stops: watch::Receiver<u64>,
+}
+
+pub struct Executor {
+    config: ExecutorConfig,
+    tasks: Arc<TaskManager>,
+    live: Mutex<HashMap<String, Live>>,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor").finish_non_exhaustive()
+    }
+}
+
+/// The plan in a message: a data part that is the plan, or `{"plan": …}`.
+fn plan_of(message: &Message) -> Option<Value> {
+    message.parts.iter().find_map(|p| match &p.content {
+        PartContent::Data(v) if v.get("plan").is_some() => v.get("plan").cloned(),
+        PartContent::Data(v) if v.get("sagaId").is_some() => Some(v.clone()),
+        _ => None,
+    })
+}
+
+fn resolution_of(message: &Message) -> Option<Result<Resolution, String>> {
+    message.parts.iter().find_map(|p| match &p.content {
+        PartContent::Data(v) => v.get("resolution").map(|r| {
+            serde_json::from_value(r.clone()).map_err(|_| {
+                format!(
+                    "resolution {r} is not one of approve, retry, resolved-manually, compensate"
+                )
+            })
+        }),
+        _ => None,
+    })
+}
+
+fn agent_message(text: String, data: Option<Value>) -> Message {
+    let mut parts = vec![Part::text(text)];
+    if let Some(data) = data {
+        parts.push(Part::data(data));
+    }
+    Message {
+        message_id: new_message_id(),
+        context_id: None,
+        task_id: None,
+        role: Role::Agent,
+        parts,
+        metadata: None,
+        extensions: None,
+        reference_task_ids: None,
+    }
+}
+
+impl Executor {
+    pub fn new(config: ExecutorConfig, tasks: Arc<TaskManager>) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            tasks,
+            live: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn invoker(&self) -> Arc<dyn Invoker> {
+        let mut invoker = A2aInvoker::new();
+        if let Ok(catalog) = self.config.registry.catalog() {
+            for name in catalog.agents.keys() {
+                let Some(url) = self.config.registry.agent(name).and_then(|a| a.url) else {
+                    continue;
+                };
+                if let Ok(client) = AgentClient::new(&url) {
+                    invoker.add(
+                        name.clone(),
+                        Endpoint {
+                            client,
+                            bearer: self.config.credentials.get(name).cloned(),
+                        },
+                    );
+                }
+            }
+        }
+        Arc::new(invoker)
+    }
+
+    /// Starts a driver for `saga` reporting on `task`; returns once the saga first stops.
+    async fn launch(
+        self: &Arc<Self>,
+        task: TaskHandle,
+        saga: Saga,
+        resume: Option<crate::recovery::Recovered>,
+    ) {
+        let (control, rx) = mpsc::channel(8);
+        let (stop_tx, stops) = watch::channel(0u64);
+        let mut first_stop = stops.clone();
+        if let Ok(mut live) = self.live.lock() {
+            live.insert(task.id().to_owned(), Live { control, stops });
+        }
+        let reporter = Arc::new(TaskReporter {
+            task: task.clone(),
+            stops: stop_tx,
+        });
+        let (journal, invoker, me, task_id) = (
+            self.config.journal.clone(),
+            self.invoker(),
+            self.clone(),
+            task.id().to_owned(),
+        );
+        let saga_id = saga.spec.saga_id.clone();
+        tokio::spawn(async move {
+            if let Err(e) = drive(saga_id, saga, resume, journal, invoker, reporter, rx).await {
+                tracing::error!(task = %task_id, error = %e, "saga driver stopped");
+                let _ = task
+                    .set_status(
+                        TaskState::Failed,
+                        Some(agent_message(format!("internal error: {e}"), None)),
+                    )
+                    .await;
+            }
+            if let Ok(mut live) = me.live.lock() {
+                live.remove(&task_id);
+            }
+        });
+        let _ = first_stop.changed().await;
+    }
+
+    /// Resumes every unfinished saga from the journal (call once at start).
+    pub async fn recover(self: &Arc<Self>) -> Result<usize> {
+        let ids = self.config.journal.unfinished().await?;
+        let now = chrono::Utc::now().timestamp_millis();
+        for saga_id in &ids {
+            let Some((header, entries)) = self.config.journal.load(saga_id).await? else {
+                continue;
+            };
+            let recovered = replay(header.spec.clone(), &entries, now);
+            let task = self.tasks.handle(&header.task_id, &header.context_id);
+            let saga = recovered.saga.clone();
+            let me = self.clone();
+            tokio::spawn(async move { me.launch(task, saga, Some(recovered)).await });
+        }
+        Ok(ids.len())
+    }
+
+    async fn reject(&self, task: &TaskHandle, violations: &[Violation]) {
+        let mut text = format!(
+            "the plan was refused with {} violation(s):",
+            violations.len()
+        );
+        for v in violations {
+            text.push_str(&format!(
+                "\n{} {}: {}",
+                v.code,
+                v.step.as_deref().unwrap_or("-"),
+                v.message
+            ));
+        }
+        let data = json!({"violations": violations});
+        let _ = task
+            .set_status(TaskState::Rejected, Some(agent_message(text, Some(data))))
+            .await;
+    }
+
+    async fn intake(self: &Arc<Self>, task: TaskHandle, mut plan: Value) -> Result<()> {
+        shared_types::json::normalize_integers(&mut plan);
+        let catalog = self.config.registry.catalog()?;
+        let validator = PlanValidator::new(catalog.clone(), self.config.planner_keys.clone())
+            .map_err(|e| Error::Refused(e.to_string()))?;
+        let report = validator.validate(&plan, chrono::Utc::now());
+        let mut violations = report.violations;
+        let saga_id = plan
+            .get("sagaId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if let Some(accepted) = self.config.journal.header(&saga_id).await?
+            && let Resubmission::Conflict(v) = compare_with_accepted(&accepted.plan, &plan)
+        {
+            violations.push(v);
+        }
+        let Some(typed) = report.plan.filter(|_| violations.is_empty()) else {
+            self.reject(&task, &violations).await;
+            return Ok(());
+        };
+        let spec = SagaSpec::new(&typed, &catalog)?;
+        let header = SagaHeader {
+            saga_id: typed.saga_id.clone(),
+            plan_version: typed.plan_version,
+            task_id: task.id().to_owned(),
+            context_id: task.context_id().to_owned(),
+            plan,
+            spec: spec.clone(),
+        };
+        self.config.journal.begin(&header).await?;
+        let _ = task.set_metadata("sagaId", json!(typed.saga_id)).await;
+        self.launch(task, Saga::new(spec), None).await;
+        Ok(())
+    }
+}
+
+/// The executor as the hosting layer sees it.
+#[derive(Debug, Clone)]
+pub struct ExecutorAgent(pub Arc<Executor>);
+
+impl std::ops::Deref for ExecutorAgent {
+    type Target = Arc<Executor>;
+
+    fn deref(&self) -> &Arc<Executor> {
+        &self.0
+    }
+}
+
+#[async_trait]
+impl Agent for ExecutorAgent {
+    async fn accept(
+        &self,
+        _: &RequestContext,
+        message: &Message,
+        task: Option<&Task>,
+    ) -> Result<Reply, A2AError> {
+        if task.is_some() {
+            return match resolution_of(message) {
+                Some(Ok(_)) => Ok(Reply::Task),
+                Some(Err(why)) => Err(A2AError::invalid_params(why)),
+                None => Err(A2AError::invalid_params(
+                    "a message on a saga's task must carry a data part {\"resolution\": …}",
+                )),
+            };
+        }
+        let Some(plan) = plan_of(message) else {
+            return Err(A2AError::invalid_params(
+                "execute-plan needs the signed plan as a data part",
+            ));
+        };
+        let mut plan = plan;
+        shared_types::json::normalize_integers(&mut plan);
+        let saga_id = plan
+            .get("sagaId")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if let Ok(Some(accepted)) = self.config.journal.header(saga_id).await
+            && compare_with_accepted(&accepted.plan, &plan) == Resubmission::Identical
+        {
+            return Ok(Reply::Existing {
+                task_id: accepted.task_id,
+            });
+        }
+        Ok(Reply::Task)
+    }
+
+    async fn run(&self, _: RequestContext, task: TaskHandle, message: Message) {
+        if let Some(Ok(resolution)) = resolution_of(&message) {
+            let live = self.live.lock().ok().and_then(|l| {
+                l.get(task.id())
+                    .map(|l| (l.control.clone(), l.stops.clone()))
+            });
+            if let Some((control, mut stops)) = live {
+                stops.borrow_and_update();
+                if control.send(Control::Resolve(resolution)).await.is_ok() {
+                    let _ = stops.changed().await;
+                }
+            }
+            return;
+        }
+        let Some(plan) = plan_of(&message) else {
+            return;
+        };
+        if let Err(e) = self.intake(task.clone(), plan).await {
+            let _ = task
+                .set_status(
+                    TaskState::Failed,
+                    Some(agent_message(
+                        format!("the plan could not be run: {e}"),
+                        None,
+                    )),
+                )
+                .await;
+        }
+    }
+
+    async fn cancel(&self, task: TaskHandle) -> Result<Task, A2AError> {
+        let live = self.live.lock().ok().and_then(|l| {
+            l.get(task.id())
+                .map(|l| (l.control.clone(), l.stops.clone()))
+        });
+        let Some((control, mut stops)) = live else {
+            return task
+                .set_status(TaskState::Canceled, None)
+                .await
+                .map_err(agent_host::Error::into_a2a);
+        };
+        let (reply, answer) = oneshot::channel();
+        stops.borrow_and_update();
+        if control.send(Control::Cancel(reply)).await.is_err() {
+            return Err(A2AError::task_not_cancelable(task.id()));
+        }
+        match answer.await {
+            Ok(Err(_refused)) => Err(A2AError::task_not_cancelable(task.id())),
+            _ => {
+                // "Canceled" means compensated: wait for the unwind to end (or to stop
+                // for a person, when a compensation cannot be done).
+                loop {
+                    match task.snapshot().await.map(|t| t.status.state) {
+                        Ok(s) if s.is_terminal() || s == TaskState::InputRequired => break,
+                        Err(_) => break,
+                        _ => {}
+                    }
+                    if stops.changed().await.is_err() {
+                        break;
+                    }
+                }
+                task.snapshot().await.map_err(agent_host::Error::into_a2a)
+            }
+        }
+    }
+}
+
+/// Reports a saga's progress on its A2A task.
+struct TaskReporter {
+    task: TaskHandle,
+    stops: watch::Sender<u64>,
+}
+
+#[async_trait]
+impl Reporter for TaskReporter {
+    async fn report(&self, command: &Command, ledger: &Value) {
+        let ledger_artifact = Artifact {
+            artifact_id: "saga-ledger".into(),
+            name: Some("saga-ledger".into()),
+            description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
+            parts: vec![Part::data(ledger.clone())],
+            metadata: None,
+            extensions: None,
+        };
+        let _ = self.task.add_artifact(ledger_artifact, false, true).await;
+        let result = match command {
+            Command::Report { step, what } => {
+                self.task
+                    .set_status(
+                        TaskState::Working,
+                        Some(agent_message(format!("{step}: {what}"), None)),
+                    )
+                    .await
+            }
+            Command::Pause { reason } => {
+                let text = format!(
+                    "{reason}. Answer with a data part {{\"resolution\": \"approve\" | \"retry\" | \"resolved-manually\" | \"compensate\"}}"
+                );
+                self.task
+                    .set_status(TaskState::InputRequired, Some(agent_message(text, None)))
+                    .await
+            }
+            Command::Finish { ending, reason } => {
+                let state = match ending {
+                    Ending::Completed => TaskState::Completed,
+                    Ending::Compensated => {
+                        let _ = self
+                            .task
+                            .set_metadata("outcome", json!("compensated"))
+                            .await;
+                        TaskState::Failed
+                    }
+                    Ending::Canceled => {
+                        let _ = self
+                            .task
+                            .set_metadata("outcome", json!("compensated"))
+                            .await;
+                        TaskState::Canceled
+                    }
+                };
+                self.task
+                    .set_status(state, Some(agent_message(reason.clone(), None)))
+                    .await
+            }
+            _ => return,
+        };
+        if let Err(e) = result {
+            tracing::warn!(task = self.task.id(), error = %e, "cannot report saga progress");
+        }
+        if matches!(command, Command::Pause { .. } | Command::Finish { .. }) {
+            self.stops.send_modify(|n| *n += 1);
+        }
+    }
+}
