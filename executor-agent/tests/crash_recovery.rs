@@ -2,38 +2,20 @@
 //! is rebuilt from the journal, and carries on; it must end exactly as an uninterrupted
 //! run does, and no tool may apply any idempotency key twice.
 
-use std::collections::HashMap;
-use std::path::Path;
+mod common;
 
+use std::collections::HashMap;
+
+use common::{supplier_catalog, supplier_plan};
 use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
 use executor_agent::recovery::replay;
 use executor_agent::saga::{CallOutcome, Command, Event, Invocation, Saga, SagaSpec, Timer};
-use serde_json::{Value, json};
-use shared_types::{Catalog, Plan};
+use serde_json::json;
 
 const T0: i64 = 1_800_000_000_000;
 
-fn read(path: &str) -> Value {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap()).unwrap()
-}
-
 fn spec() -> SagaSpec {
-    let mut catalog = Catalog::default();
-    for name in [
-        "vendor-registry",
-        "budget",
-        "sandbox",
-        "compliance-registry",
-        "payments",
-        "mailer",
-    ] {
-        catalog
-            .add_card(&read(&format!("agent-cards/{name}.json")))
-            .unwrap();
-    }
-    let plan = Plan::from_value(&read("examples/plans/supplier-onboarding.json")).unwrap();
-    SagaSpec::new(&plan, &catalog).unwrap()
+    SagaSpec::new(&supplier_plan(), &supplier_catalog()).unwrap()
 }
 
 /// Tools that honour Idempotency-Key: a repeated key replays the first result.

@@ -53,15 +53,6 @@ impl Stopped {
     }
 }
 
-const AGENTS: [&str; 6] = [
-    "vendor-registry",
-    "budget",
-    "sandbox",
-    "compliance-registry",
-    "payments",
-    "mailer",
-];
-
 /// Starts the supplier saga against six tool agents with `faults`, and waits for its
 /// first pause or its end.
 async fn start(faults: &[(&str, Fault)]) -> Stopped {

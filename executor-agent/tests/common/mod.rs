@@ -146,3 +146,19 @@ pub async fn start_tool(faults: HashMap<String, Fault>, log: Arc<Mutex<ToolLog>>
     tokio::spawn(agent_host::serve(listener, router, config.shutdown.clone()));
     url
 }
+
+/// The catalog of the six demo agents' (unsigned) cards.
+pub fn supplier_catalog() -> shared_types::Catalog {
+    let mut catalog = shared_types::Catalog::default();
+    for agent in AGENTS {
+        catalog
+            .add_card(&read(&format!("agent-cards/{agent}.json")))
+            .unwrap();
+    }
+    catalog
+}
+
+/// The supplier-onboarding example plan.
+pub fn supplier_plan() -> shared_types::Plan {
+    shared_types::Plan::from_value(&read("examples/plans/supplier-onboarding.json")).unwrap()
+}
