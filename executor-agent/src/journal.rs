@@ -4,11 +4,10 @@
 //! the saga exactly, and shows which calls were made but never answered.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
-use agent_host::store::durable::{GroupCommit, open_connection};
+use agent_host::store::durable::{GroupCommit, Reader, open_connection};
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -80,7 +79,7 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
 /// The SQLite journal: one file, WAL, `synchronous=FULL`, group commit.
 #[derive(Debug, Clone)]
 pub struct SqliteJournal {
-    reader: Arc<Mutex<Connection>>,
+    reader: Reader,
     writer: GroupCommit<Write>,
 }
 
@@ -102,24 +101,9 @@ impl SqliteJournal {
         )
         .map_err(|e| Error::Journal(format!("cannot prepare {}: {e}", path.display())))?;
         Ok(Self {
-            reader: Arc::new(Mutex::new(open_connection(path, "journal")?)),
+            reader: Reader::open(path, "journal")?,
             writer: GroupCommit::spawn("journal", conn, apply)?,
         })
-    }
-
-    async fn read<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let reader = self.reader.clone();
-        tokio::task::spawn_blocking(move || {
-            let conn = reader
-                .lock()
-                .map_err(|_| Error::Journal("reader poisoned".into()))?;
-            work(&conn).map_err(|e| Error::Journal(e.to_string()))
-        })
-        .await
-        .map_err(|e| Error::Journal(format!("reader failed: {e}")))?
     }
 }
 
@@ -166,33 +150,39 @@ impl Journal for SqliteJournal {
 
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {
         let saga_id = saga_id.to_owned();
-        self.read(move |conn| {
-            let Some(header) = conn
-                .query_row(
-                    "SELECT header FROM sagas WHERE saga_id = ?1",
-                    [&saga_id],
-                    |row| decode::<SagaHeader>(&row.get::<_, String>(0)?),
-                )
-                .optional()?
-            else {
-                return Ok(None);
-            };
-            let mut statement =
-                conn.prepare("SELECT body FROM entries WHERE saga_id = ?1 ORDER BY seq")?;
-            let entries = statement
-                .query_map([&saga_id], |row| decode::<Entry>(&row.get::<_, String>(0)?))?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok(Some((header, entries)))
-        })
-        .await
+        let found = self
+            .reader
+            .read(move |conn| {
+                let Some(header) = conn
+                    .query_row(
+                        "SELECT header FROM sagas WHERE saga_id = ?1",
+                        [&saga_id],
+                        |row| decode::<SagaHeader>(&row.get::<_, String>(0)?),
+                    )
+                    .optional()?
+                else {
+                    return Ok(None);
+                };
+                let mut statement =
+                    conn.prepare("SELECT body FROM entries WHERE saga_id = ?1 ORDER BY seq")?;
+                let entries = statement
+                    .query_map([&saga_id], |row| decode::<Entry>(&row.get::<_, String>(0)?))?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(Some((header, entries)))
+            })
+            .await?;
+        Ok(found)
     }
 
     async fn unfinished(&self) -> Result<Vec<String>> {
-        self.read(|conn| {
-            let mut statement =
-                conn.prepare("SELECT saga_id FROM sagas WHERE finished = 0 ORDER BY saga_id")?;
-            statement.query_map([], |row| row.get(0))?.collect()
-        })
-        .await
+        let ids = self
+            .reader
+            .read(|conn| {
+                let mut statement =
+                    conn.prepare("SELECT saga_id FROM sagas WHERE finished = 0 ORDER BY saga_id")?;
+                statement.query_map([], |row| row.get(0))?.collect()
+            })
+            .await?;
+        Ok(ids)
     }
 }

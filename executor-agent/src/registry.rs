@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 use agent_host::store::durable::{GroupCommit, open_connection};
-use rusqlite::{Connection, Transaction, params};
+use rusqlite::{Transaction, params};
 use serde_json::Value;
 use shared_types::catalog::agent_from_card;
 use shared_types::{Catalog, TrustStore};
@@ -46,7 +46,6 @@ pub struct Registry {
     platform_keys: Arc<TrustStore>,
     agents: Arc<RwLock<BTreeMap<String, RegisteredAgent>>>,
     writer: GroupCommit<CardRow>,
-    _reader: Arc<Mutex<Connection>>,
 }
 
 impl Registry {
@@ -72,7 +71,6 @@ impl Registry {
             platform_keys: Arc::new(platform_keys),
             agents: Arc::new(RwLock::new(BTreeMap::new())),
             writer: GroupCommit::spawn("registry", conn, upsert)?,
-            _reader: Arc::new(Mutex::new(reader)),
         };
         for text in stored {
             let accepted = serde_json::from_str(&text)

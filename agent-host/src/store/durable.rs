@@ -110,3 +110,35 @@ fn commit<J>(
     }
     tx.commit()
 }
+
+/// A read-only connection used from async code: each read runs on the blocking pool.
+#[derive(Debug, Clone)]
+pub struct Reader {
+    conn: std::sync::Arc<std::sync::Mutex<Connection>>,
+    what: &'static str,
+}
+
+impl Reader {
+    pub fn open(path: &Path, what: &'static str) -> Result<Self> {
+        Ok(Self {
+            conn: std::sync::Arc::new(std::sync::Mutex::new(open_connection(path, what)?)),
+            what,
+        })
+    }
+
+    /// Runs `work` on the connection, off the async threads.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let (conn, what) = (self.conn.clone(), self.what);
+        tokio::task::spawn_blocking(move || {
+            let conn = conn
+                .lock()
+                .map_err(|_| Error::store(format!("{what} reader poisoned")))?;
+            work(&conn).map_err(|e| Error::store(format!("{what}: {e}")))
+        })
+        .await
+        .map_err(|e| Error::store(format!("{what} reader failed: {e}")))?
+    }
+}

@@ -2,12 +2,11 @@
 //! (`durable.rs`); reads use their own connection on the blocking pool.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::durable::{GroupCommit, open_connection};
+use super::durable::{GroupCommit, Reader, open_connection};
 use super::{TaskPage, TaskQuery, TaskStore, state_name, updated_at};
 use crate::error::{Error, Result};
 use crate::sdk::Task;
@@ -24,7 +23,7 @@ struct TaskRow {
 
 #[derive(Debug, Clone)]
 pub struct SqliteTaskStore {
-    reader: Arc<Mutex<Connection>>,
+    reader: Reader,
     writer: GroupCommit<TaskRow>,
 }
 
@@ -64,25 +63,9 @@ impl SqliteTaskStore {
         )
         .map_err(|e| Error::store(format!("cannot prepare task store {}: {e}", path.display())))?;
         Ok(Self {
-            reader: Arc::new(Mutex::new(open_connection(path, "task store")?)),
+            reader: Reader::open(path, "task store")?,
             writer: GroupCommit::spawn("task-store", conn, upsert)?,
         })
-    }
-
-    /// Runs a read on the reader connection, on the blocking pool.
-    async fn with_conn<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let conn = self.reader.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = conn
-                .lock()
-                .map_err(|_| Error::store("task store connection poisoned"))?;
-            work(&mut conn).map_err(|e| Error::store(format!("task store: {e}")))
-        })
-        .await
-        .map_err(|e| Error::store(format!("task store worker failed: {e}")))?
     }
 }
 
@@ -108,13 +91,14 @@ impl TaskStore for SqliteTaskStore {
 
     async fn get(&self, id: &str) -> Result<Option<Task>> {
         let id = id.to_owned();
-        self.with_conn(move |conn| {
-            conn.query_row("SELECT body FROM tasks WHERE id = ?1", [id], |row| {
-                decode(&row.get::<_, String>(0)?)
+        self.reader
+            .read(move |conn| {
+                conn.query_row("SELECT body FROM tasks WHERE id = ?1", [id], |row| {
+                    decode(&row.get::<_, String>(0)?)
+                })
+                .optional()
             })
-            .optional()
-        })
-        .await
+            .await
     }
 
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage> {
@@ -122,7 +106,7 @@ impl TaskStore for SqliteTaskStore {
         let state = query.state.as_ref().map(state_name);
         let after = query.updated_after.map(|t| t.timestamp_millis());
         let (offset, limit) = (query.offset as i64, query.limit as i64);
-        self.with_conn(move |conn| {
+        self.reader.read(move |conn| {
             let filter = "(?1 IS NULL OR context_id = ?1) AND (?2 IS NULL OR state = ?2) AND (?3 IS NULL OR updated_ms > ?3)";
             let total: i64 = conn.query_row(
                 &format!("SELECT COUNT(*) FROM tasks WHERE {filter}"),

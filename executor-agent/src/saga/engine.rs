@@ -155,6 +155,26 @@ impl Saga {
     }
 }
 
+/// Reports a retry and asks for the timer that triggers it: the capped backoff after
+/// `attempt` (the driver adds jitter below the cap).
+fn retry_later(
+    target: Target,
+    attempt: u32,
+    call: &CallSpec,
+    step: String,
+    what: String,
+    out: &mut Vec<Command>,
+) {
+    out.push(Command::Report { step, what });
+    out.push(Command::StartTimer {
+        timer: Timer::Retry {
+            target,
+            attempt: attempt + 1,
+        },
+        after_ms: call.retry.backoff_cap_ms(attempt),
+    });
+}
+
 /// An earlier step's result, for `$steps.<id>.response.body` bindings.
 fn response_of<'a>(spec: &'a SagaSpec, records: &'a [StepRecord], id: &str) -> Option<&'a Value> {
     let i = spec.steps.iter().position(|s| s.id == id)?;
@@ -316,18 +336,14 @@ impl Saga {
                         if call.idempotent && attempt < call.retry.max_attempts =>
                     {
                         self.records[i].forward = Forward::WaitingRetry { attempt };
-                        out.push(Command::Report {
-                            step: id,
-                            what: format!("retrying after: {reason}"),
-                        });
-                        let after_ms = call.retry.backoff_cap_ms(attempt);
-                        out.push(Command::StartTimer {
-                            timer: Timer::Retry {
-                                target,
-                                attempt: attempt + 1,
-                            },
-                            after_ms,
-                        });
+                        retry_later(
+                            target,
+                            attempt,
+                            &call,
+                            id,
+                            format!("retrying after: {reason}"),
+                            out,
+                        );
                     }
                     CallOutcome::Failed { reason } => {
                         self.records[i].forward = Forward::Failed {
@@ -368,18 +384,8 @@ impl Saga {
                     CallOutcome::Failed { reason } | CallOutcome::Unknown { reason } => {
                         if attempt < call.retry.max_attempts {
                             self.records[i].undo = Undo::WaitingRetry { attempt };
-                            out.push(Command::Report {
-                                step: id,
-                                what: format!("compensation retrying after: {reason}"),
-                            });
-                            let after_ms = call.retry.backoff_cap_ms(attempt);
-                            out.push(Command::StartTimer {
-                                timer: Timer::Retry {
-                                    target,
-                                    attempt: attempt + 1,
-                                },
-                                after_ms,
-                            });
+                            let what = format!("compensation retrying after: {reason}");
+                            retry_later(target, attempt, &call, id, what, out);
                         } else {
                             let reason = format!("compensation failed {attempt} times: {reason}");
                             self.records[i].undo = Undo::DeadLettered {

@@ -121,6 +121,20 @@ fn ok(inv: &Invocation) -> CallOutcome {
     }
 }
 
+/// A tool that answers `outcome` for `skill` and succeeds for everything else.
+fn fault_on(
+    skill: &'static str,
+    outcome: fn() -> CallOutcome,
+) -> impl FnMut(&Invocation) -> CallOutcome {
+    move |inv| {
+        if inv.call.skill == skill {
+            outcome()
+        } else {
+            ok(inv)
+        }
+    }
+}
+
 fn unknown() -> CallOutcome {
     CallOutcome::Unknown {
         reason: "timed out".into(),
@@ -168,13 +182,11 @@ fn happy_path_runs_every_step_once_in_order() {
 #[test]
 fn compliance_timeouts_are_retried_then_everything_before_is_undone_in_reverse() {
     let mut saga = supplier();
-    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
-        if inv.call.skill == "compliance.check" {
-            unknown()
-        } else {
-            ok(inv)
-        }
-    });
+    let run = drive(
+        &mut saga,
+        Event::Start { now_ms: T0 },
+        &mut fault_on("compliance.check", unknown),
+    );
     assert_eq!(
         run.skills(),
         [
@@ -224,13 +236,11 @@ fn compliance_timeouts_are_retried_then_everything_before_is_undone_in_reverse()
 #[test]
 fn a_declined_pivot_unwinds_and_is_not_itself_compensated() {
     let mut saga = supplier();
-    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
-        if inv.call.skill == "payments.capture" {
-            failed()
-        } else {
-            ok(inv)
-        }
-    });
+    let run = drive(
+        &mut saga,
+        Event::Start { now_ms: T0 },
+        &mut fault_on("payments.capture", failed),
+    );
     assert_eq!(
         &run.skills()[4..],
         [
@@ -253,13 +263,11 @@ fn a_declined_pivot_unwinds_and_is_not_itself_compensated() {
 #[test]
 fn an_unknown_pivot_escalates_and_unwinds_nothing() {
     let mut saga = supplier();
-    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
-        if inv.call.skill == "payments.capture" {
-            unknown()
-        } else {
-            ok(inv)
-        }
-    });
+    let run = drive(
+        &mut saga,
+        Event::Start { now_ms: T0 },
+        &mut fault_on("payments.capture", unknown),
+    );
     assert_eq!(&run.skills()[4..], ["payments.capture"; 3]);
     assert!(
         matches!(run.last(), Command::Pause { .. }),
@@ -296,13 +304,11 @@ fn an_unknown_pivot_escalates_and_unwinds_nothing() {
 #[test]
 fn exhausted_retries_after_the_pivot_escalate_and_never_unwind() {
     let mut saga = supplier();
-    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
-        if inv.call.skill == "email.send" {
-            unknown()
-        } else {
-            ok(inv)
-        }
-    });
+    let run = drive(
+        &mut saga,
+        Event::Start { now_ms: T0 },
+        &mut fault_on("email.send", unknown),
+    );
     assert_eq!(&run.skills()[5..], ["email.send"; 5]);
     assert!(matches!(run.last(), Command::Pause { .. }));
     let refused = drive(
@@ -420,13 +426,11 @@ fn a_compensation_that_fails_twice_then_succeeds() {
 #[test]
 fn an_unknown_compensable_step_is_compensated_through_its_idempotency_key() {
     let mut saga = supplier();
-    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
-        if inv.call.skill == "sandbox.provision" {
-            unknown()
-        } else {
-            ok(inv)
-        }
-    });
+    let run = drive(
+        &mut saga,
+        Event::Start { now_ms: T0 },
+        &mut fault_on("sandbox.provision", unknown),
+    );
     assert_eq!(
         &run.skills()[2..],
         [
@@ -527,13 +531,11 @@ fn cancel_before_the_pivot_waits_for_the_call_in_flight_then_compensates() {
 #[test]
 fn cancel_after_the_pivot_is_refused() {
     let mut saga = supplier();
-    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
-        if inv.call.skill == "email.send" {
-            unknown()
-        } else {
-            ok(inv)
-        }
-    });
+    let run = drive(
+        &mut saga,
+        Event::Start { now_ms: T0 },
+        &mut fault_on("email.send", unknown),
+    );
     assert!(matches!(run.last(), Command::Pause { .. }));
     let commands = saga.step(Event::Cancel { now_ms: T0 + 1 });
     assert!(
@@ -580,13 +582,11 @@ fn mandate_expiry_before_the_pivot_unwinds_and_after_it_is_ignored() {
     );
 
     let mut saga = supplier();
-    drive(&mut saga, Event::Start { now_ms: T0 }, &mut |inv| {
-        if inv.call.skill == "email.send" {
-            unknown()
-        } else {
-            ok(inv)
-        }
-    });
+    drive(
+        &mut saga,
+        Event::Start { now_ms: T0 },
+        &mut fault_on("email.send", unknown),
+    );
     assert!(
         saga.step(Event::TimerFired {
             timer: Timer::MandateExpiry,
