@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod driver;
 pub mod error;
+pub mod http;
 pub mod invoke;
 pub mod journal;
 pub mod recovery;
