@@ -71,6 +71,14 @@ impl Run {
     fn last(&self) -> &Command {
         self.commands.last().unwrap()
     }
+
+    /// How the saga ended, if this run ended it.
+    fn ending(&self) -> Option<Ending> {
+        match self.last() {
+            Command::Finish { ending, .. } => Some(*ending),
+            _ => None,
+        }
+    }
 }
 
 /// Drives the saga like a driver would: performs each invocation with `tool`, fires
@@ -113,6 +121,11 @@ fn drive(saga: &mut Saga, first: Event, tool: &mut dyn FnMut(&Invocation) -> Cal
         }
     }
     run
+}
+
+/// Starts the saga and drives it with `tool`.
+fn start(saga: &mut Saga, tool: &mut dyn FnMut(&Invocation) -> CallOutcome) -> Run {
+    drive(saga, Event::Start { now_ms: T0 }, tool)
 }
 
 fn ok(inv: &Invocation) -> CallOutcome {
@@ -159,7 +172,7 @@ const FORWARD: [&str; 6] = [
 #[test]
 fn happy_path_runs_every_step_once_in_order() {
     let mut saga = supplier();
-    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut ok);
+    let run = start(&mut saga, &mut ok);
     assert_eq!(run.skills(), FORWARD);
     let keys: Vec<&str> = run.calls.iter().map(|(_, k, _)| k.as_str()).collect();
     assert_eq!(keys[0], "sg_demo_supplier_onboarding:s0");
@@ -170,23 +183,13 @@ fn happy_path_runs_every_step_once_in_order() {
         json!({"vendorId": "v_1", "tenantId": "t_1"})
     );
     assert_eq!(run.calls[5].2["login"], "acme-admin");
-    assert!(matches!(
-        run.last(),
-        Command::Finish {
-            ending: Ending::Completed,
-            ..
-        }
-    ));
+    assert_eq!(run.ending(), Some(Ending::Completed));
 }
 
 #[test]
 fn compliance_timeouts_are_retried_then_everything_before_is_undone_in_reverse() {
     let mut saga = supplier();
-    let run = drive(
-        &mut saga,
-        Event::Start { now_ms: T0 },
-        &mut fault_on("compliance.check", unknown),
-    );
+    let run = start(&mut saga, &mut fault_on("compliance.check", unknown));
     assert_eq!(
         run.skills(),
         [
@@ -211,13 +214,7 @@ fn compliance_timeouts_are_retried_then_everything_before_is_undone_in_reverse()
     assert_eq!(run.calls[6].2, json!({"tenantId": "t_1"}));
     assert_eq!(run.calls[7].2, json!({"reservationId": "r_1"}));
     assert_eq!(run.calls[8].2, json!({"vendorId": "v_1"}));
-    assert!(matches!(
-        run.last(),
-        Command::Finish {
-            ending: Ending::Compensated,
-            ..
-        }
-    ));
+    assert_eq!(run.ending(), Some(Ending::Compensated));
     // Backoff between attempts follows the declaration (250 ms, then 500 ms).
     let waits: Vec<u64> = run
         .commands
@@ -236,11 +233,7 @@ fn compliance_timeouts_are_retried_then_everything_before_is_undone_in_reverse()
 #[test]
 fn a_declined_pivot_unwinds_and_is_not_itself_compensated() {
     let mut saga = supplier();
-    let run = drive(
-        &mut saga,
-        Event::Start { now_ms: T0 },
-        &mut fault_on("payments.capture", failed),
-    );
+    let run = start(&mut saga, &mut fault_on("payments.capture", failed));
     assert_eq!(
         &run.skills()[4..],
         [
@@ -251,23 +244,13 @@ fn a_declined_pivot_unwinds_and_is_not_itself_compensated() {
         ],
         "a definite failure is not retried"
     );
-    assert!(matches!(
-        run.last(),
-        Command::Finish {
-            ending: Ending::Compensated,
-            ..
-        }
-    ));
+    assert_eq!(run.ending(), Some(Ending::Compensated));
 }
 
 #[test]
 fn an_unknown_pivot_escalates_and_unwinds_nothing() {
     let mut saga = supplier();
-    let run = drive(
-        &mut saga,
-        Event::Start { now_ms: T0 },
-        &mut fault_on("payments.capture", unknown),
-    );
+    let run = start(&mut saga, &mut fault_on("payments.capture", unknown));
     assert_eq!(&run.skills()[4..], ["payments.capture"; 3]);
     assert!(
         matches!(run.last(), Command::Pause { .. }),
@@ -292,23 +275,13 @@ fn an_unknown_pivot_escalates_and_unwinds_nothing() {
         run.skills(),
         ["sandbox.deprovision", "budget.release", "vendor.archive"]
     );
-    assert!(matches!(
-        run.last(),
-        Command::Finish {
-            ending: Ending::Compensated,
-            ..
-        }
-    ));
+    assert_eq!(run.ending(), Some(Ending::Compensated));
 }
 
 #[test]
 fn exhausted_retries_after_the_pivot_escalate_and_never_unwind() {
     let mut saga = supplier();
-    let run = drive(
-        &mut saga,
-        Event::Start { now_ms: T0 },
-        &mut fault_on("email.send", unknown),
-    );
+    let run = start(&mut saga, &mut fault_on("email.send", unknown));
     assert_eq!(&run.skills()[5..], ["email.send"; 5]);
     assert!(matches!(run.last(), Command::Pause { .. }));
     let refused = drive(
@@ -336,13 +309,7 @@ fn exhausted_retries_after_the_pivot_escalate_and_never_unwind() {
         retried.calls[0].1, "sg_demo_supplier_onboarding:s5",
         "the same key after a human retry"
     );
-    assert!(matches!(
-        retried.last(),
-        Command::Finish {
-            ending: Ending::Completed,
-            ..
-        }
-    ));
+    assert_eq!(retried.ending(), Some(Ending::Completed));
 }
 
 #[test]
@@ -379,13 +346,7 @@ fn a_compensation_that_keeps_failing_is_dead_lettered_then_retried_by_a_person()
         &mut ok,
     );
     assert_eq!(run.skills(), ["budget.release", "vendor.archive"]);
-    assert!(matches!(
-        run.last(),
-        Command::Finish {
-            ending: Ending::Compensated,
-            ..
-        }
-    ));
+    assert_eq!(run.ending(), Some(Ending::Compensated));
 }
 
 #[test]
@@ -414,23 +375,13 @@ fn a_compensation_that_fails_twice_then_succeeds() {
             "vendor.archive"
         ]
     );
-    assert!(matches!(
-        run.last(),
-        Command::Finish {
-            ending: Ending::Compensated,
-            ..
-        }
-    ));
+    assert_eq!(run.ending(), Some(Ending::Compensated));
 }
 
 #[test]
 fn an_unknown_compensable_step_is_compensated_through_its_idempotency_key() {
     let mut saga = supplier();
-    let run = drive(
-        &mut saga,
-        Event::Start { now_ms: T0 },
-        &mut fault_on("sandbox.provision", unknown),
-    );
+    let run = start(&mut saga, &mut fault_on("sandbox.provision", unknown));
     assert_eq!(
         &run.skills()[2..],
         [
@@ -447,13 +398,7 @@ fn an_unknown_compensable_step_is_compensated_through_its_idempotency_key() {
         run.calls[5].2,
         json!({"forwardKey": "sg_demo_supplier_onboarding:s2"})
     );
-    assert!(matches!(
-        run.last(),
-        Command::Finish {
-            ending: Ending::Compensated,
-            ..
-        }
-    ));
+    assert_eq!(run.ending(), Some(Ending::Compensated));
 }
 
 #[test]
@@ -519,23 +464,13 @@ fn cancel_before_the_pivot_waits_for_the_call_in_flight_then_compensates() {
         ["vendor.archive"],
         "s1 never starts; s0 is undone"
     );
-    assert!(matches!(
-        run.last(),
-        Command::Finish {
-            ending: Ending::Canceled,
-            ..
-        }
-    ));
+    assert_eq!(run.ending(), Some(Ending::Canceled));
 }
 
 #[test]
 fn cancel_after_the_pivot_is_refused() {
     let mut saga = supplier();
-    let run = drive(
-        &mut saga,
-        Event::Start { now_ms: T0 },
-        &mut fault_on("email.send", unknown),
-    );
+    let run = start(&mut saga, &mut fault_on("email.send", unknown));
     assert!(matches!(run.last(), Command::Pause { .. }));
     let commands = saga.step(Event::Cancel { now_ms: T0 + 1 });
     assert!(
@@ -582,11 +517,7 @@ fn mandate_expiry_before_the_pivot_unwinds_and_after_it_is_ignored() {
     );
 
     let mut saga = supplier();
-    drive(
-        &mut saga,
-        Event::Start { now_ms: T0 },
-        &mut fault_on("email.send", unknown),
-    );
+    start(&mut saga, &mut fault_on("email.send", unknown));
     assert!(
         saga.step(Event::TimerFired {
             timer: Timer::MandateExpiry,
@@ -643,7 +574,7 @@ fn after_a_restart_idempotent_calls_are_repeated_with_the_same_key_others_escala
 #[test]
 fn approvals_pause_until_a_person_answers_and_expire_into_an_unwind() {
     let mut saga = saga_from("examples/plans/invalid/undo-ttl-too-short.json");
-    let run = drive(&mut saga, Event::Start { now_ms: T0 }, &mut ok);
+    let run = start(&mut saga, &mut ok);
     assert_eq!(run.skills(), ["vendor.create", "budget.reserve"]);
     assert!(matches!(run.last(), Command::Pause { reason } if reason.contains("needs approval")));
     let run = drive(
@@ -655,16 +586,10 @@ fn approvals_pause_until_a_person_answers_and_expire_into_an_unwind() {
         &mut ok,
     );
     assert_eq!(run.skills()[0], "compliance.review");
-    assert!(matches!(
-        run.last(),
-        Command::Finish {
-            ending: Ending::Completed,
-            ..
-        }
-    ));
+    assert_eq!(run.ending(), Some(Ending::Completed));
 
     let mut saga = saga_from("examples/plans/invalid/undo-ttl-too-short.json");
-    drive(&mut saga, Event::Start { now_ms: T0 }, &mut ok);
+    start(&mut saga, &mut ok);
     // (The driver fires the timer when it is due; the engine takes the time it is given.)
     let run = drive(
         &mut saga,
@@ -675,13 +600,7 @@ fn approvals_pause_until_a_person_answers_and_expire_into_an_unwind() {
         &mut ok,
     );
     assert_eq!(run.skills(), ["budget.release", "vendor.archive"]);
-    assert!(matches!(
-        run.last(),
-        Command::Finish {
-            ending: Ending::Compensated,
-            ..
-        }
-    ));
+    assert_eq!(run.ending(), Some(Ending::Compensated));
 }
 
 #[test]
