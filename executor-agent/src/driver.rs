@@ -60,6 +60,9 @@ pub async fn drive(
         }
         Some(recovered) => {
             saga = recovered.saga;
+            if let Some(shown) = &recovered.last_shown {
+                reporter.report(shown, &saga.ledger()).await;
+            }
             for invocation in recovered.to_invoke {
                 ctx.call(&saga, invocation).await?;
             }

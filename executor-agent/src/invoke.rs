@@ -18,9 +18,15 @@ use shared_types::REVERSIBILITY_EXTENSION_URI;
 
 use crate::saga::{CallOutcome, Invocation, Target};
 
-/// JSON-RPC's internal error: the SDK's client also reports transport failures with it,
-/// so it never proves that nothing happened.
-const INTERNAL_ERROR: i32 = -32603;
+/// Error codes that prove the tool refused the request before doing anything: JSON-RPC's
+/// parse error, invalid request, unknown method and invalid params, and A2A's unsupported
+/// operation, content type, extension and version errors. Every other error (internal
+/// errors, `-32000`-range server errors, a JSON-RPC error carried by an HTTP 5xx, which the
+/// SDK's transport passes on without looking at the status) proves nothing, so the call's
+/// outcome is unknown.
+const REFUSED_BEFORE_ANY_EFFECT: [i32; 8] = [
+    -32700, -32600, -32601, -32602, -32004, -32005, -32008, -32009,
+];
 
 /// The saga context that travels with every call.
 #[derive(Debug, Clone)]
@@ -163,7 +169,7 @@ impl Invoker for A2aInvoker {
                     reason: "the tool answered with a message and no result".into(),
                 },
             },
-            Err(agent_host::Error::Protocol(e)) if e.code != INTERNAL_ERROR => {
+            Err(agent_host::Error::Protocol(e)) if REFUSED_BEFORE_ANY_EFFECT.contains(&e.code) => {
                 CallOutcome::Failed {
                     reason: format!("the tool refused the call: {} ({})", e.message, e.code),
                 }

@@ -186,3 +186,67 @@ impl Journal for SqliteJournal {
         Ok(ids)
     }
 }
+
+/// Fault injection for crash tests: passes every write through to `inner`, and after the
+/// `after`-th durable write announces it on stderr and never returns, so that a test can
+/// SIGKILL the process at exactly that journal point.
+#[derive(Debug)]
+pub struct PauseAfterWrites<J> {
+    inner: J,
+    after: u64,
+    writes: std::sync::atomic::AtomicU64,
+}
+
+impl<J: Journal> PauseAfterWrites<J> {
+    pub fn new(inner: J, after: u64) -> Self {
+        Self {
+            inner,
+            after,
+            writes: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    async fn written(&self, what: &str) {
+        let n = self
+            .writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        if n == self.after {
+            eprintln!("journal write {n} ({what}) is durable; pausing for a crash test");
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[async_trait]
+impl<J: Journal> Journal for PauseAfterWrites<J> {
+    async fn begin(&self, header: &SagaHeader) -> Result<()> {
+        self.inner.begin(header).await?;
+        self.written("begin").await;
+        Ok(())
+    }
+
+    async fn append(&self, saga_id: &str, entry: &Entry) -> Result<()> {
+        self.inner.append(saga_id, entry).await?;
+        let what = match entry {
+            Entry::Event(_) => "event",
+            Entry::Intent(_) => "intent",
+        };
+        self.written(what).await;
+        Ok(())
+    }
+
+    async fn finish(&self, saga_id: &str) -> Result<()> {
+        self.inner.finish(saga_id).await?;
+        self.written("finish").await;
+        Ok(())
+    }
+
+    async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {
+        self.inner.load(saga_id).await
+    }
+
+    async fn unfinished(&self) -> Result<Vec<String>> {
+        self.inner.unfinished().await
+    }
+}

@@ -11,5 +11,6 @@ pub mod journal;
 pub mod recovery;
 pub mod registry;
 pub mod saga;
+pub mod service;
 
 pub use error::{Error, Result};

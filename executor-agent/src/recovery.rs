@@ -20,6 +20,9 @@ pub struct Recovered {
     pub lost: Vec<Event>,
     /// Timers to arm again, with their deadlines (ms since the epoch).
     pub timers: Vec<(Timer, i64)>,
+    /// The last progress report, pause or end the engine emitted: the crash may have come
+    /// before it reached the saga's task, so the driver shows it again.
+    pub last_shown: Option<Command>,
 }
 
 /// Replays `entries` (events and intents, in journal order) onto a fresh saga.
@@ -29,6 +32,7 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Recovered {
     let mut timers: HashMap<Timer, i64> = HashMap::new();
     let mut intents: HashSet<(Target, u32)> = HashSet::new();
     let mut answered: HashSet<(Target, u32)> = HashSet::new();
+    let mut last_shown = None;
     for entry in entries {
         match entry {
             Entry::Intent(inv) => {
@@ -53,7 +57,10 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Recovered {
                         Command::StartTimer { timer, after_ms } => {
                             timers.insert(timer, at.saturating_add(after_ms as i64));
                         }
-                        _ => {}
+                        shown @ (Command::Report { .. }
+                        | Command::Pause { .. }
+                        | Command::Finish { .. }) => last_shown = Some(shown),
+                        Command::RefuseCancel { .. } => {}
                     }
                 }
             }
@@ -89,6 +96,7 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Recovered {
         to_invoke,
         lost,
         timers,
+        last_shown,
     }
 }
 

@@ -4,15 +4,33 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 
-use agent_host::sdk::{Artifact, Message, Part, PartContent, Role, TaskState, new_message_id};
-use agent_host::{
-    Agent, HostConfig, InboundAuth, MemoryTaskStore, RequestContext, ServedCard, TaskHandle,
-    TaskManager, prepare_card,
+use agent_host::sdk::{
+    Artifact, Message, Part, PartContent, Role, SendMessageRequest, SendMessageResponse, Task,
+    TaskState, new_message_id,
 };
+use agent_host::{
+    Agent, AgentClient, HostConfig, InboundAuth, MemoryTaskStore, OutboundCall, RequestContext,
+    ServedCard, TaskHandle, TaskManager, prepare_card,
+};
+use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use executor_agent::agent::{Executor, ExecutorAgent, ExecutorConfig};
+use executor_agent::journal::SqliteJournal;
+use executor_agent::registry::Registry;
 use serde_json::{Value, json};
+use shared_types::{SigningIdentity, TrustStore};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 
 pub const AGENTS: [&str; 6] = [
     "vendor-registry",
@@ -29,24 +47,111 @@ pub fn read(path: &str) -> Value {
     shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap()).unwrap()
 }
 
+/// A fault injected on every call of one skill (or on its first `n` calls).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fault {
+    /// The tool's task fails: a definite failure, nothing applied.
     Decline,
+    /// The tool never answers.
     Hang,
+    /// Declines the first `n` calls, then works.
+    DeclineTimes(u32),
+    /// The first `n` calls reach the tool, which does its work, but the HTTP answer is
+    /// replaced by a `503` with a plain body, as a gateway in front of the tool answers.
+    ServerError(u32),
+    /// Like `ServerError`, but the answer is a `500` whose body is a JSON-RPC error
+    /// (`-32000`, "server error"), as a server that maps its failures to HTTP 500 answers.
+    ServerErrorRpc(u32),
+    /// The first `n` calls reach the tool, which does its work, then the server closes
+    /// the connection without writing a byte of the answer.
+    DropConnection(u32),
 }
+
+/// A count for the counted faults (`DeclineTimes`, `ServerError`, …) that never runs out.
+pub const ALWAYS: u32 = u32::MAX;
+
+/// The faults of one tool and how many calls of each skill they have seen.
+#[derive(Debug, Default)]
+struct Faults {
+    declared: HashMap<String, Fault>,
+    calls: Mutex<HashMap<String, u32>>,
+}
+
+impl Faults {
+    /// Counts a call of `skill` and says whether its counted fault fires on it.
+    fn within(&self, skill: &str, n: u32) -> bool {
+        let mut calls = self.calls.lock().unwrap();
+        let seen = calls.entry(skill.to_owned()).or_default();
+        *seen += 1;
+        *seen <= n
+    }
+
+    /// The fault the agent itself injects on this call, if any.
+    fn in_agent(&self, skill: &str) -> Option<Fault> {
+        match self.declared.get(skill).copied()? {
+            f @ (Fault::Decline | Fault::Hang) => Some(f),
+            Fault::DeclineTimes(n) if self.within(skill, n) => Some(Fault::Decline),
+            _ => None,
+        }
+    }
+
+    /// The fault the HTTP layer injects on this call, if any.
+    fn in_transport(&self, skill: &str) -> Option<Fault> {
+        match self.declared.get(skill).copied()? {
+            f @ (Fault::ServerError(n) | Fault::ServerErrorRpc(n) | Fault::DropConnection(n))
+                if self.within(skill, n) =>
+            {
+                Some(f)
+            }
+            _ => None,
+        }
+    }
+
+    fn any_in_transport(&self) -> bool {
+        self.declared.values().any(|f| {
+            matches!(
+                f,
+                Fault::ServerError(_) | Fault::ServerErrorRpc(_) | Fault::DropConnection(_)
+            )
+        })
+    }
+}
+
+/// Orders effects across tool agents (see `ToolLog::effect_seq`).
+static EFFECT_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// What one tool agent saw and did.
 #[derive(Debug, Default)]
 pub struct ToolLog {
     /// (idempotency key, skill) of every effect applied, in order.
     pub effects: Vec<(String, String)>,
+    /// A process-wide sequence number for each entry of `effects`, to order the effects
+    /// of several tools (see `effects_in_order`).
+    pub effect_seq: Vec<u64>,
     /// Every call received: (key, skill, caller, traceparent present, baggage).
     pub calls: Vec<(String, String, String, bool, String)>,
     pub results: HashMap<String, (Value, Value)>,
 }
 
+/// The idempotency keys of every effect the tools applied, in the order they applied them.
+pub fn effects_in_order(logs: &HashMap<String, Arc<Mutex<ToolLog>>>) -> Vec<String> {
+    let mut all: Vec<(u64, String)> = logs
+        .values()
+        .flat_map(|log| {
+            let log = log.lock().unwrap();
+            log.effect_seq
+                .iter()
+                .copied()
+                .zip(log.effects.iter().map(|(key, _)| key.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    all.sort();
+    all.into_iter().map(|(_, key)| key).collect()
+}
+
 struct Tool {
-    faults: HashMap<String, Fault>,
+    faults: Arc<Faults>,
     log: Arc<Mutex<ToolLog>>,
 }
 
@@ -78,7 +183,7 @@ impl Agent for Tool {
             ctx.traceparent.is_some(),
             ctx.baggage.clone().unwrap_or_default(),
         ));
-        let fault = self.faults.get(&skill).copied();
+        let fault = self.faults.in_agent(&skill);
         if fault == Some(Fault::Hang) {
             std::future::pending::<()>().await;
         }
@@ -104,6 +209,8 @@ impl Agent for Tool {
                 None => {
                     let result = response(&skill);
                     log.effects.push((key.clone(), skill.clone()));
+                    log.effect_seq
+                        .push(EFFECT_SEQ.fetch_add(1, Ordering::SeqCst));
                     log.results
                         .insert(key, (call["args"].clone(), result.clone()));
                     result
@@ -128,7 +235,7 @@ impl Agent for Tool {
 }
 
 pub async fn start_tool(faults: HashMap<String, Fault>, log: Arc<Mutex<ToolLog>>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let card = json!({"name": "tool", "description": "", "version": "1", "supportedInterfaces": [],
         "capabilities": {"streaming": true}, "defaultInputModes": [], "defaultOutputModes": [], "skills": []});
@@ -138,13 +245,153 @@ pub async fn start_tool(faults: HashMap<String, Fault>, log: Arc<Mutex<ToolLog>>
         token: TOOL_TOKEN.into(),
     };
     let config = HostConfig::new(ServedCard::new(&card).unwrap(), auth);
+    let faults = Arc::new(Faults {
+        declared: faults,
+        calls: Mutex::default(),
+    });
     let router = agent_host::app(
         &config,
-        Arc::new(Tool { faults, log }),
+        Arc::new(Tool {
+            faults: faults.clone(),
+            log,
+        }),
         TaskManager::new(Arc::new(MemoryTaskStore::new())),
     );
-    tokio::spawn(agent_host::serve(listener, router, config.shutdown.clone()));
+    if faults.any_in_transport() {
+        let router = router
+            .layer(axum::middleware::from_fn_with_state(
+                faults,
+                transport_faults,
+            ))
+            .into_make_service_with_connect_info::<Cut>();
+        let server = axum::serve(CuttableListener(listener), router)
+            .with_graceful_shutdown(config.shutdown.clone().cancelled_owned());
+        tokio::spawn(async move { server.await });
+    } else {
+        tokio::spawn(agent_host::serve(listener, router, config.shutdown.clone()));
+    }
     url
+}
+
+/// The skill named in a call's JSON-RPC body (`{"skill": …, "args": …}` in a data part).
+fn skill_in(body: &Value) -> Option<String> {
+    match body {
+        Value::Object(members) => members
+            .get("skill")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| members.values().find_map(skill_in)),
+        Value::Array(items) => items.iter().find_map(skill_in),
+        _ => None,
+    }
+}
+
+/// The HTTP layer's faults: the call goes through to the tool, then its answer is lost.
+async fn transport_faults(
+    State(faults): State<Arc<Faults>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    let call: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let fault = skill_in(&call).and_then(|skill| faults.in_transport(&skill));
+    let connection = parts.extensions.get::<ConnectInfo<Cut>>().cloned();
+    let response = next
+        .run(Request::from_parts(parts, axum::body::Body::from(body)))
+        .await;
+    match fault {
+        Some(Fault::ServerError(_)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "upstream unavailable").into_response()
+        }
+        Some(Fault::ServerErrorRpc(_)) => {
+            let error = json!({"jsonrpc": "2.0", "id": call["id"],
+                "error": {"code": -32000, "message": "server error"}});
+            (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(error)).into_response()
+        }
+        Some(Fault::DropConnection(_)) => {
+            connection
+                .expect("served with Cut")
+                .0
+                .0
+                .store(true, Ordering::SeqCst);
+            response
+        }
+        _ => response,
+    }
+}
+
+/// A connection's kill switch: once set, its socket refuses to read or write, so the
+/// server drops the connection without answering.
+#[derive(Debug, Clone, Default)]
+struct Cut(Arc<AtomicBool>);
+
+struct CuttableListener(TcpListener);
+
+struct CuttableStream {
+    io: TcpStream,
+    cut: Cut,
+}
+
+impl CuttableStream {
+    fn check(&self) -> std::io::Result<()> {
+        if self.cut.0.load(Ordering::SeqCst) {
+            return Err(std::io::ErrorKind::ConnectionAborted.into());
+        }
+        Ok(())
+    }
+}
+
+impl axum::serve::Listener for CuttableListener {
+    type Io = CuttableStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (CuttableStream, SocketAddr) {
+        let (io, addr) = axum::serve::Listener::accept(&mut self.0).await;
+        let cut = Cut::default();
+        (CuttableStream { io, cut }, addr)
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+impl Connected<axum::serve::IncomingStream<'_, CuttableListener>> for Cut {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, CuttableListener>) -> Self {
+        stream.io().cut.clone()
+    }
+}
+
+impl AsyncRead for CuttableStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        self.check()?;
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for CuttableStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.check()?;
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.check()?;
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
 
 /// The catalog of the six demo agents' (unsigned) cards.
@@ -161,4 +408,146 @@ pub fn supplier_catalog() -> shared_types::Catalog {
 /// The supplier-onboarding example plan.
 pub fn supplier_plan() -> shared_types::Plan {
     shared_types::Plan::from_value(&read("examples/plans/supplier-onboarding.json")).unwrap()
+}
+
+/// Starts the six demo tool agents, each with `faults`. Returns their cards (in `AGENTS`
+/// order, signed by `platform`, with short timeouts and backoffs so that faults are
+/// quick) and what each agent records.
+pub async fn start_tools(
+    faults: &[(&str, Fault)],
+    platform: &SigningIdentity,
+) -> (Vec<Value>, HashMap<String, Arc<Mutex<ToolLog>>>) {
+    let mut cards = Vec::new();
+    let mut logs = HashMap::new();
+    for agent in AGENTS {
+        let log = Arc::new(Mutex::new(ToolLog::default()));
+        let faults = faults.iter().map(|(s, f)| (s.to_string(), *f)).collect();
+        let url = start_tool(faults, log.clone()).await;
+        let mut card = read(&format!("agent-cards/{agent}.json"));
+        let skills = card.pointer_mut("/capabilities/extensions/0/params/skills");
+        for declaration in skills.and_then(Value::as_object_mut).unwrap().values_mut() {
+            declaration["timeoutMs"] = json!(300);
+            if let Some(retry) = declaration.get_mut("retry") {
+                retry["initialBackoffMs"] = json!(20);
+                retry["maxBackoffMs"] = json!(50);
+            }
+        }
+        cards.push(prepare_card(card, &url, Some(platform)).unwrap());
+        logs.insert(agent.to_owned(), log);
+    }
+    (cards, logs)
+}
+
+/// A user message with one data part (on `task_id`, if given).
+pub fn data_message(data: Value, task_id: Option<&str>) -> SendMessageRequest {
+    SendMessageRequest {
+        message: Message {
+            message_id: new_message_id(),
+            context_id: None,
+            task_id: task_id.map(str::to_owned),
+            role: Role::User,
+            parts: vec![Part::data(data)],
+            metadata: None,
+            extensions: None,
+            reference_task_ids: None,
+        },
+        configuration: None,
+        metadata: None,
+        tenant: None,
+    }
+}
+
+/// The executor as an A2A agent on loopback, in front of the six demo tool agents (each
+/// with `faults`), with short timeouts and backoffs so that faults are quick.
+pub struct Harness {
+    pub client: AgentClient,
+    pub planner: SigningIdentity,
+    pub logs: HashMap<String, Arc<Mutex<ToolLog>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    pub async fn start(faults: &[(&str, Fault)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let platform = SigningIdentity::from_seed([21; 32], Some("platform".into()));
+        let planner = SigningIdentity::from_seed([22; 32], Some("planner".into()));
+        let mut platform_keys = TrustStore::new();
+        platform_keys.add_jwk(&platform.public_jwk()).unwrap();
+        let registry = Registry::open(&dir.path().join("registry.db"), platform_keys).unwrap();
+        let (cards, logs) = start_tools(faults, &platform).await;
+        let mut credentials = HashMap::new();
+        for (agent, card) in AGENTS.iter().zip(cards) {
+            registry.register(card).await.unwrap();
+            credentials.insert(agent.to_string(), TOOL_TOKEN.to_owned());
+        }
+        let mut planner_keys = TrustStore::new();
+        planner_keys.add_jwk(&planner.public_jwk()).unwrap();
+        let journal = Arc::new(SqliteJournal::open(&dir.path().join("journal.db")).unwrap());
+        let tasks = TaskManager::new(Arc::new(MemoryTaskStore::new()));
+        let config = ExecutorConfig {
+            registry,
+            planner_keys,
+            journal,
+            credentials,
+        };
+        let executor = ExecutorAgent(Executor::new(config, tasks.clone()));
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let card = json!({"name": "executor", "description": "", "version": "1", "supportedInterfaces": [],
+            "capabilities": {"streaming": true}, "defaultInputModes": [], "defaultOutputModes": [], "skills": []});
+        let card = ServedCard::new(&prepare_card(card, &url, None).unwrap()).unwrap();
+        let config = HostConfig::new(card, InboundAuth::Open);
+        let router = agent_host::app(&config, Arc::new(executor), tasks);
+        tokio::spawn(agent_host::serve(listener, router, config.shutdown.clone()));
+        Self {
+            client: AgentClient::new(&url).unwrap(),
+            planner,
+            logs,
+            _dir: dir,
+        }
+    }
+
+    /// The plan at `path`, signed by the trusted planner.
+    pub fn signed(&self, path: &str) -> Value {
+        let mut plan = read(path);
+        self.planner.sign_in_place(&mut plan).unwrap();
+        plan
+    }
+
+    /// Sends one data part (on `task_id`, if given); the executor answers when the saga
+    /// stops (its end, or a pause for a person).
+    pub async fn send(&self, data: Value, task_id: Option<&str>) -> Task {
+        let request = data_message(data, task_id);
+        match self.client.send(&OutboundCall::default(), &request).await {
+            Ok(SendMessageResponse::Task(task)) => task,
+            other => panic!("expected a task, got {other:?}"),
+        }
+    }
+
+    /// What the tool agent `agent` saw and did.
+    pub fn log(&self, agent: &str) -> MutexGuard<'_, ToolLog> {
+        self.logs[agent].lock().unwrap()
+    }
+}
+
+/// The `saga-ledger` artifact of an executor's task, with integral numbers as integers.
+pub fn ledger_of(task: &Task) -> Value {
+    let artifact = task
+        .artifacts
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|a| a.artifact_id == "saga-ledger")
+        .expect("the task carries a saga-ledger artifact");
+    let mut ledger = artifact
+        .parts
+        .iter()
+        .find_map(|p| match &p.content {
+            PartContent::Data(v) => Some(v.clone()),
+            _ => None,
+        })
+        .expect("the ledger is a data part");
+    shared_types::json::normalize_integers(&mut ledger);
+    ledger
 }

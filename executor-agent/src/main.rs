@@ -1,0 +1,201 @@
+//! `executor-agent`: the execution plane as a process. Holds the tool credentials, serves
+//! A2A (`execute-plan`, planner JWTs), the admin API and the catalog, and resumes every
+//! unfinished saga from its journal at start.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use executor_agent::service::{Settings, build};
+use serde_json::Value;
+use shared_types::{Jwk, TrustStore};
+use tokio_util::sync::CancellationToken;
+
+/// Environment variable holding the admin API's bearer token.
+const ADMIN_TOKEN_ENV: &str = "SAGAPLANE_ADMIN_TOKEN";
+/// Prefix of environment variables holding a tool credential: `SAGAPLANE_CREDENTIAL_`
+/// followed by the agent's name in upper case with `-` as `_`.
+const CREDENTIAL_ENV_PREFIX: &str = "SAGAPLANE_CREDENTIAL_";
+
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "Sagaplane executor: validates signed plans and runs them as durable sagas",
+    after_help = "Environment:\n  SAGAPLANE_ADMIN_TOKEN          bearer token of the admin API (or --admin-token-file)\n  SAGAPLANE_CREDENTIAL_<AGENT>   credential for a tool agent, e.g. SAGAPLANE_CREDENTIAL_VENDOR_REGISTRY\n  RUST_LOG                       log filter (default: info)"
+)]
+struct Args {
+    /// Address to listen on (port 0 picks a free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:7300")]
+    listen: String,
+    /// Base URL clients use to reach this executor (default: http://<listen address>).
+    #[arg(long)]
+    url: Option<String>,
+    /// Directory for the registry, the journal and the task store (created if missing).
+    #[arg(long)]
+    data: PathBuf,
+    /// The executor's name: its card's name and the audience planner JWTs must carry.
+    #[arg(long, default_value = "executor")]
+    id: String,
+    /// Public key (JWK) of the platform that signs curated agent cards. Repeatable.
+    #[arg(long = "platform-key", required = true, value_name = "PUB.jwk")]
+    platform_keys: Vec<PathBuf>,
+    /// A trusted planner: `[ISSUER=]PUB.jwk`. The issuer defaults to the key's `kid`; the
+    /// key authenticates the planner's JWTs and verifies its plans. Repeatable.
+    #[arg(long = "planner", required = true, value_name = "[ISSUER=]PUB.jwk")]
+    planners: Vec<String>,
+    /// JSON file `{"<agent name>": "<bearer token>", …}` with the tool credentials.
+    #[arg(long)]
+    credentials: Option<PathBuf>,
+    /// File holding the admin API's bearer token (instead of SAGAPLANE_ADMIN_TOKEN).
+    #[arg(long)]
+    admin_token_file: Option<PathBuf>,
+    /// Crash-test fault injection: stop after this many durable journal writes.
+    #[arg(long, hide = true)]
+    pause_after_journal_writes: Option<u64>,
+}
+
+fn read_text(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+fn read_jwk(path: &Path) -> anyhow::Result<Jwk> {
+    let value = shared_types::json::parse_strict(&read_text(path)?)
+        .with_context(|| format!("{} is not JSON", path.display()))?;
+    serde_json::from_value(value)
+        .with_context(|| format!("{} is not a JSON Web Key", path.display()))
+}
+
+fn planner(spec: &str) -> anyhow::Result<(String, Jwk)> {
+    let (issuer, path) = match spec.split_once('=') {
+        Some((issuer, path)) => (Some(issuer.to_owned()), path),
+        None => (None, spec),
+    };
+    let jwk = read_jwk(Path::new(path))?;
+    let issuer = match (issuer, &jwk.kid) {
+        (Some(issuer), _) => issuer,
+        (None, Some(kid)) => kid.clone(),
+        (None, None) => bail!("{path} has no kid: name the planner as ISSUER={path}"),
+    };
+    Ok((issuer, jwk))
+}
+
+/// Credentials from the file, then from the environment (which wins).
+fn credentials(file: Option<&Path>) -> anyhow::Result<HashMap<String, String>> {
+    let mut credentials = HashMap::new();
+    if let Some(path) = file {
+        let value = shared_types::json::parse_strict(&read_text(path)?)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        let Value::Object(entries) = value else {
+            bail!(
+                "{}: expected {{\"<agent>\": \"<token>\", …}}",
+                path.display()
+            );
+        };
+        for (agent, token) in entries {
+            let Value::String(token) = token else {
+                bail!(
+                    "{}: the credential of {agent} is not a string",
+                    path.display()
+                );
+            };
+            credentials.insert(agent, token);
+        }
+    }
+    for (name, token) in std::env::vars() {
+        if let Some(rest) = name.strip_prefix(CREDENTIAL_ENV_PREFIX) {
+            credentials.insert(rest.to_lowercase().replace('_', "-"), token);
+        }
+    }
+    Ok(credentials)
+}
+
+fn admin_token(file: Option<&Path>) -> anyhow::Result<String> {
+    let token = match file {
+        Some(path) => read_text(path)?.trim().to_owned(),
+        None => std::env::var(ADMIN_TOKEN_ENV).unwrap_or_default(),
+    };
+    if token.len() < 16 {
+        bail!(
+            "the admin API needs a token of at least 16 characters: set {ADMIN_TOKEN_ENV} or pass --admin-token-file"
+        );
+    }
+    Ok(token)
+}
+
+async fn shutdown_on_signal(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            let _ = tokio::signal::ctrl_c().await;
+            shutdown.cancel();
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+    shutdown.cancel();
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+
+    let mut platform_keys = TrustStore::new();
+    for path in &args.platform_keys {
+        platform_keys
+            .add_jwk(&read_jwk(path)?)
+            .with_context(|| format!("platform key {}", path.display()))?;
+    }
+    let planners = args
+        .planners
+        .iter()
+        .map(|spec| planner(spec))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let credentials = credentials(args.credentials.as_deref())?;
+    let admin_token = admin_token(args.admin_token_file.as_deref())?;
+
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let address = listener.local_addr()?;
+    let public_url = args.url.unwrap_or_else(|| format!("http://{address}"));
+
+    let shutdown = CancellationToken::new();
+    let service = build(
+        Settings {
+            data_dir: args.data.clone(),
+            executor_id: args.id,
+            public_url: public_url.clone(),
+            platform_keys,
+            planners,
+            admin_token,
+            credentials,
+            pause_after_journal_writes: args.pause_after_journal_writes,
+        },
+        shutdown.clone(),
+    )?;
+    let resumed = service.executor.recover().await?;
+    if resumed > 0 {
+        tracing::info!(
+            sagas = resumed,
+            "resuming unfinished sagas from the journal"
+        );
+    }
+    tokio::spawn(shutdown_on_signal(shutdown.clone()));
+    println!("listening on {public_url}");
+    agent_host::serve(listener, service.router, shutdown).await?;
+    Ok(())
+}

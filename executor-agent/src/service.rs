@@ -1,0 +1,141 @@
+//! Assembles a running executor from its settings: the three SQLite files under one data
+//! directory, the executor's own agent card, its A2A endpoint (planner JWTs only), the
+//! admin API (admin token) and the catalog (planner JWTs).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agent_host::{
+    HostConfig, InboundAuth, JwtPolicy, ServedCard, SqliteTaskStore, TaskManager, describe_auth,
+    prepare_card,
+};
+use axum::Router;
+use serde_json::{Value, json};
+use shared_types::signing::Jwk;
+use shared_types::{REVERSIBILITY_EXTENSION_URI, TrustStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{Executor, ExecutorAgent, ExecutorConfig};
+use crate::error::{Error, Result};
+use crate::journal::{Journal, PauseAfterWrites, SqliteJournal};
+use crate::registry::Registry;
+
+/// Everything an executor is configured with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Holds `registry.db`, `journal.db` and `tasks.db`.
+    pub data_dir: PathBuf,
+    /// The executor's name: its card's name and the audience of planner JWTs.
+    pub executor_id: String,
+    /// The base URL clients reach the executor at (written into its card).
+    pub public_url: String,
+    /// Keys whose signature makes an agent card curated.
+    pub platform_keys: TrustStore,
+    /// Planners: issuer id and public key. The same keys are trusted to sign plans.
+    pub planners: Vec<(String, Jwk)>,
+    /// The bearer token of the admin API.
+    pub admin_token: String,
+    /// The executor's credential for each tool agent, by agent name.
+    pub credentials: HashMap<String, String>,
+    /// Fault injection for crash tests: stop (without returning) after this many durable
+    /// journal writes, so the process can be killed at exactly that point.
+    pub pause_after_journal_writes: Option<u64>,
+}
+
+/// A built executor, ready to serve.
+pub struct Service {
+    pub router: Router,
+    pub executor: Arc<Executor>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service").finish_non_exhaustive()
+    }
+}
+
+/// The executor's A2A card: one skill, `execute-plan`.
+pub fn executor_card(executor_id: &str) -> Value {
+    json!({
+        "name": executor_id,
+        "description": "Sagaplane execution plane: checks a signed plan against the curated registry before any side effect, then runs it as a durable saga (retries, compensation in reverse order, escalation to a person).",
+        "version": env!("CARGO_PKG_VERSION"),
+        "provider": {"organization": "Sagaplane", "url": "https://sagaplane.invalid"},
+        "supportedInterfaces": [
+            {"url": "", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": "", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}
+        ],
+        "capabilities": {
+            "streaming": true,
+            "pushNotifications": false,
+            "extensions": [{"uri": REVERSIBILITY_EXTENSION_URI, "required": false,
+                "description": "Saga context on every tool call"}]
+        },
+        "defaultInputModes": ["application/json"],
+        "defaultOutputModes": ["application/json", "text/plain"],
+        "skills": [{
+            "id": "execute-plan",
+            "name": "Execute a signed plan",
+            "description": "Send the signed plan as a data part. The task is REJECTED with every violation, or runs: a status update per step transition, the saga-ledger artifact, and INPUT_REQUIRED when a person must approve or resolve (answer with {\"resolution\": \"approve\" | \"retry\" | \"resolved-manually\" | \"compensate\"}).",
+            "tags": ["saga", "execution"],
+            "inputModes": ["application/json"],
+            "outputModes": ["application/json", "text/plain"]
+        }]
+    })
+}
+
+/// Opens the stores, builds the executor and its routes. Call `Executor::recover` on the
+/// result before serving, so unfinished sagas resume.
+pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service> {
+    std::fs::create_dir_all(&settings.data_dir).map_err(|e| {
+        Error::Journal(format!(
+            "cannot create the data directory {}: {e}",
+            settings.data_dir.display()
+        ))
+    })?;
+    let dir = &settings.data_dir;
+    let registry = Registry::open(&dir.join("registry.db"), settings.platform_keys.clone())?;
+    let sqlite = SqliteJournal::open(&dir.join("journal.db"))?;
+    let journal: Arc<dyn Journal> = match settings.pause_after_journal_writes {
+        Some(n) => Arc::new(PauseAfterWrites::new(sqlite, n)),
+        None => Arc::new(sqlite),
+    };
+    let store = SqliteTaskStore::open(&dir.join("tasks.db"))
+        .map_err(|e| Error::Journal(format!("cannot open the task store: {e}")))?;
+    let tasks = TaskManager::new(Arc::new(store));
+
+    let mut planner_keys = TrustStore::new();
+    for (issuer, jwk) in &settings.planners {
+        planner_keys
+            .add_jwk(jwk)
+            .map_err(|e| Error::Refused(format!("key of planner {issuer}: {e}")))?;
+    }
+    let policy = JwtPolicy::new(settings.executor_id.clone(), &settings.planners)
+        .map_err(|e| Error::Refused(e.to_string()))?;
+    let planner_auth = InboundAuth::Jwt(Arc::new(policy));
+    let admin_auth = InboundAuth::StaticBearer {
+        name: "admin".into(),
+        token: settings.admin_token.clone(),
+    };
+
+    let card = describe_auth(executor_card(&settings.executor_id), &planner_auth);
+    let card = prepare_card(card, &settings.public_url, None)
+        .and_then(|card| ServedCard::new(&card))
+        .map_err(|e| Error::Refused(format!("the executor's card: {e}")))?;
+    let mut host = HostConfig::new(card, planner_auth.clone());
+    host.shutdown = shutdown;
+
+    let executor = Executor::new(
+        ExecutorConfig {
+            registry: registry.clone(),
+            planner_keys,
+            journal,
+            credentials: settings.credentials,
+        },
+        tasks.clone(),
+    );
+    let router = agent_host::app(&host, Arc::new(ExecutorAgent(executor.clone())), tasks)
+        .merge(crate::http::routes(registry, admin_auth, planner_auth));
+    Ok(Service { router, executor })
+}

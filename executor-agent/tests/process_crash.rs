@@ -1,0 +1,315 @@
+//! The real `executor-agent` binary killed with SIGKILL at every journal point of the
+//! six-step supplier saga (before a call, after a call whose result was not journaled
+//! yet, during compensation), then restarted on the same data directory: the saga must
+//! end exactly as an uninterrupted run does, and no tool may apply an effect twice.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use agent_host::sdk::{SendMessageRequest, SendMessageResponse, StreamResponse, Task, TaskState};
+use agent_host::{AgentClient, OutboundCall, mint_jwt};
+use common::*;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use shared_types::SigningIdentity;
+use tokio::sync::mpsc;
+
+/// Far longer than any run here takes; only a stuck saga reaches it.
+const STUCK: std::time::Duration = std::time::Duration::from_secs(30);
+const ADMIN_TOKEN: &str = "admin-token-for-crash-tests";
+
+/// Keys, cards and credentials shared by every run.
+struct World {
+    dir: tempfile::TempDir,
+    platform: SigningIdentity,
+    planner: SigningIdentity,
+}
+
+impl World {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let platform = SigningIdentity::from_seed([31; 32], Some("platform".into()));
+        let planner = SigningIdentity::from_seed([32; 32], Some("planner-1".into()));
+        let write = |name: &str, value: Value| {
+            std::fs::write(dir.path().join(name), value.to_string()).unwrap();
+        };
+        write(
+            "platform.pub.jwk",
+            serde_json::to_value(platform.public_jwk()).unwrap(),
+        );
+        write(
+            "planner.pub.jwk",
+            serde_json::to_value(planner.public_jwk()).unwrap(),
+        );
+        let credentials: serde_json::Map<String, Value> = AGENTS
+            .iter()
+            .map(|a| (a.to_string(), json!(TOOL_TOKEN)))
+            .collect();
+        write("credentials.json", Value::Object(credentials));
+        Self {
+            dir,
+            platform,
+            planner,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// A running executor process.
+struct Executor {
+    child: Child,
+    url: String,
+    /// Lines the process writes to stderr.
+    stderr: mpsc::UnboundedReceiver<String>,
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Executor {
+    fn start(world: &World, data: &Path, pause_after: Option<u64>) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_executor-agent"));
+        command
+            .args(["--listen", "127.0.0.1:0", "--data"])
+            .arg(data)
+            .arg("--platform-key")
+            .arg(world.path("platform.pub.jwk"))
+            .arg("--planner")
+            .arg(world.path("planner.pub.jwk"))
+            .arg("--credentials")
+            .arg(world.path("credentials.json"))
+            .env("SAGAPLANE_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(n) = pause_after {
+            command.args(["--pause-after-journal-writes", &n.to_string()]);
+        }
+        let mut child = command.spawn().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        let (tx, stderr) = mpsc::unbounded_channel();
+        let err = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in err.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Self { child, url, stderr }
+    }
+
+    /// SIGKILL: no chance to flush or finish anything.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    fn client(&self) -> AgentClient {
+        AgentClient::new(&self.url).unwrap()
+    }
+
+    /// Waits until the process reports that it paused after a journal write.
+    async fn paused(&mut self) -> bool {
+        while let Some(line) = self.stderr.recv().await {
+            if line.contains("pausing for a crash test") {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+async fn register(executor: &Executor, cards: &[Value]) {
+    let http = reqwest::Client::new();
+    for card in cards {
+        let response = http
+            .post(format!("{}/admin/cards", executor.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(card)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201, "{}", response.text().await.unwrap());
+    }
+}
+
+fn as_planner(world: &World) -> OutboundCall {
+    OutboundCall {
+        bearer: Some(mint_jwt(&world.planner, "planner-1", "executor", 60).unwrap()),
+        ..OutboundCall::default()
+    }
+}
+
+fn plan_message(world: &World) -> SendMessageRequest {
+    let mut plan = read("examples/plans/supplier-onboarding.json");
+    world.planner.sign_in_place(&mut plan).unwrap();
+    data_message(plan, None)
+}
+
+/// Submits the plan (again): returns the saga's task as it stands when the call returns.
+async fn submit(world: &World, executor: &Executor) -> Task {
+    match executor
+        .client()
+        .send(&as_planner(world), &plan_message(world))
+        .await
+        .unwrap()
+    {
+        SendMessageResponse::Task(task) => task,
+        other => panic!("expected a task, got {other:?}"),
+    }
+}
+
+/// Follows a task until it stops (terminal or waiting for a person).
+async fn settle(world: &World, executor: &Executor, task: Task) -> Task {
+    if task.status.state.is_terminal() || task.status.state == TaskState::InputRequired {
+        return task;
+    }
+    let client = executor.client();
+    // A task that ends before the subscription starts cannot be subscribed to: then
+    // GetTask below shows its end.
+    if let Ok(mut stream) = client.subscribe(&as_planner(world), &task.id).await {
+        // A saga that never reports its end again would hang here: fail instead.
+        while let Some(event) = tokio::time::timeout(STUCK, stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("task {} stuck: {:?}", task.id, task.status))
+        {
+            if let Ok(StreamResponse::StatusUpdate(update)) = event {
+                let state = update.status.state.clone();
+                if state.is_terminal() || state == TaskState::InputRequired {
+                    break;
+                }
+            }
+        }
+    }
+    client.get_task(&as_planner(world), &task.id).await.unwrap()
+}
+
+/// What must be the same after a crash: the task's state and outcome, each step's forward
+/// and undo state, and the set of effects every tool applied.
+#[derive(Debug, PartialEq)]
+struct Ending {
+    state: TaskState,
+    outcome: Option<Value>,
+    steps: Vec<(String, String, String)>,
+    effects: BTreeSet<String>,
+}
+
+fn ending(task: &Task, logs: &HashMap<String, Arc<Mutex<ToolLog>>>) -> Ending {
+    let ledger = task
+        .artifacts
+        .iter()
+        .flatten()
+        .find(|a| a.artifact_id == "saga-ledger")
+        .map(|a| serde_json::to_value(&a.parts[0]).unwrap())
+        .unwrap_or_default();
+    let steps = ledger
+        .pointer("/data/steps")
+        .and_then(Value::as_array)
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|s| {
+                    (
+                        s["step"].as_str().unwrap_or_default().to_owned(),
+                        s["forward"]["state"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        s["undo"]["state"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut effects = BTreeSet::new();
+    for log in logs.values() {
+        for (key, _) in &log.lock().unwrap().effects {
+            assert!(effects.insert(key.clone()), "{key} applied twice");
+        }
+    }
+    Ending {
+        state: task.status.state.clone(),
+        outcome: task
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("outcome").cloned()),
+        steps,
+        effects,
+    }
+}
+
+/// One run: crash after `crash_after` journal writes (if any), restart, let it finish.
+/// Returns the ending, and whether the crash happened.
+async fn run(world: &World, faults: &[(&str, Fault)], crash_after: Option<u64>) -> (Ending, bool) {
+    let data = tempfile::tempdir().unwrap();
+    let (cards, logs) = start_tools(faults, &world.platform).await;
+    let mut executor = Executor::start(world, data.path(), crash_after);
+    register(&executor, &cards).await;
+    let crashed = if crash_after.is_some() {
+        let client = executor.client();
+        let (call, request) = (as_planner(world), plan_message(world));
+        let sent = tokio::spawn(async move { client.send(&call, &request).await });
+        let paused = tokio::select! {
+            paused = executor.paused() => paused,
+            _ = sent => false,
+        };
+        if paused {
+            executor.kill();
+            executor = Executor::start(world, data.path(), None);
+        }
+        paused
+    } else {
+        false
+    };
+    let task = submit(world, &executor).await;
+    let task = settle(world, &executor, task).await;
+    (ending(&task, &logs), crashed)
+}
+
+/// Kills the executor after each journal write in turn; every run must end like the
+/// uninterrupted one.
+async fn sweep(faults: &[(&str, Fault)], expected_state: TaskState) {
+    let world = World::new();
+    let (reference, _) = run(&world, faults, None).await;
+    assert_eq!(reference.state, expected_state, "{reference:?}");
+    let mut crashes = 0;
+    // Past the last journal write a run ends without pausing.
+    for n in 1..=500 {
+        let (ending, crashed) = run(&world, faults, Some(n)).await;
+        if !crashed {
+            break;
+        }
+        crashes += 1;
+        assert_eq!(ending, reference, "after a crash at journal write {n}");
+    }
+    eprintln!("{crashes} journal points, each killed and recovered");
+    assert!(crashes >= 12, "only {crashes} journal points were reached");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_at_every_journal_point_of_a_completed_saga_changes_nothing() {
+    sweep(&[], TaskState::Completed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_at_every_journal_point_of_an_unwound_saga_changes_nothing() {
+    sweep(&[("payments.capture", Fault::Decline)], TaskState::Failed).await;
+}
