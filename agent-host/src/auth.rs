@@ -155,8 +155,12 @@ pub fn mint_jwt(
     .map_err(|e| Error::Config(format!("cannot sign a JWT: {e}")))
 }
 
+/// A 401 whose body reads as an error in both bindings: the REST binding's
+/// `{"error": {code, status, message}}`, and, with `jsonrpc` and a null `id`, a JSON-RPC
+/// error response, so that JSON-RPC clients show the reason rather than a parse error.
 fn unauthorized(message: &str) -> Response {
-    let body = json!({"error": {"code": 401, "status": "UNAUTHENTICATED", "message": message}});
+    let body = json!({"jsonrpc": "2.0", "id": null,
+        "error": {"code": 401, "status": "UNAUTHENTICATED", "message": message}});
     let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
     response
         .headers_mut()

@@ -256,28 +256,65 @@ fn ending(task: &Task, logs: &HashMap<String, Arc<Mutex<ToolLog>>>) -> Ending {
     }
 }
 
-/// One run: crash after `crash_after` journal writes (if any), restart, let it finish.
-/// Returns the ending, and whether the crash happened.
-async fn run(world: &World, faults: &[(&str, Fault)], crash_after: Option<u64>) -> (Ending, bool) {
+/// Where a run kills the executor.
+#[derive(Debug, Clone, Copy)]
+enum Crash<'a> {
+    Never,
+    /// Right after its `n`-th durable journal write.
+    AfterJournalWrite(u64),
+    /// Once the tool agent `agent` has applied the effect with this idempotency key, whose
+    /// answer it holds back: the executor made the call but never journaled its result.
+    AfterApplied {
+        agent: &'a str,
+        key: &'a str,
+    },
+}
+
+/// Waits until `agent` has applied the effect `key`.
+async fn applied(logs: &HashMap<String, Arc<Mutex<ToolLog>>>, agent: &str, key: &str) {
+    let signal = logs[agent].lock().unwrap().applied.clone();
+    loop {
+        signal.notified().await;
+        let log = logs[agent].lock().unwrap();
+        if log.effects.iter().any(|(k, _)| k == key) {
+            return;
+        }
+    }
+}
+
+/// One run: the plan is submitted, the executor killed as `crash` says (if it gets
+/// there), restarted, and the saga followed to its end. Returns the ending, and whether
+/// the crash happened.
+async fn run(world: &World, faults: &[(&str, Fault)], crash: Crash<'_>) -> (Ending, bool) {
     let data = tempfile::tempdir().unwrap();
     let (cards, logs) = start_tools(faults, &world.platform).await;
-    let mut executor = Executor::start(world, data.path(), crash_after);
+    let pause = match crash {
+        Crash::AfterJournalWrite(n) => Some(n),
+        _ => None,
+    };
+    let mut executor = Executor::start(world, data.path(), pause);
     register(&executor, &cards).await;
-    let crashed = if crash_after.is_some() {
+    let crashed = if let Crash::Never = crash {
+        false
+    } else {
         let client = executor.client();
         let (call, request) = (as_planner(world), plan_message(world));
-        let sent = tokio::spawn(async move { client.send(&call, &request).await });
-        let paused = tokio::select! {
-            paused = executor.paused() => paused,
-            _ = sent => false,
+        let mut sent = tokio::spawn(async move { client.send(&call, &request).await });
+        let reached = match crash {
+            Crash::AfterApplied { agent, key } => tokio::select! {
+                _ = applied(&logs, agent, key) => true,
+                _ = &mut sent => false,
+            },
+            _ => tokio::select! {
+                paused = executor.paused() => paused,
+                _ = &mut sent => false,
+            },
         };
-        if paused {
+        if reached {
             executor.kill();
             executor = Executor::start(world, data.path(), None);
         }
-        paused
-    } else {
-        false
+        reached
     };
     let task = submit(world, &executor).await;
     let task = settle(world, &executor, task).await;
@@ -288,12 +325,12 @@ async fn run(world: &World, faults: &[(&str, Fault)], crash_after: Option<u64>) 
 /// uninterrupted one.
 async fn sweep(faults: &[(&str, Fault)], expected_state: TaskState) {
     let world = World::new();
-    let (reference, _) = run(&world, faults, None).await;
+    let (reference, _) = run(&world, faults, Crash::Never).await;
     assert_eq!(reference.state, expected_state, "{reference:?}");
     let mut crashes = 0;
     // Past the last journal write a run ends without pausing.
     for n in 1..=500 {
-        let (ending, crashed) = run(&world, faults, Some(n)).await;
+        let (ending, crashed) = run(&world, faults, Crash::AfterJournalWrite(n)).await;
         if !crashed {
             break;
         }
@@ -312,4 +349,53 @@ async fn a_kill_at_every_journal_point_of_a_completed_saga_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_at_every_journal_point_of_an_unwound_saga_changes_nothing() {
     sweep(&[("payments.capture", Fault::Decline)], TaskState::Failed).await;
+}
+
+/// For each call of the saga: the tool applies it and holds its answer, the executor is
+/// killed, restarts, repeats the call with the same key (the tool replays its result),
+/// and the saga ends as the uninterrupted one did.
+async fn kill_with_an_answer_in_flight(
+    declined: &[(&str, Fault)],
+    calls: &[(&str, &str, &str)],
+    expected_state: TaskState,
+) {
+    let world = World::new();
+    let (reference, _) = run(&world, declined, Crash::Never).await;
+    assert_eq!(reference.state, expected_state, "{reference:?}");
+    for (agent, skill, step) in calls {
+        let mut faults = declined.to_vec();
+        faults.push((skill, Fault::ApplyThenHang(1)));
+        let key = format!("sg_demo_supplier_onboarding:{step}");
+        let crash = Crash::AfterApplied { agent, key: &key };
+        let (ending, crashed) = run(&world, &faults, crash).await;
+        assert!(crashed, "{key} was never applied");
+        assert_eq!(
+            ending, reference,
+            "after a crash with {key} applied but unanswered"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_after_each_call_before_its_result_is_journaled_changes_nothing() {
+    let calls = [
+        ("vendor-registry", "vendor.create", "s0"),
+        ("budget", "budget.reserve", "s1"),
+        ("sandbox", "sandbox.provision", "s2"),
+        ("compliance-registry", "compliance.check", "s3"),
+        ("payments", "payments.capture", "s4"),
+        ("mailer", "email.send", "s5"),
+    ];
+    kill_with_an_answer_in_flight(&[], &calls, TaskState::Completed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_after_each_compensation_before_its_result_is_journaled_changes_nothing() {
+    let calls = [
+        ("sandbox", "sandbox.deprovision", "s2:undo"),
+        ("budget", "budget.release", "s1:undo"),
+        ("vendor-registry", "vendor.archive", "s0:undo"),
+    ];
+    let declined = [("payments.capture", Fault::Decline)];
+    kill_with_an_answer_in_flight(&declined, &calls, TaskState::Failed).await;
 }

@@ -1,6 +1,7 @@
 //! `sagaplane`: the command line for people: keys, signed plans and cards, validation.
 
 mod commands;
+mod executor_api;
 mod failure;
 mod input;
 mod output;

@@ -56,6 +56,9 @@ pub enum Fault {
     Hang,
     /// Declines the first `n` calls, then works.
     DeclineTimes(u32),
+    /// The first `n` calls are applied, then never answered (the caller times out or
+    /// dies first); `ToolLog::applied` is notified when the effect is in place.
+    ApplyThenHang(u32),
     /// The first `n` calls reach the tool, which does its work, but the HTTP answer is
     /// replaced by a `503` with a plain body, as a gateway in front of the tool answers.
     ServerError(u32),
@@ -91,6 +94,7 @@ impl Faults {
         match self.declared.get(skill).copied()? {
             f @ (Fault::Decline | Fault::Hang) => Some(f),
             Fault::DeclineTimes(n) if self.within(skill, n) => Some(Fault::Decline),
+            Fault::ApplyThenHang(n) if self.within(skill, n) => Some(Fault::ApplyThenHang(0)),
             _ => None,
         }
     }
@@ -131,6 +135,8 @@ pub struct ToolLog {
     /// Every call received: (key, skill, caller, traceparent present, baggage).
     pub calls: Vec<(String, String, String, bool, String)>,
     pub results: HashMap<String, (Value, Value)>,
+    /// Notified each time an effect is applied.
+    pub applied: Arc<tokio::sync::Notify>,
 }
 
 /// The idempotency keys of every effect the tools applied, in the order they applied them.
@@ -213,10 +219,14 @@ impl Agent for Tool {
                         .push(EFFECT_SEQ.fetch_add(1, Ordering::SeqCst));
                     log.results
                         .insert(key, (call["args"].clone(), result.clone()));
+                    log.applied.notify_one();
                     result
                 }
             }
         };
+        if fault == Some(Fault::ApplyThenHang(0)) {
+            std::future::pending::<()>().await;
+        }
         if result.is_null() {
             let _ = task.set_status(TaskState::Failed, None).await;
             return;

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 use clap::Subcommand;
 use serde_json::json;
-use shared_types::{Error, PlanValidator, SigningIdentity, TrustStore, ViolationCode};
+use shared_types::{Catalog, Error, PlanValidator, SigningIdentity, TrustStore, ViolationCode};
 
+use crate::executor_api;
 use crate::failure::Failure;
 use crate::input::{read_catalog_dir, read_json, read_jwk, read_trust};
 use crate::output::{emit, pretty};
@@ -16,9 +17,17 @@ pub enum PlanCommand {
     /// Check a plan statically and report every violation (exit 0 valid, 1 invalid, 2 unusable input).
     Validate {
         plan: PathBuf,
-        /// Folder of agent cards (signed or not) to check against.
+        /// Folder of agent cards (signed or not) to check against, or an executor's URL
+        /// to check against its curated catalog (with --planner-key).
         #[arg(long, value_name = "DIR|URL")]
         catalog: String,
+        /// Planner private key to authenticate to the executor's catalog (its kid is the
+        /// JWT issuer).
+        #[arg(long, value_name = "KEY.jwk")]
+        planner_key: Option<PathBuf>,
+        /// The executor's name, the audience of that JWT.
+        #[arg(long, default_value = "executor")]
+        audience: String,
         /// Public key of a trusted planner (repeatable).
         #[arg(long = "trust", value_name = "PUB.jwk", required = true)]
         trust: Vec<PathBuf>,
@@ -51,10 +60,24 @@ pub fn run(command: PlanCommand) -> Result<(), Failure> {
         PlanCommand::Validate {
             plan,
             catalog,
+            planner_key,
+            audience,
             trust,
             at,
             json,
-        } => validate(&plan, &catalog, &trust, at.unwrap_or_else(Utc::now), json),
+        } => {
+            let catalog = if catalog.starts_with("http://") || catalog.starts_with("https://") {
+                let Some(key) = planner_key else {
+                    return Err(Failure::unusable(
+                        "reading an executor's catalog needs --planner-key KEY.jwk to authenticate",
+                    ));
+                };
+                executor_api::catalog(&catalog, &key, &audience)?
+            } else {
+                read_catalog_dir(Path::new(&catalog))?
+            };
+            validate(&plan, catalog, &trust, at.unwrap_or_else(Utc::now), json)
+        }
         PlanCommand::Sign { plan, key, out } => sign(&plan, &key, out.as_deref()),
         PlanCommand::Verify { plan, trust } => verify(&plan, &read_trust(&trust)?),
     }
@@ -62,17 +85,11 @@ pub fn run(command: PlanCommand) -> Result<(), Failure> {
 
 fn validate(
     path: &Path,
-    catalog: &str,
+    catalog: Catalog,
     trust: &[PathBuf],
     at: DateTime<Utc>,
     as_json: bool,
 ) -> Result<(), Failure> {
-    if catalog.starts_with("http://") || catalog.starts_with("https://") {
-        return Err(Failure::unusable(
-            "reading the catalog from an executor URL is not available in this build; pass a folder of agent cards",
-        ));
-    }
-    let catalog = read_catalog_dir(Path::new(catalog))?;
     let validator = PlanValidator::new(catalog, read_trust(trust)?)
         .map_err(|e| Failure::unusable(e.to_string()))?;
     let plan = read_json(path)?;

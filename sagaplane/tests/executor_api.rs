@@ -1,0 +1,189 @@
+//! `sagaplane cards register` and `plan validate --catalog URL` against a real executor
+//! (its service, served on loopback): curated cards get in, others are refused with the
+//! executor's reason, and a plan validates against the executor's catalog.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::*;
+use executor_agent::service::{Settings, build};
+use shared_types::{SigningIdentity, TrustStore};
+use tokio_util::sync::CancellationToken;
+
+const ADMIN_TOKEN: &str = "admin-token-for-cli-tests";
+const AGENTS: [&str; 6] = [
+    "vendor-registry",
+    "budget",
+    "sandbox",
+    "compliance-registry",
+    "payments",
+    "mailer",
+];
+
+/// Starts an executor that trusts `platform` cards and `planner` plans; returns its URL.
+async fn executor(dir: &Path, platform: &SigningIdentity, planner: &SigningIdentity) -> String {
+    let mut platform_keys = TrustStore::new();
+    platform_keys.add_jwk(&platform.public_jwk()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let shutdown = CancellationToken::new();
+    let service = build(
+        Settings {
+            data_dir: dir.join("executor"),
+            executor_id: "executor".into(),
+            public_url: url.clone(),
+            platform_keys,
+            planners: vec![(planner.kid().to_owned(), planner.public_jwk())],
+            admin_token: ADMIN_TOKEN.into(),
+            credentials: Default::default(),
+            pause_after_journal_writes: None,
+        },
+        shutdown.clone(),
+    )
+    .unwrap();
+    tokio::spawn(agent_host::serve(listener, service.router, shutdown));
+    url
+}
+
+/// Runs the CLI off the runtime's threads, with the admin token in the environment.
+async fn cli(args: Vec<String>, token: Option<&str>) -> Output {
+    let token = token.map(str::to_owned);
+    tokio::task::spawn_blocking(move || {
+        let mut command = assert_cmd::Command::cargo_bin("sagaplane").unwrap();
+        command.args(&args).env_remove("SAGAPLANE_ADMIN_TOKEN");
+        if let Some(token) = token {
+            command.env("SAGAPLANE_ADMIN_TOKEN", token);
+        }
+        command.output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn write_json(path: &Path, value: &impl serde::Serialize) -> String {
+    std::fs::write(path, serde_json::to_string(value).unwrap()).unwrap();
+    p(path).to_owned()
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cards_register_and_validate_against_the_executors_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let platform = SigningIdentity::from_seed([51; 32], Some("platform".into()));
+    let planner = SigningIdentity::from_seed([52; 32], Some("planner-1".into()));
+    let url = executor(dir.path(), &platform, &planner).await;
+
+    let card = |agent: &str, signer: Option<&SigningIdentity>| {
+        let mut card: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(root().join(format!("agent-cards/{agent}.json"))).unwrap(),
+        )
+        .unwrap();
+        if let Some(signer) = signer {
+            signer.sign_in_place(&mut card).unwrap();
+        }
+        write_json(&dir.path().join(format!("{agent}.json")), &card)
+    };
+    let register = |file: String| args(&["cards", "register", &file, "--executor", &url]);
+
+    let out = cli(register(card("budget", None)), Some(ADMIN_TOKEN)).await;
+    assert_eq!(out.status.code(), Some(1), "an unsigned card is refused");
+    assert!(stderr(&out).contains("not curated"), "{}", stderr(&out));
+    let stranger = SigningIdentity::from_seed([53; 32], Some("stranger".into()));
+    let out = cli(register(card("budget", Some(&stranger))), Some(ADMIN_TOKEN)).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let out = cli(
+        register(card("budget", Some(&platform))),
+        Some("wrong-token"),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("refused the credential"),
+        "{}",
+        stderr(&out)
+    );
+    let out = cli(register(card("budget", Some(&platform))), None).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("SAGAPLANE_ADMIN_TOKEN"),
+        "{}",
+        stderr(&out)
+    );
+
+    for agent in AGENTS {
+        let out = cli(register(card(agent, Some(&platform))), Some(ADMIN_TOKEN)).await;
+        assert!(out.status.success(), "{agent}: {}", stderr(&out));
+        assert!(
+            stdout(&out).contains(&format!("registered: agent {agent} (signed by platform)")),
+            "{}",
+            stdout(&out)
+        );
+    }
+
+    let key = write_json(&dir.path().join("planner.jwk"), &planner.private_jwk());
+    let trust = write_json(&dir.path().join("planner.pub.jwk"), &planner.public_jwk());
+    let mut plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(example_plan()).unwrap()).unwrap();
+    planner.sign_in_place(&mut plan).unwrap();
+    let plan = write_json(&dir.path().join("plan.json"), &plan);
+    let validate = |extra: &[&str]| {
+        let mut list = args(&[
+            "plan",
+            "validate",
+            &plan,
+            "--catalog",
+            &url,
+            "--trust",
+            &trust,
+        ]);
+        list.extend(args(extra));
+        list
+    };
+    let out = cli(validate(&["--planner-key", &key]), None).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("valid: plan sg_demo_supplier_onboarding"),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = cli(validate(&[]), None).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--planner-key"), "{}", stderr(&out));
+    let stranger_key = write_json(&dir.path().join("stranger.jwk"), &stranger.private_jwk());
+    let out = cli(validate(&["--planner-key", &stranger_key]), None).await;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an untrusted planner cannot read the catalog"
+    );
+    assert!(
+        stderr(&out).contains("refused the credential"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = cli(
+        args(&[
+            "cards",
+            "register",
+            "--url",
+            "http://127.0.0.1:9",
+            "--executor",
+            "http://127.0.0.1:9",
+        ]),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("cannot reach the executor"),
+        "{}",
+        stderr(&out)
+    );
+}
