@@ -15,8 +15,9 @@ use crate::card::AGENT_CARD_PATH;
 use crate::error::{Error, Result};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::sdk::{
-    A2AError, CancelTaskRequest, GetTaskRequest, SendMessageRequest, SendMessageResponse,
-    ServiceParams, StreamResponse, SubscribeToTaskRequest, Task,
+    A2AError, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse,
+    SendMessageRequest, SendMessageResponse, ServiceParams, StreamResponse, SubscribeToTaskRequest,
+    Task,
 };
 
 /// The per-call context: credentials, identity of the effect, tracing, and a deadline.
@@ -167,6 +168,21 @@ impl AgentClient {
         };
         self.within(call, "GetTask", self.transport.get_task(&params, &request))
             .await
+    }
+
+    /// One page of the agent's tasks, newest first (as the agent orders them).
+    pub async fn list_tasks(
+        &self,
+        call: &OutboundCall,
+        request: &ListTasksRequest,
+    ) -> Result<ListTasksResponse> {
+        let params = call.params();
+        self.within(
+            call,
+            "ListTasks",
+            self.transport.list_tasks(&params, request),
+        )
+        .await
     }
 
     pub async fn cancel_task(&self, call: &OutboundCall, id: &str) -> Result<Task> {

@@ -5,8 +5,8 @@
 pub use a2a::{
     A2AError, AgentCapabilities, AgentCard, AgentExtension, AgentInterface, AgentSkill, Artifact,
     CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Message, Part,
-    PartContent, Role, SendMessageRequest, SendMessageResponse, StreamResponse,
-    SubscribeToTaskRequest, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    PartContent, Role, SendMessageConfiguration, SendMessageRequest, SendMessageResponse,
+    StreamResponse, SubscribeToTaskRequest, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
     TaskStatusUpdateEvent,
 };
 pub use a2a_server::{RequestHandler, ServiceParams};

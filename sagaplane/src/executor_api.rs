@@ -8,19 +8,12 @@ use std::time::Duration;
 use serde_json::Value;
 use shared_types::{Catalog, SigningIdentity};
 
+use crate::a2a::block_on;
 use crate::failure::Failure;
 use crate::input::read_jwk;
 
 /// Environment variable holding the executor's admin token.
 pub const ADMIN_TOKEN_ENV: &str = "SAGAPLANE_ADMIN_TOKEN";
-
-fn block_on<T>(work: impl Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::unusable(format!("cannot start the HTTP client: {e}")))?
-        .block_on(work)
-}
 
 fn http() -> Result<reqwest::Client, Failure> {
     reqwest::Client::builder()

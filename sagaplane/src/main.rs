@@ -1,5 +1,6 @@
 //! `sagaplane`: the command line for people: keys, signed plans and cards, validation.
 
+mod a2a;
 mod commands;
 mod executor_api;
 mod failure;

@@ -3,6 +3,7 @@
 mod cards;
 mod keys;
 mod plan;
+mod task;
 
 use std::path::PathBuf;
 
@@ -35,9 +36,31 @@ enum Command {
     /// Validate, sign and verify plans.
     #[command(subcommand)]
     Plan(plan::PlanCommand),
-    /// Sign and verify curated agent cards.
+    /// Sign, verify and register curated agent cards.
     #[command(subcommand)]
     Cards(cards::CardsCommand),
+    /// Send a goal to a planner agent.
+    Send {
+        /// The planner's URL.
+        #[arg(long)]
+        planner: String,
+        /// The goal, in words.
+        goal: String,
+        /// A goal parameter (NAME=VALUE; JSON values are sent as such). Repeatable.
+        #[arg(long = "param", value_name = "NAME=VALUE")]
+        params: Vec<String>,
+        /// Stream the task's progress until it ends or waits for a person.
+        #[arg(long)]
+        watch: bool,
+        /// Only plan: print the signed plan, submit nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        credentials: crate::a2a::Credentials,
+    },
+    /// Inspect and steer any agent's tasks.
+    #[command(subcommand)]
+    Task(task::TaskCommand),
 }
 
 /// Runs one command.
@@ -46,5 +69,14 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Keygen { out, kid, force } => keys::keygen(&out, kid, force),
         Command::Plan(command) => plan::run(command),
         Command::Cards(command) => cards::run(command),
+        Command::Send {
+            planner,
+            goal,
+            params,
+            watch,
+            dry_run,
+            credentials,
+        } => task::send(&planner, &goal, &params, watch, dry_run, &credentials),
+        Command::Task(command) => task::run(command),
     }
 }

@@ -1,0 +1,378 @@
+//! `sagaplane send` and `sagaplane task get|watch|list|cancel|resolve`: any A2A agent's
+//! tasks from the command line, the saga ledger shown as a table.
+
+use agent_host::sdk::{
+    ListTasksRequest, Message, Part, Role, SendMessageConfiguration, SendMessageRequest,
+    SendMessageResponse, Task, new_message_id,
+};
+use clap::{Subcommand, ValueEnum};
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+
+use crate::a2a::{
+    Credentials, artifact_data, block_on, client, event_line, failure, message_text, outcome,
+    state_name, stopped,
+};
+use crate::failure::Failure;
+use crate::output::pretty;
+
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// Show a task: state, metadata, status message, and the saga ledger if it has one.
+    Get {
+        #[arg(long)]
+        agent: String,
+        task: String,
+        #[command(flatten)]
+        credentials: Credentials,
+        /// Print the task as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow a task's updates until it ends or waits for a person.
+    Watch {
+        #[arg(long)]
+        agent: String,
+        task: String,
+        #[command(flatten)]
+        credentials: Credentials,
+    },
+    /// List an agent's tasks.
+    List {
+        #[arg(long)]
+        agent: String,
+        #[command(flatten)]
+        credentials: Credentials,
+    },
+    /// Cancel a task (an executor compensates first, and refuses after the pivot).
+    Cancel {
+        #[arg(long)]
+        agent: String,
+        task: String,
+        #[command(flatten)]
+        credentials: Credentials,
+    },
+    /// Answer a task that waits for a person.
+    Resolve {
+        #[arg(long)]
+        agent: String,
+        task: String,
+        resolution: Resolution,
+        #[command(flatten)]
+        credentials: Credentials,
+    },
+}
+
+/// A person's answer to a paused saga.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Resolution {
+    Approve,
+    Retry,
+    ResolvedManually,
+    Compensate,
+}
+
+impl Resolution {
+    fn wire(self) -> &'static str {
+        match self {
+            Self::Approve => "approve",
+            Self::Retry => "retry",
+            Self::ResolvedManually => "resolved-manually",
+            Self::Compensate => "compensate",
+        }
+    }
+}
+
+pub fn run(command: TaskCommand) -> Result<(), Failure> {
+    block_on(async move {
+        match command {
+            TaskCommand::Get {
+                agent,
+                task,
+                credentials,
+                json,
+            } => {
+                let task = client(&agent)?
+                    .get_task(&credentials.call()?, &task)
+                    .await
+                    .map_err(|e| failure("cannot get the task", e))?;
+                if json {
+                    println!(
+                        "{}",
+                        pretty(&serde_json::to_value(&task).unwrap_or_default())
+                    );
+                } else {
+                    print!("{}", describe(&task));
+                }
+                Ok(())
+            }
+            TaskCommand::Watch {
+                agent,
+                task,
+                credentials,
+            } => watch(&agent, &task, &credentials).await,
+            TaskCommand::List { agent, credentials } => list(&agent, &credentials).await,
+            TaskCommand::Cancel {
+                agent,
+                task,
+                credentials,
+            } => {
+                let task = client(&agent)?
+                    .cancel_task(&credentials.call()?, &task)
+                    .await
+                    .map_err(|e| failure("cannot cancel the task", e))?;
+                print!("{}", describe(&task));
+                Ok(())
+            }
+            TaskCommand::Resolve {
+                agent,
+                task,
+                resolution,
+                credentials,
+            } => {
+                let data = json!({ "resolution": resolution.wire() });
+                let request = message(None, Some(data), Some(&task), false);
+                let task = send_for_task(&agent, &credentials, &request).await?;
+                print!("{}", describe(&task));
+                outcome(&task)
+            }
+        }
+    })
+}
+
+/// `sagaplane send`: a goal (text, and parameters as a data part) to a planner.
+pub fn send(
+    planner: &str,
+    goal: &str,
+    params: &[String],
+    watch_it: bool,
+    dry_run: bool,
+    credentials: &Credentials,
+) -> Result<(), Failure> {
+    let mut data = Map::new();
+    for param in params {
+        let Some((name, value)) = param.split_once('=') else {
+            return Err(Failure::unusable(format!(
+                "--param {param}: expected NAME=VALUE"
+            )));
+        };
+        // A value that reads as JSON (a number, true, an object) is sent as that.
+        let value = serde_json::from_str(value).unwrap_or_else(|_| json!(value));
+        data.insert(name.to_owned(), value);
+    }
+    if dry_run {
+        data.insert("dryRun".into(), json!(true));
+    }
+    let data = (!data.is_empty()).then_some(Value::Object(data));
+    block_on(async move {
+        if watch_it && !dry_run {
+            let request = message(Some(goal), data, None, false);
+            let mut events = client(planner)?
+                .stream(&credentials.call()?, &request)
+                .await
+                .map_err(|e| failure("cannot send the goal", e))?;
+            let mut task_id = None;
+            while let Some(event) = events.next().await {
+                let event = event.map_err(|e| {
+                    Failure::unusable(format!("the stream broke: {} ({})", e.message, e.code))
+                })?;
+                if let agent_host::sdk::StreamResponse::Task(task) = &event {
+                    task_id = Some(task.id.clone());
+                }
+                if let Some(line) = event_line(&event) {
+                    println!("{line}");
+                }
+            }
+            let Some(task_id) = task_id else {
+                return Err(Failure::unusable("the planner answered without a task"));
+            };
+            let task = client(planner)?
+                .get_task(&credentials.call()?, &task_id)
+                .await
+                .map_err(|e| failure("cannot get the task", e))?;
+            print!("{}", describe(&task));
+            return outcome(&task);
+        }
+        let request = message(Some(goal), data, None, !dry_run);
+        let task = send_for_task(planner, credentials, &request).await?;
+        if dry_run {
+            let plan = task
+                .artifacts
+                .iter()
+                .flatten()
+                .find(|a| a.name.as_deref() == Some("plan") || a.artifact_id == "plan")
+                .and_then(artifact_data);
+            match plan {
+                Some(plan) => println!("{}", pretty(plan)),
+                None => print!("{}", describe(&task)),
+            }
+            return outcome(&task);
+        }
+        print!("{}", describe(&task));
+        println!(
+            "follow it with: sagaplane task watch --agent {planner} {}",
+            task.id
+        );
+        Ok(())
+    })
+}
+
+fn message(
+    text: Option<&str>,
+    data: Option<Value>,
+    task_id: Option<&str>,
+    return_immediately: bool,
+) -> SendMessageRequest {
+    let mut parts = Vec::new();
+    if let Some(text) = text {
+        parts.push(Part::text(text));
+    }
+    if let Some(data) = data {
+        parts.push(Part::data(data));
+    }
+    SendMessageRequest {
+        message: Message {
+            message_id: new_message_id(),
+            context_id: None,
+            task_id: task_id.map(str::to_owned),
+            role: Role::User,
+            parts,
+            metadata: None,
+            extensions: None,
+            reference_task_ids: None,
+        },
+        configuration: Some(SendMessageConfiguration {
+            accepted_output_modes: None,
+            task_push_notification_config: None,
+            history_length: None,
+            return_immediately: Some(return_immediately),
+        }),
+        metadata: None,
+        tenant: None,
+    }
+}
+
+async fn send_for_task(
+    agent: &str,
+    credentials: &Credentials,
+    request: &SendMessageRequest,
+) -> Result<Task, Failure> {
+    match client(agent)?
+        .send(&credentials.call()?, request)
+        .await
+        .map_err(|e| failure("the agent refused the message", e))?
+    {
+        SendMessageResponse::Task(task) => Ok(task),
+        SendMessageResponse::Message(m) => Err(Failure::rejected(format!(
+            "the agent answered without a task: {}",
+            message_text(&m)
+        ))),
+    }
+}
+
+async fn watch(agent: &str, id: &str, credentials: &Credentials) -> Result<(), Failure> {
+    let client = client(agent)?;
+    let current = client
+        .get_task(&credentials.call()?, id)
+        .await
+        .map_err(|e| failure("cannot get the task", e))?;
+    if !stopped(&current.status.state) {
+        // A task that stops before the subscription starts cannot be subscribed to;
+        // GetTask below shows it either way.
+        if let Ok(mut events) = client.subscribe(&credentials.call()?, id).await {
+            while let Some(Ok(event)) = events.next().await {
+                if let Some(line) = event_line(&event) {
+                    println!("{line}");
+                }
+            }
+        }
+    }
+    let task = client
+        .get_task(&credentials.call()?, id)
+        .await
+        .map_err(|e| failure("cannot get the task", e))?;
+    print!("{}", describe(&task));
+    outcome(&task)
+}
+
+async fn list(agent: &str, credentials: &Credentials) -> Result<(), Failure> {
+    let request = ListTasksRequest {
+        context_id: None,
+        status: None,
+        page_size: Some(100),
+        page_token: None,
+        history_length: Some(0),
+        status_timestamp_after: None,
+        include_artifacts: Some(false),
+        tenant: None,
+    };
+    let page = client(agent)?
+        .list_tasks(&credentials.call()?, &request)
+        .await
+        .map_err(|e| failure("cannot list the tasks", e))?;
+    if page.tasks.is_empty() {
+        println!("no tasks");
+    }
+    for task in &page.tasks {
+        let text = task
+            .status
+            .message
+            .as_ref()
+            .map(message_text)
+            .unwrap_or_default();
+        let first_line = text.lines().next().unwrap_or_default();
+        println!(
+            "{}  {:<15} {first_line}",
+            task.id,
+            state_name(&task.status.state)
+        );
+    }
+    Ok(())
+}
+
+/// A task for people: state, metadata, status message, and the saga ledger as a table.
+pub fn describe(task: &Task) -> String {
+    let mut out = format!("task {}  {}\n", task.id, state_name(&task.status.state));
+    if let Some(metadata) = &task.metadata {
+        for (key, value) in metadata {
+            let value = value
+                .as_str()
+                .map_or_else(|| value.to_string(), str::to_owned);
+            out.push_str(&format!("  {key}: {value}\n"));
+        }
+    }
+    if let Some(message) = &task.status.message {
+        for line in message_text(message).lines() {
+            out.push_str(&format!("  | {line}\n"));
+        }
+    }
+    let ledger = task
+        .artifacts
+        .iter()
+        .flatten()
+        .find(|a| a.artifact_id == "saga-ledger")
+        .and_then(artifact_data);
+    if let Some(ledger) = ledger {
+        out.push_str(&ledger_table(ledger));
+    }
+    out
+}
+
+/// The saga ledger: one row per step.
+pub fn ledger_table(ledger: &Value) -> String {
+    let mut out =
+        String::from("  step  skill                  forward          undo            attempts\n");
+    for step in ledger["steps"].as_array().into_iter().flatten() {
+        let text = |v: &Value| v.as_str().unwrap_or("-").to_owned();
+        out.push_str(&format!(
+            "  {:<5} {:<22} {:<16} {:<15} {}/{}\n",
+            text(&step["step"]),
+            text(&step["skill"]),
+            text(&step["forward"]["state"]),
+            text(&step["undo"]["state"]),
+            step["attempts"],
+            step["undoAttempts"],
+        ));
+    }
+    out
+}
