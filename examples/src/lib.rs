@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+pub mod supplier;
+
 /// The workspace root, found from this crate's manifest directory.
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
