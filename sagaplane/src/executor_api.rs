@@ -74,14 +74,17 @@ pub fn admin_token(file: Option<&Path>) -> Result<String, Failure> {
 }
 
 /// `POST /admin/cards` with a card, or `{"url": …}` for the executor to fetch it.
+pub async fn register_card(executor: &str, token: &str, body: &Value) -> Result<Value, Failure> {
+    let request = http()?
+        .post(format!("{}/admin/cards", base(executor)))
+        .bearer_auth(token)
+        .json(body);
+    exchange(request, "register the card").await
+}
+
+/// `register_card`, from synchronous code.
 pub fn register(executor: &str, token: &str, body: &Value) -> Result<Value, Failure> {
-    block_on(async {
-        let request = http()?
-            .post(format!("{}/admin/cards", base(executor)))
-            .bearer_auth(token)
-            .json(body);
-        exchange(request, "register the card").await
-    })
+    block_on(register_card(executor, token, body))
 }
 
 /// `GET /catalog`, authenticated with a JWT signed by the planner key at `key` (its `kid`

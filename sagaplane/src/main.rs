@@ -2,6 +2,7 @@
 
 mod a2a;
 mod commands;
+mod demo;
 mod executor_api;
 mod failure;
 mod input;

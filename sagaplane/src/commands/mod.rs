@@ -5,6 +5,8 @@ mod keys;
 mod plan;
 mod task;
 
+pub use task::{describe, goal_message, resolution_message};
+
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -61,6 +63,17 @@ enum Command {
     /// Inspect and steer any agent's tasks.
     #[command(subcommand)]
     Task(task::TaskCommand),
+    /// Run a demo end to end with real processes on loopback.
+    Demo {
+        #[arg(value_enum, default_value = "supplier-onboarding")]
+        scenario: crate::demo::Scenario,
+        /// Where the saga goes wrong.
+        #[arg(long, value_enum, default_value = "none")]
+        fail_at: crate::demo::FailAt,
+        /// Kill the executor (SIGKILL) when this step starts, and restart it.
+        #[arg(long, value_name = "STEP")]
+        crash_executor_at: Option<String>,
+    },
 }
 
 /// Runs one command.
@@ -78,5 +91,10 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             credentials,
         } => task::send(&planner, &goal, &params, watch, dry_run, &credentials),
         Command::Task(command) => task::run(command),
+        Command::Demo {
+            scenario,
+            fail_at,
+            crash_executor_at,
+        } => crate::demo::run(scenario, fail_at, crash_executor_at),
     }
 }

@@ -130,8 +130,7 @@ pub fn run(command: TaskCommand) -> Result<(), Failure> {
                 resolution,
                 credentials,
             } => {
-                let data = json!({ "resolution": resolution.wire() });
-                let request = message(None, Some(data), Some(&task), false);
+                let request = resolution_message(&task, resolution.wire());
                 let task = send_for_task(&agent, &credentials, &request).await?;
                 print!("{}", describe(&task));
                 outcome(&task)
@@ -215,6 +214,21 @@ pub fn send(
         );
         Ok(())
     })
+}
+
+/// A goal for a planner: the text, and parameters as a data part.
+pub fn goal_message(goal: &str, data: Option<Value>) -> SendMessageRequest {
+    message(Some(goal), data, None, false)
+}
+
+/// A person's answer on a task that waits for one.
+pub fn resolution_message(task: &str, resolution: &str) -> SendMessageRequest {
+    message(
+        None,
+        Some(json!({ "resolution": resolution })),
+        Some(task),
+        false,
+    )
 }
 
 fn message(
@@ -353,23 +367,32 @@ pub fn describe(task: &Task) -> String {
         .find(|a| a.artifact_id == "saga-ledger")
         .and_then(artifact_data);
     if let Some(ledger) = ledger {
-        out.push_str(&ledger_table(ledger));
+        let mut ledger = ledger.clone();
+        // A2A data parts carry numbers as doubles.
+        shared_types::json::normalize_integers(&mut ledger);
+        out.push_str(&ledger_table(&ledger));
     }
     out
 }
 
 /// The saga ledger: one row per step.
 pub fn ledger_table(ledger: &Value) -> String {
+    let done = ledger.pointer("/phase/phase").and_then(Value::as_str) == Some("done");
     let mut out =
         String::from("  step  skill                  forward          undo            attempts\n");
     for step in ledger["steps"].as_array().into_iter().flatten() {
         let text = |v: &Value| v.as_str().unwrap_or("-").to_owned();
+        // An undo still pending when the saga is over was never needed.
+        let undo = match (text(&step["undo"]["state"]).as_str(), done) {
+            ("pending", true) => "-".to_owned(),
+            (state, _) => state.to_owned(),
+        };
         out.push_str(&format!(
             "  {:<5} {:<22} {:<16} {:<15} {}/{}\n",
             text(&step["step"]),
             text(&step["skill"]),
             text(&step["forward"]["state"]),
-            text(&step["undo"]["state"]),
+            undo,
             step["attempts"],
             step["undoAttempts"],
         ));

@@ -1,0 +1,610 @@
+//! The planner as an A2A agent (skill `plan-and-execute`): reads the goal, reads the
+//! executor's catalog, has its backend compose a plan, signs it, checks it against the
+//! same catalog, reports it as the `plan` artifact, submits it to the executor and
+//! follows the executor's task (see `follow`), cancels through the executor, and picks
+//! up unfinished tasks after a restart.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use agent_host::sdk::{
+    A2AError, Artifact, Message, Part, PartContent, Role, Task, TaskState, new_message_id,
+};
+use agent_host::store::TaskQuery;
+use agent_host::{Agent, Reply, RequestContext, TaskHandle, TaskManager};
+use async_trait::async_trait;
+use chrono::Utc;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use shared_types::{PlanValidator, SigningIdentity, TrustStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{PlanBackend, PlanRequest, describe_violations};
+use crate::compose::{PlanContext, new_saga_id};
+use crate::error::{Error, Result};
+use crate::executor::ExecutorLink;
+use crate::follow::{final_state, finish, follow};
+use crate::goal::Goal;
+use crate::templates::Templates;
+
+/// The artifact that carries the signed plan.
+pub const PLAN_ARTIFACT: &str = "plan";
+/// Task metadata: the plan's saga id.
+pub const META_SAGA_ID: &str = "sagaId";
+/// Task metadata: the executor's task id, once the executor took the plan.
+pub const META_EXECUTOR_TASK_ID: &str = "executorTaskId";
+/// Task metadata: the executor's base URL (where to answer an INPUT_REQUIRED).
+pub const META_EXECUTOR_URL: &str = "executorUrl";
+/// Task metadata: the executor task's last state, as on the wire.
+pub const META_EXECUTOR_STATE: &str = "executorState";
+/// Task metadata: copied from the executor's task (`compensated`, …).
+pub const META_OUTCOME: &str = "outcome";
+/// Task metadata: true when the plan was only composed (`dryRun`).
+pub const META_DRY_RUN: &str = "dryRun";
+
+/// Attempts to submit a plan before giving up (a resubmission of the identical plan is
+/// answered with the task the executor already has).
+const SUBMIT_ATTEMPTS: u32 = 3;
+
+/// What the planner needs.
+pub struct PlannerConfig {
+    /// Signs plans and JWTs; its kid is the planner's id.
+    pub identity: Arc<SigningIdentity>,
+    pub executor: ExecutorLink,
+    pub backend: Arc<dyn PlanBackend>,
+    /// For reading intent phrases in goal texts.
+    pub templates: Templates,
+    /// Stops following executor tasks (they are picked up again by `recover`).
+    pub shutdown: CancellationToken,
+}
+
+/// Where one of the planner's tasks stands, for cancellation.
+#[derive(Debug, Clone, PartialEq)]
+enum Phase {
+    Planning,
+    Submitted(String),
+    Canceled,
+}
+
+type PhaseLock = Arc<tokio::sync::Mutex<Phase>>;
+
+pub struct Planner {
+    config: PlannerConfig,
+    tasks: Arc<TaskManager>,
+    live: Mutex<HashMap<String, PhaseLock>>,
+}
+
+impl std::fmt::Debug for Planner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Planner")
+            .field("id", &self.config.identity.kid())
+            .field("executor", &self.config.executor)
+            .field("backend", &self.config.backend.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An agent message with a text and, optionally, a data part.
+pub(crate) fn agent_message(text: impl Into<String>, data: Option<Value>) -> Message {
+    let mut parts = vec![Part::text(text.into())];
+    if let Some(data) = data {
+        parts.push(Part::data(data));
+    }
+    Message {
+        message_id: new_message_id(),
+        context_id: None,
+        task_id: None,
+        role: Role::Agent,
+        parts,
+        metadata: None,
+        extensions: None,
+        reference_task_ids: None,
+    }
+}
+
+/// Logs a failed report: the task store is the only place a report can go.
+pub(crate) fn logged<T>(task: &TaskHandle, result: agent_host::Result<T>) {
+    if let Err(e) = result {
+        tracing::warn!(task = task.id(), error = %e, "cannot update the planner's task");
+    }
+}
+
+/// The goal in a message: its text parts (joined by line breaks) and first data part.
+fn goal_parts(message: &Message) -> (String, Option<Value>) {
+    let text = message
+        .parts
+        .iter()
+        .filter_map(|p| match &p.content {
+            PartContent::Text(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let data = message.parts.iter().find_map(|p| match &p.content {
+        PartContent::Data(v) => Some(v.clone()),
+        _ => None,
+    });
+    (text, data)
+}
+
+/// The signed plan a task carries, if it got that far.
+fn plan_of(task: &Task) -> Option<Value> {
+    let artifact = task
+        .artifacts
+        .as_deref()?
+        .iter()
+        .find(|a| a.artifact_id == PLAN_ARTIFACT)?;
+    artifact.parts.iter().find_map(|p| match &p.content {
+        PartContent::Data(v) => Some(v.clone()),
+        _ => None,
+    })
+}
+
+fn metadata_str(task: &Task, key: &str) -> Option<String> {
+    task.metadata
+        .as_ref()?
+        .get(key)?
+        .as_str()
+        .map(str::to_owned)
+}
+
+impl Planner {
+    pub fn new(config: PlannerConfig, tasks: Arc<TaskManager>) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            tasks,
+            live: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The planner's id (its key's kid).
+    pub fn id(&self) -> &str {
+        self.config.identity.kid()
+    }
+
+    pub(crate) fn executor(&self) -> &ExecutorLink {
+        &self.config.executor
+    }
+
+    pub(crate) fn shutdown(&self) -> &CancellationToken {
+        &self.config.shutdown
+    }
+
+    fn register(&self, task_id: &str, phase: Phase) -> PhaseLock {
+        let lock = Arc::new(tokio::sync::Mutex::new(phase));
+        if let Ok(mut live) = self.live.lock() {
+            live.insert(task_id.to_owned(), lock.clone());
+        }
+        lock
+    }
+
+    fn unregister(&self, task_id: &str) {
+        if let Ok(mut live) = self.live.lock() {
+            live.remove(task_id);
+        }
+    }
+
+    fn phase_of(&self, task_id: &str) -> Option<PhaseLock> {
+        self.live.lock().ok()?.get(task_id).cloned()
+    }
+
+    /// Composes, signs and checks a plan for `goal`; returns it as JSON.
+    async fn compose(&self, goal: &Goal) -> Result<Value> {
+        let catalog = self.config.executor.catalog().await?;
+        let mut own_key = TrustStore::new();
+        own_key
+            .add_jwk(&self.config.identity.public_jwk())
+            .map_err(|e| Error::Config(format!("the planner's own key: {e}")))?;
+        let validator = PlanValidator::new(catalog.clone(), own_key)
+            .map_err(|e| Error::Executor(format!("the executor's catalog cannot be used: {e}")))?;
+        let ctx = PlanContext {
+            saga_id: new_saga_id(),
+            planner_id: self.id().to_owned(),
+            now: Utc::now(),
+        };
+        let plan = self
+            .config
+            .backend
+            .plan(PlanRequest {
+                goal,
+                catalog: &catalog,
+                validator: &validator,
+                ctx: &ctx,
+            })
+            .await?;
+        let mut value = serde_json::to_value(&plan)
+            .map_err(|e| Error::Defect(format!("the plan does not serialise: {e}")))?;
+        self.config
+            .identity
+            .sign_in_place(&mut value)
+            .map_err(|e| Error::Defect(format!("the plan cannot be signed: {e}")))?;
+        let report = validator.validate(&value, Utc::now());
+        if !report.is_valid() {
+            return Err(Error::Defect(format!(
+                "the signed plan does not validate (a planner bug; it was not submitted):\n{}",
+                describe_violations(&report.violations)
+            )));
+        }
+        Ok(value)
+    }
+
+    /// The whole run of one task, up to the point where it ends or is handed to `follow`.
+    async fn work(&self, task: &TaskHandle, message: &Message, phase: &PhaseLock) -> Result<()> {
+        let (text, data) = goal_parts(message);
+        let goal = Goal::parse(&text, data.as_ref(), &self.config.templates)
+            .map_err(Error::Unsatisfiable)?;
+        logged(
+            task,
+            task.set_status(
+                TaskState::Working,
+                Some(agent_message(
+                    format!(
+                        "planning with {}: {}",
+                        self.config.backend.name(),
+                        goal.description()
+                    ),
+                    None,
+                )),
+            )
+            .await,
+        );
+        if goal.dry_run {
+            // Recorded before the plan exists, so a restart never submits a dry run.
+            task.set_metadata(META_DRY_RUN, json!(true))
+                .await
+                .map_err(|e| Error::Config(format!("cannot record the dry run: {e}")))?;
+        }
+        let plan = self.compose(&goal).await?;
+        let saga_id = plan
+            .get("sagaId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let artifact = Artifact {
+            artifact_id: PLAN_ARTIFACT.into(),
+            name: Some(PLAN_ARTIFACT.into()),
+            description: Some("The signed plan (DESIGN.md §5)".into()),
+            parts: vec![Part::data(plan.clone())],
+            metadata: None,
+            extensions: None,
+        };
+        task.add_artifact(artifact, false, true)
+            .await
+            .map_err(|e| Error::Config(format!("cannot record the plan: {e}")))?;
+        logged(task, task.set_metadata(META_SAGA_ID, json!(saga_id)).await);
+        if goal.dry_run {
+            let steps = plan["steps"].as_array().map_or(0, Vec::len);
+            logged(
+                task,
+                task.set_status(
+                    TaskState::Completed,
+                    Some(agent_message(
+                        format!("dry run: plan {saga_id} ({steps} steps) is signed and valid against the executor's catalog; it was not submitted"),
+                        None,
+                    )),
+                )
+                .await,
+            );
+            return Ok(());
+        }
+        self.submit(task, &plan, phase).await
+    }
+
+    /// Submits the signed plan and follows the executor's task. Holds the phase lock
+    /// until the executor's task id is known, so a cancel sees either "not submitted" or
+    /// the executor's task.
+    async fn submit(&self, task: &TaskHandle, plan: &Value, phase: &PhaseLock) -> Result<()> {
+        let mut guard = phase.lock().await;
+        if *guard == Phase::Canceled {
+            return Ok(());
+        }
+        let executor = &self.config.executor;
+        let saga_id = plan["sagaId"].as_str().unwrap_or_default();
+        logged(
+            task,
+            task.set_status(
+                TaskState::Working,
+                Some(agent_message(
+                    format!(
+                        "submitting plan {saga_id} to the executor at {}",
+                        executor.url()
+                    ),
+                    None,
+                )),
+            )
+            .await,
+        );
+        let mut last_error = None;
+        let mut opened = None;
+        for attempt in 0..SUBMIT_ATTEMPTS {
+            if attempt > 0 && !self.pause(attempt).await {
+                return Ok(());
+            }
+            let mut stream = match executor.submit(plan).await {
+                Ok(stream) => stream,
+                Err(e) => {
+                    last_error = Some(e);
+                    continue;
+                }
+            };
+            match stream.next().await {
+                Some(Ok(agent_host::sdk::StreamResponse::Task(first))) => {
+                    opened = Some((first, stream));
+                    break;
+                }
+                Some(Ok(agent_host::sdk::StreamResponse::Message(m))) => {
+                    let (text, _) = goal_parts(&m);
+                    return Err(Error::Executor(format!(
+                        "the executor answered the plan with a message instead of a task: {text}"
+                    )));
+                }
+                Some(Ok(_)) => {
+                    last_error = Some(Error::Executor(
+                        "the executor's stream did not start with its task".into(),
+                    ))
+                }
+                Some(Err(e)) => {
+                    last_error = Some(Error::Executor(format!(
+                        "the executor refused the plan: {e}"
+                    )))
+                }
+                None => {
+                    last_error = Some(Error::Executor(
+                        "the executor closed the stream before naming its task".into(),
+                    ))
+                }
+            }
+        }
+        let Some((first, stream)) = opened else {
+            return Err(last_error
+                .unwrap_or_else(|| Error::Executor("the plan could not be submitted".into())));
+        };
+        *guard = Phase::Submitted(first.id.clone());
+        drop(guard);
+        logged(
+            task,
+            task.set_metadata(META_EXECUTOR_URL, json!(executor.url()))
+                .await,
+        );
+        logged(
+            task,
+            task.set_metadata(META_EXECUTOR_TASK_ID, json!(first.id))
+                .await,
+        );
+        if final_state(&first.status.state) {
+            finish(self, task, &first).await;
+            return Ok(());
+        }
+        logged(
+            task,
+            task.set_status(
+                TaskState::Working,
+                Some(agent_message(
+                    format!("the executor took plan {saga_id} as its task {}", first.id),
+                    None,
+                )),
+            )
+            .await,
+        );
+        follow(self, task, &first.id, Some(stream)).await;
+        Ok(())
+    }
+
+    /// Waits before retry `attempt` (capped exponential backoff); false on shutdown.
+    pub(crate) async fn pause(&self, attempt: u32) -> bool {
+        let ms = (250u64 << attempt.min(5)).min(5000);
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_millis(ms)) => true,
+            _ = self.config.shutdown.cancelled() => false,
+        }
+    }
+
+    /// Ends a task that did not reach the executor: REJECTED for a goal that cannot be
+    /// planned, FAILED for anything else.
+    async fn end_with(&self, task: &TaskHandle, error: Error) {
+        let state = match &error {
+            Error::Unsatisfiable(_) => TaskState::Rejected,
+            _ => TaskState::Failed,
+        };
+        let prefix = match &error {
+            Error::Unsatisfiable(_) => "the goal cannot be planned: ",
+            Error::DraftRefused(_) => "",
+            Error::Backend(_) => "the planning model failed: ",
+            Error::Executor(_) => "",
+            Error::Defect(_) => "",
+            Error::Config(_) => "internal error: ",
+        };
+        logged(
+            task,
+            task.set_status(state, Some(agent_message(format!("{prefix}{error}"), None)))
+                .await,
+        );
+    }
+
+    /// Resumes every planner task a restart interrupted (call once at start): follows
+    /// the executor's task again, resubmits a plan that was composed but perhaps not
+    /// submitted (the executor answers an identical plan with the task it has), and
+    /// fails tasks that had not got as far as a plan.
+    pub async fn recover(self: &Arc<Self>) -> Result<usize> {
+        let mut unfinished = Vec::new();
+        for state in [
+            TaskState::Submitted,
+            TaskState::Working,
+            TaskState::InputRequired,
+        ] {
+            let mut offset = 0;
+            loop {
+                let query = TaskQuery {
+                    state: Some(state.clone()),
+                    offset,
+                    limit: 100,
+                    ..TaskQuery::default()
+                };
+                let page =
+                    self.tasks.store().list(&query).await.map_err(|e| {
+                        Error::Config(format!("cannot list the planner's tasks: {e}"))
+                    })?;
+                offset += page.tasks.len();
+                let done = page.tasks.is_empty() || offset >= page.total;
+                unfinished.extend(page.tasks);
+                if done {
+                    break;
+                }
+            }
+        }
+        let count = unfinished.len();
+        for task in unfinished {
+            let me = self.clone();
+            tokio::spawn(async move { me.resume(task).await });
+        }
+        Ok(count)
+    }
+
+    async fn resume(self: Arc<Self>, snapshot: Task) {
+        let task = self.tasks.handle(&snapshot.id, &snapshot.context_id);
+        if let Some(executor_task) = metadata_str(&snapshot, META_EXECUTOR_TASK_ID) {
+            self.register(task.id(), Phase::Submitted(executor_task.clone()));
+            follow(&self, &task, &executor_task, None).await;
+        } else if let Some(plan) = plan_of(&snapshot) {
+            let dry_run = snapshot
+                .metadata
+                .as_ref()
+                .is_some_and(|m| m.contains_key(META_DRY_RUN));
+            if dry_run {
+                logged(
+                    &task,
+                    task.set_status(
+                        TaskState::Completed,
+                        Some(agent_message(
+                            "dry run: the signed plan is in artifact plan; it was not submitted",
+                            None,
+                        )),
+                    )
+                    .await,
+                );
+            } else {
+                let phase = self.register(task.id(), Phase::Planning);
+                if let Err(e) = self.submit(&task, &plan, &phase).await {
+                    self.end_with(&task, e).await;
+                }
+            }
+        } else {
+            logged(
+                &task,
+                task.set_status(
+                    TaskState::Failed,
+                    Some(agent_message(
+                        "the planner restarted before it had a plan for this goal; send the goal again",
+                        None,
+                    )),
+                )
+                .await,
+            );
+        }
+        self.unregister(task.id());
+    }
+}
+
+/// The planner as the hosting layer sees it.
+#[derive(Debug, Clone)]
+pub struct PlannerAgent(pub Arc<Planner>);
+
+impl std::ops::Deref for PlannerAgent {
+    type Target = Arc<Planner>;
+
+    fn deref(&self) -> &Arc<Planner> {
+        &self.0
+    }
+}
+
+#[async_trait]
+impl Agent for PlannerAgent {
+    async fn accept(
+        &self,
+        _: &RequestContext,
+        message: &Message,
+        task: Option<&Task>,
+    ) -> Result<Reply, A2AError> {
+        if let Some(task) = task {
+            let hint = match metadata_str(task, META_EXECUTOR_TASK_ID) {
+                Some(id) => format!(
+                    "; answer on the executor's task {id} at {}",
+                    self.config.executor.url()
+                ),
+                None => String::new(),
+            };
+            return Err(A2AError::invalid_params(format!(
+                "a planner task takes no further messages{hint}"
+            )));
+        }
+        let (text, data) = goal_parts(message);
+        if text.trim().is_empty() && data.is_none() {
+            return Err(A2AError::invalid_params(
+                "plan-and-execute needs a goal: a text part, and optionally a data part of parameters",
+            ));
+        }
+        Ok(Reply::Task)
+    }
+
+    async fn run(&self, _: RequestContext, task: TaskHandle, message: Message) {
+        let phase = self.register(task.id(), Phase::Planning);
+        if let Err(e) = self.work(&task, &message, &phase).await {
+            if !matches!(e, Error::Unsatisfiable(_)) {
+                tracing::warn!(task = task.id(), error = %e, "planning failed");
+            }
+            self.end_with(&task, e).await;
+        }
+        self.unregister(task.id());
+    }
+
+    /// Before submission: the task is canceled and nothing is submitted. After: the
+    /// executor's task is canceled (which compensates first; past the pivot the executor
+    /// refuses, and so does the planner) and its end is mirrored.
+    async fn cancel(&self, task: TaskHandle) -> Result<Task, A2AError> {
+        let snapshot = task.snapshot().await.map_err(agent_host::Error::into_a2a)?;
+        let executor_task = match self.phase_of(task.id()) {
+            Some(lock) => {
+                let mut phase = lock.lock().await;
+                match &*phase {
+                    Phase::Submitted(id) => Some(id.clone()),
+                    Phase::Canceled => None,
+                    Phase::Planning => {
+                        *phase = Phase::Canceled;
+                        None
+                    }
+                }
+            }
+            None => metadata_str(&snapshot, META_EXECUTOR_TASK_ID),
+        };
+        let Some(executor_task) = executor_task else {
+            return task
+                .set_status(
+                    TaskState::Canceled,
+                    Some(agent_message(
+                        "canceled before the plan was submitted",
+                        None,
+                    )),
+                )
+                .await
+                .map_err(agent_host::Error::into_a2a);
+        };
+        match self.config.executor.cancel_task(&executor_task).await {
+            Ok(ended) if final_state(&ended.status.state) => {
+                finish(self, &task, &ended).await;
+                task.snapshot().await.map_err(agent_host::Error::into_a2a)
+            }
+            Ok(_) => task.snapshot().await.map_err(agent_host::Error::into_a2a),
+            Err(agent_host::Error::Protocol(e))
+                if e.code == A2AError::task_not_cancelable("").code =>
+            {
+                Err(A2AError::task_not_cancelable(task.id()))
+            }
+            Err(e) => {
+                tracing::warn!(task = task.id(), error = %e, "cannot cancel the executor's task");
+                Err(A2AError::internal(format!(
+                    "the executor's task {executor_task} could not be canceled"
+                )))
+            }
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! Planning backends behind one trait: the deterministic rules (the default, offline) and,
+//! in `llm`, a model asked for a draft. Either way the result is a typed plan that has
+//! passed every static check except the signature, which the agent adds and checks.
+
+use async_trait::async_trait;
+use shared_types::{Catalog, Plan, PlanValidator, Violation, ViolationCode};
+
+use crate::compose::{PlanContext, rules_plan};
+use crate::error::{Error, Result};
+use crate::goal::Goal;
+use crate::templates::Templates;
+
+/// What a backend plans from.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanRequest<'a> {
+    pub goal: &'a Goal,
+    pub catalog: &'a Catalog,
+    /// A validator over the same catalog, trusting the planner's own key.
+    pub validator: &'a PlanValidator,
+    pub ctx: &'a PlanContext,
+}
+
+/// Turns a goal into an unsigned plan.
+#[async_trait]
+pub trait PlanBackend: Send + Sync + 'static {
+    /// The backend's name for logs and the card (`rules-v1`, `llm:<model>`).
+    fn name(&self) -> String;
+
+    /// Composes a plan that validates (signature aside). `Error::Unsatisfiable` when the
+    /// goal cannot be planned; `DraftRefused`/`Backend` for a model's failures; `Defect`
+    /// when the backend produced an invalid plan.
+    async fn plan(&self, request: PlanRequest<'_>) -> Result<Plan>;
+}
+
+/// One violation per line: `CODE step: message`.
+pub fn describe_violations(violations: &[Violation]) -> String {
+    violations
+        .iter()
+        .map(|v| {
+            format!(
+                "{} {}: {}",
+                v.code,
+                v.step.as_deref().unwrap_or("-"),
+                v.message
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The deterministic planner (`rules-v1`): goal templates, bound and ordered from the
+/// catalog.
+#[derive(Debug, Clone, Default)]
+pub struct RulesBackend {
+    pub templates: Templates,
+}
+
+impl RulesBackend {
+    pub fn new(templates: Templates) -> Self {
+        Self { templates }
+    }
+}
+
+#[async_trait]
+impl PlanBackend for RulesBackend {
+    fn name(&self) -> String {
+        crate::compose::RULES_MODEL.into()
+    }
+
+    async fn plan(&self, request: PlanRequest<'_>) -> Result<Plan> {
+        let plan = rules_plan(request.goal, &self.templates, request.catalog, request.ctx)?;
+        let violations = request.validator.check(&plan, request.ctx.now);
+        if violations.is_empty() {
+            return Ok(plan);
+        }
+        // Arguments that fail a schema, or a mandate the goal set too tight or too short,
+        // come from the goal's parameters; anything else is the planner's own mistake.
+        let from_goal = violations.iter().all(|v| {
+            matches!(
+                v.code,
+                ViolationCode::ArgsInvalid
+                    | ViolationCode::MandateExceeded
+                    | ViolationCode::MandateExpired
+            )
+        });
+        let list = describe_violations(&violations);
+        Err(if from_goal {
+            Error::Unsatisfiable(format!(
+                "the goal's parameters do not fit the executor's catalog:\n{list}"
+            ))
+        } else {
+            Error::Defect(format!(
+                "the planner composed a plan that does not validate (a planner bug; it was not submitted):\n{list}"
+            ))
+        })
+    }
+}

@@ -1,0 +1,523 @@
+//! The deterministic planner (offline, no model): from a goal template and the executor's
+//! catalog alone, it binds each skill's inputs, orders the steps and fills in everything
+//! the catalog declares. Also the assembly every backend shares: classes and
+//! compensations copied from the catalog, idempotency keys, the pivot and the mandate.
+//!
+//! Binding: a skill's required input `n` (under the template's alias, if any) is bound
+//! from the goal parameter of that name when there is one, otherwise from the one other
+//! step whose `outputSchema` has a property of that name (as
+//! `$steps.<id>.response.body#/<name>`); optional inputs are bound from parameters only.
+//! Ordering: among the steps whose inputs are available, read-only checks go first, then
+//! compensable steps, then irreversible ones, then retriable steps that change something;
+//! ties keep the template's order. So irreversible steps land as late as their
+//! dependencies allow, and read-only checks as early as theirs allow.
+//! Mandate: `maxSpend` when given (a plan that would spend more is refused), otherwise
+//! exactly what the plan spends; `expiresAt` or `expiresInSeconds` when given, otherwise
+//! now + 1 h, or twice the plan's worst-case duration when that is longer.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
+use serde_json::{Map, Value, json};
+use shared_types::expr::{self, EvalContext, escape_token};
+use shared_types::plan::idempotency_key;
+use shared_types::validate::call_worst_ms;
+use shared_types::{
+    AmountMinor, AuthoredBy, Catalog, Currency, Mandate, Money, Plan, ReversibilityClass,
+    SkillDeclaration, Step,
+};
+
+use crate::error::{Error, Result};
+use crate::goal::Goal;
+use crate::templates::{GoalTemplate, Templates};
+
+/// The model id the deterministic planner records in `authoredBy`.
+pub const RULES_MODEL: &str = "rules-v1";
+
+/// Default lifetime of a plan's mandate.
+pub const DEFAULT_MANDATE_SECONDS: i64 = 3600;
+
+/// Identity and time of one plan.
+#[derive(Debug, Clone)]
+pub struct PlanContext {
+    pub saga_id: String,
+    /// The planner's id (its key's kid), recorded as `authoredBy.agent`.
+    pub planner_id: String,
+    pub now: DateTime<Utc>,
+}
+
+/// A fresh saga id: `sg_` and a UUIDv7 in hex (time-ordered, 35 characters).
+pub fn new_saga_id() -> String {
+    format!("sg_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// A step as a backend chose it, before the catalog's declarations are copied in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chosen {
+    pub id: String,
+    pub agent: String,
+    pub skill: String,
+    pub args: Value,
+}
+
+/// Turns chosen steps into a plan: class and compensation copied exactly from the
+/// catalog, `idempotencyKey` = `sagaId:stepId`, `pivotIndex` at the first irreversible
+/// step, and the mandate (see the module documentation).
+pub fn assemble(
+    ctx: &PlanContext,
+    goal: &Goal,
+    chosen: Vec<Chosen>,
+    catalog: &Catalog,
+    authored_by: AuthoredBy,
+) -> Result<Plan> {
+    let mut steps = Vec::with_capacity(chosen.len());
+    let mut declarations = Vec::with_capacity(chosen.len());
+    for c in chosen {
+        let declaration = catalog.declaration(&c.agent, &c.skill).ok_or_else(|| {
+            Error::Unsatisfiable(format!(
+                "the executor's catalog has no skill {} of agent {}",
+                c.skill, c.agent
+            ))
+        })?;
+        steps.push(Step {
+            idempotency_key: idempotency_key(&ctx.saga_id, &c.id),
+            id: c.id,
+            agent: c.agent,
+            skill: c.skill,
+            args: c.args,
+            class: declaration.class,
+            compensation: declaration.compensation.clone(),
+        });
+        declarations.push(declaration);
+    }
+    let pivot_index = declarations
+        .iter()
+        .position(|d| d.class == ReversibilityClass::Irreversible);
+    let mandate = mandate(goal, &steps, &declarations, ctx.now)?;
+    Ok(Plan {
+        saga_id: ctx.saga_id.clone(),
+        plan_version: 1,
+        goal: goal.description(),
+        created_at: ctx.now.trunc_subsecs(0),
+        authored_by,
+        mandate,
+        pivot_index,
+        steps,
+        signatures: Vec::new(),
+    })
+}
+
+/// What each step spends, summed per currency.
+fn spends(steps: &[Step], declarations: &[&SkillDeclaration]) -> Result<BTreeMap<String, u64>> {
+    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+    for (step, declaration) in steps.iter().zip(declarations) {
+        let Some(spend) = &declaration.spend else {
+            continue;
+        };
+        let ctx = EvalContext {
+            request_body: Some(&step.args),
+            ..EvalContext::default()
+        };
+        let unknown = || {
+            Error::Unsatisfiable(format!(
+                "what {} spends is not known before it runs (its amount and currency must be given, not taken from another step), so no mandate can bound it",
+                step.skill
+            ))
+        };
+        let amount = expr::bind(&spend.amount_minor, &ctx).map_err(|_| unknown())?;
+        let currency = expr::bind(&spend.currency, &ctx).map_err(|_| unknown())?;
+        let (Some(amount), Some(currency)) = (amount.as_u64(), currency.as_str()) else {
+            return Err(unknown());
+        };
+        let total = totals.entry(currency.to_owned()).or_default();
+        *total = total.saturating_add(amount);
+    }
+    Ok(totals)
+}
+
+fn mandate(
+    goal: &Goal,
+    steps: &[Step],
+    declarations: &[&SkillDeclaration],
+    now: DateTime<Utc>,
+) -> Result<Mandate> {
+    let totals = spends(steps, declarations)?;
+    if totals.len() > 1 {
+        return Err(Error::Unsatisfiable(format!(
+            "the plan spends in {}; one mandate covers one currency",
+            totals.keys().cloned().collect::<Vec<_>>().join(" and ")
+        )));
+    }
+    let spent = totals.into_iter().next();
+    let max_spend = match (&goal.max_spend, spent) {
+        (Some(max), Some((currency, amount))) => {
+            if max.currency.as_str() != currency {
+                return Err(Error::Unsatisfiable(format!(
+                    "the plan spends in {currency}, but maxSpend is in {}",
+                    max.currency
+                )));
+            }
+            if amount > max.amount_minor.get() {
+                return Err(Error::Unsatisfiable(format!(
+                    "the plan spends {amount} {currency} minor units, over maxSpend {}; raise maxSpend or lower the fee",
+                    max.amount_minor.get()
+                )));
+            }
+            max.clone()
+        }
+        (Some(max), None) => max.clone(),
+        (None, Some((currency, amount))) => Money {
+            currency: Currency::new(&currency).map_err(Error::Unsatisfiable)?,
+            amount_minor: AmountMinor::new(amount).map_err(Error::Unsatisfiable)?,
+        },
+        (None, None) => {
+            let currency = goal
+                .params
+                .get("currency")
+                .and_then(Value::as_str)
+                .and_then(|c| Currency::new(c).ok())
+                .map_or_else(|| Currency::new("EUR"), Ok)
+                .map_err(Error::Unsatisfiable)?;
+            Money {
+                currency,
+                amount_minor: AmountMinor::new(0).map_err(Error::Unsatisfiable)?,
+            }
+        }
+    };
+    let worst_ms: u64 = declarations
+        .iter()
+        .map(|d| call_worst_ms(d))
+        .fold(0, u64::saturating_add);
+    let expires_at = match (goal.expires_at, goal.expires_in_seconds) {
+        (Some(at), _) => at,
+        (None, Some(seconds)) => i64::try_from(seconds)
+            .ok()
+            .and_then(TimeDelta::try_seconds)
+            .and_then(|d| now.checked_add_signed(d))
+            .ok_or_else(|| {
+                Error::Unsatisfiable(format!("expiresInSeconds {seconds} is too far away"))
+            })?,
+        (None, None) => {
+            let twice_worst =
+                i64::try_from(worst_ms.saturating_mul(2) / 1000 + 1).unwrap_or(i64::MAX);
+            let seconds = twice_worst.max(DEFAULT_MANDATE_SECONDS);
+            TimeDelta::try_seconds(seconds)
+                .and_then(|d| now.checked_add_signed(d))
+                .ok_or_else(|| {
+                    Error::Unsatisfiable(
+                        "the plan's worst-case duration is too long to bound with a mandate".into(),
+                    )
+                })?
+        }
+    };
+    Ok(Mandate {
+        max_spend,
+        expires_at: expires_at.trunc_subsecs(0),
+    })
+}
+
+/// A literal parameter must not read as a runtime expression: the executor would bind it.
+pub fn check_literal(name: &str, value: &Value) -> Result<()> {
+    let mut problem = None;
+    let walked = expr::for_each_expr(value, &mut |at, e| {
+        problem.get_or_insert_with(|| format!("{e} at '{at}'"));
+    });
+    let problem = match walked {
+        Err((at, _)) => Some(format!("a '$' at '{at}'")),
+        Ok(()) => problem,
+    };
+    match problem {
+        None => Ok(()),
+        Some(what) => Err(Error::Unsatisfiable(format!(
+            "parameter {name} holds {what}; a parameter is a literal value and may not start with '$' or contain '{{$'"
+        ))),
+    }
+}
+
+/// Where one input's value comes from.
+#[derive(Debug, Clone)]
+enum Source {
+    Literal(Value),
+    /// An output property of another step (node index).
+    Output {
+        node: usize,
+        property: String,
+    },
+}
+
+/// The names of an object schema's properties, and which of them are required (in the
+/// schema's order).
+fn schema_fields(schema: Option<&Value>) -> (Vec<String>, Vec<String>) {
+    let properties = schema
+        .and_then(|s| s.get("properties"))
+        .and_then(Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    let required = schema
+        .and_then(|s| s.get("required"))
+        .and_then(Value::as_array)
+        .map(|r| {
+            r.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    (properties, required)
+}
+
+/// A parameter given as a string where the schema wants a number or a boolean.
+fn coerce(value: &Value, property: Option<&Value>) -> Value {
+    let wanted = property.and_then(|p| p.get("type")).and_then(Value::as_str);
+    match (value, wanted) {
+        (Value::String(s), Some("integer")) => {
+            s.trim().parse::<i64>().map_or(value.clone(), |n| json!(n))
+        }
+        (Value::String(s), Some("boolean")) if s.eq_ignore_ascii_case("true") => json!(true),
+        (Value::String(s), Some("boolean")) if s.eq_ignore_ascii_case("false") => json!(false),
+        _ => value.clone(),
+    }
+}
+
+/// Ordering rank: read-only checks, compensable, irreversible, then retriable effects.
+fn rank(declaration: &SkillDeclaration) -> u8 {
+    match declaration.class {
+        ReversibilityClass::Retriable if declaration.read_only => 0,
+        ReversibilityClass::Compensable => 1,
+        ReversibilityClass::Irreversible => 2,
+        ReversibilityClass::Retriable => 3,
+    }
+}
+
+/// The template a goal names, or a sentence saying why there is none.
+pub fn template_for<'a>(goal: &Goal, templates: &'a Templates) -> Result<&'a GoalTemplate> {
+    match &goal.intent {
+        Some(intent) => templates.get(intent).ok_or_else(|| {
+            Error::Unsatisfiable(format!(
+                "there is no goal template {intent:?}; the planner knows {}",
+                templates.describe()
+            ))
+        }),
+        None => Err(Error::Unsatisfiable(format!(
+            "no goal template matches {:?}; the planner knows {} (or name one in a data part as \"intent\")",
+            goal.description(),
+            templates.describe()
+        ))),
+    }
+}
+
+/// The deterministic planner: the goal's template, bound and ordered from the catalog.
+pub fn rules_plan(
+    goal: &Goal,
+    templates: &Templates,
+    catalog: &Catalog,
+    ctx: &PlanContext,
+) -> Result<Plan> {
+    let template = template_for(goal, templates)?;
+    if !goal.not_understood.is_empty() {
+        return Err(Error::Unsatisfiable(format!(
+            "the planner did not understand {}; it reads an intent phrase with its subject, \
+             \"contact <email>\", \"fee <amount> <currency>\", \"max spend <amount> <currency>\", \
+             \"expires in <n> <unit>\" and \"dry run\", each between commas (other parameters go in a data part)",
+            goal.not_understood
+                .iter()
+                .map(|c| format!("{c:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    for (name, value) in &goal.params {
+        check_literal(name, value)?;
+    }
+
+    // The skills of the outcome, each on the one agent that offers it.
+    let mut nodes: Vec<(String, String, &SkillDeclaration)> = Vec::new();
+    let mut problems = Vec::new();
+    for skill in &template.skills {
+        let offers: Vec<(&String, &SkillDeclaration)> = catalog
+            .agents
+            .iter()
+            .filter_map(|(agent, a)| a.skills.get(skill).map(|d| (agent, d)))
+            .collect();
+        match offers.as_slice() {
+            [(agent, declaration)] => nodes.push(((*agent).clone(), skill.clone(), declaration)),
+            [] => problems.push(format!("no agent in the executor's catalog offers {skill}")),
+            many => problems.push(format!(
+                "{skill} is offered by {}; the template cannot choose",
+                many.iter()
+                    .map(|(a, _)| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            )),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(Error::Unsatisfiable(format!(
+            "cannot {}: {}",
+            template.summary,
+            problems.join("; ")
+        )));
+    }
+
+    // Bind every input.
+    let outputs: Vec<(Vec<String>, Vec<String>)> = nodes
+        .iter()
+        .map(|(_, _, d)| schema_fields(d.output_schema.as_ref()))
+        .collect();
+    let mut bindings: Vec<Vec<(String, Source)>> = Vec::new();
+    // Missing sources, each with the (skill, input) pairs that needed it.
+    let mut missing: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (i, (_, skill, declaration)) in nodes.iter().enumerate() {
+        let schema = declaration.input_schema.as_ref();
+        let (properties, required) = schema_fields(schema);
+        let property_schema = |name: &str| {
+            schema
+                .and_then(|s| s.get("properties"))
+                .and_then(|p| p.get(name))
+        };
+        let mut bound = Vec::new();
+        let names: Vec<&String> = required
+            .iter()
+            .chain(properties.iter().filter(|p| !required.contains(*p)))
+            .collect();
+        for input in names {
+            let source = template.source_of(skill, input);
+            if let Some(value) = goal.params.get(source) {
+                bound.push((
+                    input.clone(),
+                    Source::Literal(coerce(value, property_schema(input))),
+                ));
+                continue;
+            }
+            if !required.contains(input) {
+                continue;
+            }
+            let producers: Vec<usize> = (0..nodes.len())
+                .filter(|&j| j != i && outputs[j].0.iter().any(|p| p == source))
+                .collect();
+            let producers = if producers.len() > 1 {
+                let requiring: Vec<usize> = producers
+                    .iter()
+                    .copied()
+                    .filter(|&j| outputs[j].1.iter().any(|r| r == source))
+                    .collect();
+                if requiring.is_empty() {
+                    producers
+                } else {
+                    requiring
+                }
+            } else {
+                producers
+            };
+            match producers.as_slice() {
+                [node] => bound.push((
+                    input.clone(),
+                    Source::Output {
+                        node: *node,
+                        property: source.to_owned(),
+                    },
+                )),
+                [] => missing
+                    .entry(source.to_owned())
+                    .or_default()
+                    .push(if source == input {
+                        skill.clone()
+                    } else {
+                        format!("{skill} (as {input})")
+                    }),
+                many => {
+                    return Err(Error::Unsatisfiable(format!(
+                        "{skill} needs {source}, which {} all produce; give {source} as a parameter",
+                        many.iter()
+                            .map(|&j| nodes[j].1.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" and ")
+                    )));
+                }
+            }
+        }
+        bindings.push(bound);
+    }
+    if !missing.is_empty() {
+        let what: Vec<String> = missing
+            .iter()
+            .map(|(name, needers)| format!("{name} (needed by {})", needers.join(", ")))
+            .collect();
+        return Err(Error::Unsatisfiable(format!(
+            "cannot {}: nothing provides {}; give {} in the goal or as data part parameters",
+            template.summary,
+            what.join(", "),
+            missing.keys().cloned().collect::<Vec<_>>().join(", ")
+        )));
+    }
+
+    // Order by dependencies, then by rank, then by the template's order.
+    let deps: Vec<BTreeSet<usize>> = bindings
+        .iter()
+        .map(|b| {
+            b.iter()
+                .filter_map(|(_, s)| match s {
+                    Source::Output { node, .. } => Some(*node),
+                    Source::Literal(_) => None,
+                })
+                .collect()
+        })
+        .collect();
+    let mut order: Vec<usize> = Vec::with_capacity(nodes.len());
+    while order.len() < nodes.len() {
+        let next = (0..nodes.len())
+            .filter(|i| !order.contains(i) && deps[*i].iter().all(|d| order.contains(d)))
+            .min_by_key(|&i| (rank(nodes[i].2), i));
+        let Some(next) = next else {
+            let stuck: Vec<&str> = (0..nodes.len())
+                .filter(|i| !order.contains(i))
+                .map(|i| nodes[i].1.as_str())
+                .collect();
+            return Err(Error::Unsatisfiable(format!(
+                "cannot {}: {} need each other's outputs",
+                template.summary,
+                stuck.join(", ")
+            )));
+        };
+        order.push(next);
+    }
+    let step_id = |node: usize| {
+        order
+            .iter()
+            .position(|&n| n == node)
+            .map_or_else(String::new, |k| format!("s{k}"))
+    };
+    let chosen = order
+        .iter()
+        .map(|&node| {
+            let mut args = Map::new();
+            for (input, source) in &bindings[node] {
+                let value = match source {
+                    Source::Literal(v) => v.clone(),
+                    Source::Output { node, property } => json!(format!(
+                        "$steps.{}.response.body#/{}",
+                        step_id(*node),
+                        escape_token(property)
+                    )),
+                };
+                args.insert(input.clone(), value);
+            }
+            Chosen {
+                id: step_id(node),
+                agent: nodes[node].0.clone(),
+                skill: nodes[node].1.clone(),
+                args: Value::Object(args),
+            }
+        })
+        .collect();
+    let authored_by = AuthoredBy {
+        agent: ctx.planner_id.clone(),
+        model: RULES_MODEL.into(),
+        prompt_sha256: None,
+        rejected_alternatives: Vec::new(),
+    };
+    assemble(ctx, goal, chosen, catalog, authored_by)
+}
+
+#[cfg(test)]
+mod tests;

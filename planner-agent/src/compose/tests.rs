@@ -1,0 +1,338 @@
+//! The deterministic planner against the six committed cards: the supplier goal yields
+//! the committed example plan, which validates; goals it cannot satisfy say what is
+//! missing; ordering follows dependencies and reversibility.
+
+use std::path::Path;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::{Value, json};
+use shared_types::{Catalog, Plan, PlanValidator, SigningIdentity, TrustStore};
+
+use super::*;
+use crate::backend::{PlanBackend, PlanRequest, RulesBackend};
+use crate::templates::{Alias, GoalTemplate};
+
+const AGENTS: [&str; 6] = [
+    "vendor-registry",
+    "budget",
+    "sandbox",
+    "compliance-registry",
+    "payments",
+    "mailer",
+];
+const SUPPLIER_GOAL: &str =
+    "Onboard supplier ACME GmbH, contact ops@acme.example, setup fee 120 EUR";
+
+fn read(path: &str) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap()).unwrap()
+}
+
+fn catalog_of(agents: &[&str]) -> Catalog {
+    let mut catalog = Catalog::default();
+    for agent in agents {
+        catalog
+            .add_card(&read(&format!("agent-cards/{agent}.json")))
+            .unwrap();
+    }
+    catalog
+}
+
+fn now() -> DateTime<Utc> {
+    "2026-11-29T10:00:00Z".parse().unwrap()
+}
+
+fn ctx(saga_id: &str) -> PlanContext {
+    PlanContext {
+        saga_id: saga_id.into(),
+        planner_id: "planner@local".into(),
+        now: now(),
+    }
+}
+
+fn goal(text: &str, data: Option<Value>) -> Goal {
+    Goal::parse(text, data.as_ref(), &Templates::builtin()).unwrap()
+}
+
+fn plan(text: &str, data: Option<Value>, catalog: &Catalog) -> Result<Plan> {
+    rules_plan(
+        &goal(text, data),
+        &Templates::builtin(),
+        catalog,
+        &ctx("sg_demo_supplier_onboarding"),
+    )
+}
+
+fn unsatisfiable(result: Result<Plan>) -> String {
+    match result {
+        Err(Error::Unsatisfiable(why)) => why,
+        other => panic!("expected Unsatisfiable, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_supplier_goal_yields_the_committed_example() {
+    let catalog = catalog_of(&AGENTS);
+    let planned = plan(
+        &format!("{SUPPLIER_GOAL}, max spend 250 EUR"),
+        None,
+        &catalog,
+    )
+    .unwrap();
+    let example = Plan::from_value(&read("examples/plans/supplier-onboarding.json")).unwrap();
+    assert_eq!(
+        planned.steps, example.steps,
+        "steps, order, args, compensations"
+    );
+    assert_eq!(planned.pivot_index, example.pivot_index);
+    assert_eq!(planned.mandate.max_spend, example.mandate.max_spend);
+    assert_eq!(planned.authored_by.model, "rules-v1");
+    assert_eq!(planned.authored_by.agent, "planner@local");
+    assert_eq!(planned.authored_by.prompt_sha256, None);
+    assert_eq!(planned.plan_version, 1);
+    assert_eq!(planned.created_at, now());
+    assert!(planned.goal.starts_with(SUPPLIER_GOAL));
+}
+
+#[test]
+fn the_signed_plan_validates_with_zero_violations() {
+    let catalog = catalog_of(&AGENTS);
+    let planned = plan(SUPPLIER_GOAL, None, &catalog).unwrap();
+    let key = SigningIdentity::from_seed([3; 32], Some("planner@local".into()));
+    let mut value = serde_json::to_value(&planned).unwrap();
+    key.sign_in_place(&mut value).unwrap();
+    let mut trust = TrustStore::new();
+    trust.add_jwk(&key.public_jwk()).unwrap();
+    let report = PlanValidator::new(catalog, trust)
+        .unwrap()
+        .validate(&value, now());
+    assert_eq!(report.violations, vec![]);
+    // Without maxSpend the mandate is what the plan spends; it expires in an hour.
+    assert_eq!(
+        goal_money(&planned),
+        (12000, "EUR".to_owned()),
+        "the fee is the only spend"
+    );
+    assert_eq!(planned.mandate.expires_at, now() + TimeDelta::hours(1));
+}
+
+fn goal_money(plan: &Plan) -> (u64, String) {
+    (
+        plan.mandate.max_spend.amount_minor.get(),
+        plan.mandate.max_spend.currency.to_string(),
+    )
+}
+
+#[test]
+fn idempotency_keys_and_saga_ids_come_from_the_plan() {
+    let catalog = catalog_of(&AGENTS);
+    let planned = rules_plan(
+        &goal(SUPPLIER_GOAL, None),
+        &Templates::builtin(),
+        &catalog,
+        &ctx("sg_other"),
+    )
+    .unwrap();
+    for step in &planned.steps {
+        assert_eq!(step.idempotency_key, format!("sg_other:{}", step.id));
+    }
+    let a = new_saga_id();
+    let b = new_saga_id();
+    assert_ne!(a, b);
+    assert!(shared_types::expr::is_valid_id(&a), "{a}");
+}
+
+#[test]
+fn a_missing_email_is_named() {
+    let why = unsatisfiable(plan(
+        "Onboard supplier ACME GmbH, setup fee 120 EUR",
+        None,
+        &catalog_of(&AGENTS),
+    ));
+    assert!(why.contains("contactEmail"), "{why}");
+    assert!(why.contains("vendor.create"), "{why}");
+    assert!(why.contains("email.send (as to)"), "{why}");
+    assert!(!why.contains("legalName"), "{why}");
+}
+
+#[test]
+fn a_missing_fee_is_named() {
+    let why = unsatisfiable(plan(
+        "Onboard supplier ACME GmbH, contact ops@acme.example",
+        None,
+        &catalog_of(&AGENTS),
+    ));
+    assert!(
+        why.contains("amountMinor") && why.contains("currency"),
+        "{why}"
+    );
+}
+
+#[test]
+fn an_unknown_intent_is_rejected() {
+    let why = unsatisfiable(plan(
+        "Book me a flight to Lisbon",
+        None,
+        &catalog_of(&AGENTS),
+    ));
+    assert!(why.contains("no goal template matches"), "{why}");
+    assert!(why.contains("onboard supplier"), "{why}");
+    let why = unsatisfiable(plan(
+        "",
+        Some(json!({"intent": "flight-booking"})),
+        &catalog_of(&AGENTS),
+    ));
+    assert!(why.contains("\"flight-booking\""), "{why}");
+}
+
+#[test]
+fn a_skill_missing_from_the_catalog_is_named() {
+    let why = unsatisfiable(plan(SUPPLIER_GOAL, None, &catalog_of(&AGENTS[..4])));
+    assert!(
+        why.contains("payments.capture") && why.contains("email.send"),
+        "{why}"
+    );
+}
+
+#[test]
+fn clauses_it_does_not_understand_are_refused_not_ignored() {
+    let why = unsatisfiable(plan(
+        &format!("{SUPPLIER_GOAL}, but never pay"),
+        None,
+        &catalog_of(&AGENTS),
+    ));
+    assert!(why.contains("\"but never pay\""), "{why}");
+}
+
+#[test]
+fn a_mandate_below_the_spend_is_refused() {
+    let why = unsatisfiable(plan(
+        &format!("{SUPPLIER_GOAL}, max spend 100 EUR"),
+        None,
+        &catalog_of(&AGENTS),
+    ));
+    assert!(why.contains("12000") && why.contains("10000"), "{why}");
+    let why = unsatisfiable(plan(
+        &format!("{SUPPLIER_GOAL}, max spend 500 USD"),
+        None,
+        &catalog_of(&AGENTS),
+    ));
+    assert!(why.contains("USD"), "{why}");
+}
+
+#[test]
+fn parameters_that_read_as_expressions_are_refused() {
+    let why = unsatisfiable(plan(
+        SUPPLIER_GOAL,
+        Some(json!({"legalName": "$steps.s9.response.body#/x"})),
+        &catalog_of(&AGENTS),
+    ));
+    assert!(why.contains("legalName"), "{why}");
+}
+
+#[test]
+fn data_parameters_are_typed_by_the_schema() {
+    let planned = plan(
+        "Onboard supplier ACME GmbH",
+        Some(
+            json!({"contactEmail": "ops@acme.example", "amountMinor": "12000", "currency": "EUR"}),
+        ),
+        &catalog_of(&AGENTS),
+    )
+    .unwrap();
+    assert_eq!(planned.steps[1].args["amountMinor"], json!(12000));
+}
+
+#[test]
+fn read_only_checks_early_irreversible_steps_late() {
+    // The template lists the pivot first and the check last; the planner reorders them.
+    let template = GoalTemplate {
+        intent: "reviewed-capture".into(),
+        summary: "capture a reviewed fee".into(),
+        phrases: vec!["capture reviewed fee for".into()],
+        subject: Some("legalName".into()),
+        skills: vec![
+            "payments.capture".into(),
+            "budget.reserve".into(),
+            "vendor.create".into(),
+            "sandbox.provision".into(),
+            "compliance.review".into(),
+        ],
+        aliases: vec![Alias {
+            skill: "payments.capture".into(),
+            input: "complianceReference".into(),
+            from: "reference".into(),
+        }],
+    };
+    let templates = Templates::new(vec![template]);
+    let goal = Goal::parse(
+        "capture reviewed fee for ACME GmbH, contact ops@acme.example, fee 120 EUR",
+        None,
+        &templates,
+    )
+    .unwrap();
+    let catalog = catalog_of(&AGENTS);
+    let planned = rules_plan(&goal, &templates, &catalog, &ctx("sg_t")).unwrap();
+    let skills: Vec<&str> = planned.steps.iter().map(|s| s.skill.as_str()).collect();
+    assert_eq!(
+        skills,
+        [
+            "vendor.create",
+            "compliance.review",
+            "budget.reserve",
+            "sandbox.provision",
+            "payments.capture"
+        ]
+    );
+    assert_eq!(planned.pivot_index, Some(4));
+    assert_eq!(
+        planned.steps[4].args["complianceReference"],
+        json!("$steps.s1.response.body#/reference")
+    );
+    // The review waits up to 48 h for a person: the mandate outlives twice the worst case.
+    assert!(planned.mandate.expires_at > now() + TimeDelta::hours(96));
+    let trust = TrustStore::new();
+    let violations = PlanValidator::new(catalog, trust)
+        .unwrap()
+        .check(&planned, now());
+    assert_eq!(violations, vec![]);
+}
+
+#[tokio::test]
+async fn the_rules_backend_sorts_violations_into_goal_errors_and_defects() {
+    let catalog = catalog_of(&AGENTS);
+    let validator = PlanValidator::new(catalog.clone(), TrustStore::new()).unwrap();
+    let backend = RulesBackend::new(Templates::builtin());
+    let bad_email = goal(
+        "Onboard supplier ACME GmbH, setup fee 120 EUR",
+        Some(json!({"contactEmail": "ops@"})),
+    );
+    let result = backend
+        .plan(PlanRequest {
+            goal: &bad_email,
+            catalog: &catalog,
+            validator: &validator,
+            ctx: &ctx("sg_x"),
+        })
+        .await;
+    match result {
+        Err(Error::Unsatisfiable(why)) => assert!(why.contains("ARGS_INVALID"), "{why}"),
+        other => panic!("expected Unsatisfiable, got {other:?}"),
+    }
+    let expired = goal(
+        SUPPLIER_GOAL,
+        Some(json!({"expiresAt": "2026-11-29T09:00:00Z"})),
+    );
+    let result = backend
+        .plan(PlanRequest {
+            goal: &expired,
+            catalog: &catalog,
+            validator: &validator,
+            ctx: &ctx("sg_x"),
+        })
+        .await;
+    assert!(
+        matches!(&result, Err(Error::Unsatisfiable(why)) if why.contains("MANDATE_EXPIRED")),
+        "{result:?}"
+    );
+}

@@ -1,0 +1,184 @@
+//! The planner's link to the executor: the curated catalog (`GET {executor}/catalog`) and
+//! the A2A calls on the executor's tasks, each authenticated with a fresh short-lived
+//! EdDSA JWT (`iss` = the planner's key id, `aud` = the executor's id, a new `jti`).
+//! This is the only way out of the planner: it holds no tool credentials.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_host::sdk::{
+    A2AError, Message, Part, Role, SendMessageRequest, StreamResponse, Task, new_message_id,
+};
+use agent_host::{AgentClient, OutboundCall, mint_jwt};
+use futures::stream::BoxStream;
+use serde_json::Value;
+use shared_types::{Catalog, SigningIdentity};
+
+use crate::error::{Error, Result};
+
+/// Lifetime of each JWT the planner mints (the executor accepts at most 300 s).
+pub const JWT_LIFETIME_SECONDS: i64 = 120;
+/// Largest catalog the planner reads.
+const MAX_CATALOG_BYTES: usize = 16 * 1024 * 1024;
+
+/// Where the executor is and who the planner is to it.
+#[derive(Clone)]
+pub struct ExecutorLink {
+    url: String,
+    executor_id: String,
+    identity: Arc<SigningIdentity>,
+    http: reqwest::Client,
+    client: Arc<AgentClient>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for ExecutorLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutorLink")
+            .field("url", &self.url)
+            .field("executor_id", &self.executor_id)
+            .field("planner", &self.identity.kid())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExecutorLink {
+    /// `url` is the executor's base URL; `executor_id` the audience of its JWTs.
+    pub fn new(url: &str, executor_id: &str, identity: Arc<SigningIdentity>) -> Result<Self> {
+        let url = url.trim_end_matches('/').to_owned();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| Error::Config(format!("cannot build an HTTP client: {e}")))?;
+        let client = AgentClient::new(&url).map_err(|e| Error::Config(e.to_string()))?;
+        Ok(Self {
+            url,
+            executor_id: executor_id.to_owned(),
+            identity,
+            http,
+            client: Arc::new(client),
+            timeout: Duration::from_secs(30),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn executor_id(&self) -> &str {
+        &self.executor_id
+    }
+
+    /// The planner's id: its key's kid, the `iss` of its JWTs and the signer of its plans.
+    pub fn planner_id(&self) -> &str {
+        self.identity.kid()
+    }
+
+    fn bearer(&self) -> Result<String> {
+        mint_jwt(
+            &self.identity,
+            self.identity.kid(),
+            &self.executor_id,
+            JWT_LIFETIME_SECONDS,
+        )
+        .map_err(|e| Error::Config(format!("cannot mint a JWT for the executor: {e}")))
+    }
+
+    fn call(&self) -> Result<OutboundCall> {
+        Ok(OutboundCall {
+            bearer: Some(self.bearer()?),
+            timeout: self.timeout,
+            ..OutboundCall::default()
+        })
+    }
+
+    /// Reads the executor's curated catalog.
+    pub async fn catalog(&self) -> Result<Catalog> {
+        let url = format!("{}/catalog", self.url);
+        let failed = |what: String| Error::Executor(format!("cannot read {url}: {what}"));
+        let mut response = self
+            .http
+            .get(&url)
+            .bearer_auth(self.bearer()?)
+            .send()
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let status = response.status();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| failed(e.to_string()))? {
+            if bytes.len() + chunk.len() > MAX_CATALOG_BYTES {
+                return Err(failed(format!(
+                    "the catalog exceeds {MAX_CATALOG_BYTES} bytes"
+                )));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        if !status.is_success() {
+            let body = String::from_utf8_lossy(&bytes);
+            let excerpt: String = body.chars().take(300).collect();
+            return Err(failed(format!("the executor answered {status}: {excerpt}")));
+        }
+        let value = shared_types::json::parse_strict_bytes(&bytes)
+            .map_err(|e| failed(format!("not JSON: {e}")))?;
+        serde_json::from_value(value).map_err(|e| failed(format!("not a catalog: {e}")))
+    }
+
+    /// Submits a signed plan with `SendStreamingMessage`; the stream starts with the
+    /// executor's task.
+    pub async fn submit(
+        &self,
+        plan: &Value,
+    ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>> {
+        let request = SendMessageRequest {
+            message: Message {
+                message_id: new_message_id(),
+                context_id: None,
+                task_id: None,
+                role: Role::User,
+                parts: vec![Part::data(plan.clone())],
+                metadata: None,
+                extensions: None,
+                reference_task_ids: None,
+            },
+            configuration: None,
+            metadata: None,
+            tenant: None,
+        };
+        self.client
+            .stream(&self.call()?, &request)
+            .await
+            .map_err(|e| {
+                Error::Executor(format!(
+                    "the executor at {} refused the plan or could not be reached: {e}",
+                    self.url
+                ))
+            })
+    }
+
+    /// Follows an executor task again (after a dropped stream or a restart).
+    pub async fn subscribe(
+        &self,
+        task_id: &str,
+    ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>> {
+        self.client
+            .subscribe(&self.call()?, task_id)
+            .await
+            .map_err(|e| Error::Executor(format!("cannot follow executor task {task_id}: {e}")))
+    }
+
+    pub async fn get_task(&self, task_id: &str) -> Result<Task> {
+        self.client
+            .get_task(&self.call()?, task_id)
+            .await
+            .map_err(|e| Error::Executor(format!("cannot read executor task {task_id}: {e}")))
+    }
+
+    /// Asks the executor to cancel its task; the A2A error is kept for the caller.
+    pub async fn cancel_task(&self, task_id: &str) -> Result<Task, agent_host::Error> {
+        let call = self
+            .call()
+            .map_err(|e| agent_host::Error::Config(e.to_string()))?;
+        self.client.cancel_task(&call, task_id).await
+    }
+}

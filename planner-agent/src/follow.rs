@@ -1,0 +1,260 @@
+//! Following the executor's task: each status update relayed as a WORKING update on the
+//! planner's own task, a dropped stream re-attached (GetTask, then SubscribeToTask), and
+//! the planner's task ended as the executor's ends: COMPLETED, FAILED (with
+//! `metadata.outcome` copied), CANCELED or REJECTED (with the violations). While the
+//! executor's task waits for a person, the planner's task shows INPUT_REQUIRED (pointing
+//! at the executor's task, where the answer goes) and keeps following, so it moves on
+//! when the executor's task does.
+
+use agent_host::TaskHandle;
+use agent_host::sdk::{A2AError, Message, PartContent, StreamResponse, Task, TaskState};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde_json::{Value, json};
+
+use crate::agent::{META_EXECUTOR_STATE, META_OUTCOME, Planner, agent_message, logged};
+
+/// Consecutive failures to re-attach to the executor's task before giving up.
+const MAX_REATTACH: u32 = 8;
+
+/// Whether the planner stops following at this executor state.
+pub(crate) fn final_state(state: &TaskState) -> bool {
+    state.is_terminal()
+}
+
+/// Whether the executor's task waits for a person.
+fn waiting(state: &TaskState) -> bool {
+    matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
+}
+
+fn text_of(message: Option<&Message>) -> String {
+    message
+        .map(|m| {
+            m.parts
+                .iter()
+                .filter_map(|p| match &p.content {
+                    PartContent::Text(t) => Some(t.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+fn data_of(message: Option<&Message>) -> Option<Value> {
+    message?.parts.iter().find_map(|p| match &p.content {
+        PartContent::Data(v) => Some(v.clone()),
+        _ => None,
+    })
+}
+
+/// The state's wire name (`TASK_STATE_COMPLETED`).
+fn wire_name(state: &TaskState) -> Value {
+    serde_json::to_value(state).unwrap_or(Value::Null)
+}
+
+/// Ends the planner's task as the executor's task `ended` stands.
+pub(crate) async fn finish(planner: &Planner, task: &TaskHandle, ended: &Task) {
+    let id = &ended.id;
+    let status = &ended.status;
+    let text = text_of(status.message.as_ref());
+    let said = if text.is_empty() {
+        String::new()
+    } else {
+        format!(": {text}")
+    };
+    let outcome = ended
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get(META_OUTCOME))
+        .cloned();
+    if let Some(outcome) = &outcome {
+        logged(task, task.set_metadata(META_OUTCOME, outcome.clone()).await);
+    }
+    logged(
+        task,
+        task.set_metadata(META_EXECUTOR_STATE, wire_name(&status.state))
+            .await,
+    );
+    let outcome_note = outcome
+        .as_ref()
+        .and_then(Value::as_str)
+        .map(|o| format!(" ({o})"))
+        .unwrap_or_default();
+    let (state, message) = match status.state {
+        TaskState::Completed => (
+            TaskState::Completed,
+            agent_message(format!("the executor completed its task {id}{said}"), None),
+        ),
+        TaskState::Failed => (
+            TaskState::Failed,
+            agent_message(
+                format!("the executor's task {id} failed{outcome_note}{said}"),
+                None,
+            ),
+        ),
+        TaskState::Canceled => (
+            TaskState::Canceled,
+            agent_message(
+                format!("the executor's task {id} was canceled{outcome_note}{said}"),
+                None,
+            ),
+        ),
+        TaskState::Rejected => (
+            TaskState::Rejected,
+            agent_message(
+                format!("the executor rejected the plan (its task {id}){said}"),
+                data_of(status.message.as_ref()),
+            ),
+        ),
+        TaskState::InputRequired | TaskState::AuthRequired => {
+            let url = planner.executor().url();
+            let how = if text.contains("resolution") {
+                String::new()
+            } else {
+                " with a data part {\"resolution\": \"approve\" | \"retry\" | \"resolved-manually\" | \"compensate\"}".to_owned()
+            };
+            (
+                TaskState::InputRequired,
+                agent_message(
+                    format!(
+                        "the executor needs a person to decide on its task {id} at {url}{said}\n\
+                         Answer on the executor's task {id} (SendMessage{how}); this planner task takes no answers, and moves on when the executor's task does."
+                    ),
+                    Some(json!({"executorTaskId": id, "executorUrl": url})),
+                ),
+            )
+        }
+        _ => return,
+    };
+    logged(task, task.set_status(state, Some(message)).await);
+}
+
+/// Follows executor task `executor_task` on `stream` (or, without one, by re-attaching)
+/// until it is terminal or interrupted, relaying its progress; returns early only at
+/// shutdown, leaving the task for `Planner::recover`.
+pub(crate) async fn follow(
+    planner: &Planner,
+    task: &TaskHandle,
+    executor_task: &str,
+    stream: Option<BoxStream<'static, Result<StreamResponse, A2AError>>>,
+) {
+    let executor = planner.executor();
+    let shutdown = planner.shutdown();
+    let mut stream = stream;
+    let mut failures: u32 = 0;
+    // Whether the planner's task already shows the executor's wait for a person.
+    let mut shown_waiting = false;
+    loop {
+        let event = match stream.as_mut() {
+            Some(s) => tokio::select! {
+                event = s.next() => event,
+                _ = shutdown.cancelled() => return,
+            },
+            None => None,
+        };
+        match event {
+            Some(Ok(StreamResponse::Task(t))) => {
+                failures = 0;
+                if final_state(&t.status.state) {
+                    return finish(planner, task, &t).await;
+                }
+                if waiting(&t.status.state) && !shown_waiting {
+                    shown_waiting = true;
+                    finish(planner, task, &t).await;
+                }
+            }
+            Some(Ok(StreamResponse::StatusUpdate(update))) => {
+                failures = 0;
+                if waiting(&update.status.state) {
+                    if !shown_waiting {
+                        shown_waiting = true;
+                        let paused = match executor.get_task(executor_task).await {
+                            Ok(t) => t,
+                            Err(_) => Task {
+                                id: executor_task.to_owned(),
+                                context_id: update.context_id.clone(),
+                                status: update.status.clone(),
+                                artifacts: None,
+                                history: None,
+                                metadata: update.metadata.clone(),
+                            },
+                        };
+                        finish(planner, task, &paused).await;
+                    }
+                    continue;
+                }
+                shown_waiting = false;
+                if final_state(&update.status.state) {
+                    // The task carries what the update does not (metadata.outcome).
+                    let ended = match executor.get_task(executor_task).await {
+                        Ok(t) if final_state(&t.status.state) => t,
+                        _ => Task {
+                            id: executor_task.to_owned(),
+                            context_id: update.context_id.clone(),
+                            status: update.status.clone(),
+                            artifacts: None,
+                            history: None,
+                            metadata: update.metadata.clone(),
+                        },
+                    };
+                    return finish(planner, task, &ended).await;
+                }
+                let text = text_of(update.status.message.as_ref());
+                if !text.is_empty() {
+                    logged(
+                        task,
+                        task.set_status(TaskState::Working, Some(agent_message(text, None)))
+                            .await,
+                    );
+                }
+            }
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => {
+                // The stream ended before the task did: look at the task, then follow
+                // it again.
+                failures += 1;
+                if failures > MAX_REATTACH {
+                    logged(
+                        task,
+                        task.set_metadata(META_OUTCOME, json!("unknown")).await,
+                    );
+                    logged(
+                        task,
+                        task.set_status(
+                            TaskState::Failed,
+                            Some(agent_message(
+                                format!(
+                                    "lost contact with the executor; its task {executor_task} at {} may still be running: follow it there",
+                                    executor.url()
+                                ),
+                                None,
+                            )),
+                        )
+                        .await,
+                    );
+                    return;
+                }
+                if failures > 1 && !planner.pause(failures - 1).await {
+                    return;
+                }
+                match executor.get_task(executor_task).await {
+                    Ok(t) if final_state(&t.status.state) => {
+                        return finish(planner, task, &t).await;
+                    }
+                    Ok(t) if waiting(&t.status.state) && !shown_waiting => {
+                        shown_waiting = true;
+                        finish(planner, task, &t).await;
+                        stream = executor.subscribe(executor_task).await.ok();
+                    }
+                    Ok(_) => stream = executor.subscribe(executor_task).await.ok(),
+                    Err(e) => {
+                        tracing::warn!(task = task.id(), error = %e, "cannot reach the executor");
+                        stream = None;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! The model backend against a mock OpenAI-compatible endpoint: a good draft becomes the
+//! committed example plan with the model id and prompt hash recorded; malformed JSON, an
+//! unknown skill, an authored compensation, a bad ordering, an HTTP error and a timeout
+//! are refused, never repaired.
+
+mod common;
+
+use std::time::Duration;
+
+use agent_host::sdk::TaskState;
+use chrono::{DateTime, Utc};
+use common::*;
+use planner_agent::backend::{PlanBackend, PlanRequest};
+use planner_agent::compose::PlanContext;
+use planner_agent::{Error, Goal, LlmBackend, LlmConfig, Templates};
+use serde_json::{Value, json};
+use shared_types::{Catalog, Plan, PlanValidator, TrustStore};
+use wiremock::matchers::{bearer_token, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const MODEL: &str = "test-model";
+
+fn now() -> DateTime<Utc> {
+    "2026-11-29T10:00:00Z".parse().unwrap()
+}
+
+/// The committed example's steps as a model would draft them: no class, compensation
+/// or idempotency key.
+fn example_draft() -> Value {
+    let example = read("examples/plans/supplier-onboarding.json");
+    let steps: Vec<Value> = example["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(
+            |s| json!({"id": s["id"], "agent": s["agent"], "skill": s["skill"], "args": s["args"]}),
+        )
+        .collect();
+    json!({"steps": steps, "rejectedAlternatives": ["capture the fee first: irreversible before the checks"]})
+}
+
+fn answer(content: &str) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "test-model-2026-11-01",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": content}}]
+    }))
+}
+
+async fn endpoint(response: ResponseTemplate) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(bearer_token("sk-test"))
+        .respond_with(response)
+        .mount(&server)
+        .await;
+    server
+}
+
+fn backend(server: &MockServer, timeout: Duration) -> LlmBackend {
+    LlmBackend::new(LlmConfig {
+        base_url: format!("{}/v1/", server.uri()),
+        model: MODEL.into(),
+        api_key: Some("sk-test".into()),
+        timeout,
+    })
+    .unwrap()
+}
+
+struct Fixture {
+    goal: Goal,
+    catalog: Catalog,
+    validator: PlanValidator,
+    ctx: PlanContext,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let catalog = supplier_catalog();
+        Self {
+            goal: Goal::parse(
+                &format!("{SUPPLIER_GOAL}, max spend 250 EUR"),
+                None,
+                &Templates::builtin(),
+            )
+            .unwrap(),
+            validator: PlanValidator::new(catalog.clone(), TrustStore::new()).unwrap(),
+            catalog,
+            ctx: PlanContext {
+                saga_id: "sg_demo_supplier_onboarding".into(),
+                planner_id: "planner-test".into(),
+                now: now(),
+            },
+        }
+    }
+
+    fn request(&self) -> PlanRequest<'_> {
+        PlanRequest {
+            goal: &self.goal,
+            catalog: &self.catalog,
+            validator: &self.validator,
+            ctx: &self.ctx,
+        }
+    }
+
+    async fn plan_with(&self, content: &str) -> Result<Plan, Error> {
+        let server = endpoint(answer(content)).await;
+        backend(&server, Duration::from_secs(10))
+            .plan(self.request())
+            .await
+    }
+}
+
+fn refused(result: Result<Plan, Error>) -> String {
+    match result {
+        Err(Error::DraftRefused(why)) => why,
+        other => panic!("expected DraftRefused, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_good_draft_becomes_the_example_plan_with_its_provenance() {
+    let fixture = Fixture::new();
+    let server = endpoint(answer(&example_draft().to_string())).await;
+    let plan = backend(&server, Duration::from_secs(10))
+        .plan(fixture.request())
+        .await
+        .unwrap();
+    let example = Plan::from_value(&read("examples/plans/supplier-onboarding.json")).unwrap();
+    assert_eq!(plan.steps, example.steps);
+    assert_eq!(plan.pivot_index, Some(4));
+    assert_eq!(plan.mandate.max_spend, example.mandate.max_spend);
+    assert_eq!(plan.authored_by.model, "test-model-2026-11-01");
+    assert_eq!(plan.authored_by.agent, "planner-test");
+    assert_eq!(plan.authored_by.rejected_alternatives.len(), 1);
+
+    // The hash is over the messages that were actually sent.
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 1);
+    let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    assert_eq!(body["model"], json!(MODEL));
+    assert_eq!(body["response_format"], json!({"type": "json_object"}));
+    let sent = &body["messages"];
+    assert_eq!(sent, &LlmBackend::messages(&fixture.request()));
+    let hash = LlmBackend::prompt_sha256(sent).unwrap();
+    assert_eq!(
+        plan.authored_by.prompt_sha256.as_deref(),
+        Some(hash.as_str())
+    );
+    assert_eq!(hash.len(), 64);
+    // The prompt carries the goal and the catalog, and no compensation to copy from.
+    let user = sent[1]["content"].as_str().unwrap();
+    assert!(user.contains("ACME GmbH") && user.contains("payments.capture"));
+    assert!(!user.contains("vendor.archive\",\"args"), "{user}");
+}
+
+#[tokio::test]
+async fn a_draft_may_repeat_the_catalogs_class_and_compensation_exactly() {
+    let fixture = Fixture::new();
+    let mut draft = example_draft();
+    let example = read("examples/plans/supplier-onboarding.json");
+    draft["steps"][0]["class"] = example["steps"][0]["class"].clone();
+    draft["steps"][0]["compensation"] = example["steps"][0]["compensation"].clone();
+    fixture.plan_with(&draft.to_string()).await.unwrap();
+}
+
+#[tokio::test]
+async fn malformed_json_is_refused() {
+    let fixture = Fixture::new();
+    let why = refused(fixture.plan_with("```json\n{\"steps\": []}\n```").await);
+    assert!(why.contains("not JSON"), "{why}");
+    let why = refused(fixture.plan_with("{\"steps\": [], \"steps\": []}").await);
+    assert!(why.contains("not JSON"), "{why}");
+    let why = refused(
+        fixture
+            .plan_with(&json!({"steps": [], "pivotIndex": 4}).to_string())
+            .await,
+    );
+    assert!(why.contains("shape"), "{why}");
+}
+
+#[tokio::test]
+async fn a_forged_compensation_is_refused() {
+    let fixture = Fixture::new();
+    let mut draft = example_draft();
+    draft["steps"][1]["compensation"] =
+        json!({"skill": "budget.release", "args": {"reservationId": "r_all"}});
+    let why = refused(fixture.plan_with(&draft.to_string()).await);
+    assert!(
+        why.contains("authors its own compensation for budget.reserve"),
+        "{why}"
+    );
+
+    // A compensation for a step the catalog gives none is an authored undo too.
+    let mut draft = example_draft();
+    draft["steps"][4]["compensation"] =
+        json!({"skill": "payments.refund", "args": {"captureId": "$response.body#/captureId"}});
+    let why = refused(fixture.plan_with(&draft.to_string()).await);
+    assert!(why.contains("payments.capture"), "{why}");
+
+    let mut draft = example_draft();
+    draft["steps"][5]["class"] = json!("compensable");
+    let why = refused(fixture.plan_with(&draft.to_string()).await);
+    assert!(why.contains("declares it retriable"), "{why}");
+}
+
+#[tokio::test]
+async fn an_unknown_skill_is_refused() {
+    let fixture = Fixture::new();
+    let mut draft = example_draft();
+    draft["steps"][5]["skill"] = json!("sms.send");
+    let why = refused(fixture.plan_with(&draft.to_string()).await);
+    assert!(why.contains("sms.send"), "{why}");
+}
+
+#[tokio::test]
+async fn a_draft_that_fails_validation_is_refused_with_its_violations() {
+    let fixture = Fixture::new();
+    let mut draft = example_draft();
+    let steps = draft["steps"].as_array_mut().unwrap();
+    steps.swap(1, 4); // the capture before the budget: past the pivot, a compensable step
+    let why = refused(fixture.plan_with(&draft.to_string()).await);
+    assert!(
+        why.contains("PIVOT_ORDERING") || why.contains("BAD_REFERENCE"),
+        "{why}"
+    );
+}
+
+#[tokio::test]
+async fn endpoint_failures_and_timeouts_are_backend_errors() {
+    let fixture = Fixture::new();
+    let server = endpoint(ResponseTemplate::new(500).set_body_string("overloaded")).await;
+    match backend(&server, Duration::from_secs(10))
+        .plan(fixture.request())
+        .await
+    {
+        Err(Error::Backend(why)) => {
+            assert!(why.contains("500") && why.contains("overloaded"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let server =
+        endpoint(answer(&example_draft().to_string()).set_delay(Duration::from_secs(5))).await;
+    let started = std::time::Instant::now();
+    match backend(&server, Duration::from_millis(300))
+        .plan(fixture.request())
+        .await
+    {
+        Err(Error::Backend(why)) => assert!(why.contains("did not answer within"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(4));
+
+    // Without the key the mock does not match (404): the key is sent as a bearer token.
+    let server = endpoint(answer("{}")).await;
+    let keyless = LlmBackend::new(LlmConfig {
+        base_url: format!("{}/v1", server.uri()),
+        model: MODEL.into(),
+        api_key: None,
+        timeout: Duration::from_secs(10),
+    })
+    .unwrap();
+    assert!(matches!(
+        keyless.plan(fixture.request()).await,
+        Err(Error::Backend(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_model_backed_planner_submits_the_draft_and_records_the_model() {
+    let identity = planner_identity();
+    let executor = FakeExecutor::start(Script::Complete, &identity).await;
+    let server = endpoint(answer(&example_draft().to_string())).await;
+    let planner = start_with(
+        &executor.url,
+        identity,
+        None,
+        "executor",
+        Some(LlmConfig {
+            base_url: format!("{}/v1", server.uri()),
+            model: MODEL.into(),
+            api_key: Some("sk-test".into()),
+            timeout: Duration::from_secs(10),
+        }),
+    )
+    .await;
+    let task = send(
+        &planner.client,
+        &format!("{SUPPLIER_GOAL}, max spend 250 EUR"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        task.status.state,
+        TaskState::Completed,
+        "{}",
+        status_text(&task)
+    );
+    let plan = plan_artifact(&task).unwrap();
+    assert_eq!(plan["authoredBy"]["model"], json!("test-model-2026-11-01"));
+    assert!(plan["authoredBy"]["promptSha256"].is_string());
+    let received = executor.plans();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].1, vec![]);
+
+    // A refused draft fails the task and submits nothing.
+    let server = endpoint(answer("not json")).await;
+    let identity = planner_identity();
+    let planner = start_with(
+        &executor.url,
+        identity,
+        None,
+        "executor",
+        Some(LlmConfig {
+            base_url: format!("{}/v1", server.uri()),
+            model: MODEL.into(),
+            api_key: Some("sk-test".into()),
+            timeout: Duration::from_secs(10),
+        }),
+    )
+    .await;
+    let task = send(&planner.client, SUPPLIER_GOAL, None).await;
+    assert_eq!(task.status.state, TaskState::Failed);
+    assert!(
+        status_text(&task).contains("not JSON"),
+        "{}",
+        status_text(&task)
+    );
+    assert!(plan_artifact(&task).is_none());
+    assert_eq!(executor.plans().len(), 1);
+}

@@ -1,0 +1,413 @@
+//! `sagaplane demo`: the supplier-onboarding saga end to end with real processes on
+//! loopback — six tool agents, the executor (which alone holds their credentials) and
+//! the planner, fresh keys each run — a goal sent to the planner, the saga's timeline,
+//! and every tool agent's own ledger at the end.
+
+mod processes;
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use agent_host::sdk::{StreamResponse, TaskState};
+use clap::ValueEnum;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use shared_types::SigningIdentity;
+
+use self::processes::{Process, binaries};
+use self::report::{Expected, print_ledgers};
+use crate::a2a::{client, message_text, state_name, stopped};
+use crate::failure::Failure;
+
+/// Which demo.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Scenario {
+    SupplierOnboarding,
+    Checkout,
+}
+
+/// Where the supplier saga goes wrong (DESIGN §11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailAt {
+    None,
+    /// The compliance registry times out: vendor, budget and sandbox are unwound.
+    Compliance,
+    /// The payment is declined at the pivot: a clean failure, unwound.
+    CaptureDecline,
+    /// The payment's answer is lost at the pivot: escalated, nothing unwound.
+    CaptureUnknown,
+    /// The email keeps failing after the pivot: escalated.
+    Email,
+    /// A compensation keeps failing: dead-lettered and escalated.
+    Release,
+}
+
+impl FailAt {
+    fn wire(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Compliance => "compliance",
+            Self::CaptureDecline => "capture-decline",
+            Self::CaptureUnknown => "capture-unknown",
+            Self::Email => "email",
+            Self::Release => "release",
+        }
+    }
+}
+
+pub const GOAL: &str = "Onboard supplier ACME GmbH, contact ops@acme.example, setup fee 120 EUR";
+
+/// What the demo prints as it goes: elapsed time, then the line.
+struct Clock(Instant);
+
+impl Clock {
+    fn say(&self, line: &str) {
+        let at = self.0.elapsed().as_secs_f64();
+        println!("{at:>6.2}s  {}", line.replace('\n', "\n         "));
+    }
+}
+
+fn random_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+fn write(path: &Path, value: &impl serde::Serialize) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| Failure::unusable(format!("cannot encode {}: {e}", path.display())))?;
+    std::fs::write(path, text)
+        .map_err(|e| Failure::unusable(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Everything one demo run started.
+struct Running {
+    work: PathBuf,
+    tools: Process,
+    executor: Option<Process>,
+    executor_args: Vec<String>,
+    executor_env: Vec<(String, String)>,
+    executor_bin: PathBuf,
+    planner: Process,
+    planner_key: SigningIdentity,
+    tool_token: String,
+}
+
+impl Running {
+    fn executor_url(&self) -> String {
+        self.executor
+            .as_ref()
+            .map(|p| p.url().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// A call to the executor as the planner (a fresh JWT each time).
+    fn as_planner(&self) -> Result<agent_host::OutboundCall, Failure> {
+        let jwt = agent_host::mint_jwt(&self.planner_key, self.planner_key.kid(), "executor", 120)
+            .map_err(|e| Failure::unusable(e.to_string()))?;
+        Ok(agent_host::OutboundCall {
+            bearer: Some(jwt),
+            ..agent_host::OutboundCall::default()
+        })
+    }
+
+    async fn restart_executor(&mut self) -> Result<(), Failure> {
+        let url = self.executor_url();
+        if let Some(old) = self.executor.take() {
+            old.kill().await;
+        }
+        // Same address, so the planner finds it again.
+        let mut args = self.executor_args.clone();
+        if let Some(i) = args.iter().position(|a| a == "--listen") {
+            args[i + 1] = url.trim_start_matches("http://").to_owned();
+        }
+        let log = self.work.join("executor.log");
+        self.executor = Some(
+            Process::start(
+                "executor",
+                &self.executor_bin,
+                &args,
+                &self.executor_env,
+                &log,
+                1,
+            )
+            .await?,
+        );
+        Ok(())
+    }
+
+    async fn stop(self) {
+        if let Some(executor) = self.executor {
+            executor.stop().await;
+        }
+        self.planner.stop().await;
+        self.tools.stop().await;
+    }
+}
+
+/// Starts the tool agents, the executor and the planner; registers the tools' cards.
+async fn start(fail_at: FailAt, clock: &Clock) -> Result<Running, Failure> {
+    let bins = binaries(&|line| clock.say(line))?;
+    let (executor_bin, planner_bin, tool_bin) = (&bins[0], &bins[1], &bins[2]);
+    let work = std::env::temp_dir().join(format!(
+        "sagaplane-demo-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().format("%H%M%S")
+    ));
+    std::fs::create_dir_all(&work)
+        .map_err(|e| Failure::unusable(format!("cannot create {}: {e}", work.display())))?;
+
+    let generate = |kid: &str| {
+        SigningIdentity::generate(Some(kid.into()))
+            .map_err(|e| Failure::unusable(format!("cannot generate a key: {e}")))
+    };
+    let platform = generate("demo-platform")?;
+    let planner_key = generate("demo-planner")?;
+    write(&work.join("platform.jwk"), &platform.private_jwk())?;
+    write(&work.join("platform.pub.jwk"), &platform.public_jwk())?;
+    write(&work.join("planner.jwk"), &planner_key.private_jwk())?;
+    write(&work.join("planner.pub.jwk"), &planner_key.public_jwk())?;
+    let tool_token = random_token();
+    let admin_token = random_token();
+    let path = |name: &str| work.join(name).display().to_string();
+
+    let tools = Process::start(
+        "tool agents",
+        tool_bin,
+        &[
+            "--agent".into(),
+            "all".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--data".into(),
+            path("tools"),
+            "--sign-card-with".into(),
+            path("platform.jwk"),
+            "--fail-at".into(),
+            fail_at.wire().into(),
+        ],
+        &[("SUPPLIER_TOOL_TOKEN".into(), tool_token.clone())],
+        &work.join("tools.log"),
+        6,
+    )
+    .await?;
+    clock.say(&format!(
+        "started 6 tool agents ({})",
+        tools
+            .urls
+            .iter()
+            .map(|(name, url)| format!("{name} {}", url.trim_start_matches("http://127.0.0.1")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+
+    let credentials: serde_json::Map<String, Value> = tools
+        .urls
+        .iter()
+        .map(|(name, _)| (name.clone(), json!(tool_token)))
+        .collect();
+    write(&work.join("credentials.json"), &credentials)?;
+    let executor_args: Vec<String> = vec![
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--data".into(),
+        path("executor"),
+        "--platform-key".into(),
+        path("platform.pub.jwk"),
+        "--planner".into(),
+        path("planner.pub.jwk"),
+        "--credentials".into(),
+        path("credentials.json"),
+    ];
+    let executor_env = vec![("SAGAPLANE_ADMIN_TOKEN".into(), admin_token.clone())];
+    let executor = Process::start(
+        "executor",
+        executor_bin,
+        &executor_args,
+        &executor_env,
+        &work.join("executor.log"),
+        1,
+    )
+    .await?;
+    clock.say(&format!(
+        "started the executor at {} (it alone holds the tools' credentials)",
+        executor.url()
+    ));
+    for (name, url) in &tools.urls {
+        crate::executor_api::register_card(executor.url(), &admin_token, &json!({ "url": url }))
+            .await
+            .map_err(|e| Failure::unusable(format!("registering {name}: {e}")))?;
+    }
+    clock.say("registered the 6 platform-signed agent cards with the executor");
+
+    let planner = Process::start(
+        "planner",
+        planner_bin,
+        &[
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--data".into(),
+            path("planner"),
+            "--key".into(),
+            path("planner.jwk"),
+            "--executor".into(),
+            executor.url().to_owned(),
+        ],
+        &[],
+        &work.join("planner.log"),
+        1,
+    )
+    .await?;
+    clock.say(&format!(
+        "started the planner at {} (no tool credentials)",
+        planner.url()
+    ));
+    Ok(Running {
+        work,
+        tools,
+        executor: Some(executor),
+        executor_args,
+        executor_env,
+        executor_bin: executor_bin.clone(),
+        planner,
+        planner_key,
+        tool_token,
+    })
+}
+
+/// `sagaplane demo`.
+pub fn run(
+    scenario: Scenario,
+    fail_at: FailAt,
+    crash_executor_at: Option<String>,
+) -> Result<(), Failure> {
+    if let Scenario::Checkout = scenario {
+        return Err(Failure::unusable(
+            "the checkout demo needs MCP tools, which this build does not have yet",
+        ));
+    }
+    crate::a2a::block_on(async move {
+        let clock = Clock(Instant::now());
+        let mut running = start(fail_at, &clock).await?;
+        let outcome = tokio::select! {
+            outcome = saga(&mut running, fail_at, crash_executor_at.as_deref(), &clock) => outcome,
+            _ = tokio::signal::ctrl_c() => Err(Failure::rejected("interrupted")),
+        };
+        let work = running.work.clone();
+        running.stop().await;
+        println!("logs and data: {}", work.display());
+        outcome
+    })
+}
+
+/// Sends the goal, shows the saga, answers an escalation, prints the ledgers.
+async fn saga(
+    running: &mut Running,
+    fail_at: FailAt,
+    crash_at: Option<&str>,
+    clock: &Clock,
+) -> Result<(), Failure> {
+    clock.say(&format!("goal → planner: \"{GOAL}\""));
+    let planner = client(running.planner.url())?;
+    let request = crate::commands::goal_message(GOAL, None);
+    let mut events = planner
+        .stream(&agent_host::OutboundCall::default(), &request)
+        .await
+        .map_err(|e| crate::a2a::failure("the planner refused the goal", e))?;
+    let mut planner_task = None;
+    let mut crashed = false;
+    while let Some(event) = events.next().await {
+        let Ok(event) = event else { break };
+        match &event {
+            StreamResponse::Task(task) => planner_task = Some(task.id.clone()),
+            StreamResponse::StatusUpdate(update) => {
+                let text = update
+                    .status
+                    .message
+                    .as_ref()
+                    .map(message_text)
+                    .unwrap_or_default();
+                clock.say(&format!("{:<15} {text}", state_name(&update.status.state)));
+                if let Some(step) = crash_at
+                    && !crashed
+                    && text.contains(&format!("{step}: started"))
+                {
+                    crashed = true;
+                    running.restart_executor().await?;
+                    clock.say(&format!(
+                        "✗ executor killed with SIGKILL while {step} was in flight; restarted on the same journal"
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    let Some(planner_task) = planner_task else {
+        return Err(Failure::unusable("the planner answered without a task"));
+    };
+    let planned = planner
+        .get_task(&agent_host::OutboundCall::default(), &planner_task)
+        .await
+        .map_err(|e| crate::a2a::failure("cannot read the planner's task", e))?;
+    let executor_task = planned
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("executorTaskId"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let Some(executor_task) = executor_task else {
+        return Err(Failure::rejected(format!(
+            "the planner's task ended {} without reaching the executor: {}",
+            state_name(&planned.status.state),
+            planned
+                .status
+                .message
+                .as_ref()
+                .map(message_text)
+                .unwrap_or_default()
+        )));
+    };
+    let executor = client(&running.executor_url())?;
+    let mut task = executor
+        .get_task(&running.as_planner()?, &executor_task)
+        .await
+        .map_err(|e| crate::a2a::failure("cannot read the executor's task", e))?;
+    if task.status.state == TaskState::InputRequired {
+        clock.say("a person answers the escalation on the executor's task: resolved-manually");
+        let answer = crate::commands::resolution_message(&executor_task, "resolved-manually");
+        executor
+            .send(&running.as_planner()?, &answer)
+            .await
+            .map_err(|e| crate::a2a::failure("the executor refused the answer", e))?;
+        task = executor
+            .get_task(&running.as_planner()?, &executor_task)
+            .await
+            .map_err(|e| crate::a2a::failure("cannot read the executor's task", e))?;
+        while !stopped(&task.status.state) {
+            let Ok(mut updates) = executor
+                .subscribe(&running.as_planner()?, &executor_task)
+                .await
+            else {
+                break;
+            };
+            while let Some(Ok(update)) = updates.next().await {
+                if let StreamResponse::StatusUpdate(update) = update {
+                    let text = update
+                        .status
+                        .message
+                        .as_ref()
+                        .map(message_text)
+                        .unwrap_or_default();
+                    clock.say(&format!("{:<15} {text}", state_name(&update.status.state)));
+                }
+            }
+            task = executor
+                .get_task(&running.as_planner()?, &executor_task)
+                .await
+                .map_err(|e| crate::a2a::failure("cannot read the executor's task", e))?;
+        }
+    }
+    println!();
+    println!("executor's {}", crate::commands::describe(&task));
+    let ledgers = print_ledgers(&running.tools.urls, &running.tool_token).await?;
+    Expected::of(fail_at).check(&task, &ledgers)
+}
