@@ -73,6 +73,12 @@ enum Command {
         /// Kill the executor (SIGKILL) when this step starts, and restart it.
         #[arg(long, value_name = "STEP")]
         crash_executor_at: Option<String>,
+        /// Use the agents' binaries as built; do not run cargo first.
+        #[arg(long)]
+        no_build: bool,
+        /// Also write the outcome as JSON to this file (tasks, ledgers, problems).
+        #[arg(long, value_name = "FILE")]
+        summary: Option<PathBuf>,
     },
 }
 
@@ -95,6 +101,14 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             scenario,
             fail_at,
             crash_executor_at,
-        } => crate::demo::run(scenario, fail_at, crash_executor_at),
+            no_build,
+            summary,
+        } => crate::demo::run(crate::demo::Options {
+            scenario,
+            fail_at,
+            crash_executor_at,
+            build: !no_build,
+            summary,
+        }),
     }
 }

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use shared_types::SigningIdentity;
 
 use self::processes::{Process, binaries};
-use self::report::{Expected, print_ledgers};
+use self::report::{Expected, print_ledgers, verdict};
 use crate::a2a::{client, message_text, state_name, stopped};
 use crate::failure::Failure;
 
@@ -145,8 +145,8 @@ impl Running {
 }
 
 /// Starts the tool agents, the executor and the planner; registers the tools' cards.
-async fn start(fail_at: FailAt, clock: &Clock) -> Result<Running, Failure> {
-    let bins = binaries(&|line| clock.say(line))?;
+async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, Failure> {
+    let bins = binaries(build, &|line| clock.say(line))?;
     let (executor_bin, planner_bin, tool_bin) = (&bins[0], &bins[1], &bins[2]);
     let work = std::env::temp_dir().join(format!(
         "sagaplane-demo-{}-{}",
@@ -274,12 +274,28 @@ async fn start(fail_at: FailAt, clock: &Clock) -> Result<Running, Failure> {
     })
 }
 
+/// How to run a demo.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub scenario: Scenario,
+    pub fail_at: FailAt,
+    /// Kill the executor when this step starts, then restart it.
+    pub crash_executor_at: Option<String>,
+    /// Build the agents' binaries first (cargo; a no-op when up to date).
+    pub build: bool,
+    /// Also write the outcome as JSON here (tasks, ledgers, problems).
+    pub summary: Option<PathBuf>,
+}
+
 /// `sagaplane demo`.
-pub fn run(
-    scenario: Scenario,
-    fail_at: FailAt,
-    crash_executor_at: Option<String>,
-) -> Result<(), Failure> {
+pub fn run(options: Options) -> Result<(), Failure> {
+    let Options {
+        scenario,
+        fail_at,
+        crash_executor_at,
+        build,
+        summary,
+    } = options;
     if let Scenario::Checkout = scenario {
         return Err(Failure::unusable(
             "the checkout demo needs MCP tools, which this build does not have yet",
@@ -287,9 +303,9 @@ pub fn run(
     }
     crate::a2a::block_on(async move {
         let clock = Clock(Instant::now());
-        let mut running = start(fail_at, &clock).await?;
+        let mut running = start(fail_at, build, &clock).await?;
         let outcome = tokio::select! {
-            outcome = saga(&mut running, fail_at, crash_executor_at.as_deref(), &clock) => outcome,
+            outcome = saga(&mut running, fail_at, crash_executor_at.as_deref(), summary.as_deref(), &clock) => outcome,
             _ = tokio::signal::ctrl_c() => Err(Failure::rejected("interrupted")),
         };
         let work = running.work.clone();
@@ -304,6 +320,7 @@ async fn saga(
     running: &mut Running,
     fail_at: FailAt,
     crash_at: Option<&str>,
+    summary: Option<&Path>,
     clock: &Clock,
 ) -> Result<(), Failure> {
     clock.say(&format!("goal → planner: \"{GOAL}\""));
@@ -406,8 +423,45 @@ async fn saga(
                 .map_err(|e| crate::a2a::failure("cannot read the executor's task", e))?;
         }
     }
+    // The planner follows the executor's task on its own: wait for it to see the end.
+    let open = agent_host::OutboundCall::default();
+    let mut planned = planner
+        .get_task(&open, &planner_task)
+        .await
+        .map_err(|e| crate::a2a::failure("cannot read the planner's task", e))?;
+    if !planned.status.state.is_terminal() && task.status.state.is_terminal() {
+        if let Ok(mut updates) = planner.subscribe(&open, &planner_task).await {
+            while let Some(Ok(update)) = updates.next().await {
+                if let StreamResponse::StatusUpdate(update) = update
+                    && update.status.state.is_terminal()
+                {
+                    break;
+                }
+            }
+        }
+        planned = planner
+            .get_task(&open, &planner_task)
+            .await
+            .map_err(|e| crate::a2a::failure("cannot read the planner's task", e))?;
+    }
     println!();
+    println!(
+        "planner's task {}  {}",
+        planned.id,
+        state_name(&planned.status.state)
+    );
     println!("executor's {}", crate::commands::describe(&task));
     let ledgers = print_ledgers(&running.tools.urls, &running.tool_token).await?;
-    Expected::of(fail_at).check(&task, &ledgers)
+    let problems = Expected::of(fail_at).problems(&task, &ledgers);
+    if let Some(path) = summary {
+        let outcome = json!({
+            "failAt": fail_at.wire(),
+            "plannerTask": planned,
+            "executorTask": task,
+            "ledgers": ledgers,
+            "problems": problems,
+        });
+        write(path, &outcome)?;
+    }
+    verdict(&task, &problems)
 }

@@ -32,36 +32,17 @@ fn workspace() -> Option<PathBuf> {
     root.join("Cargo.toml").exists().then(|| root.to_path_buf())
 }
 
-/// Paths of the demo's binaries; builds them with cargo first when any is missing or
-/// older than this binary (the README's one command then builds everything it starts).
-pub fn binaries(progress: &dyn Fn(&str)) -> Result<Vec<PathBuf>, Failure> {
+/// Paths of the demo's binaries. With `build`, cargo first brings them up to date (a
+/// no-op when they are), so the README's one command builds everything it starts.
+pub fn binaries(build: bool, progress: &dyn Fn(&str)) -> Result<Vec<PathBuf>, Failure> {
     let dir = build_dir()?;
     let paths: Vec<PathBuf> = BINARIES.iter().map(|(_, bin)| dir.join(bin)).collect();
-    let own_time = std::env::current_exe()
-        .and_then(std::fs::metadata)
-        .and_then(|m| m.modified())
-        .ok();
-    let stale = paths.iter().any(|path| {
-        let built = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-        match (built, own_time) {
-            (None, _) => true,
-            (Some(built), Some(own)) => built < own,
-            (Some(_), None) => false,
-        }
-    });
-    if stale {
-        let Some(root) = workspace() else {
-            return Err(Failure::unusable(format!(
-                "the demo needs executor-agent, planner-agent and supplier-tool beside {}; build them with cargo build --release --workspace",
-                dir.display()
-            )));
-        };
-        let release = dir.ends_with("release");
-        progress("building executor-agent, planner-agent and supplier-tool (first run only)…");
+    if build && let Some(root) = workspace() {
+        progress("building executor-agent, planner-agent and supplier-tool (quick once built)…");
         let mut cargo =
-            std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()));
+            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cargo.arg("build").arg("--quiet").current_dir(&root);
-        if release {
+        if dir.ends_with("release") {
             cargo.arg("--release");
         }
         for (package, bin) in BINARIES {
@@ -75,6 +56,12 @@ pub fn binaries(progress: &dyn Fn(&str)) -> Result<Vec<PathBuf>, Failure> {
                 "building the demo's agents failed (see above)",
             ));
         }
+    }
+    if let Some(missing) = paths.iter().find(|p| !p.exists()) {
+        return Err(Failure::unusable(format!(
+            "{} is missing; build the demo's agents with cargo build --workspace (add --release for a release build)",
+            missing.display()
+        )));
     }
     Ok(paths)
 }
@@ -141,10 +128,7 @@ impl Process {
         }
         // Keep draining stdout so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Ok(Self {
-            child,
-            urls,
-        })
+        Ok(Self { child, urls })
     }
 
     pub fn url(&self) -> &str {

@@ -90,8 +90,8 @@ impl Expected {
         }
     }
 
-    /// Checks the executor's final task and the ledgers; prints the verdict.
-    pub fn check(&self, task: &Task, ledgers: &[LedgerReport]) -> Result<(), Failure> {
+    /// What is wrong with the executor's final task and the ledgers (nothing: as expected).
+    pub fn problems(&self, task: &Task, ledgers: &[LedgerReport]) -> Vec<String> {
         let mut problems: Vec<String> = ledgers.iter().flat_map(check_ledger).collect();
         if task.status.state != self.state {
             problems.push(format!(
@@ -119,17 +119,22 @@ impl Expected {
                 problems.push(format!("{skill} should have been applied once and undone"));
             }
         }
-        if problems.is_empty() {
-            println!(
-                "as expected: {}, every effect exactly once, every compensated effect undone",
-                state_name(&task.status.state)
-            );
-            Ok(())
-        } else {
-            Err(Failure::rejected(format!(
-                "the demo did not end as expected: {}",
-                problems.join("; ")
-            )))
-        }
+        problems
+    }
+}
+
+/// The verdict, printed.
+pub fn verdict(task: &Task, problems: &[String]) -> Result<(), Failure> {
+    if problems.is_empty() {
+        println!(
+            "as expected: {}, every effect exactly once, every compensated effect undone",
+            state_name(&task.status.state)
+        );
+        Ok(())
+    } else {
+        Err(Failure::rejected(format!(
+            "the demo did not end as expected: {}",
+            problems.join("; ")
+        )))
     }
 }

@@ -1,0 +1,225 @@
+//! The supplier-onboarding demo end to end, every `--fail-at` mode and the crash mode,
+//! each with real processes (six tool agents, the executor, the planner) on loopback:
+//! the planner's and the executor's final A2A task states, the outcome metadata, and
+//! every tool agent's own ledger.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The build's `target/<profile>` directory (this test runs from its `deps/`).
+fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// Builds the command line once (the demo then builds the agents it starts).
+fn build_cli() {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--quiet", "-p", "sagaplane", "--bin", "sagaplane"])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "cannot build the sagaplane binary");
+    });
+}
+
+/// Runs `sagaplane demo` with `args`; returns its exit code, output and JSON summary.
+fn demo(args: &[&str]) -> (i32, String, Value) {
+    build_cli();
+    let dir = tempfile::tempdir().unwrap();
+    let summary = dir.path().join("summary.json");
+    let output = Command::new(build_dir().join("sagaplane"))
+        .arg("demo")
+        .args(args)
+        .arg("--summary")
+        .arg(&summary)
+        .output()
+        .expect("the sagaplane binary runs");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary = std::fs::read_to_string(&summary)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_else(|| panic!("no summary; the demo said:\n{text}"));
+    (output.status.code().unwrap_or(-1), text, summary)
+}
+
+fn state(task: &Value) -> &str {
+    task["status"]["state"].as_str().unwrap_or_default()
+}
+
+/// Every effect of every ledger: (agent, skill, key, undone by).
+fn effects(summary: &Value) -> Vec<(String, String, String, Option<String>)> {
+    let mut all = Vec::new();
+    for ledger in summary["ledgers"].as_array().unwrap() {
+        for effect in ledger["effects"].as_array().unwrap() {
+            all.push((
+                ledger["agent"].as_str().unwrap().to_owned(),
+                effect["skill"].as_str().unwrap().to_owned(),
+                effect["key"].as_str().unwrap_or_default().to_owned(),
+                effect["undoneBy"].as_str().map(str::to_owned),
+            ));
+        }
+    }
+    all
+}
+
+#[test]
+fn the_happy_path_completes_every_step_once() {
+    let (code, text, summary) = demo(&["--fail-at", "none"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(state(&summary["executorTask"]), "TASK_STATE_COMPLETED");
+    assert_eq!(state(&summary["plannerTask"]), "TASK_STATE_COMPLETED");
+    let effects = effects(&summary);
+    assert_eq!(effects.len(), 6, "{effects:?}");
+    assert!(effects.iter().all(|e| e.3.is_none()), "nothing undone");
+    assert_eq!(summary["problems"], serde_json::json!([]));
+}
+
+fn outcome(task: &Value) -> &str {
+    task["metadata"]["outcome"].as_str().unwrap_or_default()
+}
+
+/// The keys of the undo effects, in the order the tools applied them.
+fn undo_order(summary: &Value) -> Vec<String> {
+    let mut undos: Vec<(String, String)> = Vec::new();
+    for ledger in summary["ledgers"].as_array().unwrap() {
+        for effect in ledger["effects"].as_array().unwrap() {
+            if effect["kind"] == "undo" {
+                undos.push((
+                    effect["at"].as_str().unwrap().to_owned(),
+                    effect["skill"].as_str().unwrap().to_owned(),
+                ));
+            }
+        }
+    }
+    undos.sort();
+    undos.into_iter().map(|(_, skill)| skill).collect()
+}
+
+fn applied(summary: &Value, skill: &str) -> Vec<Option<String>> {
+    effects(summary)
+        .into_iter()
+        .filter(|e| e.1 == skill)
+        .map(|e| e.3)
+        .collect()
+}
+
+/// An unwind before the pivot: vendor, budget and sandbox undone in reverse order, the
+/// capture and the email never applied, both tasks FAILED with outcome "compensated".
+fn assert_unwound(summary: &Value) {
+    for task in ["executorTask", "plannerTask"] {
+        assert_eq!(state(&summary[task]), "TASK_STATE_FAILED", "{task}");
+        assert_eq!(outcome(&summary[task]), "compensated", "{task}");
+    }
+    for skill in ["vendor.create", "budget.reserve", "sandbox.provision"] {
+        let effects = applied(summary, skill);
+        assert_eq!(effects.len(), 1, "{skill} once");
+        assert!(effects[0].is_some(), "{skill} undone");
+    }
+    assert_eq!(
+        undo_order(summary),
+        ["sandbox.deprovision", "budget.release", "vendor.archive"]
+    );
+    assert!(applied(summary, "payments.capture").is_empty());
+    assert!(applied(summary, "email.send").is_empty());
+    assert_eq!(summary["problems"], serde_json::json!([]));
+}
+
+#[test]
+fn a_compliance_timeout_unwinds_vendor_budget_and_sandbox_in_reverse() {
+    let (code, text, summary) = demo(&["--fail-at", "compliance"]);
+    assert_eq!(code, 0, "{text}");
+    assert_unwound(&summary);
+    assert!(applied(&summary, "compliance.check").is_empty());
+}
+
+#[test]
+fn a_declined_capture_unwinds_before_the_pivot() {
+    let (code, text, summary) = demo(&["--fail-at", "capture-decline"]);
+    assert_eq!(code, 0, "{text}");
+    assert_unwound(&summary);
+}
+
+/// An escalation past the pivot: the executor waited for a person (INPUT_REQUIRED), the
+/// demo answered `resolved-manually`, and the saga completed; nothing was undone.
+fn assert_escalated_then_completed(text: &str, summary: &Value) {
+    assert!(text.contains("INPUT_REQUIRED"), "{text}");
+    assert!(text.contains("a person answers"), "{text}");
+    for task in ["executorTask", "plannerTask"] {
+        assert_eq!(state(&summary[task]), "TASK_STATE_COMPLETED", "{task}");
+    }
+    assert!(
+        effects(summary).iter().all(|e| e.3.is_none()),
+        "nothing past the pivot is unwound"
+    );
+    assert_eq!(undo_order(summary), Vec::<String>::new());
+    assert_eq!(summary["problems"], serde_json::json!([]));
+}
+
+#[test]
+fn an_unknown_capture_escalates_and_unwinds_nothing() {
+    let (code, text, summary) = demo(&["--fail-at", "capture-unknown"]);
+    assert_eq!(code, 0, "{text}");
+    assert_escalated_then_completed(&text, &summary);
+    assert_eq!(
+        applied(&summary, "payments.capture").len(),
+        1,
+        "captured once"
+    );
+}
+
+#[test]
+fn a_failing_email_after_the_pivot_escalates() {
+    let (code, text, summary) = demo(&["--fail-at", "email"]);
+    assert_eq!(code, 0, "{text}");
+    assert_escalated_then_completed(&text, &summary);
+    assert_eq!(applied(&summary, "payments.capture").len(), 1);
+    assert!(
+        applied(&summary, "email.send").is_empty(),
+        "the mailer never sent"
+    );
+}
+
+#[test]
+fn a_release_that_keeps_failing_is_dead_lettered_to_a_person() {
+    let (code, text, summary) = demo(&["--fail-at", "release"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("INPUT_REQUIRED") && text.contains("budget.release"),
+        "{text}"
+    );
+    for task in ["executorTask", "plannerTask"] {
+        assert_eq!(state(&summary[task]), "TASK_STATE_FAILED", "{task}");
+    }
+    assert_eq!(
+        applied(&summary, "budget.reserve"),
+        [None],
+        "the budget line stands"
+    );
+    assert_eq!(
+        undo_order(&summary),
+        ["sandbox.deprovision", "vendor.archive"],
+        "the others are undone in reverse order, after the person's answer"
+    );
+    assert_eq!(summary["problems"], serde_json::json!([]));
+}
+
+#[test]
+fn an_executor_killed_mid_saga_resumes_and_completes_once() {
+    let (code, text, summary) = demo(&["--crash-executor-at", "s3"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("killed with SIGKILL"), "{text}");
+    assert_eq!(state(&summary["executorTask"]), "TASK_STATE_COMPLETED");
+    assert_eq!(state(&summary["plannerTask"]), "TASK_STATE_COMPLETED");
+    let effects = effects(&summary);
+    assert_eq!(effects.len(), 6, "every step once: {effects:?}");
+    assert_eq!(summary["problems"], serde_json::json!([]));
+}
