@@ -3,36 +3,17 @@
 //! the planner's and the executor's final A2A task states, the outcome metadata, and
 //! every tool agent's own ledger.
 
-use std::path::PathBuf;
 use std::process::Command;
+
+use sagaplane_e2e::sagaplane;
 
 use serde_json::Value;
 
-/// The build's `target/<profile>` directory (this test runs from its `deps/`).
-fn build_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-/// Builds the command line once (the demo then builds the agents it starts).
-fn build_cli() {
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| {
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--quiet", "-p", "sagaplane", "--bin", "sagaplane"])
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "cannot build the sagaplane binary");
-    });
-}
-
 /// Runs `sagaplane demo` with `args`; returns its exit code, output and JSON summary.
 fn demo(args: &[&str]) -> (i32, String, Value) {
-    build_cli();
     let dir = tempfile::tempdir().unwrap();
     let summary = dir.path().join("summary.json");
-    let output = Command::new(build_dir().join("sagaplane"))
+    let output = Command::new(sagaplane())
         .arg("demo")
         .args(args)
         .arg("--summary")

@@ -79,6 +79,9 @@ enum Command {
         /// Also write the outcome as JSON to this file (tasks, ledgers, problems).
         #[arg(long, value_name = "FILE")]
         summary: Option<PathBuf>,
+        /// Start the agents and keep them running (send your own goals) until Ctrl-C.
+        #[arg(long)]
+        serve: bool,
     },
 }
 
@@ -103,7 +106,9 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             crash_executor_at,
             no_build,
             summary,
+            serve,
         } => crate::demo::run(crate::demo::Options {
+            serve,
             scenario,
             fail_at,
             crash_executor_at,

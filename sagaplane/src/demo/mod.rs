@@ -285,6 +285,8 @@ pub struct Options {
     pub build: bool,
     /// Also write the outcome as JSON here (tasks, ledgers, problems).
     pub summary: Option<PathBuf>,
+    /// Start everything, send nothing, and keep serving until interrupted.
+    pub serve: bool,
 }
 
 /// `sagaplane demo`.
@@ -295,6 +297,7 @@ pub fn run(options: Options) -> Result<(), Failure> {
         crash_executor_at,
         build,
         summary,
+        serve,
     } = options;
     if let Scenario::Checkout = scenario {
         return Err(Failure::unusable(
@@ -304,15 +307,42 @@ pub fn run(options: Options) -> Result<(), Failure> {
     crate::a2a::block_on(async move {
         let clock = Clock(Instant::now());
         let mut running = start(fail_at, build, &clock).await?;
+        if serve {
+            println!("planner listening on {}", running.planner.url());
+            println!("executor listening on {}", running.executor_url());
+            println!(
+                "try: sagaplane send --planner {} --watch \"{GOAL}\"   (Ctrl-C stops everything)",
+                running.planner.url()
+            );
+            interrupted().await;
+            let work = running.work.clone();
+            running.stop().await;
+            println!("logs and data: {}", work.display());
+            return Ok(());
+        }
         let outcome = tokio::select! {
             outcome = saga(&mut running, fail_at, crash_executor_at.as_deref(), summary.as_deref(), &clock) => outcome,
-            _ = tokio::signal::ctrl_c() => Err(Failure::rejected("interrupted")),
+            _ = interrupted() => Err(Failure::rejected("interrupted")),
         };
         let work = running.work.clone();
         running.stop().await;
         println!("logs and data: {}", work.display());
         outcome
     })
+}
+
+/// Ctrl-C or SIGTERM.
+async fn interrupted() {
+    #[cfg(unix)]
+    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        return;
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// Sends the goal, shows the saga, answers an escalation, prints the ledgers.
