@@ -38,10 +38,13 @@ pub fn binaries(build: bool, progress: &dyn Fn(&str)) -> Result<Vec<PathBuf>, Fa
     let dir = build_dir()?;
     let paths: Vec<PathBuf> = BINARIES.iter().map(|(_, bin)| dir.join(bin)).collect();
     if build && let Some(root) = workspace() {
-        progress("building executor-agent, planner-agent and supplier-tool (quick once built)…");
+        progress(
+            "building executor-agent, planner-agent and supplier-tool (minutes the first time, a second after)…",
+        );
         let mut cargo =
             std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cargo.arg("build").arg("--quiet").current_dir(&root);
+        // Not quiet: the first build takes minutes, and cargo shows its progress.
+        cargo.arg("build").current_dir(&root);
         if dir.ends_with("release") {
             cargo.arg("--release");
         }
