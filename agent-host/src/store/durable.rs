@@ -13,6 +13,32 @@ use crate::error::{Error, Result};
 /// Writes waiting beyond this many go into the next transaction.
 const MAX_BATCH: usize = 1024;
 
+/// Transactions committed so far by the group-commit writers of this process, by writer
+/// name (`"journal"`, `"task-store"`, …).
+static COMMITS: std::sync::Mutex<Vec<(&'static str, u64)>> = std::sync::Mutex::new(Vec::new());
+
+/// How many transactions the group-commit writers named `what` have committed in this
+/// process (each is one WAL fsync under `synchronous=FULL`; checkpoints add their own).
+/// Read-only instrumentation, for the executor's benchmark.
+pub fn commits(what: &str) -> u64 {
+    COMMITS.lock().map_or(0, |counts| {
+        counts
+            .iter()
+            .filter(|(w, _)| *w == what)
+            .map(|(_, n)| n)
+            .sum()
+    })
+}
+
+fn count_commit(what: &'static str) {
+    if let Ok(mut counts) = COMMITS.lock() {
+        match counts.iter_mut().find(|(w, _)| *w == what) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((what, 1)),
+        }
+    }
+}
+
 /// Opens `path` for durable use. `what` names the store in errors.
 pub fn open_connection(path: &Path, what: &str) -> Result<Connection> {
     let conn = Connection::open(path)
@@ -75,6 +101,7 @@ impl<J: Send + 'static> GroupCommit<J> {
                     }
                     let result = commit(&mut conn, &batch, &apply)
                         .map_err(|e| format!("{what} write failed: {e}"));
+                    count_commit(what);
                     for (_, done) in batch.drain(..) {
                         let _ = done.send(result.clone().map_err(Error::Store));
                     }

@@ -1,0 +1,403 @@
+//! The executor side of the benchmark: catalog, invoker and journal (each timed), the
+//! SQLite task store, and one saga run through a `Route` or the same six calls made
+//! directly.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use agent_host::sdk::{Artifact, Message, Part, Role, Task, TaskState, TaskStatus, new_message_id};
+use agent_host::{AgentClient, SqliteTaskStore, TaskHandle, TaskManager};
+use async_trait::async_trait;
+use executor_agent::driver::{Control, Reporter, drive};
+use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker};
+use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
+use executor_agent::saga::model::Phase;
+use executor_agent::saga::{CallOutcome, Command, Ending, Event, Invocation, Saga, SagaSpec};
+use serde_json::{Value, json};
+use shared_types::{Catalog, Plan};
+use tokio::sync::mpsc;
+
+use crate::tool_agent::tool_result;
+use crate::{AGENTS, Route, STEPS, TOOL_TOKEN};
+
+fn read_json(path: &str) -> Value {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = std::fs::read_to_string(root.join(path)).expect("read a repository file");
+    shared_types::json::parse_strict(&text).expect("strict JSON")
+}
+
+/// Time spent waiting in each part of the executor, summed over every saga (read around
+/// a saga run alone to split its end-to-end time).
+#[derive(Debug, Default)]
+pub(crate) struct Stopwatches {
+    journal_nanos: AtomicU64,
+    call_nanos: AtomicU64,
+    task_store_nanos: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Waited {
+    pub(crate) journal: Duration,
+    pub(crate) calls: Duration,
+    pub(crate) task_store: Duration,
+}
+
+impl Stopwatches {
+    fn add(counter: &AtomicU64, since: Instant) {
+        counter.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn read(&self) -> Waited {
+        let read = |c: &AtomicU64| Duration::from_nanos(c.load(Ordering::Relaxed));
+        Waited {
+            journal: read(&self.journal_nanos),
+            calls: read(&self.call_nanos),
+            task_store: read(&self.task_store_nanos),
+        }
+    }
+}
+
+impl Waited {
+    pub(crate) fn since(self, before: Waited) -> Waited {
+        Waited {
+            journal: self.journal - before.journal,
+            calls: self.calls - before.calls,
+            task_store: self.task_store - before.task_store,
+        }
+    }
+}
+
+/// The SQLite journal, timing how long the driver waits for each durable write.
+pub(crate) struct TimedJournal {
+    pub(crate) inner: SqliteJournal,
+    stopwatches: Arc<Stopwatches>,
+}
+
+#[async_trait]
+impl Journal for TimedJournal {
+    async fn begin(&self, header: &SagaHeader) -> executor_agent::Result<()> {
+        let started = Instant::now();
+        let written = self.inner.begin(header).await;
+        Stopwatches::add(&self.stopwatches.journal_nanos, started);
+        written
+    }
+
+    async fn append(&self, saga_id: &str, entry: &Entry) -> executor_agent::Result<()> {
+        let started = Instant::now();
+        let written = self.inner.append(saga_id, entry).await;
+        Stopwatches::add(&self.stopwatches.journal_nanos, started);
+        written
+    }
+
+    async fn finish(&self, saga_id: &str) -> executor_agent::Result<()> {
+        let started = Instant::now();
+        let written = self.inner.finish(saga_id).await;
+        Stopwatches::add(&self.stopwatches.journal_nanos, started);
+        written
+    }
+
+    async fn load(
+        &self,
+        saga_id: &str,
+    ) -> executor_agent::Result<Option<(SagaHeader, Vec<Entry>)>> {
+        self.inner.load(saga_id).await
+    }
+
+    async fn unfinished(&self) -> executor_agent::Result<Vec<String>> {
+        self.inner.unfinished().await
+    }
+}
+
+/// The A2A invoker, timing each call the driver makes.
+struct TimedInvoker {
+    inner: Arc<A2aInvoker>,
+    stopwatches: Arc<Stopwatches>,
+    calls_answered: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl Invoker for TimedInvoker {
+    async fn invoke(&self, invocation: &Invocation, context: &CallContext) -> CallOutcome {
+        let started = Instant::now();
+        let outcome = self.inner.invoke(invocation, context).await;
+        Stopwatches::add(&self.stopwatches.call_nanos, started);
+        self.calls_answered.fetch_add(1, Ordering::Relaxed);
+        outcome
+    }
+}
+
+pub(crate) struct Executor {
+    plan: Value,
+    catalog: Catalog,
+    pub(crate) journal: Arc<TimedJournal>,
+    /// The driver's invoker: `direct_invoker`, timed.
+    invoker: Arc<TimedInvoker>,
+    /// The same clients, called directly.
+    direct_invoker: Arc<A2aInvoker>,
+    pub(crate) stopwatches: Arc<Stopwatches>,
+    /// Calls answered, by the driver or directly (each is one saga step).
+    pub(crate) calls_answered: Arc<AtomicU64>,
+    tasks: Arc<TaskManager>,
+    pub(crate) task_store: SqliteTaskStore,
+    /// The six forward invocations of a completed saga, for the direct calls.
+    pub(crate) direct_template: Vec<Invocation>,
+    next_saga: AtomicU64,
+    _data_dir: tempfile::TempDir,
+}
+
+impl Executor {
+    pub(crate) fn new(tool_urls: &[String]) -> Self {
+        let mut catalog = Catalog::default();
+        let mut invoker = A2aInvoker::new();
+        for (agent, url) in AGENTS.iter().zip(tool_urls) {
+            catalog
+                .add_card(&read_json(&format!("agent-cards/{agent}.json")))
+                .expect("a curated card");
+            invoker.add(
+                *agent,
+                Endpoint {
+                    client: AgentClient::new(url).expect("an A2A client"),
+                    bearer: Some(TOOL_TOKEN.into()),
+                },
+            );
+        }
+        let data_dir = tempfile::tempdir().expect("a temporary directory");
+        let journal = SqliteJournal::open(&data_dir.path().join("journal.db")).expect("journal");
+        let task_store =
+            SqliteTaskStore::open(&data_dir.path().join("tasks.db")).expect("task store");
+        let stopwatches = Arc::new(Stopwatches::default());
+        let calls_answered = Arc::new(AtomicU64::new(0));
+        let direct_invoker = Arc::new(invoker);
+        let mut executor = Self {
+            plan: read_json("examples/plans/supplier-onboarding.json"),
+            catalog,
+            journal: Arc::new(TimedJournal {
+                inner: journal,
+                stopwatches: stopwatches.clone(),
+            }),
+            invoker: Arc::new(TimedInvoker {
+                inner: direct_invoker.clone(),
+                stopwatches: stopwatches.clone(),
+                calls_answered: calls_answered.clone(),
+            }),
+            direct_invoker,
+            stopwatches,
+            calls_answered,
+            tasks: TaskManager::new(Arc::new(task_store.clone())),
+            task_store,
+            direct_template: Vec::new(),
+            next_saga: AtomicU64::new(0),
+            _data_dir: data_dir,
+        };
+        executor.direct_template = forward_invocations(executor.spec("sg_template").1);
+        executor
+    }
+
+    pub(crate) fn new_saga_id(&self) -> String {
+        format!(
+            "sg_bench_{}",
+            self.next_saga.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// The supplier plan under `saga_id` (its idempotency keys follow), and its spec.
+    pub(crate) fn spec(&self, saga_id: &str) -> (Value, SagaSpec) {
+        let mut plan = self.plan.clone();
+        plan["sagaId"] = json!(saga_id);
+        for step in plan["steps"].as_array_mut().expect("steps") {
+            let key = format!("{saga_id}:{}", step["id"].as_str().expect("a step id"));
+            step["idempotencyKey"] = json!(key);
+        }
+        let typed = Plan::from_value(&plan).expect("the supplier plan");
+        let spec = SagaSpec::new(&typed, &self.catalog).expect("a spec");
+        (plan, spec)
+    }
+
+    /// Runs one new saga to its end through `route`; returns its id.
+    pub(crate) async fn run_saga(&self, route: Route) -> String {
+        let saga_id = self.new_saga_id();
+        let (plan, spec) = self.spec(&saga_id);
+        let reporter: Arc<dyn Reporter> = match route {
+            Route::Driver => Arc::new(Unreported),
+            Route::DriverAndTasks => {
+                let started = Instant::now();
+                let task = self.new_task(&saga_id).await;
+                Stopwatches::add(&self.stopwatches.task_store_nanos, started);
+                Arc::new(TaskLedger {
+                    task,
+                    stopwatches: self.stopwatches.clone(),
+                })
+            }
+        };
+        let (task_id, context_id) = match route {
+            Route::Driver => ("t".to_owned(), "c".to_owned()),
+            Route::DriverAndTasks => (format!("task-{saga_id}"), format!("ctx-{saga_id}")),
+        };
+        let header = SagaHeader {
+            saga_id: saga_id.clone(),
+            plan_version: 1,
+            task_id,
+            context_id,
+            plan,
+            spec: spec.clone(),
+        };
+        self.journal.begin(&header).await.expect("begin");
+        let (_control, control_rx) = mpsc::channel::<Control>(1);
+        let phase = drive(
+            saga_id.clone(),
+            Saga::new(spec),
+            None,
+            self.journal.clone(),
+            self.invoker.clone(),
+            reporter,
+            control_rx,
+        )
+        .await
+        .expect("the driver runs");
+        assert_eq!(
+            phase,
+            Phase::Done {
+                ending: Ending::Completed
+            }
+        );
+        saga_id
+    }
+
+    /// The saga's A2A task as the executor's intake leaves it: submitted, with `sagaId`.
+    pub(crate) async fn new_task(&self, saga_id: &str) -> TaskHandle {
+        let task = Task {
+            id: format!("task-{saga_id}"),
+            context_id: format!("ctx-{saga_id}"),
+            status: TaskStatus {
+                state: TaskState::Submitted,
+                message: None,
+                timestamp: Some(chrono::Utc::now()),
+            },
+            artifacts: None,
+            history: None,
+            metadata: None,
+        };
+        let handle = self.tasks.create(task).await.expect("create the task");
+        handle
+            .set_metadata("sagaId", json!(saga_id))
+            .await
+            .expect("set sagaId");
+        handle
+    }
+
+    /// The same six calls as a saga, made directly with the same invoker (and so the same
+    /// HTTP clients), under fresh idempotency keys.
+    pub(crate) async fn call_directly(&self) {
+        let saga_id = self.new_saga_id();
+        for template in &self.direct_template {
+            let mut invocation = template.clone();
+            let step_id = template
+                .idempotency_key
+                .rsplit(':')
+                .next()
+                .expect("a key")
+                .to_owned();
+            invocation.idempotency_key = format!("{saga_id}:{step_id}");
+            let context = CallContext {
+                saga_id: saga_id.clone(),
+                step_id,
+                caused_by: None,
+            };
+            let outcome = self.direct_invoker.invoke(&invocation, &context).await;
+            self.calls_answered.fetch_add(1, Ordering::Relaxed);
+            assert!(
+                matches!(outcome, CallOutcome::Succeeded { .. }),
+                "{outcome:?}"
+            );
+        }
+    }
+}
+
+/// The forward invocations the engine decides for `spec` when every call succeeds with
+/// the tool agents' fixed results (the pure engine, no I/O).
+fn forward_invocations(spec: SagaSpec) -> Vec<Invocation> {
+    let mut saga = Saga::new(spec);
+    let mut invocations = Vec::new();
+    let mut commands = saga.step(Event::Start { now_ms: 0 });
+    while let Some(invocation) = commands.iter().find_map(|c| match c {
+        Command::Invoke(i) => Some(i.clone()),
+        _ => None,
+    }) {
+        let response = tool_result(&invocation.call.skill);
+        commands = saga.step(Event::Result {
+            target: invocation.target,
+            attempt: invocation.attempt,
+            outcome: CallOutcome::Succeeded { response },
+            now_ms: 0,
+        });
+        invocations.push(invocation);
+    }
+    assert_eq!(invocations.len() as u64, STEPS);
+    invocations
+}
+
+struct Unreported;
+
+#[async_trait]
+impl Reporter for Unreported {
+    async fn report(&self, _: &Command, _: &Value) {}
+}
+
+/// What the executor's `TaskReporter` does: the ledger artifact, then a status update.
+struct TaskLedger {
+    task: TaskHandle,
+    stopwatches: Arc<Stopwatches>,
+}
+
+fn agent_text(text: String) -> Message {
+    Message {
+        message_id: new_message_id(),
+        context_id: None,
+        task_id: None,
+        role: Role::Agent,
+        parts: vec![Part::text(text)],
+        metadata: None,
+        extensions: None,
+        reference_task_ids: None,
+    }
+}
+
+#[async_trait]
+impl Reporter for TaskLedger {
+    async fn report(&self, command: &Command, ledger: &Value) {
+        let started = Instant::now();
+        self.update_task(command, ledger).await;
+        Stopwatches::add(&self.stopwatches.task_store_nanos, started);
+    }
+}
+
+impl TaskLedger {
+    async fn update_task(&self, command: &Command, ledger: &Value) {
+        let ledger_artifact = Artifact {
+            artifact_id: "saga-ledger".into(),
+            name: Some("saga-ledger".into()),
+            description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
+            parts: vec![Part::data(ledger.clone())],
+            metadata: None,
+            extensions: None,
+        };
+        self.task
+            .add_artifact(ledger_artifact, false, true)
+            .await
+            .expect("ledger artifact");
+        let (state, text) = match command {
+            Command::Report { step, what } => (TaskState::Working, format!("{step}: {what}")),
+            Command::Pause { reason } => (TaskState::InputRequired, reason.clone()),
+            Command::Finish { ending, reason } => match ending {
+                Ending::Completed => (TaskState::Completed, reason.clone()),
+                _ => (TaskState::Failed, reason.clone()),
+            },
+            _ => return,
+        };
+        self.task
+            .set_status(state, Some(agent_text(text)))
+            .await
+            .expect("status update");
+    }
+}
