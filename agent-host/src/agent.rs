@@ -70,3 +70,21 @@ pub trait Agent: Send + Sync + 'static {
             .map_err(crate::Error::into_a2a)
     }
 }
+
+/// A message from an agent: a text part and, optionally, a data part.
+pub fn agent_message(text: impl Into<String>, data: Option<serde_json::Value>) -> Message {
+    let mut parts = vec![crate::sdk::Part::text(text.into())];
+    if let Some(data) = data {
+        parts.push(crate::sdk::Part::data(data));
+    }
+    Message {
+        message_id: crate::sdk::new_message_id(),
+        context_id: None,
+        task_id: None,
+        role: crate::sdk::Role::Agent,
+        parts,
+        metadata: None,
+        extensions: None,
+        reference_task_ids: None,
+    }
+}

@@ -8,13 +8,14 @@ pub mod card;
 pub mod client;
 pub mod error;
 pub mod handler;
+pub mod process;
 pub mod protocol;
 pub mod sdk;
 pub mod server;
 pub mod store;
 pub mod tasks;
 
-pub use agent::{Agent, Reply, RequestContext};
+pub use agent::{Agent, Reply, RequestContext, agent_message};
 pub use auth::{Caller, InboundAuth, JwtPolicy, mint_jwt};
 pub use card::{ServedCard, describe_auth, prepare_card};
 pub use client::{AgentClient, OutboundCall};

@@ -82,37 +82,9 @@ fn signer(path: &Path) -> anyhow::Result<SigningIdentity> {
     SigningIdentity::from_jwk(&jwk).with_context(|| format!("{}", path.display()))
 }
 
-async fn shutdown_on_signal(shutdown: CancellationToken) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
-    shutdown.cancel();
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    agent_host::process::init_logging();
     let args = Args::parse();
 
     let token = token(args.token_file.as_deref())?;
@@ -168,7 +140,7 @@ async fn main() -> anyhow::Result<()> {
     for tool in &running {
         println!("{} listening on {}", tool.agent, tool.url);
     }
-    tokio::spawn(shutdown_on_signal(shutdown.clone()));
+    tokio::spawn(agent_host::process::shutdown_on_signal(shutdown.clone()));
     // One agent's server failing stops them all.
     let mut servers = tokio::task::JoinSet::new();
     for tool in running {

@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use agent_host::sdk::{
-    A2AError, Artifact, Message, Part, PartContent, Role, Task, TaskState, new_message_id,
+use agent_host::sdk::{A2AError, Artifact, Message, Part, PartContent, Task, TaskState};
+use agent_host::{
+    Agent, AgentClient, Reply, RequestContext, TaskHandle, TaskManager, agent_message,
 };
-use agent_host::{Agent, AgentClient, Reply, RequestContext, TaskHandle, TaskManager};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use shared_types::validate::{Resubmission, compare_with_accepted};
@@ -70,23 +70,6 @@ fn resolution_of(message: &Message) -> Option<Result<Resolution, String>> {
         }),
         _ => None,
     })
-}
-
-fn agent_message(text: String, data: Option<Value>) -> Message {
-    let mut parts = vec![Part::text(text)];
-    if let Some(data) = data {
-        parts.push(Part::data(data));
-    }
-    Message {
-        message_id: new_message_id(),
-        context_id: None,
-        task_id: None,
-        role: Role::Agent,
-        parts,
-        metadata: None,
-        extensions: None,
-        reference_task_ids: None,
-    }
 }
 
 impl Executor {

@@ -123,35 +123,9 @@ fn admin_token(file: Option<&Path>) -> anyhow::Result<String> {
     Ok(token)
 }
 
-async fn shutdown_on_signal(shutdown: CancellationToken) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut term) = signal(SignalKind::terminate()) else {
-            let _ = tokio::signal::ctrl_c().await;
-            shutdown.cancel();
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
-    shutdown.cancel();
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    agent_host::process::init_logging();
     let args = Args::parse();
 
     let mut platform_keys = TrustStore::new();
@@ -195,7 +169,7 @@ async fn main() -> anyhow::Result<()> {
             "resuming unfinished sagas from the journal"
         );
     }
-    tokio::spawn(shutdown_on_signal(shutdown.clone()));
+    tokio::spawn(agent_host::process::shutdown_on_signal(shutdown.clone()));
     println!("listening on {public_url}");
     agent_host::serve(listener, service.router, shutdown).await?;
     Ok(())

@@ -4,12 +4,11 @@
 //! follows the executor's task (see `follow`), cancels through the executor, and picks
 //! up unfinished tasks after a restart.
 
+pub(crate) use agent_host::agent_message;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use agent_host::sdk::{
-    A2AError, Artifact, Message, Part, PartContent, Role, Task, TaskState, new_message_id,
-};
+use agent_host::sdk::{A2AError, Artifact, Message, Part, PartContent, Task, TaskState};
 use agent_host::store::TaskQuery;
 use agent_host::{Agent, Reply, RequestContext, TaskHandle, TaskManager};
 use async_trait::async_trait;
@@ -81,24 +80,6 @@ impl std::fmt::Debug for Planner {
             .field("executor", &self.config.executor)
             .field("backend", &self.config.backend.name())
             .finish_non_exhaustive()
-    }
-}
-
-/// An agent message with a text and, optionally, a data part.
-pub(crate) fn agent_message(text: impl Into<String>, data: Option<Value>) -> Message {
-    let mut parts = vec![Part::text(text.into())];
-    if let Some(data) = data {
-        parts.push(Part::data(data));
-    }
-    Message {
-        message_id: new_message_id(),
-        context_id: None,
-        task_id: None,
-        role: Role::Agent,
-        parts,
-        metadata: None,
-        extensions: None,
-        reference_task_ids: None,
     }
 }
 

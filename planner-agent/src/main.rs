@@ -89,35 +89,9 @@ fn inbound_auth(address: std::net::SocketAddr) -> anyhow::Result<InboundAuth> {
     }
 }
 
-async fn shutdown_on_signal(shutdown: CancellationToken) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut term) = signal(SignalKind::terminate()) else {
-            let _ = tokio::signal::ctrl_c().await;
-            shutdown.cancel();
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
-    shutdown.cancel();
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    agent_host::process::init_logging();
     let args = Args::parse();
 
     let identity = read_identity(&args.key)?;
@@ -157,7 +131,7 @@ async fn main() -> anyhow::Result<()> {
     if resumed > 0 {
         tracing::info!(tasks = resumed, "resuming interrupted planner tasks");
     }
-    tokio::spawn(shutdown_on_signal(shutdown.clone()));
+    tokio::spawn(agent_host::process::shutdown_on_signal(shutdown.clone()));
     println!("listening on {public_url}");
     agent_host::serve(listener, service.router, shutdown).await?;
     Ok(())

@@ -62,6 +62,18 @@ pub const GOAL: &str = "Onboard supplier ACME GmbH, contact ops@acme.example, se
 struct Clock(Instant);
 
 impl Clock {
+    /// Prints a task's status update as a line of the timeline; returns its text.
+    fn show(&self, update: &agent_host::sdk::TaskStatusUpdateEvent) -> String {
+        let status = &update.status;
+        let text = status
+            .message
+            .as_ref()
+            .map(message_text)
+            .unwrap_or_default();
+        self.say(&format!("{:<15} {text}", state_name(&status.state)));
+        text
+    }
+
     fn say(&self, line: &str) {
         let at = self.0.elapsed().as_secs_f64();
         println!("{at:>6.2}s  {}", line.replace('\n', "\n         "));
@@ -314,7 +326,7 @@ pub fn run(options: Options) -> Result<(), Failure> {
                 "try: sagaplane send --planner {} --watch \"{GOAL}\"   (Ctrl-C stops everything)",
                 running.planner.url()
             );
-            interrupted().await;
+            agent_host::process::interrupted().await;
             let work = running.work.clone();
             running.stop().await;
             println!("logs and data: {}", work.display());
@@ -322,27 +334,13 @@ pub fn run(options: Options) -> Result<(), Failure> {
         }
         let outcome = tokio::select! {
             outcome = saga(&mut running, fail_at, crash_executor_at.as_deref(), summary.as_deref(), &clock) => outcome,
-            _ = interrupted() => Err(Failure::rejected("interrupted")),
+            _ = agent_host::process::interrupted() => Err(Failure::rejected("interrupted")),
         };
         let work = running.work.clone();
         running.stop().await;
         println!("logs and data: {}", work.display());
         outcome
     })
-}
-
-/// Ctrl-C or SIGTERM.
-async fn interrupted() {
-    #[cfg(unix)]
-    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-    {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        return;
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// Sends the goal, shows the saga, answers an escalation, prints the ledgers.
@@ -367,13 +365,7 @@ async fn saga(
         match &event {
             StreamResponse::Task(task) => planner_task = Some(task.id.clone()),
             StreamResponse::StatusUpdate(update) => {
-                let text = update
-                    .status
-                    .message
-                    .as_ref()
-                    .map(message_text)
-                    .unwrap_or_default();
-                clock.say(&format!("{:<15} {text}", state_name(&update.status.state)));
+                let text = clock.show(update);
                 if let Some(step) = crash_at
                     && !crashed
                     && text.contains(&format!("{step}: started"))
@@ -438,13 +430,7 @@ async fn saga(
             };
             while let Some(Ok(update)) = updates.next().await {
                 if let StreamResponse::StatusUpdate(update) = update {
-                    let text = update
-                        .status
-                        .message
-                        .as_ref()
-                        .map(message_text)
-                        .unwrap_or_default();
-                    clock.say(&format!("{:<15} {text}", state_name(&update.status.state)));
+                    clock.show(&update);
                 }
             }
             task = executor
