@@ -6,9 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_host::sdk::{
-    A2AError, Artifact, Message, Part, Role, Task, TaskState, new_artifact_id, new_message_id,
-};
+use agent_host::agent_message;
+use agent_host::sdk::{A2AError, Artifact, Message, Part, Task, TaskState, new_artifact_id};
 use agent_host::{
     Agent, HostConfig, InboundAuth, MemoryTaskStore, Reply, RequestContext, ServedCard,
     SqliteTaskStore, TaskHandle, TaskManager, TaskStore, prepare_card,
@@ -29,19 +28,6 @@ struct Args {
 }
 
 struct TckAgent;
-
-fn agent_text(text: &str) -> Message {
-    Message {
-        message_id: new_message_id(),
-        context_id: None,
-        task_id: None,
-        role: Role::Agent,
-        parts: vec![Part::text(text)],
-        metadata: None,
-        extensions: None,
-        reference_task_ids: None,
-    }
-}
 
 fn artifact(parts: Vec<Part>) -> Artifact {
     Artifact {
@@ -97,10 +83,10 @@ impl TckAgent {
             add(vec![url]).await?;
             done(None).await?;
         } else if id.starts_with("tck-input-required") {
-            task.set_status(InputRequired, Some(agent_text("Input required")))
+            task.set_status(InputRequired, Some(agent_message("Input required", None)))
                 .await?;
         } else if id.starts_with("tck-complete-task") {
-            done(Some(agent_text("Hello from TCK"))).await?;
+            done(Some(agent_message("Hello from TCK", None))).await?;
         } else if id.starts_with("tck-artifact-text") {
             add(vec![Part::text("Generated text content")]).await?;
             done(None).await?;
@@ -111,7 +97,7 @@ impl TckAgent {
             add(vec![Part::data(json!({"key": "value", "count": 42}))]).await?;
             done(None).await?;
         } else if id.starts_with("tck-reject-task") {
-            task.set_status(Rejected, Some(agent_text("rejected")))
+            task.set_status(Rejected, Some(agent_message("rejected", None)))
                 .await?;
         } else if id.starts_with("tck-stream-001") {
             working().await?;
@@ -124,9 +110,10 @@ impl TckAgent {
             add(vec![Part::text("Stream task lifecycle")]).await?;
             done(None).await?;
         } else {
-            done(Some(agent_text(&format!(
-                "Unhandled messageId prefix: {id}"
-            ))))
+            done(Some(agent_message(
+                format!("Unhandled messageId prefix: {id}"),
+                None,
+            )))
             .await?;
         }
         Ok(())
@@ -142,7 +129,10 @@ impl Agent for TckAgent {
         _: Option<&Task>,
     ) -> Result<Reply, A2AError> {
         if message.message_id.starts_with("tck-message-response") {
-            return Ok(Reply::Message(agent_text("Direct message response")));
+            return Ok(Reply::Message(agent_message(
+                "Direct message response",
+                None,
+            )));
         }
         Ok(Reply::Task)
     }

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use agent_host::sdk::{Artifact, Message, Part, PartContent, Role, TaskState, new_message_id};
+use agent_host::sdk::{Artifact, Message, Part, PartContent, TaskState};
 use agent_host::{Agent, RequestContext, TaskHandle};
 use serde_json::Value;
 
@@ -211,17 +211,8 @@ async fn finish(
         };
         task.add_artifact(artifact, false, true).await?;
     }
-    let message = Message {
-        message_id: new_message_id(),
-        context_id: None,
-        task_id: None,
-        role: Role::Agent,
-        parts: vec![Part::text(text)],
-        metadata: None,
-        extensions: None,
-        reference_task_ids: None,
-    };
-    task.set_status(state, Some(message)).await?;
+    task.set_status(state, Some(agent_host::agent_message(text, None)))
+        .await?;
     Ok(())
 }
 

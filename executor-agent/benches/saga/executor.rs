@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use agent_host::sdk::{Artifact, Message, Part, Role, Task, TaskState, TaskStatus, new_message_id};
+use agent_host::sdk::{Artifact, Part, Task, TaskState, TaskStatus};
 use agent_host::{AgentClient, SqliteTaskStore, TaskHandle, TaskManager};
 use async_trait::async_trait;
 use executor_agent::driver::{Control, Reporter, drive};
@@ -350,19 +350,6 @@ struct TaskLedger {
     stopwatches: Arc<Stopwatches>,
 }
 
-fn agent_text(text: String) -> Message {
-    Message {
-        message_id: new_message_id(),
-        context_id: None,
-        task_id: None,
-        role: Role::Agent,
-        parts: vec![Part::text(text)],
-        metadata: None,
-        extensions: None,
-        reference_task_ids: None,
-    }
-}
-
 #[async_trait]
 impl Reporter for TaskLedger {
     async fn report(&self, command: &Command, ledger: &Value) {
@@ -396,7 +383,7 @@ impl TaskLedger {
             _ => return,
         };
         self.task
-            .set_status(state, Some(agent_text(text)))
+            .set_status(state, Some(agent_host::agent_message(text, None)))
             .await
             .expect("status update");
     }
