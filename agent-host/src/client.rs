@@ -60,15 +60,19 @@ impl OutboundCall {
             put("traceparent", traceparent.clone());
         }
         if !self.baggage.is_empty() {
-            let members: Vec<String> = self
-                .baggage
-                .iter()
-                .map(|(k, v)| format!("{k}={}", percent_encode(v)))
-                .collect();
-            put("baggage", members.join(","));
+            put("baggage", baggage_header(&self.baggage));
         }
         params
     }
+}
+
+/// A W3C `baggage` header value from its members.
+pub fn baggage_header(members: &[(String, String)]) -> String {
+    members
+        .iter()
+        .map(|(k, v)| format!("{k}={}", percent_encode(v)))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Baggage values are percent-encoded outside the unreserved set (W3C Baggage §3.2.1.1).

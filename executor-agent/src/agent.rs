@@ -17,9 +17,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::driver::{Control, Reporter, drive};
 use crate::error::{Error, Result};
-use crate::invoke::{A2aInvoker, Endpoint, Invoker};
+use crate::invoke::{A2aInvoker, Endpoint, Invoker, ToolInvoker};
 use crate::journal::{Journal, SagaHeader};
+use crate::mcp::invoker::McpInvoker;
 use crate::recovery::replay;
+use crate::registry::AgentKind;
 use crate::registry::Registry;
 use crate::saga::{Command, Ending, Resolution, Saga, SagaSpec};
 
@@ -30,6 +32,8 @@ pub struct ExecutorConfig {
     pub journal: Arc<dyn Journal>,
     /// The executor's credential for each tool agent, by agent name.
     pub credentials: HashMap<String, String>,
+    /// Sessions with registered MCP servers (holding the same credentials).
+    pub mcp: Arc<McpInvoker>,
 }
 
 /// A running saga: how to reach its driver, and a signal that changes at every stop.
@@ -85,7 +89,13 @@ impl Executor {
         let mut invoker = A2aInvoker::new();
         if let Ok(catalog) = self.config.registry.catalog() {
             for name in catalog.agents.keys() {
-                let Some(url) = self.config.registry.agent(name).and_then(|a| a.url) else {
+                let Some(url) = self
+                    .config
+                    .registry
+                    .agent(name)
+                    .filter(|a| matches!(a.kind, AgentKind::A2a { .. }))
+                    .and_then(|a| a.url)
+                else {
                     continue;
                 };
                 if let Ok(client) = AgentClient::new(&url) {
@@ -99,7 +109,11 @@ impl Executor {
                 }
             }
         }
-        Arc::new(invoker)
+        Arc::new(ToolInvoker {
+            a2a: invoker,
+            mcp: self.config.mcp.clone(),
+            registry: self.config.registry.clone(),
+        })
     }
 
     /// Starts a driver for `saga` reporting on `task`; returns once the saga first stops.

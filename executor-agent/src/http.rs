@@ -1,6 +1,6 @@
 //! The executor's own HTTP routes beside A2A: the admin API that registers curated cards
-//! (admin token), and the catalog planners read (planner JWT). Neither ever shows an
-//! endpoint's credentials.
+//! and MCP servers (admin token), and the catalog planners read (planner JWT). Neither
+//! ever shows an endpoint's credentials.
 
 use agent_host::auth::{InboundAuth, authenticate};
 use agent_host::{AgentClient, Caller};
@@ -12,8 +12,19 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
 
+use std::sync::Arc;
+
 use crate::error::Error;
-use crate::registry::Registry;
+use crate::mcp::invoker::McpInvoker;
+use crate::registry::{RegisteredAgent, Registry};
+
+/// What the admin routes work with.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    pub registry: Registry,
+    /// Opens sessions with MCP servers to list their tools before registering them.
+    pub mcp: Arc<McpInvoker>,
+}
 
 fn error(status: StatusCode, message: String) -> Response {
     (
@@ -23,10 +34,32 @@ fn error(status: StatusCode, message: String) -> Response {
         .into_response()
 }
 
+/// The answer to a registration.
+fn registered(result: crate::Result<RegisteredAgent>, caller: &Caller, what: &str) -> Response {
+    match result {
+        Ok(agent) => {
+            tracing::info!(agent = %agent.name, by = %caller.id, "{what} registered");
+            (
+                StatusCode::CREATED,
+                Json(
+                    json!({"name": agent.name, "signedBy": agent.signed_by, "url": agent.url,
+                    "skills": agent.declarations.skills.keys().collect::<Vec<_>>()}),
+                ),
+            )
+                .into_response()
+        }
+        Err(Error::Refused(reason)) => error(StatusCode::UNPROCESSABLE_ENTITY, reason),
+        Err(e) => {
+            tracing::error!(error = %e, "registration failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
+        }
+    }
+}
+
 /// `POST /admin/cards`: the body is a signed agent card, or `{"url": BASE_URL}` to fetch
 /// the card from the agent's `/.well-known/agent-card.json`.
 async fn register(
-    State(registry): State<Registry>,
+    State(admin): State<Admin>,
     Extension(caller): Extension<Caller>,
     Json(body): Json<Value>,
 ) -> Response {
@@ -45,21 +78,41 @@ async fn register(
         },
         _ => body,
     };
-    match registry.register(card).await {
-        Ok(agent) => {
-            tracing::info!(agent = %agent.name, by = %caller.id, "card registered");
-            (
-                StatusCode::CREATED,
-                Json(json!({"name": agent.name, "signedBy": agent.signed_by, "url": agent.url})),
-            )
-                .into_response()
-        }
-        Err(Error::Refused(reason)) => error(StatusCode::UNPROCESSABLE_ENTITY, reason),
-        Err(e) => {
-            tracing::error!(error = %e, "registration failed");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
-        }
+    registered(admin.registry.register(card).await, &caller, "card")
+}
+
+/// `POST /admin/mcp-servers`: `{"url": MCP_ENDPOINT, "manifest": SIGNED_MANIFEST}`. The
+/// executor opens a session with the server, lists its tools, and registers the server
+/// only if the manifest is curated and matches what the server declares.
+async fn register_mcp(
+    State(admin): State<Admin>,
+    Extension(caller): Extension<Caller>,
+    Json(body): Json<Value>,
+) -> Response {
+    let (Some(url), Some(manifest)) = (
+        body.get("url").and_then(Value::as_str),
+        body.get("manifest").filter(|m| m.is_object()),
+    ) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the body must be {\"url\": MCP_ENDPOINT, \"manifest\": SIGNED_MANIFEST}".into(),
+        );
+    };
+    let Some(agent) = manifest.get("agent").and_then(Value::as_str) else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "the manifest names no \"agent\"".into(),
+        );
+    };
+    let listing = match admin.mcp.listing(agent, url).await {
+        Ok(listing) => listing,
+        Err(e) => return error(StatusCode::BAD_GATEWAY, e),
+    };
+    let result = admin.registry.register_mcp(manifest.clone(), listing).await;
+    if result.is_ok() {
+        admin.mcp.forget(agent).await;
     }
+    registered(result, &caller, "MCP server")
 }
 
 /// `GET /catalog`: every curated skill's declaration.
@@ -74,11 +127,13 @@ async fn catalog(State(registry): State<Registry>) -> Response {
 }
 
 /// The admin and catalog routes, each behind its own authentication.
-pub fn routes(registry: Registry, admin: InboundAuth, planners: InboundAuth) -> Router {
+pub fn routes(admin: Admin, admin_auth: InboundAuth, planners: InboundAuth) -> Router {
+    let registry = admin.registry.clone();
     let admin_routes = Router::new()
         .route("/admin/cards", post(register))
-        .layer(from_fn_with_state(admin, authenticate))
-        .with_state(registry.clone());
+        .route("/admin/mcp-servers", post(register_mcp))
+        .layer(from_fn_with_state(admin_auth, authenticate))
+        .with_state(admin);
     let catalog_routes = Router::new()
         .route("/catalog", get(catalog))
         .layer(from_fn_with_state(planners, authenticate))

@@ -2,9 +2,11 @@
 //! with the executor's credential for each agent and the saga context of DESIGN.md §7
 //! (`Idempotency-Key`, `traceparent`, `baggage`, and the same context in message
 //! metadata under the extension URI), and classifies each answer as success, definite
-//! failure, or unknown outcome.
+//! failure, or unknown outcome. `ToolInvoker` sends each call to the A2A or the MCP
+//! invoker, by how its agent is registered.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_host::sdk::{
@@ -16,6 +18,9 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use shared_types::REVERSIBILITY_EXTENSION_URI;
 
+use crate::mcp::McpCallContext;
+use crate::mcp::invoker::McpInvoker;
+use crate::registry::{AgentKind, Registry};
 use crate::saga::{CallOutcome, Invocation, Target};
 
 /// Error codes that prove the tool refused the request before doing anything: JSON-RPC's
@@ -36,6 +41,20 @@ pub struct CallContext {
     pub step_id: String,
     /// Why this call happens: the step whose failure caused a compensation.
     pub caused_by: Option<String>,
+}
+
+impl CallContext {
+    /// The W3C baggage members of this call.
+    pub fn baggage(&self) -> Vec<(String, String)> {
+        let mut baggage = vec![
+            ("sagaplane.saga".to_owned(), self.saga_id.clone()),
+            ("sagaplane.step".to_owned(), self.step_id.clone()),
+        ];
+        if let Some(cause) = &self.caused_by {
+            baggage.push(("sagaplane.caused-by".to_owned(), cause.clone()));
+        }
+        baggage
+    }
 }
 
 /// Performs invocations.
@@ -142,18 +161,11 @@ impl Invoker for A2aInvoker {
             extensions: Some(vec![REVERSIBILITY_EXTENSION_URI.to_owned()]),
             reference_task_ids: None,
         };
-        let mut baggage = vec![
-            ("sagaplane.saga".to_owned(), context.saga_id.clone()),
-            ("sagaplane.step".to_owned(), context.step_id.clone()),
-        ];
-        if let Some(cause) = &context.caused_by {
-            baggage.push(("sagaplane.caused-by".to_owned(), cause.clone()));
-        }
         let call = OutboundCall {
             bearer: endpoint.bearer.clone(),
             idempotency_key: Some(invocation.idempotency_key.clone()),
             traceparent: Some(traceparent(&context.saga_id)),
-            baggage,
+            baggage: context.baggage(),
             timeout: Duration::from_millis(invocation.call.timeout_ms),
         };
         let request = SendMessageRequest {
@@ -178,6 +190,35 @@ impl Invoker for A2aInvoker {
             Err(e) => CallOutcome::Unknown {
                 reason: e.to_string(),
             },
+        }
+    }
+}
+
+/// Sends each call to the invoker for its agent's kind.
+#[derive(Debug)]
+pub struct ToolInvoker {
+    pub a2a: A2aInvoker,
+    pub mcp: Arc<McpInvoker>,
+    pub registry: Registry,
+}
+
+#[async_trait]
+impl Invoker for ToolInvoker {
+    async fn invoke(&self, invocation: &Invocation, context: &CallContext) -> CallOutcome {
+        match self.registry.agent(&invocation.call.agent) {
+            Some(agent) if matches!(agent.kind, AgentKind::Mcp { .. }) => {
+                let context = McpCallContext {
+                    idempotency_key: invocation.idempotency_key.clone(),
+                    saga_id: context.saga_id.clone(),
+                    step_id: context.step_id.clone(),
+                    caused_by: context.caused_by.clone(),
+                    compensation: matches!(invocation.target, Target::Compensation(_)),
+                    traceparent: traceparent(&context.saga_id),
+                    baggage: agent_host::baggage_header(&context.baggage()),
+                };
+                self.mcp.invoke(&agent, invocation, context).await
+            }
+            _ => self.a2a.invoke(invocation, context).await,
         }
     }
 }

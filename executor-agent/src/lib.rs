@@ -8,6 +8,7 @@ pub mod error;
 pub mod http;
 pub mod invoke;
 pub mod journal;
+pub mod mcp;
 pub mod recovery;
 pub mod registry;
 pub mod saga;

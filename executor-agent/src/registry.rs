@@ -1,6 +1,8 @@
-//! The registry of curated agents. A card is accepted only when a trusted platform key
-//! signed it and its reversibility declarations are consistent; accepted cards are kept
-//! in SQLite (checked again when loaded) and form the catalog plans are validated against.
+//! The registry of curated agents: A2A agents from their cards, MCP servers from a curated
+//! manifest and the server's tool list. Either is accepted only when a trusted platform
+//! key signed it and its reversibility declarations are consistent; accepted entries are
+//! kept in SQLite (checked again when loaded) and form the catalog plans are validated
+//! against.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,7 +12,8 @@ use agent_host::store::durable::{GroupCommit, open_connection};
 use rusqlite::{Transaction, params};
 use serde_json::Value;
 use shared_types::catalog::agent_from_card;
-use shared_types::{Catalog, TrustStore};
+use shared_types::mcp::McpManifest;
+use shared_types::{Catalog, CatalogAgent, TrustStore};
 
 use crate::error::{Error, Result};
 
@@ -18,26 +21,76 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, PartialEq)]
 pub struct RegisteredAgent {
     pub name: String,
-    /// The platform key that signed the card.
+    /// The platform key that signed the card or manifest.
     pub signed_by: String,
-    /// The agent's JSON-RPC interface URL, from the card.
+    /// The agent's JSON-RPC interface URL (A2A) or MCP endpoint.
     pub url: Option<String>,
-    pub card: Value,
+    pub kind: AgentKind,
+    /// The agent's curated skills.
+    pub declarations: CatalogAgent,
+}
+
+/// How the executor reaches an agent, and what it was curated from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentKind {
+    /// An A2A agent, curated by its signed card.
+    A2a { card: Value },
+    /// An MCP server, curated by a signed manifest over the tools it listed.
+    Mcp {
+        manifest: McpManifest,
+        /// The raw `tools/list` entries the manifest was checked against.
+        tools: Vec<Value>,
+    },
 }
 
 #[derive(Debug)]
-struct CardRow {
-    name: String,
-    card: String,
+enum Row {
+    Card { name: String, card: String },
+    Mcp(McpRow),
 }
 
-fn upsert(tx: &Transaction<'_>, row: &CardRow) -> rusqlite::Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO cards (name, card) VALUES (?1, ?2)
-         ON CONFLICT (name) DO UPDATE SET card = excluded.card",
-    )?
-    .execute(params![row.name, row.card])
-    .map(|_| ())
+#[derive(Debug)]
+struct McpRow {
+    name: String,
+    url: String,
+    manifest: String,
+    tools: String,
+}
+
+fn upsert(tx: &Transaction<'_>, row: &Row) -> rusqlite::Result<()> {
+    match row {
+        Row::Card { name, card } => {
+            tx.prepare_cached("DELETE FROM mcp_servers WHERE name = ?1")?
+                .execute(params![name])?;
+            tx.prepare_cached(
+                "INSERT INTO cards (name, card) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO UPDATE SET card = excluded.card",
+            )?
+            .execute(params![name, card])
+            .map(|_| ())
+        }
+        Row::Mcp(row) => {
+            tx.prepare_cached("DELETE FROM cards WHERE name = ?1")?
+                .execute(params![row.name])?;
+            tx.prepare_cached(
+                "INSERT INTO mcp_servers (name, url, manifest, tools) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (name) DO UPDATE SET url = excluded.url,
+                   manifest = excluded.manifest, tools = excluded.tools",
+            )?
+            .execute(params![row.name, row.url, row.manifest, row.tools])
+            .map(|_| ())
+        }
+    }
+}
+
+/// What a server answered when the executor looked at it before registering it.
+#[derive(Debug, Clone)]
+pub struct McpListing {
+    pub url: String,
+    /// `serverInfo.name`, when the server gave one.
+    pub server_name: Option<String>,
+    /// The raw `tools/list` entries.
+    pub tools: Vec<Value>,
 }
 
 /// The registry: verified cards in memory, persisted through group commit.
@@ -45,7 +98,7 @@ fn upsert(tx: &Transaction<'_>, row: &CardRow) -> rusqlite::Result<()> {
 pub struct Registry {
     platform_keys: Arc<TrustStore>,
     agents: Arc<RwLock<BTreeMap<String, RegisteredAgent>>>,
-    writer: GroupCommit<CardRow>,
+    writer: GroupCommit<Row>,
 }
 
 impl Registry {
@@ -54,32 +107,59 @@ impl Registry {
     pub fn open(path: &Path, platform_keys: TrustStore) -> Result<Self> {
         let conn = open_connection(path, "registry")?;
         conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS cards (name TEXT PRIMARY KEY, card TEXT NOT NULL);",
+            "CREATE TABLE IF NOT EXISTS cards (name TEXT PRIMARY KEY, card TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS mcp_servers (name TEXT PRIMARY KEY, url TEXT NOT NULL,
+               manifest TEXT NOT NULL, tools TEXT NOT NULL);",
         )
         .map_err(|e| Error::Journal(format!("cannot prepare the registry: {e}")))?;
         let reader = open_connection(path, "registry")?;
-        let stored: Vec<String> = {
-            let mut statement = reader
-                .prepare("SELECT card FROM cards ORDER BY name")
-                .map_err(|e| Error::Journal(e.to_string()))?;
-            statement
-                .query_map([], |row| row.get(0))
-                .and_then(|rows| rows.collect())
-                .map_err(|e| Error::Journal(e.to_string()))?
-        };
+        let db = |e: rusqlite::Error| Error::Journal(e.to_string());
+        let cards: Vec<String> = reader
+            .prepare("SELECT card FROM cards ORDER BY name")
+            .and_then(|mut s| s.query_map([], |row| row.get(0))?.collect())
+            .map_err(db)?;
+        let servers: Vec<(String, String, String)> = reader
+            .prepare("SELECT url, manifest, tools FROM mcp_servers ORDER BY name")
+            .and_then(|mut s| {
+                s.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+                    .collect()
+            })
+            .map_err(db)?;
         let registry = Self {
             platform_keys: Arc::new(platform_keys),
             agents: Arc::new(RwLock::new(BTreeMap::new())),
             writer: GroupCommit::spawn("registry", conn, upsert)?,
         };
-        for text in stored {
-            let accepted = serde_json::from_str(&text)
-                .map_err(|e| e.to_string())
-                .and_then(|card| registry.check(card).map_err(|e| e.to_string()));
-            match accepted {
+        let mut accepted = Vec::new();
+        for text in cards {
+            accepted.push(
+                serde_json::from_str(&text)
+                    .map_err(|e| e.to_string())
+                    .and_then(|card| registry.check(card).map_err(|e| e.to_string())),
+            );
+        }
+        for (url, manifest, tools) in servers {
+            accepted.push(
+                serde_json::from_str(&manifest)
+                    .and_then(|m| Ok((m, serde_json::from_str(&tools)?)))
+                    .map_err(|e| e.to_string())
+                    .and_then(|(manifest, tools)| {
+                        let listing = McpListing {
+                            url,
+                            server_name: None,
+                            tools,
+                        };
+                        registry
+                            .check_mcp(manifest, listing)
+                            .map_err(|e| e.to_string())
+                    }),
+            );
+        }
+        for agent in accepted {
+            match agent {
                 Ok(agent) => registry.insert(agent)?,
                 Err(why) => {
-                    tracing::warn!(reason = %why, "a stored card was left out of the registry")
+                    tracing::warn!(reason = %why, "a stored entry was left out of the registry")
                 }
             }
         }
@@ -92,7 +172,8 @@ impl Registry {
             .platform_keys
             .verify(&card)
             .map_err(|e| Error::Refused(format!("the card is not curated: {e}")))?;
-        let (name, _) = agent_from_card(&card).map_err(|e| Error::Refused(e.to_string()))?;
+        let (name, declarations) =
+            agent_from_card(&card).map_err(|e| Error::Refused(e.to_string()))?;
         let url = card
             .get("supportedInterfaces")
             .and_then(Value::as_array)
@@ -107,7 +188,40 @@ impl Registry {
             name,
             signed_by,
             url,
-            card,
+            kind: AgentKind::A2a { card },
+            declarations,
+        })
+    }
+
+    /// Verifies an MCP manifest against what the server listed: trusted signature, the
+    /// server it names, and every curated tool's class and pinned recovery declaration.
+    /// `listing.server_name` is checked when given (registration), not when reloading.
+    pub fn check_mcp(&self, manifest: Value, listing: McpListing) -> Result<RegisteredAgent> {
+        let signed_by = self
+            .platform_keys
+            .verify(&manifest)
+            .map_err(|e| Error::Refused(format!("the MCP manifest is not curated: {e}")))?;
+        let manifest = McpManifest::parse(&manifest).map_err(|e| Error::Refused(e.to_string()))?;
+        if let Some(name) = &listing.server_name
+            && *name != manifest.server.name
+        {
+            return Err(Error::Refused(format!(
+                "the manifest is for the MCP server {:?}, but {} is {name:?}",
+                manifest.server.name, listing.url
+            )));
+        }
+        let declarations = manifest
+            .catalog_agent(&listing.tools)
+            .map_err(|e| Error::Refused(e.to_string()))?;
+        Ok(RegisteredAgent {
+            name: manifest.agent.clone(),
+            signed_by,
+            url: Some(listing.url),
+            kind: AgentKind::Mcp {
+                manifest,
+                tools: listing.tools,
+            },
+            declarations,
         })
     }
 
@@ -123,13 +237,37 @@ impl Registry {
     /// Registers (or replaces) a card once it checks out; durable when it returns.
     pub async fn register(&self, card: Value) -> Result<RegisteredAgent> {
         let agent = self.check(card)?;
-        let row = CardRow {
-            name: agent.name.clone(),
-            card: serde_json::to_string(&agent.card).map_err(|e| Error::Journal(e.to_string()))?,
+        self.persist(&agent).await?;
+        Ok(agent)
+    }
+
+    /// Registers (or replaces) an MCP server once its manifest checks out against what the
+    /// server listed; durable when it returns.
+    pub async fn register_mcp(
+        &self,
+        manifest: Value,
+        listing: McpListing,
+    ) -> Result<RegisteredAgent> {
+        let agent = self.check_mcp(manifest, listing)?;
+        self.persist(&agent).await?;
+        Ok(agent)
+    }
+
+    async fn persist(&self, agent: &RegisteredAgent) -> Result<()> {
+        let row = match &agent.kind {
+            AgentKind::A2a { card } => Row::Card {
+                name: agent.name.clone(),
+                card: to_text(card)?,
+            },
+            AgentKind::Mcp { manifest, tools } => Row::Mcp(McpRow {
+                name: agent.name.clone(),
+                url: agent.url.clone().unwrap_or_default(),
+                manifest: to_text(manifest)?,
+                tools: to_text(tools)?,
+            }),
         };
         self.writer.submit(row).await?;
-        self.insert(agent.clone())?;
-        Ok(agent)
+        self.insert(agent.clone())
     }
 
     /// The catalog of every registered agent's declarations (no endpoints, no secrets).
@@ -141,7 +279,7 @@ impl Registry {
         let mut catalog = Catalog::default();
         for agent in agents.values() {
             catalog
-                .add_card(&agent.card)
+                .add_agent(agent.name.clone(), agent.declarations.clone())
                 .map_err(|e| Error::Refused(e.to_string()))?;
         }
         Ok(catalog)
@@ -150,4 +288,8 @@ impl Registry {
     pub fn agent(&self, name: &str) -> Option<RegisteredAgent> {
         self.agents.read().ok()?.get(name).cloned()
     }
+}
+
+fn to_text<T: serde::Serialize>(value: &T) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| Error::Journal(e.to_string()))
 }

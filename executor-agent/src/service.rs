@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{Executor, ExecutorAgent, ExecutorConfig};
 use crate::error::{Error, Result};
 use crate::journal::{Journal, PauseAfterWrites, SqliteJournal};
+use crate::mcp::invoker::McpInvoker;
 use crate::registry::Registry;
 
 /// Everything an executor is configured with.
@@ -126,16 +127,19 @@ pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service>
     let mut host = HostConfig::new(card, planner_auth.clone());
     host.shutdown = shutdown;
 
+    let mcp = Arc::new(McpInvoker::new(settings.credentials.clone()));
     let executor = Executor::new(
         ExecutorConfig {
             registry: registry.clone(),
             planner_keys,
             journal,
             credentials: settings.credentials,
+            mcp: mcp.clone(),
         },
         tasks.clone(),
     );
+    let admin = crate::http::Admin { registry, mcp };
     let router = agent_host::app(&host, Arc::new(ExecutorAgent(executor.clone())), tasks)
-        .merge(crate::http::routes(registry, admin_auth, planner_auth));
+        .merge(crate::http::routes(admin, admin_auth, planner_auth));
     Ok(Service { router, executor })
 }

@@ -34,7 +34,11 @@ async fn server() -> Server {
         &[("planner@local".to_owned(), planner.public_jwk())],
     )
     .unwrap();
-    let routes = executor_agent::http::routes(registry, admin, InboundAuth::Jwt(Arc::new(policy)));
+    let state = executor_agent::http::Admin {
+        registry,
+        mcp: Arc::default(),
+    };
+    let routes = executor_agent::http::routes(state, admin, InboundAuth::Jwt(Arc::new(policy)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, routes).await });

@@ -34,6 +34,11 @@ impl Catalog {
     /// executor checks it against platform keys first; offline checks may skip it).
     pub fn add_card(&mut self, card: &Value) -> Result<&CatalogAgent> {
         let (name, agent) = agent_from_card(card)?;
+        self.add_agent(name, agent)
+    }
+
+    /// Adds one agent's declarations (an agent card's or an MCP manifest's).
+    pub fn add_agent(&mut self, name: String, agent: CatalogAgent) -> Result<&CatalogAgent> {
         if self.agents.contains_key(&name) {
             return Err(Error::Card(format!(
                 "agent {name:?} is already in the catalog"

@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod error;
 pub mod expr;
 pub mod json;
+pub mod mcp;
 pub mod money;
 pub mod plan;
 pub mod reversibility;

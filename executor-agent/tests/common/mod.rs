@@ -26,6 +26,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use executor_agent::agent::{Executor, ExecutorAgent, ExecutorConfig};
 use executor_agent::journal::SqliteJournal;
+use executor_agent::mcp::invoker::McpInvoker;
 use executor_agent::registry::Registry;
 use serde_json::{Value, json};
 use shared_types::{SigningIdentity, TrustStore};
@@ -498,6 +499,7 @@ impl Harness {
             registry,
             planner_keys,
             journal,
+            mcp: Arc::new(McpInvoker::new(credentials.clone())),
             credentials,
         };
         let executor = ExecutorAgent(Executor::new(config, tasks.clone()));
