@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+pub mod checkout;
 pub mod supplier;
 
 /// The workspace root, found from this crate's manifest directory.

@@ -55,7 +55,7 @@ impl Templates {
         Self(templates)
     }
 
-    /// The built-in templates: supplier onboarding (DESIGN.md §11).
+    /// The built-in templates: supplier onboarding and the MCP checkout (DESIGN.md §11).
     pub fn builtin() -> Self {
         let alias = |skill: &str, input: &str, from: &str| Alias {
             skill: skill.into(),
@@ -74,6 +74,22 @@ impl Templates {
             "onboard new vendor",
             "onboard a new vendor",
         ];
+        let checkout = GoalTemplate {
+            intent: "checkout".into(),
+            summary:
+                "check out an order (reserve the stock, charge the payment, create the shipment)"
+                    .into(),
+            phrases: ["check out order", "checkout order", "check out", "checkout"]
+                .iter()
+                .map(|p| p.to_string())
+                .collect(),
+            subject: Some("orderId".into()),
+            skills: ["reserve_inventory", "charge_payment", "create_shipment"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            aliases: Vec::new(),
+        };
         Self(vec![GoalTemplate {
             intent: "supplier-onboarding".into(),
             summary: "onboard a supplier (vendor record, budget line, sandbox tenant, compliance check, setup fee, credentials email)".into(),
@@ -94,7 +110,7 @@ impl Templates {
                 alias("email.send", "to", "contactEmail"),
                 alias("payments.capture", "complianceReference", "reference"),
             ],
-        }])
+        }, checkout])
     }
 
     pub fn get(&self, intent: &str) -> Option<&GoalTemplate> {

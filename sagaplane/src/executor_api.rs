@@ -82,6 +82,25 @@ pub async fn register_card(executor: &str, token: &str, body: &Value) -> Result<
     exchange(request, "register the card").await
 }
 
+/// `POST /admin/mcp-servers` with `{"url", "manifest"}`: the executor lists the server's
+/// tools and checks them against the signed manifest.
+pub async fn register_mcp_async(
+    executor: &str,
+    token: &str,
+    body: &Value,
+) -> Result<Value, Failure> {
+    let request = http()?
+        .post(format!("{}/admin/mcp-servers", base(executor)))
+        .bearer_auth(token)
+        .json(body);
+    exchange(request, "register the MCP server").await
+}
+
+/// `register_mcp_async`, from synchronous code.
+pub fn register_mcp(executor: &str, token: &str, body: &Value) -> Result<Value, Failure> {
+    block_on(register_mcp_async(executor, token, body))
+}
+
 /// `register_card`, from synchronous code.
 pub fn register(executor: &str, token: &str, body: &Value) -> Result<Value, Failure> {
     block_on(register_card(executor, token, body))

@@ -43,6 +43,9 @@ pub const AGENTS: [&str; 6] = [
 ];
 pub const TOOL_TOKEN: &str = "tool-secret";
 
+/// The agent id MCP tests register an MCP server under.
+pub const MCP_AGENT: &str = "shop";
+
 pub fn read(path: &str) -> Value {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap()).unwrap()
@@ -473,6 +476,11 @@ pub fn data_message(data: Value, task_id: Option<&str>) -> SendMessageRequest {
 pub struct Harness {
     pub client: AgentClient,
     pub planner: SigningIdentity,
+    /// The platform key that curates cards and MCP manifests.
+    pub platform: SigningIdentity,
+    pub registry: Registry,
+    /// The executor's MCP sessions (its credential for MCP agent `shop` is `TOOL_TOKEN`).
+    pub mcp: Arc<McpInvoker>,
     pub logs: HashMap<String, Arc<Mutex<ToolLog>>>,
     _dir: tempfile::TempDir,
 }
@@ -491,15 +499,17 @@ impl Harness {
             registry.register(card).await.unwrap();
             credentials.insert(agent.to_string(), TOOL_TOKEN.to_owned());
         }
+        credentials.insert(MCP_AGENT.to_owned(), TOOL_TOKEN.to_owned());
         let mut planner_keys = TrustStore::new();
         planner_keys.add_jwk(&planner.public_jwk()).unwrap();
         let journal = Arc::new(SqliteJournal::open(&dir.path().join("journal.db")).unwrap());
         let tasks = TaskManager::new(Arc::new(MemoryTaskStore::new()));
+        let mcp = Arc::new(McpInvoker::new(credentials.clone()));
         let config = ExecutorConfig {
-            registry,
+            registry: registry.clone(),
             planner_keys,
             journal,
-            mcp: Arc::new(McpInvoker::new(credentials.clone())),
+            mcp: mcp.clone(),
             credentials,
         };
         let executor = ExecutorAgent(Executor::new(config, tasks.clone()));
@@ -515,6 +525,9 @@ impl Harness {
         Self {
             client: AgentClient::new(&url).unwrap(),
             planner,
+            platform,
+            registry,
+            mcp,
             logs,
             _dir: dir,
         }

@@ -1,11 +1,13 @@
-//! `sagaplane cards sign|verify|register`.
+//! `sagaplane cards sign|verify|register`: agent cards, and the curated manifests that
+//! stand for MCP servers (DESIGN.md §8).
 
 use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
-use serde_json::json;
+use serde_json::{Value, json};
 use shared_types::SigningIdentity;
 use shared_types::catalog::agent_from_card;
+use shared_types::mcp::McpManifest;
 
 use super::plan::verify_signed;
 use crate::executor_api;
@@ -15,7 +17,8 @@ use crate::output::{emit, pretty};
 
 #[derive(Debug, Subcommand)]
 pub enum CardsCommand {
-    /// Sign an agent card (replacing any signatures) after checking its declarations.
+    /// Sign an agent card or an MCP manifest (replacing any signatures) after checking its
+    /// declarations.
     Sign {
         card: PathBuf,
         #[arg(long, value_name = "KEY.jwk")]
@@ -24,21 +27,29 @@ pub enum CardsCommand {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
-    /// Verify an agent card's signature against trusted platform keys, and its declarations.
+    /// Verify an agent card's or MCP manifest's signature against trusted platform keys,
+    /// and its declarations.
     Verify {
         card: PathBuf,
         #[arg(long = "trust", value_name = "PUB.jwk", required = true)]
         trust: Vec<PathBuf>,
     },
-    /// Register a signed agent card with an executor (admin token from
-    /// SAGAPLANE_ADMIN_TOKEN or --admin-token-file).
+    /// Register a signed agent card, or an MCP server with its signed manifest, with an
+    /// executor (admin token from SAGAPLANE_ADMIN_TOKEN or --admin-token-file).
     Register {
-        /// The signed card file (or use --url).
-        #[arg(required_unless_present = "url", conflicts_with = "url")]
+        /// The signed card file (or use --url, or --mcp with --manifest).
+        #[arg(required_unless_present_any = ["url", "mcp"], conflicts_with_all = ["url", "mcp"])]
         card: Option<PathBuf>,
         /// The agent's base URL: the executor fetches its /.well-known/agent-card.json.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "mcp")]
         url: Option<String>,
+        /// An MCP server's endpoint (streamable HTTP): the executor lists its tools and
+        /// checks them against --manifest.
+        #[arg(long, value_name = "URL", requires = "manifest")]
+        mcp: Option<String>,
+        /// The signed manifest curating the MCP server's tools.
+        #[arg(long, value_name = "FILE", requires = "mcp")]
+        manifest: Option<PathBuf>,
         /// The executor's base URL.
         #[arg(long)]
         executor: String,
@@ -53,44 +64,83 @@ pub fn run(command: CardsCommand) -> Result<(), Failure> {
         CardsCommand::Sign { card, key, out } => sign(&card, &key, out.as_deref()),
         CardsCommand::Verify { card, trust } => {
             let kid = verify_signed(&card, &read_trust(&trust)?)?;
-            let (name, agent) = agent_from_card(&read_json(&card)?)
-                .map_err(|e| Failure::rejected(format!("{}: {e}", card.display())))?;
             println!(
-                "verified: agent card {name} ({} skills) is signed by trusted key {kid}",
-                agent.skills.len()
+                "verified: {} is signed by trusted key {kid}",
+                describe(&card)?
             );
             Ok(())
         }
         CardsCommand::Register {
             card,
             url,
+            mcp,
+            manifest,
             executor,
             admin_token_file,
         } => {
             let token = executor_api::admin_token(admin_token_file.as_deref())?;
-            let body = match (card, url) {
-                (Some(card), _) => read_json(&card)?,
-                (None, Some(url)) => json!({ "url": url }),
-                (None, None) => return Err(Failure::unusable("give a card file or --url")),
+            let registered = match (card, url, mcp, manifest) {
+                (_, _, Some(mcp), Some(manifest)) => {
+                    let body = json!({"url": mcp, "manifest": read_json(&manifest)?});
+                    executor_api::register_mcp(&executor, &token, &body)?
+                }
+                (Some(card), _, _, _) => {
+                    executor_api::register(&executor, &token, &read_json(&card)?)?
+                }
+                (None, Some(url), _, _) => {
+                    executor_api::register(&executor, &token, &json!({ "url": url }))?
+                }
+                _ => {
+                    return Err(Failure::unusable(
+                        "give a card file, --url, or --mcp with --manifest",
+                    ));
+                }
             };
-            let registered = executor_api::register(&executor, &token, &body)?;
+            let skills: Vec<&str> = registered["skills"]
+                .as_array()
+                .map(|s| s.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
             println!(
-                "registered: agent {} (signed by {}) at {}",
+                "registered: agent {} (signed by {}) at {}: {}",
                 registered["name"].as_str().unwrap_or("?"),
                 registered["signedBy"].as_str().unwrap_or("?"),
-                registered["url"].as_str().unwrap_or("no URL")
+                registered["url"].as_str().unwrap_or("no URL"),
+                skills.join(", ")
             );
             Ok(())
         }
     }
 }
 
+/// Whether a document is an MCP manifest rather than an agent card.
+fn is_manifest(document: &Value) -> bool {
+    document.get("tools").is_some() && document.get("server").is_some()
+}
+
+/// Checks a card's or manifest's declarations; says what it is.
+fn describe(path: &Path) -> Result<String, Failure> {
+    let document = read_json(path)?;
+    let bad = |e: shared_types::Error| Failure::rejected(format!("{}: {e}", path.display()));
+    if is_manifest(&document) {
+        let manifest = McpManifest::parse(&document).map_err(bad)?;
+        Ok(format!(
+            "MCP manifest for {} (server {:?}, {} tools)",
+            manifest.agent,
+            manifest.server.name,
+            manifest.tools.len()
+        ))
+    } else {
+        let (name, agent) = agent_from_card(&document).map_err(bad)?;
+        Ok(format!("agent card {name} ({} skills)", agent.skills.len()))
+    }
+}
+
 fn sign(path: &Path, key: &Path, out: Option<&Path>) -> Result<(), Failure> {
     let identity = SigningIdentity::from_jwk(&read_jwk(key)?)
         .map_err(|e| Failure::unusable(format!("{}: {e}", key.display())))?;
+    // Refuse to attest declarations that contradict themselves.
+    describe(path).map_err(|e| Failure::unusable(e.message))?;
     let mut card = read_json(path)?;
-    // Refuse to attest a card whose declarations contradict themselves.
-    agent_from_card(&card).map_err(|e| Failure::unusable(format!("{}: {e}", path.display())))?;
     identity
         .sign_in_place(&mut card)
         .map_err(|e| Failure::unusable(format!("{}: {e}", path.display())))?;

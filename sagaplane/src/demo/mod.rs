@@ -1,8 +1,10 @@
 //! `sagaplane demo`: the supplier-onboarding saga end to end with real processes on
 //! loopback — six tool agents, the executor (which alone holds their credentials) and
 //! the planner, fresh keys each run — a goal sent to the planner, the saga's timeline,
-//! and every tool agent's own ledger at the end.
+//! and every tool agent's own ledger at the end. `demo checkout` runs the MCP scenario
+//! (`checkout.rs`).
 
+mod checkout;
 mod processes;
 mod report;
 
@@ -312,9 +314,14 @@ pub fn run(options: Options) -> Result<(), Failure> {
         serve,
     } = options;
     if let Scenario::Checkout = scenario {
-        return Err(Failure::unusable(
-            "the checkout demo needs MCP tools, which this build does not have yet",
-        ));
+        if fail_at != FailAt::None || crash_executor_at.is_some() || serve {
+            return Err(Failure::unusable(
+                "--fail-at, --crash-executor-at and --serve belong to the supplier-onboarding demo",
+            ));
+        }
+        return crate::a2a::block_on(async move {
+            checkout::run(build, summary.as_deref(), &Clock(Instant::now())).await
+        });
     }
     crate::a2a::block_on(async move {
         let clock = Clock(Instant::now());

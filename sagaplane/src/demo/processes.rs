@@ -12,10 +12,11 @@ use tokio::process::{Child, Command};
 use crate::failure::Failure;
 
 /// The binaries the demo starts, by package.
-const BINARIES: [(&str, &str); 3] = [
+const BINARIES: [(&str, &str); 4] = [
     ("executor-agent", "executor-agent"),
     ("planner-agent", "planner-agent"),
     ("sagaplane-examples", "supplier-tool"),
+    ("sagaplane-examples", "checkout-mcp"),
 ];
 
 /// Where this executable lives: the other binaries of the same build sit beside it.
@@ -39,7 +40,7 @@ pub fn binaries(build: bool, progress: &dyn Fn(&str)) -> Result<Vec<PathBuf>, Fa
     let paths: Vec<PathBuf> = BINARIES.iter().map(|(_, bin)| dir.join(bin)).collect();
     if build && let Some(root) = workspace() {
         progress(
-            "building executor-agent, planner-agent and supplier-tool (minutes the first time, a second after)…",
+            "building executor-agent, planner-agent, supplier-tool and checkout-mcp (minutes the first time, a second after)…",
         );
         let mut cargo =
             std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
