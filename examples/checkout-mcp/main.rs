@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Parser;
 use sagaplane_examples::checkout::{
-    CheckoutSettings, RecoveryMode, RecoveryVariant, ShipmentMode, Switches, start,
+    CheckoutSettings, ReceiptMode, RecoveryMode, RecoveryVariant, ShipmentMode, Switches, start,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -47,6 +47,10 @@ struct Args {
     /// What the carrier does with create_shipment: refuse (the scenario) or accept.
     #[arg(long, default_value_t = ShipmentMode::Refuse)]
     shipment: ShipmentMode,
+    /// What charge_payment answers: full, or without-payment-id (its compensation's
+    /// binding then cannot be resolved).
+    #[arg(long, default_value_t = ReceiptMode::Full)]
+    receipt: ReceiptMode,
 }
 
 fn token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
@@ -79,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
             recovery: args.recovery,
             recovery_variant: args.recovery_variant,
             shipment: args.shipment,
+            receipt: args.receipt,
         },
     };
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -830,6 +830,7 @@ async fn summaries_show_the_baseline_and_the_recovery() {
         ("without recovery metadata", &left_text),
         ("with recovery metadata", &right_text),
     ]);
+    println!("{both}");
     let first = both.lines().next().unwrap();
     assert!(first.starts_with("without recovery metadata"), "{both}");
     assert!(first.contains("with recovery metadata"), "{both}");

@@ -409,3 +409,44 @@ async fn a_manifest_signed_by_an_unknown_key_or_naming_another_server_is_refused
         "{refused}"
     );
 }
+
+#[tokio::test]
+async fn an_unresolvable_binding_makes_the_compensation_unavailable_and_the_saga_escalates() {
+    let harness = Harness::start(&[]).await;
+    let shop = start_shop(RecoveryMode::Both).await;
+    register(&harness, &shop, true).await;
+    // The payment is captured, but its answer lacks the paymentId the refund binds.
+    shop.switches().set(Switches {
+        receipt: checkout::ReceiptMode::WithoutPaymentId,
+        ..shop.switches().get()
+    });
+    let steps = vec![
+        reserve(&harness, "s0"),
+        charge(&harness, "s1"),
+        ship(&harness, "s2", "s0"),
+    ];
+    let (task, texts) = run(&harness, signed_plan(&harness, steps, 2)).await;
+
+    assert_eq!(task.status.state, TaskState::InputRequired, "{texts:#?}");
+    assert!(
+        texts.iter().any(|t| t.contains("paymentId")),
+        "the escalation names the unresolved binding: {texts:#?}"
+    );
+    // No refund was attempted with partial arguments, and nothing before it was undone.
+    let report = shop.ledger().await.unwrap();
+    assert_eq!(
+        calls(&report),
+        [
+            "reserve_inventory applied",
+            "charge_payment applied",
+            "create_shipment failed"
+        ]
+    );
+    assert!(
+        report
+            .state
+            .payments
+            .values()
+            .all(|p| p.status == checkout::PaymentStatus::Captured)
+    );
+}

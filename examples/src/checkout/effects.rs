@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::Result;
 use super::ledger::store_error;
-use super::tools::{SHIPMENT_REFUSAL, ShipmentMode};
+use super::tools::{ReceiptMode, SHIPMENT_REFUSAL, ShipmentMode};
 
 /// What one tool decided, inside the call's transaction.
 pub(crate) enum Decision {
@@ -50,7 +50,12 @@ pub(crate) fn reserve(tx: &Transaction<'_>, key: &str, arguments: &Value) -> Res
     ))
 }
 
-pub(crate) fn charge(tx: &Transaction<'_>, key: &str, arguments: &Value) -> Result<Decision> {
+pub(crate) fn charge(
+    tx: &Transaction<'_>,
+    key: &str,
+    arguments: &Value,
+    receipt: ReceiptMode,
+) -> Result<Decision> {
     let id = next_id(tx, "payments", "pay")?;
     let (order, amount) = (arg(arguments, "orderId"), int(arguments, "amountMinor"));
     let currency = arg(arguments, "currency");
@@ -60,9 +65,11 @@ pub(crate) fn charge(tx: &Transaction<'_>, key: &str, arguments: &Value) -> Resu
         params![id, order, amount, currency, key],
     )
     .map_err(store_error)?;
-    Ok(Decision::Applied(
-        json!({"paymentId": id, "amountMinor": amount, "currency": currency}),
-    ))
+    let answer = match receipt {
+        ReceiptMode::Full => json!({"paymentId": id, "amountMinor": amount, "currency": currency}),
+        ReceiptMode::WithoutPaymentId => json!({"amountMinor": amount, "currency": currency}),
+    };
+    Ok(Decision::Applied(answer))
 }
 
 pub(crate) fn ship(

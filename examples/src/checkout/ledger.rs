@@ -18,7 +18,7 @@ use super::report::{
 };
 use super::tools::{
     CHARGE_PAYMENT, CREATE_SHIPMENT, REFUND_PAYMENT, RELEASE_INVENTORY, RESERVE_INVENTORY,
-    ShipmentMode,
+    ReceiptMode, ShipmentMode,
 };
 use super::{CheckoutError, Result, SERVER_NAME};
 
@@ -30,6 +30,7 @@ pub(crate) struct Call {
     /// Validated against the tool's input schema, integers normalised.
     pub arguments: Value,
     pub shipment: ShipmentMode,
+    pub receipt: ReceiptMode,
 }
 
 /// How the ledger answered a call.
@@ -208,7 +209,7 @@ impl Ledger {
             }
             let decision = match call.tool {
                 RESERVE_INVENTORY => reserve(tx, key, &call.arguments)?,
-                CHARGE_PAYMENT => charge(tx, key, &call.arguments)?,
+                CHARGE_PAYMENT => charge(tx, key, &call.arguments, call.receipt)?,
                 CREATE_SHIPMENT => ship(tx, key, &call.arguments, call.shipment)?,
                 REFUND_PAYMENT => refund(tx, key, &call.arguments)?,
                 RELEASE_INVENTORY => release(tx, key, &call.arguments)?,

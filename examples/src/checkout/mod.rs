@@ -26,8 +26,8 @@ pub use service::{
 };
 pub use tools::{
     CHARGE_PAYMENT, CREATE_SHIPMENT, CheckoutSwitches, RECOVERY_META_KEY, REFUND_PAYMENT,
-    RELEASE_INVENTORY, RESERVE_INVENTORY, RecoveryMode, RecoveryVariant, SAGA_META_KEY,
-    SHIPMENT_REFUSAL, ShipmentMode, Switches, TOOLS, recovery_declaration,
+    RELEASE_INVENTORY, RESERVE_INVENTORY, ReceiptMode, RecoveryMode, RecoveryVariant,
+    SAGA_META_KEY, SHIPMENT_REFUSAL, ShipmentMode, Switches, TOOLS, recovery_declaration,
 };
 
 /// The server's name in `serverInfo` and in its ledger.

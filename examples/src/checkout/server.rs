@@ -118,6 +118,7 @@ impl CheckoutServer {
             key: key.unwrap_or_default(),
             arguments,
             shipment: self.switches.get().shipment,
+            receipt: self.switches.get().receipt,
         };
         self.ledger.perform(call).await
     }

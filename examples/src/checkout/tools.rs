@@ -43,7 +43,7 @@ pub const SHIPMENT_REFUSAL: &str =
 /// Defines a switch value: a kebab-case name on the wire, on the command line and in
 /// `PUT /faults`.
 macro_rules! switch_enum {
-    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+    ($(#[$doc:meta])* $name:ident ($label:literal) { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
         pub enum $name {
@@ -72,7 +72,7 @@ macro_rules! switch_enum {
                     let known: Vec<&str> = Self::ALL.iter().map(|v| v.as_str()).collect();
                     CheckoutError::Config(format!(
                         "unknown {} {s:?}; choose one of {}",
-                        stringify!($name),
+                        $label,
                         known.join(", ")
                     ))
                 })
@@ -83,7 +83,7 @@ macro_rules! switch_enum {
 
 switch_enum! {
     /// Where `tools/list` shows each tool's recovery declaration.
-    RecoveryMode {
+    RecoveryMode ("recovery mode") {
         /// Under `annotations.recovery` and under `_meta["dev.sagaplane/recovery"]`.
         #[default]
         Both = "both",
@@ -98,7 +98,7 @@ switch_enum! {
 
 switch_enum! {
     /// Which recovery declarations the server makes.
-    RecoveryVariant {
+    RecoveryVariant ("recovery variant") {
         /// The declarations as curated (see [`recovery_declaration`]).
         #[default]
         Curated = "curated",
@@ -111,8 +111,20 @@ switch_enum! {
 }
 
 switch_enum! {
+    /// What `charge_payment` answers once the payment is captured.
+    ReceiptMode ("receipt mode") {
+        /// The payment's id, amount and currency.
+        #[default]
+        Full = "full",
+        /// The amount and currency only: the payment is captured, but a compensation
+        /// bound to `$response.body#/paymentId` cannot be resolved.
+        WithoutPaymentId = "without-payment-id",
+    }
+}
+
+switch_enum! {
     /// What the carrier behind `create_shipment` does.
-    ShipmentMode {
+    ShipmentMode ("shipment mode") {
         /// Refuses every shipment: a tool error, nothing created (the scenario's failure).
         #[default]
         Refuse = "refuse",
@@ -141,6 +153,7 @@ pub struct Switches {
     pub recovery: RecoveryMode,
     pub recovery_variant: RecoveryVariant,
     pub shipment: ShipmentMode,
+    pub receipt: ReceiptMode,
 }
 
 /// The server's live switches, shared by its tools, its `tools/list` rewriting and its

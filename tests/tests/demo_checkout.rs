@@ -1,0 +1,92 @@
+//! `sagaplane demo checkout` end to end with real processes (the checkout MCP server, the
+//! executor, the planner): the baseline leaves the reservation and the charge in place
+//! and asks a person; with the server's SEP-3172 recovery metadata the saga refunds, then
+//! releases. Both as the demo prints them and as the server's own ledger records them.
+
+use std::process::Command;
+
+use sagaplane_e2e::sagaplane;
+use serde_json::Value;
+
+fn tools(ledger: &Value) -> Vec<String> {
+    ledger["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {}",
+                c["tool"].as_str().unwrap(),
+                c["outcome"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+fn statuses<'a>(ledger: &'a Value, kind: &str) -> Vec<&'a str> {
+    ledger["state"][kind]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v["status"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn the_baseline_leaves_the_effects_and_recovery_undoes_them_in_reverse() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary_path = dir.path().join("summary.json");
+    let output = Command::new(sagaplane())
+        .args(["demo", "checkout", "--summary"])
+        .arg(&summary_path)
+        .output()
+        .expect("the sagaplane binary runs");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{text}");
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
+    assert_eq!(summary["problems"], serde_json::json!([]));
+
+    let baseline = &summary["baseline"];
+    assert_eq!(
+        baseline["task"]["status"]["state"],
+        "TASK_STATE_INPUT_REQUIRED"
+    );
+    assert_eq!(
+        tools(&baseline["ledger"]),
+        [
+            "reserve_inventory applied",
+            "charge_payment applied",
+            "create_shipment failed"
+        ]
+    );
+    assert_eq!(statuses(&baseline["ledger"], "reservations"), ["held"]);
+    assert_eq!(statuses(&baseline["ledger"], "payments"), ["captured"]);
+
+    let recovery = &summary["recovery"];
+    assert_eq!(recovery["task"]["status"]["state"], "TASK_STATE_FAILED");
+    assert_eq!(recovery["task"]["metadata"]["outcome"], "compensated");
+    assert_eq!(
+        tools(&recovery["ledger"]),
+        [
+            "reserve_inventory applied",
+            "charge_payment applied",
+            "create_shipment failed",
+            "refund_payment applied",
+            "release_inventory applied"
+        ]
+    );
+    assert_eq!(statuses(&recovery["ledger"], "reservations"), ["released"]);
+    assert_eq!(statuses(&recovery["ledger"], "payments"), ["refunded"]);
+
+    // The printed ledgers, side by side.
+    let side_by_side = text
+        .lines()
+        .find(|l| l.starts_with("reservations:"))
+        .unwrap_or_else(|| panic!("no ledger table in:\n{text}"));
+    assert!(
+        side_by_side.contains("HELD") && side_by_side.contains("released"),
+        "{text}"
+    );
+}
