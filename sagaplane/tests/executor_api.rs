@@ -24,6 +24,16 @@ const AGENTS: [&str; 6] = [
 
 /// Starts an executor that trusts `platform` cards and `planner` plans; returns its URL.
 async fn executor(dir: &Path, platform: &SigningIdentity, planner: &SigningIdentity) -> String {
+    executor_with(dir, platform, planner, Default::default()).await
+}
+
+/// `executor`, holding `credentials` for the tools.
+async fn executor_with(
+    dir: &Path,
+    platform: &SigningIdentity,
+    planner: &SigningIdentity,
+    credentials: std::collections::HashMap<String, String>,
+) -> String {
     let mut platform_keys = TrustStore::new();
     platform_keys.add_jwk(&platform.public_jwk()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -37,7 +47,7 @@ async fn executor(dir: &Path, platform: &SigningIdentity, planner: &SigningIdent
             platform_keys,
             planners: vec![(planner.kid().to_owned(), planner.public_jwk())],
             admin_token: ADMIN_TOKEN.into(),
-            credentials: Default::default(),
+            credentials,
             pause_after_journal_writes: None,
         },
         shutdown.clone(),
@@ -183,6 +193,90 @@ async fn cards_register_and_validate_against_the_executors_catalog() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("cannot reach the executor"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_server_is_registered_with_a_signed_manifest_and_refused_once_it_changes() {
+    use sagaplane_examples::checkout::{self, CheckoutSettings, RecoveryVariant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let platform = SigningIdentity::from_seed([54; 32], Some("platform".into()));
+    let planner = SigningIdentity::from_seed([55; 32], Some("planner-1".into()));
+    let credentials = [("shop".to_owned(), "shop-token".to_owned())].into();
+    let url = executor_with(dir.path(), &platform, &planner, credentials).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let settings = CheckoutSettings {
+        token: Some("shop-token".into()),
+        ..CheckoutSettings::default()
+    };
+    let shop = checkout::start(settings, listener, CancellationToken::new())
+        .await
+        .unwrap();
+
+    let manifest = root().join("examples/checkout-mcp/manifest.json");
+    let key = write_json(&dir.path().join("platform.jwk"), &platform.private_jwk());
+    let trust = write_json(&dir.path().join("platform.pub.jwk"), &platform.public_jwk());
+    let signed = p(&dir.path().join("signed.json")).to_owned();
+    let out = cli(
+        args(&[
+            "cards",
+            "sign",
+            p(&manifest),
+            "--key",
+            &key,
+            "--out",
+            &signed,
+        ]),
+        None,
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = cli(args(&["cards", "verify", &signed, "--trust", &trust]), None).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("MCP manifest for shop (server \"checkout-mcp\", 5 tools)"),
+        "{}",
+        stdout(&out)
+    );
+
+    let register = |manifest: &str| {
+        args(&[
+            "cards",
+            "register",
+            "--mcp",
+            &shop.mcp_url,
+            "--manifest",
+            manifest,
+            "--executor",
+            &url,
+        ])
+    };
+    let out = cli(register(p(&manifest)), Some(ADMIN_TOKEN)).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "an unsigned manifest is refused"
+    );
+    assert!(stderr(&out).contains("not curated"), "{}", stderr(&out));
+
+    let out = cli(register(&signed), Some(ADMIN_TOKEN)).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("registered: agent shop (signed by platform)")
+            && stdout(&out).contains("charge_payment, create_shipment, refund_payment"),
+        "{}",
+        stdout(&out)
+    );
+
+    // The server now declares other compensations than the ones the curator signed.
+    shop.switches().set_variant(RecoveryVariant::Altered);
+    let out = cli(register(&signed), Some(ADMIN_TOKEN)).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("changed after signing"),
         "{}",
         stderr(&out)
     );
