@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 pub mod checkout;
+pub mod sqlite;
 pub mod supplier;
 
 /// The workspace root, found from this crate's manifest directory.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde_json::Value;
 
 use super::effects::{Decision, charge, refund, release, reserve, ship};
@@ -120,20 +120,7 @@ impl Ledger {
         &self,
         work: impl FnOnce(&Transaction<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let conn = self.conn.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = conn
-                .lock()
-                .map_err(|_| CheckoutError::Ledger("connection poisoned".into()))?;
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(store_error)?;
-            let value = work(&tx)?;
-            tx.commit().map_err(store_error)?;
-            Ok(value)
-        })
-        .await
-        .map_err(store_error)?
+        crate::sqlite::transact(&self.conn, work, CheckoutError::Ledger).await
     }
 
     /// Records a call refused before it reached the ledger's decision (no key, bad

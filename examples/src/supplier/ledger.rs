@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use agent_host::store::durable::open_connection;
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -257,20 +257,7 @@ impl Ledger {
         &self,
         work: impl FnOnce(&Transaction<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let conn = self.conn.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = conn
-                .lock()
-                .map_err(|_| SupplierError::Ledger("connection poisoned".into()))?;
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(store_error)?;
-            let value = work(&tx)?;
-            tx.commit().map_err(store_error)?;
-            Ok(value)
-        })
-        .await
-        .map_err(store_error)?
+        crate::sqlite::transact(&self.conn, work, SupplierError::Ledger).await
     }
 
     /// Records a call that was answered without touching the ledger's effects.

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use shared_types::SigningIdentity;
 
 use super::processes::{Process, binaries};
-use super::{Clock, random_token, write};
+use super::{Clock, executor_args, random_token, start_planner, write};
 use crate::a2a::{client, message_text, state_name};
 use crate::failure::Failure;
 
@@ -120,18 +120,7 @@ async fn start(
     let executor = Process::start(
         "executor",
         executor_bin,
-        &[
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--data".into(),
-            path("executor"),
-            "--platform-key".into(),
-            path("platform.pub.jwk"),
-            "--planner".into(),
-            path("planner.pub.jwk"),
-            "--credentials".into(),
-            path("credentials.json"),
-        ],
+        &executor_args(work),
         &[("SAGAPLANE_ADMIN_TOKEN".into(), admin_token.clone())],
         &work.join("executor.log"),
         1,
@@ -155,24 +144,7 @@ async fn start(
                 .join(", "))
             .unwrap_or_default()
     ));
-    let planner = Process::start(
-        "planner",
-        planner_bin,
-        &[
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--data".into(),
-            path("planner"),
-            "--key".into(),
-            path("planner.jwk"),
-            "--executor".into(),
-            executor.url().to_owned(),
-        ],
-        &[],
-        &work.join("planner.log"),
-        1,
-    )
-    .await?;
+    let planner = start_planner(planner_bin, work, executor.url()).await?;
     Ok(Stack {
         shop,
         executor,

@@ -158,6 +158,47 @@ impl Running {
     }
 }
 
+/// The executor's arguments: its data, the platform and planner keys and the tools'
+/// credentials, all in the run's folder `work`.
+fn executor_args(work: &Path) -> Vec<String> {
+    let path = |name: &str| work.join(name).display().to_string();
+    vec![
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--data".into(),
+        path("executor"),
+        "--platform-key".into(),
+        path("platform.pub.jwk"),
+        "--planner".into(),
+        path("planner.pub.jwk"),
+        "--credentials".into(),
+        path("credentials.json"),
+    ]
+}
+
+/// Starts the planner (key `work/planner.jwk`, no tool credentials) for `executor_url`.
+async fn start_planner(bin: &Path, work: &Path, executor_url: &str) -> Result<Process, Failure> {
+    let path = |name: &str| work.join(name).display().to_string();
+    Process::start(
+        "planner",
+        bin,
+        &[
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--data".into(),
+            path("planner"),
+            "--key".into(),
+            path("planner.jwk"),
+            "--executor".into(),
+            executor_url.to_owned(),
+        ],
+        &[],
+        &work.join("planner.log"),
+        1,
+    )
+    .await
+}
+
 /// Starts the tool agents, the executor and the planner; registers the tools' cards.
 async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, Failure> {
     let bins = binaries(build, &|line| clock.say(line))?;
@@ -220,18 +261,7 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
         .map(|(name, _)| (name.clone(), json!(tool_token)))
         .collect();
     write(&work.join("credentials.json"), &credentials)?;
-    let executor_args: Vec<String> = vec![
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--data".into(),
-        path("executor"),
-        "--platform-key".into(),
-        path("platform.pub.jwk"),
-        "--planner".into(),
-        path("planner.pub.jwk"),
-        "--credentials".into(),
-        path("credentials.json"),
-    ];
+    let executor_args = executor_args(&work);
     let executor_env = vec![("SAGAPLANE_ADMIN_TOKEN".into(), admin_token.clone())];
     let executor = Process::start(
         "executor",
@@ -253,24 +283,7 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
     }
     clock.say("registered the 6 platform-signed agent cards with the executor");
 
-    let planner = Process::start(
-        "planner",
-        planner_bin,
-        &[
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--data".into(),
-            path("planner"),
-            "--key".into(),
-            path("planner.jwk"),
-            "--executor".into(),
-            executor.url().to_owned(),
-        ],
-        &[],
-        &work.join("planner.log"),
-        1,
-    )
-    .await?;
+    let planner = start_planner(planner_bin, &work, executor.url()).await?;
     clock.say(&format!(
         "started the planner at {} (no tool credentials)",
         planner.url()
