@@ -94,7 +94,7 @@ impl Executor {
                     .registry
                     .agent(name)
                     .filter(|a| matches!(a.kind, AgentKind::A2a { .. }))
-                    .and_then(|a| a.url)
+                    .and_then(|a| a.url.clone())
                 else {
                     continue;
                 };

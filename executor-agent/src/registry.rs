@@ -97,7 +97,7 @@ pub struct McpListing {
 #[derive(Debug, Clone)]
 pub struct Registry {
     platform_keys: Arc<TrustStore>,
-    agents: Arc<RwLock<BTreeMap<String, RegisteredAgent>>>,
+    agents: Arc<RwLock<BTreeMap<String, Arc<RegisteredAgent>>>>,
     writer: GroupCommit<Row>,
 }
 
@@ -230,7 +230,7 @@ impl Registry {
             .agents
             .write()
             .map_err(|_| Error::Journal("registry lock poisoned".into()))?;
-        agents.insert(agent.name.clone(), agent);
+        agents.insert(agent.name.clone(), Arc::new(agent));
         Ok(())
     }
 
@@ -285,7 +285,8 @@ impl Registry {
         Ok(catalog)
     }
 
-    pub fn agent(&self, name: &str) -> Option<RegisteredAgent> {
+    /// One registered agent (shared: the invoker looks it up on every call).
+    pub fn agent(&self, name: &str) -> Option<Arc<RegisteredAgent>> {
         self.agents.read().ok()?.get(name).cloned()
     }
 }
