@@ -104,6 +104,17 @@ impl TaskManager {
         change: impl FnOnce(&mut Task) -> std::result::Result<(), A2AError>,
         event: impl FnOnce(&Task) -> StreamResponse,
     ) -> Result<Task> {
+        self.update_announcing(task_id, change, |task| vec![event(task)])
+            .await
+    }
+
+    /// `update`, announcing several events (in order) for one durable write.
+    async fn update_announcing(
+        &self,
+        task_id: &str,
+        change: impl FnOnce(&mut Task) -> std::result::Result<(), A2AError>,
+        events: impl FnOnce(&Task) -> Vec<StreamResponse>,
+    ) -> Result<Task> {
         let lock = self.write_lock(task_id)?;
         let _guard = lock.lock().await;
         let mut task = self
@@ -119,7 +130,11 @@ impl TaskManager {
         change(&mut task).map_err(Error::Protocol)?;
         self.store.put(&task).await?;
         let last = is_terminal(&task.status.state);
-        self.publish(task_id, event(&task), last);
+        let events = events(&task);
+        let count = events.len();
+        for (i, event) in events.into_iter().enumerate() {
+            self.publish(task_id, event, last && i + 1 == count);
+        }
         if last && let Ok(mut locks) = self.write_locks.lock() {
             locks.remove(task_id);
         }
@@ -155,6 +170,17 @@ impl TaskHandle {
 
     /// Moves the task to `state`, with an optional agent message (kept in the history).
     pub async fn set_status(&self, state: TaskState, message: Option<Message>) -> Result<Task> {
+        self.set_status_with_artifact(None, state, message).await
+    }
+
+    /// Replaces (or adds) `artifact` and moves the task to `state`, in one durable write;
+    /// announced as the artifact update, then the status update.
+    pub async fn set_status_with_artifact(
+        &self,
+        artifact: Option<Artifact>,
+        state: TaskState,
+        message: Option<Message>,
+    ) -> Result<Task> {
         let status = TaskStatus {
             state,
             message: message.map(|mut m| {
@@ -164,11 +190,14 @@ impl TaskHandle {
             }),
             timestamp: Some(Utc::now()),
         };
-        let metadata = None;
+        let sent = artifact.clone();
         self.manager
-            .update(
+            .update_announcing(
                 &self.id,
                 |task| {
+                    if let Some(artifact) = artifact {
+                        replace_artifact(task, artifact, false);
+                    }
                     if let Some(m) = &status.message {
                         task.history.get_or_insert_with(Vec::new).push(m.clone());
                     }
@@ -176,12 +205,17 @@ impl TaskHandle {
                     Ok(())
                 },
                 |task| {
-                    StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                    let mut events = Vec::new();
+                    if let Some(artifact) = sent {
+                        events.push(artifact_event(task, artifact, false, true));
+                    }
+                    events.push(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
                         task_id: task.id.clone(),
                         context_id: task.context_id.clone(),
                         status: task.status.clone(),
-                        metadata,
-                    })
+                        metadata: None,
+                    }));
+                    events
                 },
             )
             .await
@@ -199,28 +233,11 @@ impl TaskHandle {
             .update(
                 &self.id,
                 |task| {
-                    let artifacts = task.artifacts.get_or_insert_with(Vec::new);
-                    match artifacts
-                        .iter_mut()
-                        .find(|a| a.artifact_id == artifact.artifact_id)
-                    {
-                        Some(existing) if append => existing.parts.extend(artifact.parts),
-                        Some(existing) => *existing = artifact,
-                        None => artifacts.push(artifact),
-                    }
+                    replace_artifact(task, artifact, append);
                     task.status.timestamp = Some(Utc::now());
                     Ok(())
                 },
-                |task| {
-                    StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                        task_id: task.id.clone(),
-                        context_id: task.context_id.clone(),
-                        artifact: sent,
-                        append: Some(append),
-                        last_chunk: Some(last_chunk),
-                        metadata: None,
-                    })
-                },
+                |task| artifact_event(task, sent, append, last_chunk),
             )
             .await
     }
@@ -255,4 +272,33 @@ impl TaskHandle {
             )
             .await
     }
+}
+
+/// Adds `artifact` to `task`, replaces the one with the same id, or appends to it.
+fn replace_artifact(task: &mut Task, artifact: Artifact, append: bool) {
+    let artifacts = task.artifacts.get_or_insert_with(Vec::new);
+    match artifacts
+        .iter_mut()
+        .find(|a| a.artifact_id == artifact.artifact_id)
+    {
+        Some(existing) if append => existing.parts.extend(artifact.parts),
+        Some(existing) => *existing = artifact,
+        None => artifacts.push(artifact),
+    }
+}
+
+fn artifact_event(
+    task: &Task,
+    artifact: Artifact,
+    append: bool,
+    last_chunk: bool,
+) -> StreamResponse {
+    StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+        task_id: task.id.clone(),
+        context_id: task.context_id.clone(),
+        artifact,
+        append: Some(append),
+        last_chunk: Some(last_chunk),
+        metadata: None,
+    })
 }

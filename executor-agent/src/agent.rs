@@ -355,57 +355,48 @@ struct TaskReporter {
 
 #[async_trait]
 impl Reporter for TaskReporter {
-    async fn report(&self, command: &Command, ledger: &Value) {
+    async fn report(&self, command: &Command, saga: &Saga) {
+        let (state, text) = match command {
+            Command::Report { step, what } => (TaskState::Working, format!("{step}: {what}")),
+            Command::Pause { reason } => (
+                TaskState::InputRequired,
+                format!(
+                    "{reason}. Answer with a data part {{\"resolution\": \"approve\" | \"retry\" | \"resolved-manually\" | \"compensate\"}}"
+                ),
+            ),
+            Command::Finish { ending, reason } => {
+                let state = match ending {
+                    Ending::Completed => TaskState::Completed,
+                    Ending::Compensated => TaskState::Failed,
+                    Ending::Canceled => TaskState::Canceled,
+                };
+                if state != TaskState::Completed {
+                    let _ = self
+                        .task
+                        .set_metadata("outcome", json!("compensated"))
+                        .await;
+                }
+                (state, reason.clone())
+            }
+            _ => return,
+        };
+        // The ledger artifact and the status in one durable write.
         let ledger_artifact = Artifact {
             artifact_id: "saga-ledger".into(),
             name: Some("saga-ledger".into()),
             description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
-            parts: vec![Part::data(ledger.clone())],
+            parts: vec![Part::data(saga.ledger())],
             metadata: None,
             extensions: None,
         };
-        let _ = self.task.add_artifact(ledger_artifact, false, true).await;
-        let result = match command {
-            Command::Report { step, what } => {
-                self.task
-                    .set_status(
-                        TaskState::Working,
-                        Some(agent_message(format!("{step}: {what}"), None)),
-                    )
-                    .await
-            }
-            Command::Pause { reason } => {
-                let text = format!(
-                    "{reason}. Answer with a data part {{\"resolution\": \"approve\" | \"retry\" | \"resolved-manually\" | \"compensate\"}}"
-                );
-                self.task
-                    .set_status(TaskState::InputRequired, Some(agent_message(text, None)))
-                    .await
-            }
-            Command::Finish { ending, reason } => {
-                let state = match ending {
-                    Ending::Completed => TaskState::Completed,
-                    Ending::Compensated => {
-                        let _ = self
-                            .task
-                            .set_metadata("outcome", json!("compensated"))
-                            .await;
-                        TaskState::Failed
-                    }
-                    Ending::Canceled => {
-                        let _ = self
-                            .task
-                            .set_metadata("outcome", json!("compensated"))
-                            .await;
-                        TaskState::Canceled
-                    }
-                };
-                self.task
-                    .set_status(state, Some(agent_message(reason.clone(), None)))
-                    .await
-            }
-            _ => return,
-        };
+        let result = self
+            .task
+            .set_status_with_artifact(
+                Some(ledger_artifact),
+                state,
+                Some(agent_message(text, None)),
+            )
+            .await;
         if let Err(e) = result {
             tracing::warn!(task = self.task.id(), error = %e, "cannot report saga progress");
         }

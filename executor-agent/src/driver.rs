@@ -1,6 +1,7 @@
-//! The saga driver: the thin async loop around the pure engine. For every event it
-//! journals the event, steps the engine, and performs the commands — journaling each
-//! call's intent before making it, arming timers, and reporting progress.
+//! The saga driver: the thin async loop around the pure engine. For every event it steps
+//! the engine, journals the event together with the intents of the calls it decided (one
+//! durable write), and only then performs the commands: making the calls, arming timers,
+//! reporting progress. Nothing is acted on before it is durable.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +19,9 @@ use crate::saga::{Command, Event, Invocation, Resolution, Saga, Target, Timer};
 /// Where progress goes (the executor's A2A task; a log in tests).
 #[async_trait]
 pub trait Reporter: Send + Sync + 'static {
-    /// Called with every command that people should see (reports, pauses, the end),
-    /// and the ledger as it stands after it.
-    async fn report(&self, command: &Command, ledger: &serde_json::Value);
+    /// Called with every command that people should see (reports, pauses, the end), and
+    /// the saga as it stands after it (`Saga::ledger` when the ledger is shown).
+    async fn report(&self, command: &Command, saga: &Saga);
 }
 
 /// Requests from outside the saga: a person's answer, or a cancel.
@@ -61,7 +62,7 @@ pub async fn drive(
         Some(recovered) => {
             saga = recovered.saga;
             if let Some(shown) = &recovered.last_shown {
-                reporter.report(shown, &saga.ledger()).await;
+                reporter.report(shown, &saga).await;
             }
             for invocation in recovered.to_invoke {
                 ctx.call(&saga, invocation).await?;
@@ -92,10 +93,15 @@ pub async fn drive(
             else => return Ok(saga.phase),
         };
         let is_cancel = matches!(event, Event::Cancel { .. });
-        journal
-            .append(&saga_id, &Entry::Event(event.clone()))
-            .await?;
-        let commands = saga.step(event);
+        // The engine is pure, so stepping before the write is safe: if the write fails,
+        // the driver stops and recovery replays what is durable.
+        let commands = saga.step(event.clone());
+        let mut entries = vec![Entry::Event(event)];
+        entries.extend(commands.iter().filter_map(|c| match c {
+            Command::Invoke(invocation) => Some(Entry::Intent(invocation.clone())),
+            _ => None,
+        }));
+        journal.append(&saga_id, &entries).await?;
         if is_cancel && let Some(reply) = pending_cancel.take() {
             let refused = commands.iter().find_map(|c| match c {
                 Command::RefuseCancel { reason } => Some(reason.clone()),
@@ -105,13 +111,13 @@ pub async fn drive(
         }
         for command in commands {
             match command {
-                Command::Invoke(invocation) => ctx.call(&saga, invocation).await?,
+                Command::Invoke(invocation) => ctx.spawn_call(&saga, invocation),
                 Command::StartTimer { timer, after_ms } => ctx.arm(timer, after_ms),
                 Command::RefuseCancel { .. } => {}
                 ref shown @ (Command::Report { .. }
                 | Command::Pause { .. }
                 | Command::Finish { .. }) => {
-                    reporter.report(shown, &saga.ledger()).await;
+                    reporter.report(shown, &saga).await;
                 }
             }
         }
@@ -126,11 +132,18 @@ struct Ctx {
 }
 
 impl Ctx {
-    /// Journals the intent, then calls on its own task; the result comes back as an event.
+    /// Journals the intent, then calls (for calls recovery makes again).
     async fn call(&self, saga: &Saga, invocation: Invocation) -> Result<()> {
         self.journal
-            .append(&self.saga_id, &Entry::Intent(invocation.clone()))
+            .append(&self.saga_id, &[Entry::Intent(invocation.clone())])
             .await?;
+        self.spawn_call(saga, invocation);
+        Ok(())
+    }
+
+    /// Makes a call whose intent is durable, on its own task; the result comes back as
+    /// an event.
+    fn spawn_call(&self, saga: &Saga, invocation: Invocation) {
         let (step, caused_by) = match invocation.target {
             Target::Forward(i) => (i, None),
             Target::Compensation(i) => (i, failed_step(saga)),
@@ -150,7 +163,6 @@ impl Ctx {
                 now_ms: now_ms(),
             });
         });
-        Ok(())
     }
 
     /// Arms a timer. Retry waits get jitter: a random share of the cap, never more.

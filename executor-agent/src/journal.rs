@@ -1,7 +1,8 @@
 //! The write-ahead journal: for each saga, its spec, then every event and every
-//! invocation intent in the order they happened. An event is journaled before the engine
-//! sees it, an intent before the call is made; replaying the journal therefore rebuilds
-//! the saga exactly, and shows which calls were made but never answered.
+//! invocation intent in the order they happened. An event and the intents it leads to
+//! are journaled together, in one durable write, before any of those calls is made;
+//! replaying the journal therefore rebuilds the saga exactly, and shows which calls were
+//! made but never answered.
 
 use std::path::Path;
 
@@ -41,8 +42,9 @@ pub struct SagaHeader {
 pub trait Journal: Send + Sync + 'static {
     /// Records a new saga. Durable when it returns.
     async fn begin(&self, header: &SagaHeader) -> Result<()>;
-    /// Appends one entry. Durable when it returns; concurrent appends share an fsync.
-    async fn append(&self, saga_id: &str, entry: &Entry) -> Result<()>;
+    /// Appends entries, in order, as one durable write: all of them or none. Durable
+    /// when it returns; concurrent appends share an fsync.
+    async fn append(&self, saga_id: &str, entries: &[Entry]) -> Result<()>;
     /// Marks a saga finished (it needs no recovery).
     async fn finish(&self, saga_id: &str) -> Result<()>;
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>>;
@@ -56,9 +58,17 @@ pub trait Journal: Send + Sync + 'static {
 
 #[derive(Debug)]
 enum Write {
-    Begin { saga_id: String, body: String },
-    Append { saga_id: String, body: String },
-    Finish { saga_id: String },
+    Begin {
+        saga_id: String,
+        body: String,
+    },
+    Append {
+        saga_id: String,
+        bodies: Vec<String>,
+    },
+    Finish {
+        saga_id: String,
+    },
 }
 
 fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
@@ -66,9 +76,14 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
         Write::Begin { saga_id, body } => tx
             .prepare_cached("INSERT INTO sagas (saga_id, header, finished) VALUES (?1, ?2, 0)")?
             .execute(params![saga_id, body]),
-        Write::Append { saga_id, body } => tx
-            .prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
-            .execute(params![saga_id, body]),
+        Write::Append { saga_id, bodies } => {
+            let mut insert =
+                tx.prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?;
+            for body in bodies {
+                insert.execute(params![saga_id, body])?;
+            }
+            Ok(bodies.len())
+        }
         Write::Finish { saga_id } => tx
             .prepare_cached("UPDATE sagas SET finished = 1 WHERE saga_id = ?1")?
             .execute(params![saga_id]),
@@ -128,13 +143,13 @@ impl Journal for SqliteJournal {
             .await?)
     }
 
-    async fn append(&self, saga_id: &str, entry: &Entry) -> Result<()> {
-        let body = encode(entry)?;
+    async fn append(&self, saga_id: &str, entries: &[Entry]) -> Result<()> {
+        let bodies = entries.iter().map(encode).collect::<Result<_>>()?;
         Ok(self
             .writer
             .submit(Write::Append {
                 saga_id: saga_id.to_owned(),
-                body,
+                bodies,
             })
             .await?)
     }
@@ -226,13 +241,16 @@ impl<J: Journal> Journal for PauseAfterWrites<J> {
         Ok(())
     }
 
-    async fn append(&self, saga_id: &str, entry: &Entry) -> Result<()> {
-        self.inner.append(saga_id, entry).await?;
-        let what = match entry {
-            Entry::Event(_) => "event",
-            Entry::Intent(_) => "intent",
-        };
-        self.written(what).await;
+    async fn append(&self, saga_id: &str, entries: &[Entry]) -> Result<()> {
+        self.inner.append(saga_id, entries).await?;
+        let what: Vec<&str> = entries
+            .iter()
+            .map(|entry| match entry {
+                Entry::Event(_) => "event",
+                Entry::Intent(_) => "intent",
+            })
+            .collect();
+        self.written(&what.join("+")).await;
         Ok(())
     }
 

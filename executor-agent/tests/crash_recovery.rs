@@ -209,14 +209,14 @@ async fn the_sqlite_journal_keeps_everything_across_a_reopen() {
         let (clean, _, _) = run_with_crash(usize::MAX, false);
         assert!(format!("{:?}", clean.phase).contains("Completed"));
         journal
-            .append("sg_1", &Entry::Event(Event::Start { now_ms: T0 }))
+            .append("sg_1", &[Entry::Event(Event::Start { now_ms: T0 })])
             .await
             .unwrap();
         let appends = (0..50).map(|i| {
             let journal = journal.clone();
             async move {
                 journal
-                    .append("sg_1", &Entry::Event(Event::Cancel { now_ms: T0 + i }))
+                    .append("sg_1", &[Entry::Event(Event::Cancel { now_ms: T0 + i })])
                     .await
             }
         });

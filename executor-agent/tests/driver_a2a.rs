@@ -14,7 +14,7 @@ use executor_agent::invoke::{A2aInvoker, Endpoint};
 use executor_agent::journal::{Journal, SagaHeader, SqliteJournal};
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{Command, Ending, Saga, SagaSpec};
-use serde_json::{Value, json};
+use serde_json::json;
 use shared_types::{Catalog, Plan};
 use tokio::sync::mpsc;
 
@@ -22,7 +22,7 @@ struct Log(mpsc::UnboundedSender<Command>);
 
 #[async_trait::async_trait]
 impl Reporter for Log {
-    async fn report(&self, command: &Command, _: &Value) {
+    async fn report(&self, command: &Command, _: &Saga) {
         let _ = self.0.send(command.clone());
     }
 }

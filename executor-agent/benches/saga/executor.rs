@@ -83,9 +83,9 @@ impl Journal for TimedJournal {
         written
     }
 
-    async fn append(&self, saga_id: &str, entry: &Entry) -> executor_agent::Result<()> {
+    async fn append(&self, saga_id: &str, entries: &[Entry]) -> executor_agent::Result<()> {
         let started = Instant::now();
-        let written = self.inner.append(saga_id, entry).await;
+        let written = self.inner.append(saga_id, entries).await;
         Stopwatches::add(&self.stopwatches.journal_nanos, started);
         written
     }
@@ -341,10 +341,11 @@ struct Unreported;
 
 #[async_trait]
 impl Reporter for Unreported {
-    async fn report(&self, _: &Command, _: &Value) {}
+    async fn report(&self, _: &Command, _: &Saga) {}
 }
 
-/// What the executor's `TaskReporter` does: the ledger artifact, then a status update.
+/// What the executor's `TaskReporter` does: the ledger artifact and a status update, in
+/// one write.
 struct TaskLedger {
     task: TaskHandle,
     stopwatches: Arc<Stopwatches>,
@@ -352,27 +353,15 @@ struct TaskLedger {
 
 #[async_trait]
 impl Reporter for TaskLedger {
-    async fn report(&self, command: &Command, ledger: &Value) {
+    async fn report(&self, command: &Command, saga: &Saga) {
         let started = Instant::now();
-        self.update_task(command, ledger).await;
+        self.update_task(command, &saga.ledger()).await;
         Stopwatches::add(&self.stopwatches.task_store_nanos, started);
     }
 }
 
 impl TaskLedger {
     async fn update_task(&self, command: &Command, ledger: &Value) {
-        let ledger_artifact = Artifact {
-            artifact_id: "saga-ledger".into(),
-            name: Some("saga-ledger".into()),
-            description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
-            parts: vec![Part::data(ledger.clone())],
-            metadata: None,
-            extensions: None,
-        };
-        self.task
-            .add_artifact(ledger_artifact, false, true)
-            .await
-            .expect("ledger artifact");
         let (state, text) = match command {
             Command::Report { step, what } => (TaskState::Working, format!("{step}: {what}")),
             Command::Pause { reason } => (TaskState::InputRequired, reason.clone()),
@@ -382,9 +371,21 @@ impl TaskLedger {
             },
             _ => return,
         };
+        let ledger_artifact = Artifact {
+            artifact_id: "saga-ledger".into(),
+            name: Some("saga-ledger".into()),
+            description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
+            parts: vec![Part::data(ledger.clone())],
+            metadata: None,
+            extensions: None,
+        };
         self.task
-            .set_status(state, Some(agent_host::agent_message(text, None)))
+            .set_status_with_artifact(
+                Some(ledger_artifact),
+                state,
+                Some(agent_host::agent_message(text, None)),
+            )
             .await
-            .expect("status update");
+            .expect("ledger artifact and status update");
     }
 }

@@ -231,7 +231,7 @@ async fn single_writes(executor: &Arc<Executor>) -> (Vec<Duration>, Vec<Duration
         executor
             .journal
             .inner
-            .append(&saga_id, &intent)
+            .append(&saga_id, std::slice::from_ref(&intent))
             .await
             .expect("append");
         journal_writes.push(started.elapsed());
