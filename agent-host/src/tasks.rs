@@ -18,12 +18,16 @@ use crate::store::TaskStore;
 /// Events a live subscriber may fall behind by before it resynchronises from the store.
 const EVENT_BUFFER: usize = 256;
 
+type WriteLock = Arc<tokio::sync::Mutex<Option<Task>>>;
+
 /// Owns the store and the event bus; hands out `TaskHandle`s.
 pub struct TaskManager {
     store: Arc<dyn TaskStore>,
     channels: Mutex<HashMap<String, broadcast::Sender<StreamResponse>>>,
-    /// One writer at a time per task keeps events in store order.
-    write_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One writer at a time per task keeps events in store order. The lock holds the
+    /// task as last written, so an update need not read and decode it again; `None`
+    /// after a failed write (the next update reads the store).
+    write_locks: Mutex<HashMap<String, WriteLock>>,
 }
 
 impl std::fmt::Debug for TaskManager {
@@ -70,7 +74,7 @@ impl TaskManager {
         }
     }
 
-    fn write_lock(&self, task_id: &str) -> Result<Arc<tokio::sync::Mutex<()>>> {
+    fn write_lock(&self, task_id: &str) -> Result<WriteLock> {
         let mut locks = self
             .write_locks
             .lock()
@@ -81,8 +85,10 @@ impl TaskManager {
     /// Stores a new (or resumed) task and announces it.
     pub async fn create(self: &Arc<Self>, task: Task) -> Result<TaskHandle> {
         let lock = self.write_lock(&task.id)?;
-        let _guard = lock.lock().await;
+        let mut written = lock.lock().await;
+        *written = None;
         self.store.put(&task).await?;
+        *written = Some(task.clone());
         self.publish(&task.id, StreamResponse::Task(task.clone()), false);
         Ok(self.handle(&task.id, &task.context_id))
     }
@@ -116,12 +122,15 @@ impl TaskManager {
         events: impl FnOnce(&Task) -> Vec<StreamResponse>,
     ) -> Result<Task> {
         let lock = self.write_lock(task_id)?;
-        let _guard = lock.lock().await;
-        let mut task = self
-            .store
-            .get(task_id)
-            .await?
-            .ok_or_else(|| Error::Protocol(A2AError::task_not_found(task_id)))?;
+        let mut written = lock.lock().await;
+        let mut task = match written.take() {
+            Some(task) => task,
+            None => self
+                .store
+                .get(task_id)
+                .await?
+                .ok_or_else(|| Error::Protocol(A2AError::task_not_found(task_id)))?,
+        };
         if is_terminal(&task.status.state) {
             return Err(Error::Protocol(A2AError::unsupported_operation(format!(
                 "task {task_id} is already in a terminal state"
@@ -130,6 +139,9 @@ impl TaskManager {
         change(&mut task).map_err(Error::Protocol)?;
         self.store.put(&task).await?;
         let last = is_terminal(&task.status.state);
+        if !last {
+            *written = Some(task.clone());
+        }
         let events = events(&task);
         let count = events.len();
         for (i, event) in events.into_iter().enumerate() {

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::Parser;
 use executor_agent::service::{Settings, build};
+
+/// See the dependency's note in Cargo.toml: the hot path allocates a lot, briefly.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use serde_json::Value;
 use shared_types::{Jwk, TrustStore};
 use tokio_util::sync::CancellationToken;

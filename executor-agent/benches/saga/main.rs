@@ -11,6 +11,10 @@
 //! `SAGA_BENCH_SECONDS` sets the length of each throughput run (default 4);
 //! `SAGA_BENCH_ROUTE=driver` or `=tasks` runs one route only (for profiling).
 
+/// The executor binary's allocator, so the benchmark measures what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod cpu;
 mod executor;
 mod report;
