@@ -78,7 +78,14 @@ pub async fn drive(
     let mut pending_cancel: Option<oneshot::Sender<std::result::Result<(), String>>> = None;
     loop {
         if let Phase::Done { .. } = saga.phase {
-            journal.finish(&saga_id).await?;
+            // Bookkeeping, off the saga's path: its end is journaled and reported already.
+            // Should this write be lost, recovery shows the end again and marks it then.
+            let (journal, saga_id) = (journal.clone(), saga_id.clone());
+            tokio::spawn(async move {
+                if let Err(e) = journal.finish(&saga_id).await {
+                    tracing::warn!(saga = %saga_id, error = %e, "cannot mark the saga finished");
+                }
+            });
             return Ok(saga.phase);
         }
         let event = tokio::select! {
