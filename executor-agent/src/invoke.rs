@@ -187,6 +187,10 @@ impl Invoker for A2aInvoker {
                     reason: format!("the tool refused the call: {} ({})", e.message, e.code),
                 }
             }
+            // Refused before anything was sent (a credential that cannot be a header).
+            Err(agent_host::Error::Config(reason)) => CallOutcome::Failed {
+                reason: format!("the call could not be sent: {reason}"),
+            },
             Err(e) => CallOutcome::Unknown {
                 reason: e.to_string(),
             },

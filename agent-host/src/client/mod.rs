@@ -1,13 +1,17 @@
 //! The outbound A2A client every agent uses to call another: the SDK's JSON-RPC
-//! transport with our headers on each call (`A2A-Version`, bearer credential,
+//! transport (and, for `SendMessage`, the SDK's types sent directly: `send_message`) with
+//! our headers on each call (`A2A-Version`, bearer credential,
 //! `Idempotency-Key`, `traceparent`, `baggage`), a deadline on each call, and agent-card
 //! fetching with signature verification.
+
+mod send_message;
 
 use std::time::Duration;
 
 use a2a_client::Transport;
 use a2a_client::jsonrpc::JsonRpcTransport;
 use futures::stream::BoxStream;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use shared_types::TrustStore;
 
@@ -64,6 +68,33 @@ impl OutboundCall {
         }
         params
     }
+
+    /// The same headers as `params`, for a request sent without the SDK's transport.
+    /// A value that cannot be a header (a credential with a line break) is refused here,
+    /// before anything is sent.
+    fn headers(&self) -> Result<HeaderMap> {
+        let mut headers = HeaderMap::with_capacity(5);
+        let mut put = |name: &'static str, value: &str| -> Result<()> {
+            let value = HeaderValue::from_str(value)
+                .map_err(|_| Error::Config(format!("the {name} header cannot carry this value")))?;
+            headers.insert(HeaderName::from_static(name), value);
+            Ok(())
+        };
+        put("a2a-version", PROTOCOL_VERSION)?;
+        if let Some(token) = &self.bearer {
+            put("authorization", &format!("Bearer {token}"))?;
+        }
+        if let Some(key) = &self.idempotency_key {
+            put("idempotency-key", key)?;
+        }
+        if let Some(traceparent) = &self.traceparent {
+            put("traceparent", traceparent)?;
+        }
+        if !self.baggage.is_empty() {
+            put("baggage", &baggage_header(&self.baggage))?;
+        }
+        Ok(headers)
+    }
 }
 
 /// A W3C `baggage` header value from its members.
@@ -91,6 +122,8 @@ fn percent_encode(value: &str) -> String {
 /// A client for one agent's JSON-RPC endpoint.
 pub struct AgentClient {
     base_url: String,
+    /// The JSON-RPC endpoint, parsed once rather than on every call.
+    endpoint: reqwest::Url,
     http: reqwest::Client,
     transport: JsonRpcTransport,
 }
@@ -111,8 +144,12 @@ impl AgentClient {
             .build()
             .map_err(|e| Error::Config(format!("cannot build an HTTP client: {e}")))?;
         let base_url = base_url.trim_end_matches('/').to_owned();
+        let endpoint = format!("{base_url}/");
+        let parsed = reqwest::Url::parse(&endpoint)
+            .map_err(|e| Error::Config(format!("{endpoint} is not a URL: {e}")))?;
         Ok(Self {
-            transport: JsonRpcTransport::new(http.clone(), format!("{base_url}/")),
+            transport: JsonRpcTransport::new(http.clone(), endpoint),
+            endpoint: parsed,
             base_url,
             http,
         })
@@ -126,12 +163,16 @@ impl AgentClient {
     ) -> Result<T> {
         match tokio::time::timeout(call.timeout, work).await {
             Ok(result) => result.map_err(Error::Protocol),
-            Err(_) => Err(Error::Transport(format!(
-                "{what} to {} got no answer within {} ms",
-                self.base_url,
-                call.timeout.as_millis()
-            ))),
+            Err(_) => Err(self.no_answer(call, what)),
         }
+    }
+
+    fn no_answer(&self, call: &OutboundCall, what: &str) -> Error {
+        Error::Transport(format!(
+            "{what} to {} got no answer within {} ms",
+            self.base_url,
+            call.timeout.as_millis()
+        ))
     }
 
     pub async fn send(
@@ -139,13 +180,12 @@ impl AgentClient {
         call: &OutboundCall,
         request: &SendMessageRequest,
     ) -> Result<SendMessageResponse> {
-        let params = call.params();
-        self.within(
-            call,
-            "SendMessage",
-            self.transport.send_message(&params, request),
-        )
-        .await
+        let headers = call.headers()?;
+        let work = send_message::send(&self.http, &self.endpoint, headers, request);
+        match tokio::time::timeout(call.timeout, work).await {
+            Ok(answer) => answer,
+            Err(_) => Err(self.no_answer(call, "SendMessage")),
+        }
     }
 
     /// Opens a stream; the deadline covers opening it, not reading it.
