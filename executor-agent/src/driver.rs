@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::Result;
-use crate::invoke::{CallContext, Invoker};
+use crate::invoke::{CallContext, Invoker, trace_id};
 use crate::journal::{Entry, Journal};
 use crate::recovery::Recovered;
 use crate::saga::model::Phase;
@@ -50,6 +50,7 @@ pub async fn drive(
 ) -> Result<Phase> {
     let (events, mut incoming) = mpsc::unbounded_channel::<Event>();
     let ctx = Ctx {
+        trace_id: trace_id(&saga_id),
         saga_id: saga_id.clone(),
         journal: journal.clone(),
         invoker,
@@ -133,6 +134,7 @@ pub async fn drive(
 
 struct Ctx {
     saga_id: String,
+    trace_id: String,
     journal: Arc<dyn Journal>,
     invoker: Arc<dyn Invoker>,
     events: mpsc::UnboundedSender<Event>,
@@ -159,6 +161,7 @@ impl Ctx {
             saga_id: self.saga_id.clone(),
             step_id: saga.spec.steps[step].id.clone(),
             caused_by,
+            trace_id: self.trace_id.clone(),
         };
         let (invoker, events) = (self.invoker.clone(), self.events.clone());
         tokio::spawn(async move {

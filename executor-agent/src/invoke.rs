@@ -41,6 +41,8 @@ pub struct CallContext {
     pub step_id: String,
     /// Why this call happens: the step whose failure caused a compensation.
     pub caused_by: Option<String>,
+    /// The saga's W3C trace id (`trace_id(saga_id)`), worked out once per saga.
+    pub trace_id: String,
 }
 
 impl CallContext {
@@ -73,7 +75,8 @@ pub struct Endpoint {
 /// Calls A2A tool agents.
 #[derive(Debug, Default)]
 pub struct A2aInvoker {
-    endpoints: HashMap<String, Endpoint>,
+    /// Each agent's client, carrying its credential; or why no call can be sent to it.
+    endpoints: HashMap<String, std::result::Result<AgentClient, String>>,
 }
 
 impl A2aInvoker {
@@ -82,22 +85,33 @@ impl A2aInvoker {
     }
 
     pub fn add(&mut self, agent: impl Into<String>, endpoint: Endpoint) {
-        self.endpoints.insert(agent.into(), endpoint);
+        let client = match endpoint.bearer {
+            Some(token) => endpoint
+                .client
+                .with_bearer(&token)
+                .map_err(|e| e.to_string()),
+            None => Ok(endpoint.client),
+        };
+        self.endpoints.insert(agent.into(), client);
     }
 }
 
-/// A W3C trace context: one trace per saga, one span per call.
-fn traceparent(saga_id: &str) -> String {
-    let trace = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, saga_id.as_bytes())
+/// The W3C trace id of a saga: every call of one saga belongs to one trace.
+pub fn trace_id(saga_id: &str) -> String {
+    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, saga_id.as_bytes())
         .simple()
-        .to_string();
-    let span = &uuid::Uuid::new_v4().simple().to_string()[..16];
-    format!("00-{trace}-{span}-01")
+        .to_string()
 }
 
-fn data_of(parts: &[Part]) -> Option<Value> {
-    parts.iter().find_map(|p| match &p.content {
-        PartContent::Data(v) => Some(v.clone()),
+/// A W3C trace context: the saga's trace, a new span for this call.
+fn traceparent(trace_id: &str) -> String {
+    let span = uuid::Uuid::new_v4().as_u64_pair().0;
+    format!("00-{trace_id}-{span:016x}-01")
+}
+
+fn take_data(parts: Vec<Part>) -> Option<Value> {
+    parts.into_iter().find_map(|p| match p.content {
+        PartContent::Data(v) => Some(v),
         _ => None,
     })
 }
@@ -111,20 +125,19 @@ fn text_of(task: &Task) -> String {
 }
 
 /// How a tool's task answers a call.
-pub fn classify_task(task: &Task) -> CallOutcome {
+pub fn classify_task(task: Task) -> CallOutcome {
     match task.status.state {
         TaskState::Completed => {
             let response = task
                 .artifacts
-                .as_deref()
                 .unwrap_or_default()
-                .iter()
-                .find_map(|a| data_of(&a.parts))
+                .into_iter()
+                .find_map(|a| take_data(a.parts))
                 .unwrap_or_else(|| json!({}));
             CallOutcome::Succeeded { response }
         }
         TaskState::Failed | TaskState::Rejected | TaskState::Canceled => CallOutcome::Failed {
-            reason: text_of(task),
+            reason: text_of(&task),
         },
         ref other => CallOutcome::Unknown {
             reason: format!("the tool's task is still {other:?} after the call's timeout"),
@@ -135,11 +148,19 @@ pub fn classify_task(task: &Task) -> CallOutcome {
 #[async_trait]
 impl Invoker for A2aInvoker {
     async fn invoke(&self, invocation: &Invocation, context: &CallContext) -> CallOutcome {
-        let Some(endpoint) = self.endpoints.get(&invocation.call.agent) else {
-            // Nothing was sent: a definite failure.
-            return CallOutcome::Failed {
-                reason: format!("no endpoint for agent {}", invocation.call.agent),
-            };
+        // Nothing is sent without a client: a definite failure.
+        let client = match self.endpoints.get(&invocation.call.agent) {
+            Some(Ok(client)) => client,
+            Some(Err(reason)) => {
+                return CallOutcome::Failed {
+                    reason: reason.clone(),
+                };
+            }
+            None => {
+                return CallOutcome::Failed {
+                    reason: format!("no endpoint for agent {}", invocation.call.agent),
+                };
+            }
         };
         let saga_context = json!({
             "sagaId": context.saga_id, "stepId": context.step_id,
@@ -162,9 +183,10 @@ impl Invoker for A2aInvoker {
             reference_task_ids: None,
         };
         let call = OutboundCall {
-            bearer: endpoint.bearer.clone(),
+            // The client carries the agent's credential.
+            bearer: None,
             idempotency_key: Some(invocation.idempotency_key.clone()),
-            traceparent: Some(traceparent(&context.saga_id)),
+            traceparent: Some(traceparent(&context.trace_id)),
             baggage: context.baggage(),
             timeout: Duration::from_millis(invocation.call.timeout_ms),
         };
@@ -174,9 +196,9 @@ impl Invoker for A2aInvoker {
             metadata: None,
             tenant: None,
         };
-        match endpoint.client.send(&call, &request).await {
-            Ok(SendMessageResponse::Task(task)) => classify_task(&task),
-            Ok(SendMessageResponse::Message(m)) => match data_of(&m.parts) {
+        match client.send(&call, &request).await {
+            Ok(SendMessageResponse::Task(task)) => classify_task(task),
+            Ok(SendMessageResponse::Message(m)) => match take_data(m.parts) {
                 Some(response) => CallOutcome::Succeeded { response },
                 None => CallOutcome::Unknown {
                     reason: "the tool answered with a message and no result".into(),
@@ -217,7 +239,7 @@ impl Invoker for ToolInvoker {
                     step_id: context.step_id.clone(),
                     caused_by: context.caused_by.clone(),
                     compensation: matches!(invocation.target, Target::Compensation(_)),
-                    traceparent: traceparent(&context.saga_id),
+                    traceparent: traceparent(&context.trace_id),
                     baggage: agent_host::baggage_header(&context.baggage()),
                 };
                 self.mcp.invoke(&agent, invocation, context).await

@@ -62,9 +62,10 @@ enum Write {
         saga_id: String,
         body: String,
     },
+    /// The entries of one append, as one row: a JSON array.
     Append {
         saga_id: String,
-        bodies: Vec<String>,
+        body: String,
     },
     Finish {
         saga_id: String,
@@ -76,14 +77,9 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
         Write::Begin { saga_id, body } => tx
             .prepare_cached("INSERT INTO sagas (saga_id, header, finished) VALUES (?1, ?2, 0)")?
             .execute(params![saga_id, body]),
-        Write::Append { saga_id, bodies } => {
-            let mut insert =
-                tx.prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?;
-            for body in bodies {
-                insert.execute(params![saga_id, body])?;
-            }
-            Ok(bodies.len())
-        }
+        Write::Append { saga_id, body } => tx
+            .prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
+            .execute(params![saga_id, body]),
         Write::Finish { saga_id } => tx
             .prepare_cached("UPDATE sagas SET finished = 1 WHERE saga_id = ?1")?
             .execute(params![saga_id]),
@@ -144,12 +140,13 @@ impl Journal for SqliteJournal {
     }
 
     async fn append(&self, saga_id: &str, entries: &[Entry]) -> Result<()> {
-        let bodies = entries.iter().map(encode).collect::<Result<_>>()?;
+        // One row per append: the entries of a step are written and read together.
+        let body = encode(&entries)?;
         Ok(self
             .writer
             .submit(Write::Append {
                 saga_id: saga_id.to_owned(),
-                bodies,
+                body,
             })
             .await?)
     }
@@ -180,9 +177,18 @@ impl Journal for SqliteJournal {
                 };
                 let mut statement =
                     conn.prepare("SELECT body FROM entries WHERE saga_id = ?1 ORDER BY seq")?;
-                let entries = statement
-                    .query_map([&saga_id], |row| decode::<Entry>(&row.get::<_, String>(0)?))?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                let mut entries = Vec::new();
+                let mut rows = statement.query([&saga_id])?;
+                while let Some(row) = rows.next()? {
+                    let body: String = row.get(0)?;
+                    // A row is the array of one append; a journal from before appends
+                    // were grouped has one entry per row.
+                    if body.starts_with('[') {
+                        entries.extend(decode::<Vec<Entry>>(&body)?);
+                    } else {
+                        entries.push(decode::<Entry>(&body)?);
+                    }
+                }
                 Ok(Some((header, entries)))
             })
             .await?;

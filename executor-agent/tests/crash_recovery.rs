@@ -235,6 +235,41 @@ async fn the_sqlite_journal_keeps_everything_across_a_reopen() {
     assert!(journal.load("nope").await.unwrap().is_none());
 }
 
+#[tokio::test]
+async fn appends_load_in_order_and_single_entry_rows_still_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let header = SagaHeader {
+        saga_id: "sg_2".into(),
+        plan_version: 1,
+        task_id: "task-2".into(),
+        context_id: "ctx-2".into(),
+        plan: json!({}),
+        spec: spec(),
+    };
+    let event = |i: i64| Entry::Event(Event::Cancel { now_ms: T0 + i });
+    {
+        let journal = SqliteJournal::open(&path).unwrap();
+        journal.begin(&header).await.unwrap();
+        journal.append("sg_2", &[event(0), event(1)]).await.unwrap();
+    }
+    // A row as journals wrote them before an append became one row: one entry, no array.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute(
+        "INSERT INTO entries (saga_id, body) VALUES ('sg_2', ?1)",
+        [serde_json::to_string(&event(2)).unwrap()],
+    )
+    .unwrap();
+    drop(conn);
+    let journal = SqliteJournal::open(&path).unwrap();
+    journal
+        .append("sg_2", &[event(3), event(4), event(5)])
+        .await
+        .unwrap();
+    let (_, entries) = journal.load("sg_2").await.unwrap().unwrap();
+    assert_eq!(entries, (0..6).map(event).collect::<Vec<_>>());
+}
+
 /// Runs futures concurrently (so their appends share commits) and collects the results.
 async fn futures_join<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 where

@@ -11,7 +11,7 @@ use std::time::Duration;
 use a2a_client::Transport;
 use a2a_client::jsonrpc::JsonRpcTransport;
 use futures::stream::BoxStream;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use shared_types::TrustStore;
 
@@ -69,11 +69,11 @@ impl OutboundCall {
         params
     }
 
-    /// The same headers as `params`, for a request sent without the SDK's transport.
-    /// A value that cannot be a header (a credential with a line break) is refused here,
-    /// before anything is sent.
-    fn headers(&self) -> Result<HeaderMap> {
-        let mut headers = HeaderMap::with_capacity(5);
+    /// The same headers as `params`, for a request sent without the SDK's transport;
+    /// `credential` is the client's own, used when the call brings none. A value that
+    /// cannot be a header (a line break in it) is refused here, before anything is sent.
+    fn headers(&self, credential: Option<&HeaderValue>) -> Result<HeaderMap> {
+        let mut headers = HeaderMap::with_capacity(6);
         let mut put = |name: &'static str, value: &str| -> Result<()> {
             let value = HeaderValue::from_str(value)
                 .map_err(|_| Error::Config(format!("the {name} header cannot carry this value")))?;
@@ -92,6 +92,11 @@ impl OutboundCall {
         }
         if !self.baggage.is_empty() {
             put("baggage", &baggage_header(&self.baggage))?;
+        }
+        if self.bearer.is_none()
+            && let Some(credential) = credential
+        {
+            headers.insert(http::header::AUTHORIZATION, credential.clone());
         }
         Ok(headers)
     }
@@ -123,9 +128,13 @@ fn percent_encode(value: &str) -> String {
 pub struct AgentClient {
     base_url: String,
     /// The JSON-RPC endpoint, parsed once rather than on every call.
-    endpoint: reqwest::Url,
+    endpoint: http::Uri,
+    /// The HTTP client of `send` (the SDK's transport has its own).
+    send_http: send_message::Http,
     http: reqwest::Client,
     transport: JsonRpcTransport,
+    /// `Authorization` for calls that bring no bearer of their own (built once).
+    credential: Option<HeaderValue>,
 }
 
 impl std::fmt::Debug for AgentClient {
@@ -145,14 +154,30 @@ impl AgentClient {
             .map_err(|e| Error::Config(format!("cannot build an HTTP client: {e}")))?;
         let base_url = base_url.trim_end_matches('/').to_owned();
         let endpoint = format!("{base_url}/");
-        let parsed = reqwest::Url::parse(&endpoint)
+        let parsed: http::Uri = endpoint
+            .parse()
             .map_err(|e| Error::Config(format!("{endpoint} is not a URL: {e}")))?;
         Ok(Self {
             transport: JsonRpcTransport::new(http.clone(), endpoint),
             endpoint: parsed,
+            send_http: send_message::Http::new(Duration::from_secs(5)),
+            credential: None,
             base_url,
             http,
         })
+    }
+
+    /// Sends `token` as the bearer credential of every `send` that brings none of its own.
+    pub fn with_bearer(mut self, token: &str) -> Result<Self> {
+        let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            Error::Config(format!(
+                "the credential for {} cannot be sent as a header",
+                self.base_url
+            ))
+        })?;
+        value.set_sensitive(true);
+        self.credential = Some(value);
+        Ok(self)
     }
 
     async fn within<T>(
@@ -180,8 +205,8 @@ impl AgentClient {
         call: &OutboundCall,
         request: &SendMessageRequest,
     ) -> Result<SendMessageResponse> {
-        let headers = call.headers()?;
-        let work = send_message::send(&self.http, &self.endpoint, headers, request);
+        let headers = call.headers(self.credential.as_ref())?;
+        let work = self.send_http.send(&self.endpoint, headers, request);
         match tokio::time::timeout(call.timeout, work).await {
             Ok(answer) => answer,
             Err(_) => Err(self.no_answer(call, "SendMessage")),

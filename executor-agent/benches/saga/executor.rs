@@ -10,7 +10,7 @@ use agent_host::sdk::{Artifact, Part, Task, TaskState, TaskStatus};
 use agent_host::{AgentClient, SqliteTaskStore, TaskHandle, TaskManager};
 use async_trait::async_trait;
 use executor_agent::driver::{Control, Reporter, drive};
-use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker};
+use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker, trace_id};
 use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{CallOutcome, Command, Ending, Event, Invocation, Saga, SagaSpec};
@@ -290,6 +290,7 @@ impl Executor {
     /// HTTP clients), under fresh idempotency keys.
     pub(crate) async fn call_directly(&self) {
         let saga_id = self.new_saga_id();
+        let trace_id = trace_id(&saga_id);
         for template in &self.direct_template {
             let mut invocation = template.clone();
             let step_id = template
@@ -303,6 +304,7 @@ impl Executor {
                 saga_id: saga_id.clone(),
                 step_id,
                 caused_by: None,
+                trace_id: trace_id.clone(),
             };
             let outcome = self.direct_invoker.invoke(&invocation, &context).await;
             self.calls_answered.fetch_add(1, Ordering::Relaxed);

@@ -119,7 +119,7 @@ fn sdk_reading(bytes: &[u8]) -> SendMessageResponse {
 #[test]
 fn a_task_answer_reads_as_the_sdk_reads_it() {
     let bytes = sdk_answer(&SendMessageResponse::Task(rich_task()));
-    let ours = decode(reqwest::StatusCode::OK, &bytes).unwrap();
+    let ours = decode(StatusCode::OK, &bytes).unwrap();
     assert_eq!(ours, sdk_reading(&bytes));
     let SendMessageResponse::Task(task) = ours else {
         panic!("expected a task");
@@ -131,10 +131,7 @@ fn a_task_answer_reads_as_the_sdk_reads_it() {
 fn a_message_answer_reads_as_the_sdk_reads_it() {
     let message = request_with(json!({"result": {"id": 4.0}}), json!({})).message;
     let bytes = sdk_answer(&SendMessageResponse::Message(message));
-    assert_eq!(
-        decode(reqwest::StatusCode::OK, &bytes).unwrap(),
-        sdk_reading(&bytes)
-    );
+    assert_eq!(decode(StatusCode::OK, &bytes).unwrap(), sdk_reading(&bytes));
 }
 
 fn error_body(error: Value) -> Vec<u8> {
@@ -145,7 +142,7 @@ fn error_body(error: Value) -> Vec<u8> {
 fn an_a2a_reason_names_the_precise_code() {
     let body = error_body(json!({"code": -32603, "message": "no such task", "data": [{
         "@type": ERROR_INFO_TYPE, "reason": "TASK_NOT_FOUND", "domain": PROTOCOL_DOMAIN}]}));
-    let Err(Error::Protocol(e)) = decode(reqwest::StatusCode::OK, &body) else {
+    let Err(Error::Protocol(e)) = decode(StatusCode::OK, &body) else {
         panic!("expected a protocol error");
     };
     assert_eq!(e.code, error_code::TASK_NOT_FOUND);
@@ -157,7 +154,7 @@ fn field_violations_make_invalid_params_and_are_named() {
     let body = error_body(json!({"code": -32603, "message": "bad request", "data": [{
         "@type": BAD_REQUEST_TYPE,
         "fieldViolations": [{"field": "message.parts", "description": "empty"}]}]}));
-    let Err(Error::Protocol(e)) = decode(reqwest::StatusCode::OK, &body) else {
+    let Err(Error::Protocol(e)) = decode(StatusCode::OK, &body) else {
         panic!("expected a protocol error");
     };
     assert_eq!(e.code, error_code::INVALID_PARAMS);
@@ -167,7 +164,7 @@ fn field_violations_make_invalid_params_and_are_named() {
 #[test]
 fn a_plain_error_keeps_its_code() {
     let body = error_body(json!({"code": -32602, "message": "unknown skill"}));
-    let Err(Error::Protocol(e)) = decode(reqwest::StatusCode::OK, &body) else {
+    let Err(Error::Protocol(e)) = decode(StatusCode::OK, &body) else {
         panic!("expected a protocol error");
     };
     assert_eq!((e.code, e.message.as_str()), (-32602, "unknown skill"));
@@ -175,10 +172,9 @@ fn a_plain_error_keeps_its_code() {
 
 #[test]
 fn an_answer_that_is_not_json_rpc_names_the_status() {
-    let Err(Error::Transport(reason)) = decode(
-        reqwest::StatusCode::SERVICE_UNAVAILABLE,
-        b"<html>busy</html>",
-    ) else {
+    let Err(Error::Transport(reason)) =
+        decode(StatusCode::SERVICE_UNAVAILABLE, b"<html>busy</html>")
+    else {
         panic!("expected a transport error");
     };
     assert!(reason.contains("503"), "{reason}");
@@ -187,7 +183,7 @@ fn an_answer_that_is_not_json_rpc_names_the_status() {
 #[test]
 fn a_result_without_task_or_message_is_refused() {
     let body = br#"{"jsonrpc":"2.0","id":1,"result":{"other":1}}"#;
-    let Err(Error::Protocol(e)) = decode(reqwest::StatusCode::OK, body) else {
+    let Err(Error::Protocol(e)) = decode(StatusCode::OK, body) else {
         panic!("expected a protocol error");
     };
     assert!(e.message.contains("neither"), "{}", e.message);
@@ -226,7 +222,7 @@ proptest! {
     #[test]
     fn any_bytes_decode_or_fail_cleanly(bytes in prop::collection::vec(any::<u8>(), 0..256),
                                         status in 100u16..600) {
-        let status = reqwest::StatusCode::from_u16(status).unwrap();
+        let status = StatusCode::from_u16(status).unwrap();
         let _ = decode(status, &bytes);
     }
 }
