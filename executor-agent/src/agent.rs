@@ -15,7 +15,7 @@ use shared_types::validate::{Resubmission, compare_with_accepted};
 use shared_types::{PlanValidator, TrustStore, Violation};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::driver::{Control, Reporter, drive};
+use crate::driver::{Control, Reporter, Start, begin, drive};
 use crate::error::{Error, Result};
 use crate::invoke::{A2aInvoker, Endpoint, Invoker, ToolInvoker};
 use crate::journal::{Journal, SagaHeader};
@@ -117,12 +117,7 @@ impl Executor {
     }
 
     /// Starts a driver for `saga` reporting on `task`; returns once the saga first stops.
-    async fn launch(
-        self: &Arc<Self>,
-        task: TaskHandle,
-        saga: Saga,
-        resume: Option<crate::recovery::Recovered>,
-    ) {
+    async fn launch(self: &Arc<Self>, task: TaskHandle, saga: Saga, start: Start) {
         let (control, rx) = mpsc::channel(8);
         let (stop_tx, stops) = watch::channel(0u64);
         let mut first_stop = stops.clone();
@@ -141,7 +136,7 @@ impl Executor {
         );
         let saga_id = saga.spec.saga_id.clone();
         tokio::spawn(async move {
-            if let Err(e) = drive(saga_id, saga, resume, journal, invoker, reporter, rx).await {
+            if let Err(e) = drive(saga_id, saga, start, journal, invoker, reporter, rx).await {
                 tracing::error!(task = %task_id, error = %e, "saga driver stopped");
                 let _ = task
                     .set_status(
@@ -169,7 +164,10 @@ impl Executor {
             let task = self.tasks.handle(&header.task_id, &header.context_id);
             let saga = recovered.saga.clone();
             let me = self.clone();
-            tokio::spawn(async move { me.launch(task, saga, Some(recovered)).await });
+            tokio::spawn(async move {
+                me.launch(task, saga, Start::Resumed(Box::new(recovered)))
+                    .await
+            });
         }
         Ok(ids.len())
     }
@@ -223,9 +221,9 @@ impl Executor {
             plan,
             spec: spec.clone(),
         };
-        self.config.journal.begin(&header).await?;
+        let (saga, start) = begin(self.config.journal.as_ref(), &header, Saga::new(spec)).await?;
         let _ = task.set_metadata("sagaId", json!(typed.saga_id)).await;
-        self.launch(task, Saga::new(spec), None).await;
+        self.launch(task, saga, start).await;
         Ok(())
     }
 }

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::Result;
 use crate::invoke::{CallContext, Invoker, trace_id};
-use crate::journal::{Entry, Journal};
+use crate::journal::{Entry, Journal, SagaHeader};
 use crate::recovery::Recovered;
 use crate::saga::model::Phase;
 use crate::saga::{Command, Event, Invocation, Resolution, Saga, Target, Timer};
@@ -37,12 +37,44 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// Runs one saga until it ends. `resume` comes from the journal after a restart, or is
-/// `None` for a new saga (which starts with `Event::Start`).
+/// How a saga comes to its driver.
+#[derive(Debug)]
+pub enum Start {
+    /// Journaled by `begin` with its header; these are the commands of its first step.
+    Begun(Vec<Command>),
+    /// Rebuilt from the journal after a restart.
+    Resumed(Box<Recovered>),
+}
+
+/// The entries an event and the commands it led to are journaled as.
+fn entries_of(event: Event, commands: &[Command]) -> Vec<Entry> {
+    let mut entries = vec![Entry::Event(event)];
+    entries.extend(commands.iter().filter_map(|c| match c {
+        Command::Invoke(invocation) => Some(Entry::Intent(invocation.clone())),
+        _ => None,
+    }));
+    entries
+}
+
+/// Starts a new saga: steps it through `Event::Start` and journals its header together
+/// with that first step, in one durable write. The saga is accepted once this returns;
+/// `drive` then performs the commands.
+pub async fn begin(
+    journal: &dyn Journal,
+    header: &SagaHeader,
+    mut saga: Saga,
+) -> Result<(Saga, Start)> {
+    let start = Event::Start { now_ms: now_ms() };
+    let commands = saga.step(start.clone());
+    journal.begin(header, &entries_of(start, &commands)).await?;
+    Ok((saga, Start::Begun(commands)))
+}
+
+/// Runs one saga until it ends, from where `begin` or recovery left it.
 pub async fn drive(
     saga_id: String,
     mut saga: Saga,
-    resume: Option<Recovered>,
+    start: Start,
     journal: Arc<dyn Journal>,
     invoker: Arc<dyn Invoker>,
     reporter: Arc<dyn Reporter>,
@@ -56,11 +88,9 @@ pub async fn drive(
         invoker,
         events: events.clone(),
     };
-    match resume {
-        None => {
-            let _ = events.send(Event::Start { now_ms: now_ms() });
-        }
-        Some(recovered) => {
+    match start {
+        Start::Begun(commands) => ctx.perform(&saga, commands, reporter.as_ref()).await,
+        Start::Resumed(recovered) => {
             saga = recovered.saga;
             if let Some(shown) = &recovered.last_shown {
                 reporter.report(shown, &saga).await;
@@ -104,12 +134,9 @@ pub async fn drive(
         // The engine is pure, so stepping before the write is safe: if the write fails,
         // the driver stops and recovery replays what is durable.
         let commands = saga.step(event.clone());
-        let mut entries = vec![Entry::Event(event)];
-        entries.extend(commands.iter().filter_map(|c| match c {
-            Command::Invoke(invocation) => Some(Entry::Intent(invocation.clone())),
-            _ => None,
-        }));
-        journal.append(&saga_id, &entries).await?;
+        journal
+            .append(&saga_id, &entries_of(event, &commands))
+            .await?;
         if is_cancel && let Some(reply) = pending_cancel.take() {
             let refused = commands.iter().find_map(|c| match c {
                 Command::RefuseCancel { reason } => Some(reason.clone()),
@@ -117,18 +144,7 @@ pub async fn drive(
             });
             let _ = reply.send(refused.map_or(Ok(()), Err));
         }
-        for command in commands {
-            match command {
-                Command::Invoke(invocation) => ctx.spawn_call(&saga, invocation),
-                Command::StartTimer { timer, after_ms } => ctx.arm(timer, after_ms),
-                Command::RefuseCancel { .. } => {}
-                ref shown @ (Command::Report { .. }
-                | Command::Pause { .. }
-                | Command::Finish { .. }) => {
-                    reporter.report(shown, &saga).await;
-                }
-            }
-        }
+        ctx.perform(&saga, commands, reporter.as_ref()).await;
     }
 }
 
@@ -141,6 +157,22 @@ struct Ctx {
 }
 
 impl Ctx {
+    /// Performs the commands of a step, once they are journaled.
+    async fn perform(&self, saga: &Saga, commands: Vec<Command>, reporter: &dyn Reporter) {
+        for command in commands {
+            match command {
+                Command::Invoke(invocation) => self.spawn_call(saga, invocation),
+                Command::StartTimer { timer, after_ms } => self.arm(timer, after_ms),
+                Command::RefuseCancel { .. } => {}
+                ref shown @ (Command::Report { .. }
+                | Command::Pause { .. }
+                | Command::Finish { .. }) => {
+                    reporter.report(shown, saga).await;
+                }
+            }
+        }
+    }
+
     /// Journals the intent, then calls (for calls recovery makes again).
     async fn call(&self, saga: &Saga, invocation: Invocation) -> Result<()> {
         self.journal

@@ -40,8 +40,9 @@ pub struct SagaHeader {
 /// lease per saga) implements the same trait.
 #[async_trait]
 pub trait Journal: Send + Sync + 'static {
-    /// Records a new saga. Durable when it returns.
-    async fn begin(&self, header: &SagaHeader) -> Result<()>;
+    /// Records a new saga with the entries of its first step, as one durable write.
+    /// Durable when it returns.
+    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<()>;
     /// Appends entries, in order, as one durable write: all of them or none. Durable
     /// when it returns; concurrent appends share an fsync.
     async fn append(&self, saga_id: &str, entries: &[Entry]) -> Result<()>;
@@ -58,9 +59,11 @@ pub trait Journal: Send + Sync + 'static {
 
 #[derive(Debug)]
 enum Write {
+    /// The header, and the first append when there is one.
     Begin {
         saga_id: String,
         body: String,
+        first: Option<String>,
     },
     /// The entries of one append, as one row: a JSON array.
     Append {
@@ -74,9 +77,20 @@ enum Write {
 
 fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
     match write {
-        Write::Begin { saga_id, body } => tx
-            .prepare_cached("INSERT INTO sagas (saga_id, header, finished) VALUES (?1, ?2, 0)")?
-            .execute(params![saga_id, body]),
+        Write::Begin {
+            saga_id,
+            body,
+            first,
+        } => {
+            tx.prepare_cached("INSERT INTO sagas (saga_id, header, finished) VALUES (?1, ?2, 0)")?
+                .execute(params![saga_id, body])?;
+            match first {
+                Some(first) => tx
+                    .prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
+                    .execute(params![saga_id, first]),
+                None => Ok(0),
+            }
+        }
         Write::Append { saga_id, body } => tx
             .prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
             .execute(params![saga_id, body]),
@@ -128,13 +142,19 @@ fn decode<T: for<'de> Deserialize<'de>>(text: &str) -> rusqlite::Result<T> {
 
 #[async_trait]
 impl Journal for SqliteJournal {
-    async fn begin(&self, header: &SagaHeader) -> Result<()> {
+    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<()> {
         let body = encode(header)?;
+        let first = if first.is_empty() {
+            None
+        } else {
+            Some(encode(&first)?)
+        };
         Ok(self
             .writer
             .submit(Write::Begin {
                 saga_id: header.saga_id.clone(),
                 body,
+                first,
             })
             .await?)
     }
@@ -241,8 +261,8 @@ impl<J: Journal> PauseAfterWrites<J> {
 
 #[async_trait]
 impl<J: Journal> Journal for PauseAfterWrites<J> {
-    async fn begin(&self, header: &SagaHeader) -> Result<()> {
-        self.inner.begin(header).await?;
+    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<()> {
+        self.inner.begin(header, first).await?;
         self.written("begin").await;
         Ok(())
     }

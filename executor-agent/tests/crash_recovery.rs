@@ -205,7 +205,7 @@ async fn the_sqlite_journal_keeps_everything_across_a_reopen() {
     };
     {
         let journal = SqliteJournal::open(&path).unwrap();
-        journal.begin(&header).await.unwrap();
+        journal.begin(&header, &[]).await.unwrap();
         let (clean, _, _) = run_with_crash(usize::MAX, false);
         assert!(format!("{:?}", clean.phase).contains("Completed"));
         journal
@@ -250,7 +250,7 @@ async fn appends_load_in_order_and_single_entry_rows_still_load() {
     let event = |i: i64| Entry::Event(Event::Cancel { now_ms: T0 + i });
     {
         let journal = SqliteJournal::open(&path).unwrap();
-        journal.begin(&header).await.unwrap();
+        journal.begin(&header, &[]).await.unwrap();
         journal.append("sg_2", &[event(0), event(1)]).await.unwrap();
     }
     // A row as journals wrote them before an append became one row: one entry, no array.

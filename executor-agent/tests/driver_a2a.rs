@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use common::*;
 
 use agent_host::AgentClient;
-use executor_agent::driver::{Control, Reporter, drive};
+use executor_agent::driver::{Control, Reporter, begin, drive};
 use executor_agent::invoke::{A2aInvoker, Endpoint};
-use executor_agent::journal::{Journal, SagaHeader, SqliteJournal};
+use executor_agent::journal::{SagaHeader, SqliteJournal};
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{Command, Ending, Saga, SagaSpec};
 use serde_json::json;
@@ -92,13 +92,15 @@ async fn start(faults: &[(&str, Fault)]) -> Stopped {
         plan: json!({}),
         spec: spec.clone(),
     };
-    journal.begin(&header).await.unwrap();
+    let (saga, start) = begin(journal.as_ref(), &header, Saga::new(spec))
+        .await
+        .unwrap();
     let (reports_tx, reports) = mpsc::unbounded_channel();
     let (control, rx) = mpsc::channel::<Control>(4);
     let saga = tokio::spawn(drive(
         plan.saga_id.clone(),
-        Saga::new(spec),
-        None,
+        saga,
+        start,
         journal,
         Arc::new(invoker),
         Arc::new(Log(reports_tx)),

@@ -99,11 +99,30 @@ impl<J: Send + 'static> GroupCommit<J> {
                             Err(_) => break,
                         }
                     }
-                    let result = commit(&mut conn, &batch, &apply)
-                        .map_err(|e| format!("{what} write failed: {e}"));
+                    let result = commit(&mut conn, batch.iter().map(|(job, _)| job), &apply);
                     count_commit(what);
-                    for (_, done) in batch.drain(..) {
-                        let _ = done.send(result.clone().map_err(Error::Store));
+                    match result {
+                        Ok(()) => {
+                            for (_, done) in batch.drain(..) {
+                                let _ = done.send(Ok(()));
+                            }
+                        }
+                        // One write's failure must not fail the writes that happened to
+                        // share its transaction: each is tried again on its own.
+                        Err(_) if batch.len() > 1 => {
+                            for (job, done) in batch.drain(..) {
+                                let alone = commit(&mut conn, [&job], &apply)
+                                    .map_err(|e| Error::Store(format!("{what} write failed: {e}")));
+                                count_commit(what);
+                                let _ = done.send(alone);
+                            }
+                        }
+                        Err(e) => {
+                            for (_, done) in batch.drain(..) {
+                                let _ = done
+                                    .send(Err(Error::Store(format!("{what} write failed: {e}"))));
+                            }
+                        }
                     }
                 }
             })
@@ -111,28 +130,33 @@ impl<J: Send + 'static> GroupCommit<J> {
         Ok(Self { queue, what })
     }
 
-    /// Writes `job`; returns once it is durable (or the batch failed).
-    pub async fn submit(&self, job: J) -> Result<()> {
+    /// Queues `job` at once (so writes keep the order of the calls); the future resolves
+    /// once it is durable, or with the reason it could not be written.
+    pub fn submit(&self, job: J) -> impl Future<Output = Result<()>> + Send + 'static {
         let (done, durable) = oneshot::channel();
-        self.queue
+        let what = self.what;
+        let queued = self
+            .queue
             .send((job, done))
-            .map_err(|_| Error::store(format!("the {} writer has stopped", self.what)))?;
-        durable.await.map_err(|_| {
-            Error::store(format!(
-                "the {} writer stopped before the write was durable",
-                self.what
-            ))
-        })?
+            .map_err(|_| Error::store(format!("the {what} writer has stopped")));
+        async move {
+            queued?;
+            durable.await.map_err(|_| {
+                Error::store(format!(
+                    "the {what} writer stopped before the write was durable"
+                ))
+            })?
+        }
     }
 }
 
-fn commit<J>(
+fn commit<'a, J: 'a>(
     conn: &mut Connection,
-    batch: &[(J, oneshot::Sender<Result<()>>)],
+    jobs: impl IntoIterator<Item = &'a J>,
     apply: &Apply<J>,
 ) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
-    for (job, _) in batch {
+    for job in jobs {
         apply(&tx, job)?;
     }
     tx.commit()
@@ -167,5 +191,76 @@ impl Reader {
         })
         .await
         .map_err(|e| Error::store(format!("{what} reader failed: {e}")))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::mpsc as sync_mpsc;
+
+    use super::*;
+
+    /// The writer, word that it entered a held job, the key that lets it go, a reader.
+    type Gated = (
+        GroupCommit<(i64, bool)>,
+        sync_mpsc::Receiver<()>,
+        sync_mpsc::Sender<()>,
+        Reader,
+    );
+
+    /// A writer whose job `(id, hold)` inserts `id`; a held job waits, inside the
+    /// transaction, until the test lets it go, so the jobs behind it form one batch.
+    fn gated_writer(dir: &Path) -> Gated {
+        let path = dir.join("t.db");
+        let conn = open_connection(&path, "test").unwrap();
+        conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+            .unwrap();
+        let (entered_tx, entered) = sync_mpsc::channel();
+        let (release, released) = sync_mpsc::channel::<()>();
+        let released = Mutex::new(released);
+        let writer = GroupCommit::spawn("test", conn, move |tx, job: &(i64, bool)| {
+            if job.1 {
+                let _ = entered_tx.send(());
+                let _ = released.lock().map(|r| r.recv());
+            }
+            tx.execute("INSERT INTO t (id) VALUES (?1)", [job.0])
+                .map(|_| ())
+        })
+        .unwrap();
+        (
+            writer,
+            entered,
+            release,
+            Reader::open(&path, "test").unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_failing_write_does_not_fail_the_writes_sharing_its_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, entered, release, reader) = gated_writer(dir.path());
+        let first = writer.submit((1, true));
+        let first = tokio::spawn(first);
+        tokio::task::spawn_blocking(move || entered.recv().unwrap())
+            .await
+            .unwrap();
+        // Queued while the first batch is held: these two are the next batch.
+        let duplicate = writer.submit((1, false));
+        let fine = writer.submit((2, false));
+        release.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        let refused = duplicate.await.unwrap_err();
+        assert!(refused.to_string().contains("UNIQUE"), "{refused}");
+        fine.await.unwrap();
+        let ids: Vec<i64> = reader
+            .read(|c| {
+                c.prepare("SELECT id FROM t ORDER BY id")?
+                    .query_map([], |r| r.get(0))?
+                    .collect()
+            })
+            .await
+            .unwrap();
+        assert_eq!(ids, [1, 2]);
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use agent_host::sdk::{Artifact, Part, Task, TaskState, TaskStatus};
 use agent_host::{AgentClient, SqliteTaskStore, TaskHandle, TaskManager};
 use async_trait::async_trait;
-use executor_agent::driver::{Control, Reporter, drive};
+use executor_agent::driver::{Control, Reporter, begin, drive};
 use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker, trace_id};
 use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
 use executor_agent::saga::model::Phase;
@@ -76,9 +76,9 @@ pub(crate) struct TimedJournal {
 
 #[async_trait]
 impl Journal for TimedJournal {
-    async fn begin(&self, header: &SagaHeader) -> executor_agent::Result<()> {
+    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> executor_agent::Result<()> {
         let started = Instant::now();
-        let written = self.inner.begin(header).await;
+        let written = self.inner.begin(header, first).await;
         Stopwatches::add(&self.stopwatches.journal_nanos, started);
         written
     }
@@ -242,12 +242,14 @@ impl Executor {
             plan,
             spec: spec.clone(),
         };
-        self.journal.begin(&header).await.expect("begin");
+        let (saga, start) = begin(self.journal.as_ref(), &header, Saga::new(spec))
+            .await
+            .expect("begin");
         let (_control, control_rx) = mpsc::channel::<Control>(1);
         let phase = drive(
             saga_id.clone(),
-            Saga::new(spec),
-            None,
+            saga,
+            start,
             self.journal.clone(),
             self.invoker.clone(),
             reporter,

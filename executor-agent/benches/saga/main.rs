@@ -227,7 +227,12 @@ async fn single_writes(executor: &Arc<Executor>) -> (Vec<Duration>, Vec<Duration
         plan,
         spec,
     };
-    executor.journal.inner.begin(&header).await.expect("begin");
+    executor
+        .journal
+        .inner
+        .begin(&header, &[])
+        .await
+        .expect("begin");
     let intent = Entry::Intent(executor.direct_template[3].clone());
     let mut journal_writes = Vec::new();
     for _ in 0..SINGLE_WRITES {
