@@ -32,6 +32,8 @@ fn read_json(path: &str) -> Value {
 #[derive(Debug, Default)]
 pub(crate) struct Stopwatches {
     journal_nanos: AtomicU64,
+    /// The part of `journal_nanos` spent on `begin` (the header with the first step).
+    begin_nanos: AtomicU64,
     call_nanos: AtomicU64,
     task_store_nanos: AtomicU64,
 }
@@ -39,6 +41,7 @@ pub(crate) struct Stopwatches {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Waited {
     pub(crate) journal: Duration,
+    pub(crate) begin: Duration,
     pub(crate) calls: Duration,
     pub(crate) task_store: Duration,
 }
@@ -52,6 +55,7 @@ impl Stopwatches {
         let read = |c: &AtomicU64| Duration::from_nanos(c.load(Ordering::Relaxed));
         Waited {
             journal: read(&self.journal_nanos),
+            begin: read(&self.begin_nanos),
             calls: read(&self.call_nanos),
             task_store: read(&self.task_store_nanos),
         }
@@ -62,6 +66,7 @@ impl Waited {
     pub(crate) fn since(self, before: Waited) -> Waited {
         Waited {
             journal: self.journal - before.journal,
+            begin: self.begin - before.begin,
             calls: self.calls - before.calls,
             task_store: self.task_store - before.task_store,
         }
@@ -80,6 +85,7 @@ impl Journal for TimedJournal {
         let started = Instant::now();
         let written = self.inner.begin(header, first).await;
         Stopwatches::add(&self.stopwatches.journal_nanos, started);
+        Stopwatches::add(&self.stopwatches.begin_nanos, started);
         written
     }
 

@@ -190,6 +190,7 @@ async fn alone(executor: &Arc<Executor>, route: Route, runs: usize) -> Alone {
         cpu.add(&CpuUsed::between(&cpu_before, &sample_cpu()));
         let this_saga = executor.stopwatches.read().since(waited_before);
         waited.journal += this_saga.journal;
+        waited.begin += this_saga.begin;
         waited.calls += this_saga.calls;
         waited.task_store += this_saga.task_store;
         let runner = executor.clone();
