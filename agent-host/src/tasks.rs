@@ -61,6 +61,22 @@ impl TaskManager {
             .subscribe())
     }
 
+    /// Whether anyone listens to the task's events (when nobody does, none are built,
+    /// and a channel everyone left is dropped).
+    fn is_watched(&self, task_id: &str) -> bool {
+        let Ok(mut channels) = self.channels.lock() else {
+            return false;
+        };
+        match channels.get(task_id) {
+            Some(sender) if sender.receiver_count() > 0 => true,
+            Some(_) => {
+                channels.remove(task_id);
+                false
+            }
+            None => false,
+        }
+    }
+
     fn publish(&self, task_id: &str, event: StreamResponse, last: bool) {
         let Ok(mut channels) = self.channels.lock() else {
             return;
@@ -110,17 +126,18 @@ impl TaskManager {
         change: impl FnOnce(&mut Task) -> std::result::Result<(), A2AError>,
         event: impl FnOnce(&Task) -> StreamResponse,
     ) -> Result<Task> {
-        self.update_announcing(task_id, change, |task| vec![event(task)])
+        self.update_announcing(task_id, change, |task| vec![event(task)], Task::clone)
             .await
     }
 
     /// `update`, announcing several events (in order) for one durable write.
-    async fn update_announcing(
+    async fn update_announcing<T>(
         &self,
         task_id: &str,
         change: impl FnOnce(&mut Task) -> std::result::Result<(), A2AError>,
         events: impl FnOnce(&Task) -> Vec<StreamResponse>,
-    ) -> Result<Task> {
+        answer: impl FnOnce(&Task) -> T,
+    ) -> Result<T> {
         let lock = self.write_lock(task_id)?;
         let mut written = lock.lock().await;
         let mut task = match written.take() {
@@ -139,18 +156,23 @@ impl TaskManager {
         change(&mut task).map_err(Error::Protocol)?;
         self.store.put(&task).await?;
         let last = is_terminal(&task.status.state);
-        if !last {
-            *written = Some(task.clone());
+        let answer = answer(&task);
+        // Events are built only for someone listening, or to close the stream at the end.
+        if last || self.is_watched(task_id) {
+            let events = events(&task);
+            let count = events.len();
+            for (i, event) in events.into_iter().enumerate() {
+                self.publish(task_id, event, last && i + 1 == count);
+            }
         }
-        let events = events(&task);
-        let count = events.len();
-        for (i, event) in events.into_iter().enumerate() {
-            self.publish(task_id, event, last && i + 1 == count);
+        if last {
+            if let Ok(mut locks) = self.write_locks.lock() {
+                locks.remove(task_id);
+            }
+        } else {
+            *written = Some(task);
         }
-        if last && let Ok(mut locks) = self.write_locks.lock() {
-            locks.remove(task_id);
-        }
-        Ok(task)
+        Ok(answer)
     }
 }
 
@@ -182,7 +204,7 @@ impl TaskHandle {
 
     /// Moves the task to `state`, with an optional agent message (kept in the history).
     pub async fn set_status(&self, state: TaskState, message: Option<Message>) -> Result<Task> {
-        self.set_status_with_artifact(None, state, message).await
+        self.change_status(None, state, message, Task::clone).await
     }
 
     /// Replaces (or adds) `artifact` and moves the task to `state`, in one durable write;
@@ -192,7 +214,17 @@ impl TaskHandle {
         artifact: Option<Artifact>,
         state: TaskState,
         message: Option<Message>,
-    ) -> Result<Task> {
+    ) -> Result<()> {
+        self.change_status(artifact, state, message, |_| ()).await
+    }
+
+    async fn change_status<T>(
+        &self,
+        artifact: Option<Artifact>,
+        state: TaskState,
+        message: Option<Message>,
+        answer: impl FnOnce(&Task) -> T,
+    ) -> Result<T> {
         let status = TaskStatus {
             state,
             message: message.map(|mut m| {
@@ -202,7 +234,8 @@ impl TaskHandle {
             }),
             timestamp: Some(Utc::now()),
         };
-        let sent = artifact.clone();
+        // The artifact as sent is the one stored (it replaces any with its id).
+        let sent = artifact.as_ref().map(|a| a.artifact_id.clone());
         self.manager
             .update_announcing(
                 &self.id,
@@ -213,13 +246,19 @@ impl TaskHandle {
                     if let Some(m) = &status.message {
                         task.history.get_or_insert_with(Vec::new).push(m.clone());
                     }
-                    task.status = status.clone();
+                    task.status = status;
                     Ok(())
                 },
                 |task| {
                     let mut events = Vec::new();
-                    if let Some(artifact) = sent {
-                        events.push(artifact_event(task, artifact, false, true));
+                    if let Some(id) = sent
+                        && let Some(artifact) = task
+                            .artifacts
+                            .iter()
+                            .flatten()
+                            .find(|a| a.artifact_id == id)
+                    {
+                        events.push(artifact_event(task, artifact.clone(), false, true));
                     }
                     events.push(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
                         task_id: task.id.clone(),
@@ -229,6 +268,7 @@ impl TaskHandle {
                     }));
                     events
                 },
+                answer,
             )
             .await
     }
