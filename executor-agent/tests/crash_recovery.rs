@@ -191,18 +191,22 @@ fn a_crash_during_compensation_ends_like_an_uninterrupted_run() {
     assert!(format!("{:?}", saga.phase).contains("Compensated"));
 }
 
+fn header(saga_id: &str) -> SagaHeader {
+    SagaHeader {
+        saga_id: saga_id.into(),
+        plan_version: 1,
+        task_id: format!("task-{saga_id}"),
+        context_id: format!("ctx-{saga_id}"),
+        plan: json!({}),
+        spec: spec(),
+    }
+}
+
 #[tokio::test]
 async fn the_sqlite_journal_keeps_everything_across_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.db");
-    let header = SagaHeader {
-        saga_id: "sg_1".into(),
-        plan_version: 1,
-        task_id: "task-1".into(),
-        context_id: "ctx-1".into(),
-        plan: json!({}),
-        spec: spec(),
-    };
+    let header = header("sg_1");
     {
         let journal = SqliteJournal::open(&path).unwrap();
         journal.begin(&header, &[]).await.unwrap();
@@ -239,14 +243,7 @@ async fn the_sqlite_journal_keeps_everything_across_a_reopen() {
 async fn appends_load_in_order_and_single_entry_rows_still_load() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.db");
-    let header = SagaHeader {
-        saga_id: "sg_2".into(),
-        plan_version: 1,
-        task_id: "task-2".into(),
-        context_id: "ctx-2".into(),
-        plan: json!({}),
-        spec: spec(),
-    };
+    let header = header("sg_2");
     let event = |i: i64| Entry::Event(Event::Cancel { now_ms: T0 + i });
     {
         let journal = SqliteJournal::open(&path).unwrap();
