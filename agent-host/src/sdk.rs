@@ -11,6 +11,9 @@ pub use a2a::{
 };
 pub use a2a_server::{RequestHandler, ServiceParams};
 
+/// What reading a JSON-RPC answer by hand needs (`client/send_message.rs`).
+pub use a2a::{JsonRpcError, TypedDetail, error_code, errordetails, methods, reason_to_error_code};
+
 /// JSON-RPC 2.0 binding: `POST /`.
 pub fn jsonrpc_router<H: RequestHandler>(handler: std::sync::Arc<H>) -> axum::Router {
     a2a_server::jsonrpc::jsonrpc_router(handler)

@@ -9,8 +9,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use a2a::errordetails::{BAD_REQUEST_TYPE, ERROR_INFO_TYPE, PROTOCOL_DOMAIN};
-use a2a::{JsonRpcError, TypedDetail, error_code, reason_to_error_code};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use http::{Method, StatusCode, Uri};
@@ -22,7 +20,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::sdk::{A2AError, Message, SendMessageRequest, SendMessageResponse, Task};
+use crate::sdk::errordetails::{BAD_REQUEST_TYPE, ERROR_INFO_TYPE, PROTOCOL_DOMAIN};
+use crate::sdk::{
+    A2AError, JsonRpcError, Message, SendMessageRequest, SendMessageResponse, Task, TypedDetail,
+    error_code, methods, reason_to_error_code,
+};
 
 /// Request ids only need to be unique per request; a counter is enough and costs nothing.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -112,7 +114,7 @@ fn encode(request: &SendMessageRequest) -> Result<Vec<u8>> {
     let body = Request {
         jsonrpc: "2.0",
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-        method: a2a::methods::SEND_MESSAGE,
+        method: methods::SEND_MESSAGE,
         params: request,
     };
     serde_json::to_vec(&body).map_err(|e| Error::Config(format!("cannot encode SendMessage: {e}")))
