@@ -204,38 +204,59 @@ impl TaskHandle {
 
     /// Moves the task to `state`, with an optional agent message (kept in the history).
     pub async fn set_status(&self, state: TaskState, message: Option<Message>) -> Result<Task> {
-        self.change_status(None, state, message, Task::clone).await
+        self.change_status(None, vec![(state, message)], Task::clone)
+            .await
     }
 
-    /// Replaces (or adds) `artifact` and moves the task to `state`, in one durable write;
-    /// announced as the artifact update, then the status update.
+    /// Replaces (or adds) `artifact` and sets the status, in one durable write.
     pub async fn set_status_with_artifact(
         &self,
         artifact: Option<Artifact>,
         state: TaskState,
         message: Option<Message>,
     ) -> Result<()> {
-        self.change_status(artifact, state, message, |_| ()).await
+        self.change_status(artifact, vec![(state, message)], |_| ())
+            .await
+    }
+
+    /// Several status changes that happened together, and the artifact as it stands after
+    /// them, in one durable write: every message joins the history, the last status is
+    /// the task's, and a subscriber sees the artifact and then each status in order.
+    pub async fn set_statuses_with_artifact(
+        &self,
+        artifact: Option<Artifact>,
+        statuses: Vec<(TaskState, Option<Message>)>,
+    ) -> Result<()> {
+        self.change_status(artifact, statuses, |_| ()).await
     }
 
     async fn change_status<T>(
         &self,
         artifact: Option<Artifact>,
-        state: TaskState,
-        message: Option<Message>,
+        statuses: Vec<(TaskState, Option<Message>)>,
         answer: impl FnOnce(&Task) -> T,
     ) -> Result<T> {
-        let status = TaskStatus {
-            state,
-            message: message.map(|mut m| {
-                m.task_id = Some(self.id.clone());
-                m.context_id = Some(self.context_id.clone());
-                m
-            }),
-            timestamp: Some(Utc::now()),
-        };
+        let now = Utc::now();
+        let statuses: Vec<TaskStatus> = statuses
+            .into_iter()
+            .map(|(state, message)| TaskStatus {
+                state,
+                message: message.map(|mut m| {
+                    m.task_id = Some(self.id.clone());
+                    m.context_id = Some(self.context_id.clone());
+                    m
+                }),
+                timestamp: Some(now),
+            })
+            .collect();
+        if statuses.is_empty() {
+            return Err(Error::Protocol(A2AError::invalid_params(
+                "a status change needs a status",
+            )));
+        }
         // The artifact as sent is the one stored (it replaces any with its id).
         let sent = artifact.as_ref().map(|a| a.artifact_id.clone());
+        let shown = statuses.clone();
         self.manager
             .update_announcing(
                 &self.id,
@@ -243,10 +264,12 @@ impl TaskHandle {
                     if let Some(artifact) = artifact {
                         replace_artifact(task, artifact, false);
                     }
-                    if let Some(m) = &status.message {
-                        task.history.get_or_insert_with(Vec::new).push(m.clone());
+                    for status in statuses {
+                        if let Some(m) = &status.message {
+                            task.history.get_or_insert_with(Vec::new).push(m.clone());
+                        }
+                        task.status = status;
                     }
-                    task.status = status;
                     Ok(())
                 },
                 |task| {
@@ -260,11 +283,13 @@ impl TaskHandle {
                     {
                         events.push(artifact_event(task, artifact.clone(), false, true));
                     }
-                    events.push(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-                        task_id: task.id.clone(),
-                        context_id: task.context_id.clone(),
-                        status: task.status.clone(),
-                        metadata: None,
+                    events.extend(shown.into_iter().map(|status| {
+                        StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                            task_id: task.id.clone(),
+                            context_id: task.context_id.clone(),
+                            status,
+                            metadata: None,
+                        })
                     }));
                     events
                 },
@@ -353,4 +378,110 @@ fn artifact_event(
         last_chunk: Some(last_chunk),
         metadata: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent_message;
+    use crate::sdk::Part;
+    use crate::store::MemoryTaskStore;
+
+    fn working_task(id: &str) -> Task {
+        Task {
+            id: id.into(),
+            context_id: format!("ctx-{id}"),
+            status: TaskStatus {
+                state: TaskState::Working,
+                message: None,
+                timestamp: None,
+            },
+            artifacts: None,
+            history: None,
+            metadata: None,
+        }
+    }
+
+    fn ledger(n: i64) -> Artifact {
+        Artifact {
+            artifact_id: "ledger".into(),
+            name: None,
+            description: None,
+            parts: vec![Part::data(serde_json::json!({"n": n}))],
+            metadata: None,
+            extensions: None,
+        }
+    }
+
+    fn said(text: &str) -> Option<Message> {
+        Some(agent_message(text.to_owned(), None))
+    }
+
+    fn texts(messages: &[Message]) -> Vec<String> {
+        messages
+            .iter()
+            .filter_map(|m| m.parts.iter().find_map(|p| p.as_text().map(str::to_owned)))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn statuses_of_one_step_are_one_write_and_each_is_announced_in_order() {
+        let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+        let task = manager.create(working_task("t1")).await.unwrap();
+        let mut events = manager.subscribe("t1").unwrap();
+        task.set_statuses_with_artifact(
+            Some(ledger(1)),
+            vec![
+                (TaskState::Working, said("s0: succeeded")),
+                (TaskState::Completed, said("done")),
+            ],
+        )
+        .await
+        .unwrap();
+        let mut seen = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            seen.push(match event {
+                StreamResponse::ArtifactUpdate(a) => format!("artifact {}", a.artifact.artifact_id),
+                StreamResponse::StatusUpdate(s) => format!(
+                    "{:?} {}",
+                    s.status.state,
+                    texts(s.status.message.as_slice()).join("")
+                ),
+                other => format!("{other:?}"),
+            });
+        }
+        assert_eq!(
+            seen,
+            ["artifact ledger", "Working s0: succeeded", "Completed done"]
+        );
+        let stored = manager.store().get("t1").await.unwrap().unwrap();
+        assert_eq!(stored.status.state, TaskState::Completed);
+        assert_eq!(
+            texts(stored.history.as_deref().unwrap_or_default()),
+            ["s0: succeeded", "done"]
+        );
+        assert_eq!(stored.artifacts.unwrap(), [ledger(1)]);
+    }
+
+    #[tokio::test]
+    async fn unwatched_updates_are_stored_the_same() {
+        let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+        let task = manager.create(working_task("t2")).await.unwrap();
+        for n in 0..3 {
+            task.set_statuses_with_artifact(
+                Some(ledger(n)),
+                vec![(TaskState::Working, said(&format!("step {n}")))],
+            )
+            .await
+            .unwrap();
+        }
+        let stored = manager.store().get("t2").await.unwrap().unwrap();
+        assert_eq!(
+            texts(stored.history.as_deref().unwrap_or_default()),
+            ["step 0", "step 1", "step 2"]
+        );
+        assert_eq!(stored.artifacts.unwrap(), [ledger(2)]);
+        let empty = task.set_statuses_with_artifact(None, Vec::new()).await;
+        assert!(empty.is_err());
+    }
 }

@@ -354,6 +354,46 @@ struct TaskReporter {
 #[async_trait]
 impl Reporter for TaskReporter {
     async fn report(&self, command: &Command, saga: &Saga) {
+        self.report_all(std::slice::from_ref(command), saga).await;
+    }
+
+    /// The ledger artifact and every status of one engine step in one durable write.
+    async fn report_all(&self, shown: &[Command], saga: &Saga) {
+        let mut statuses = Vec::with_capacity(shown.len());
+        for command in shown {
+            if let Some((state, text)) = self.status_of(command).await {
+                statuses.push((state, Some(agent_message(text, None))));
+            }
+        }
+        if statuses.is_empty() {
+            return;
+        }
+        let ledger_artifact = Artifact {
+            artifact_id: "saga-ledger".into(),
+            name: Some("saga-ledger".into()),
+            description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
+            parts: vec![Part::data(saga.ledger())],
+            metadata: None,
+            extensions: None,
+        };
+        let result = self
+            .task
+            .set_statuses_with_artifact(Some(ledger_artifact), statuses)
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(task = self.task.id(), error = %e, "cannot report saga progress");
+        }
+        for command in shown {
+            if matches!(command, Command::Pause { .. } | Command::Finish { .. }) {
+                self.stops.send_modify(|n| *n += 1);
+            }
+        }
+    }
+}
+
+impl TaskReporter {
+    /// The task state and message a command shows (the end also sets `outcome`).
+    async fn status_of(&self, command: &Command) -> Option<(TaskState, String)> {
         let (state, text) = match command {
             Command::Report { step, what } => (TaskState::Working, format!("{step}: {what}")),
             Command::Pause { reason } => (
@@ -376,30 +416,8 @@ impl Reporter for TaskReporter {
                 }
                 (state, reason.clone())
             }
-            _ => return,
+            _ => return None,
         };
-        // The ledger artifact and the status in one durable write.
-        let ledger_artifact = Artifact {
-            artifact_id: "saga-ledger".into(),
-            name: Some("saga-ledger".into()),
-            description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
-            parts: vec![Part::data(saga.ledger())],
-            metadata: None,
-            extensions: None,
-        };
-        let result = self
-            .task
-            .set_status_with_artifact(
-                Some(ledger_artifact),
-                state,
-                Some(agent_message(text, None)),
-            )
-            .await;
-        if let Err(e) = result {
-            tracing::warn!(task = self.task.id(), error = %e, "cannot report saga progress");
-        }
-        if matches!(command, Command::Pause { .. } | Command::Finish { .. }) {
-            self.stops.send_modify(|n| *n += 1);
-        }
+        Some((state, text))
     }
 }

@@ -22,6 +22,14 @@ pub trait Reporter: Send + Sync + 'static {
     /// Called with every command that people should see (reports, pauses, the end), and
     /// the saga as it stands after it (`Saga::ledger` when the ledger is shown).
     async fn report(&self, command: &Command, saga: &Saga);
+
+    /// The commands people should see from one step of the engine, in order. A reporter
+    /// that keeps a durable view may show them in one write; by default each is reported.
+    async fn report_all(&self, shown: &[Command], saga: &Saga) {
+        for command in shown {
+            self.report(command, saga).await;
+        }
+    }
 }
 
 /// Requests from outside the saga: a person's answer, or a cancel.
@@ -157,19 +165,22 @@ struct Ctx {
 }
 
 impl Ctx {
-    /// Performs the commands of a step, once they are journaled.
+    /// Performs the commands of a step, once they are journaled: calls and timers start,
+    /// then what people should see is reported, in order.
     async fn perform(&self, saga: &Saga, commands: Vec<Command>, reporter: &dyn Reporter) {
+        let mut shown = Vec::new();
         for command in commands {
             match command {
                 Command::Invoke(invocation) => self.spawn_call(saga, invocation),
                 Command::StartTimer { timer, after_ms } => self.arm(timer, after_ms),
                 Command::RefuseCancel { .. } => {}
-                ref shown @ (Command::Report { .. }
-                | Command::Pause { .. }
-                | Command::Finish { .. }) => {
-                    reporter.report(shown, saga).await;
+                Command::Report { .. } | Command::Pause { .. } | Command::Finish { .. } => {
+                    shown.push(command);
                 }
             }
+        }
+        if !shown.is_empty() {
+            reporter.report_all(&shown, saga).await;
         }
     }
 

@@ -354,8 +354,8 @@ impl Reporter for Unreported {
     async fn report(&self, _: &Command, _: &Saga) {}
 }
 
-/// What the executor's `TaskReporter` does: the ledger artifact and a status update, in
-/// one write.
+/// What the executor's `TaskReporter` does: the ledger artifact and the statuses of one
+/// engine step, in one write.
 struct TaskLedger {
     task: TaskHandle,
     stopwatches: Arc<Stopwatches>,
@@ -364,23 +364,38 @@ struct TaskLedger {
 #[async_trait]
 impl Reporter for TaskLedger {
     async fn report(&self, command: &Command, saga: &Saga) {
+        self.report_all(std::slice::from_ref(command), saga).await;
+    }
+
+    async fn report_all(&self, shown: &[Command], saga: &Saga) {
         let started = Instant::now();
-        self.update_task(command, &saga.ledger()).await;
+        self.update_task(shown, &saga.ledger()).await;
         Stopwatches::add(&self.stopwatches.task_store_nanos, started);
     }
 }
 
 impl TaskLedger {
-    async fn update_task(&self, command: &Command, ledger: &Value) {
-        let (state, text) = match command {
-            Command::Report { step, what } => (TaskState::Working, format!("{step}: {what}")),
-            Command::Pause { reason } => (TaskState::InputRequired, reason.clone()),
-            Command::Finish { ending, reason } => match ending {
-                Ending::Completed => (TaskState::Completed, reason.clone()),
-                _ => (TaskState::Failed, reason.clone()),
-            },
-            _ => return,
-        };
+    async fn update_task(&self, shown: &[Command], ledger: &Value) {
+        let statuses: Vec<_> = shown
+            .iter()
+            .filter_map(|command| {
+                let (state, text) = match command {
+                    Command::Report { step, what } => {
+                        (TaskState::Working, format!("{step}: {what}"))
+                    }
+                    Command::Pause { reason } => (TaskState::InputRequired, reason.clone()),
+                    Command::Finish { ending, reason } => match ending {
+                        Ending::Completed => (TaskState::Completed, reason.clone()),
+                        _ => (TaskState::Failed, reason.clone()),
+                    },
+                    _ => return None,
+                };
+                Some((state, Some(agent_host::agent_message(text, None))))
+            })
+            .collect();
+        if statuses.is_empty() {
+            return;
+        }
         let ledger_artifact = Artifact {
             artifact_id: "saga-ledger".into(),
             name: Some("saga-ledger".into()),
@@ -390,11 +405,7 @@ impl TaskLedger {
             extensions: None,
         };
         self.task
-            .set_status_with_artifact(
-                Some(ledger_artifact),
-                state,
-                Some(agent_host::agent_message(text, None)),
-            )
+            .set_statuses_with_artifact(Some(ledger_artifact), statuses)
             .await
             .expect("ledger artifact and status update");
     }
