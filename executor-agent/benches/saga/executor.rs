@@ -369,13 +369,13 @@ impl Reporter for TaskLedger {
 
     async fn report_all(&self, shown: &[Command], saga: &Saga) {
         let started = Instant::now();
-        self.update_task(shown, &saga.ledger()).await;
+        self.update_task(shown, saga.ledger()).await;
         Stopwatches::add(&self.stopwatches.task_store_nanos, started);
     }
 }
 
 impl TaskLedger {
-    async fn update_task(&self, shown: &[Command], ledger: &Value) {
+    async fn update_task(&self, shown: &[Command], ledger: Value) {
         let statuses: Vec<_> = shown
             .iter()
             .filter_map(|command| {
@@ -400,7 +400,7 @@ impl TaskLedger {
             artifact_id: "saga-ledger".into(),
             name: Some("saga-ledger".into()),
             description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
-            parts: vec![Part::data(ledger.clone())],
+            parts: vec![Part::data(ledger)],
             metadata: None,
             extensions: None,
         };

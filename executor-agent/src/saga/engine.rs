@@ -702,6 +702,11 @@ impl Saga {
                 })
             })
             .collect();
-        json!({"sagaId": self.spec.saga_id, "phase": self.phase, "steps": steps})
+        // Built by hand: `json!` would copy the steps again by serializing them.
+        let mut ledger = json!({"sagaId": self.spec.saga_id, "phase": self.phase});
+        if let Value::Object(members) = &mut ledger {
+            members.insert("steps".to_owned(), Value::Array(steps));
+        }
+        ledger
     }
 }
