@@ -345,6 +345,18 @@ impl Agent for ExecutorAgent {
     }
 }
 
+/// The `saga-ledger` artifact the executor keeps on each saga's task.
+pub fn ledger_artifact(ledger: Value) -> Artifact {
+    Artifact {
+        artifact_id: "saga-ledger".into(),
+        name: Some("saga-ledger".into()),
+        description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
+        parts: vec![Part::data(ledger)],
+        metadata: None,
+        extensions: None,
+    }
+}
+
 /// Reports a saga's progress on its A2A task.
 struct TaskReporter {
     task: TaskHandle,
@@ -368,17 +380,9 @@ impl Reporter for TaskReporter {
         if statuses.is_empty() {
             return;
         }
-        let ledger_artifact = Artifact {
-            artifact_id: "saga-ledger".into(),
-            name: Some("saga-ledger".into()),
-            description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
-            parts: vec![Part::data(saga.ledger())],
-            metadata: None,
-            extensions: None,
-        };
         let result = self
             .task
-            .set_statuses_with_artifact(Some(ledger_artifact), statuses)
+            .set_statuses_with_artifact(Some(ledger_artifact(saga.ledger())), statuses)
             .await;
         if let Err(e) = result {
             tracing::warn!(task = self.task.id(), error = %e, "cannot report saga progress");

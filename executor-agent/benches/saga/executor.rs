@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use agent_host::sdk::{Artifact, Part, Task, TaskState, TaskStatus};
+use agent_host::sdk::{Task, TaskState, TaskStatus};
 use agent_host::{AgentClient, SqliteTaskStore, TaskHandle, TaskManager};
 use async_trait::async_trait;
+use executor_agent::agent::ledger_artifact;
 use executor_agent::driver::{Control, Reporter, begin, drive};
 use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker, trace_id};
 use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
@@ -396,16 +397,8 @@ impl TaskLedger {
         if statuses.is_empty() {
             return;
         }
-        let ledger_artifact = Artifact {
-            artifact_id: "saga-ledger".into(),
-            name: Some("saga-ledger".into()),
-            description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
-            parts: vec![Part::data(ledger)],
-            metadata: None,
-            extensions: None,
-        };
         self.task
-            .set_statuses_with_artifact(Some(ledger_artifact), statuses)
+            .set_statuses_with_artifact(Some(ledger_artifact(ledger)), statuses)
             .await
             .expect("ledger artifact and status update");
     }
