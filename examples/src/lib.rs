@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+pub mod admin;
 pub mod checkout;
 pub mod sqlite;
 pub mod supplier;

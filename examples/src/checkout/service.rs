@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -30,6 +30,7 @@ use super::server::{CheckoutServer, ListingSwitches, RawCallParams};
 use super::sse::annotate_response;
 use super::tools::{CheckoutSwitches, Switches};
 use super::{CheckoutError, Result};
+use crate::admin::{error, ledger_answer};
 
 /// The largest MCP request body accepted.
 const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -156,10 +157,6 @@ pub async fn start(
     })
 }
 
-fn error(status: StatusCode, message: &str) -> Response {
-    (status, axum::Json(json!({"error": message}))).into_response()
-}
-
 /// Reads the raw JSON-RPC request before rmcp does: a `tools/call`'s
 /// `params.idempotencyKey` goes on as a request extension (rmcp's typed params drop it);
 /// a `tools/list` is answered under one snapshot of the switches, and gains
@@ -219,13 +216,7 @@ struct Admin {
 }
 
 async fn get_ledger(State(admin): State<Admin>) -> Response {
-    match admin.ledger.report().await {
-        Ok(report) => axum::Json(report).into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot read the ledger");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the ledger")
-        }
-    }
+    ledger_answer(admin.ledger.report().await)
 }
 
 async fn get_faults(State(admin): State<Admin>) -> Response {

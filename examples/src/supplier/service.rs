@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use serde_json::{Value, json};
+use serde_json::Value;
 use shared_types::SigningIdentity;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -31,6 +31,7 @@ use super::faults::{FaultMode, Faults};
 use super::ledger::{Ledger, LedgerReport};
 use super::skills::{AGENTS, agent_of};
 use super::{Result, SupplierError};
+use crate::admin::{error, ledger_answer};
 
 /// How to run one tool agent.
 #[derive(Clone)]
@@ -260,18 +261,8 @@ struct Admin {
     faults: Faults,
 }
 
-fn error(status: StatusCode, message: &str) -> Response {
-    (status, axum::Json(json!({"error": message}))).into_response()
-}
-
 async fn get_ledger(State(admin): State<Admin>) -> Response {
-    match admin.ledger.report().await {
-        Ok(report) => axum::Json(report).into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot read the ledger");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the ledger")
-        }
-    }
+    ledger_answer(admin.ledger.report().await)
 }
 
 async fn get_faults(State(admin): State<Admin>) -> Response {

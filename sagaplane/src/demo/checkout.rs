@@ -12,10 +12,9 @@ use sagaplane_examples::checkout::{
     self, Hold, LedgerReport, PaymentStatus, render_summary, side_by_side,
 };
 use serde_json::{Value, json};
-use shared_types::SigningIdentity;
 
 use super::processes::{Process, binaries};
-use super::{Clock, executor_args, random_token, start_planner, write};
+use super::{Clock, demo_keys, executor_args, random_token, start_planner, write};
 use crate::a2a::{client, message_text, state_name};
 use crate::failure::Failure;
 
@@ -72,17 +71,7 @@ async fn start(
     clock: &Clock,
 ) -> Result<Stack, Failure> {
     let (executor_bin, planner_bin, shop_bin) = (&bins[0], &bins[1], &bins[3]);
-    std::fs::create_dir_all(work)
-        .map_err(|e| Failure::unusable(format!("cannot create {}: {e}", work.display())))?;
-    let generate = |kid: &str| {
-        SigningIdentity::generate(Some(kid.into()))
-            .map_err(|e| Failure::unusable(format!("cannot generate a key: {e}")))
-    };
-    let platform = generate("demo-platform")?;
-    let planner_key = generate("demo-planner")?;
-    write(&work.join("platform.pub.jwk"), &platform.public_jwk())?;
-    write(&work.join("planner.jwk"), &planner_key.private_jwk())?;
-    write(&work.join("planner.pub.jwk"), &planner_key.public_jwk())?;
+    let (platform, _) = demo_keys(work)?;
     let (token, admin_token) = (random_token(), random_token());
     let path = |name: &str| work.join(name).display().to_string();
 

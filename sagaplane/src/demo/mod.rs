@@ -86,6 +86,24 @@ fn random_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
+/// Creates a run's work folder with fresh platform and planner keys in it (private and
+/// public JWKs): the keys the demo's agents are started with.
+fn demo_keys(work: &Path) -> Result<(SigningIdentity, SigningIdentity), Failure> {
+    std::fs::create_dir_all(work)
+        .map_err(|e| Failure::unusable(format!("cannot create {}: {e}", work.display())))?;
+    let generate = |kid: &str| {
+        SigningIdentity::generate(Some(kid.into()))
+            .map_err(|e| Failure::unusable(format!("cannot generate a key: {e}")))
+    };
+    let platform = generate("demo-platform")?;
+    let planner_key = generate("demo-planner")?;
+    write(&work.join("platform.jwk"), &platform.private_jwk())?;
+    write(&work.join("platform.pub.jwk"), &platform.public_jwk())?;
+    write(&work.join("planner.jwk"), &planner_key.private_jwk())?;
+    write(&work.join("planner.pub.jwk"), &planner_key.public_jwk())?;
+    Ok((platform, planner_key))
+}
+
 fn write(path: &Path, value: &impl serde::Serialize) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| Failure::unusable(format!("cannot encode {}: {e}", path.display())))?;
@@ -208,19 +226,7 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
         std::process::id(),
         chrono::Utc::now().format("%H%M%S")
     ));
-    std::fs::create_dir_all(&work)
-        .map_err(|e| Failure::unusable(format!("cannot create {}: {e}", work.display())))?;
-
-    let generate = |kid: &str| {
-        SigningIdentity::generate(Some(kid.into()))
-            .map_err(|e| Failure::unusable(format!("cannot generate a key: {e}")))
-    };
-    let platform = generate("demo-platform")?;
-    let planner_key = generate("demo-planner")?;
-    write(&work.join("platform.jwk"), &platform.private_jwk())?;
-    write(&work.join("platform.pub.jwk"), &platform.public_jwk())?;
-    write(&work.join("planner.jwk"), &planner_key.private_jwk())?;
-    write(&work.join("planner.pub.jwk"), &planner_key.public_jwk())?;
+    let (_, planner_key) = demo_keys(&work)?;
     let tool_token = random_token();
     let admin_token = random_token();
     let path = |name: &str| work.join(name).display().to_string();
