@@ -46,6 +46,9 @@ pub struct Executor {
     config: ExecutorConfig,
     tasks: Arc<TaskManager>,
     live: Mutex<HashMap<String, Live>>,
+    /// The invoker, with its HTTP clients and their pooled connections, built for the
+    /// registry generation it names: every saga shares it until a registration.
+    invoker: Mutex<Option<(u64, Arc<dyn Invoker>)>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -82,10 +85,27 @@ impl Executor {
             config,
             tasks,
             live: Mutex::new(HashMap::new()),
+            invoker: Mutex::new(None),
         })
     }
 
     fn invoker(&self) -> Arc<dyn Invoker> {
+        // Read before building: a registration racing this build only causes a rebuild.
+        let generation = self.config.registry.generation();
+        if let Ok(cached) = self.invoker.lock()
+            && let Some((built_for, invoker)) = cached.as_ref()
+            && *built_for == generation
+        {
+            return invoker.clone();
+        }
+        let invoker = self.build_invoker();
+        if let Ok(mut cached) = self.invoker.lock() {
+            *cached = Some((generation, invoker.clone()));
+        }
+        invoker
+    }
+
+    fn build_invoker(&self) -> Arc<dyn Invoker> {
         let mut invoker = A2aInvoker::new();
         if let Ok(catalog) = self.config.registry.catalog() {
             for name in catalog.agents.keys() {

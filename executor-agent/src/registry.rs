@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use agent_host::store::durable::{GroupCommit, open_connection};
@@ -98,6 +99,9 @@ pub struct McpListing {
 pub struct Registry {
     platform_keys: Arc<TrustStore>,
     agents: Arc<RwLock<BTreeMap<String, Arc<RegisteredAgent>>>>,
+    /// Bumped by every registration, so what is built from the registry can tell it is
+    /// stale.
+    generation: Arc<AtomicU64>,
     writer: GroupCommit<Row>,
 }
 
@@ -128,6 +132,7 @@ impl Registry {
         let registry = Self {
             platform_keys: Arc::new(platform_keys),
             agents: Arc::new(RwLock::new(BTreeMap::new())),
+            generation: Arc::new(AtomicU64::new(0)),
             writer: GroupCommit::spawn("registry", conn, upsert)?,
         };
         let mut accepted = Vec::new();
@@ -231,7 +236,13 @@ impl Registry {
             .write()
             .map_err(|_| Error::Journal("registry lock poisoned".into()))?;
         agents.insert(agent.name.clone(), Arc::new(agent));
+        self.generation.fetch_add(1, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// How many registrations this registry has seen (it only grows).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 
     /// Registers (or replaces) a card once it checks out; durable when it returns.
