@@ -72,11 +72,13 @@ impl<A: Agent> HostHandler<A> {
         match self.agent.accept(&ctx, &message, existing.as_ref()).await? {
             Reply::Message(reply) => return Ok(Started::Message(reply)),
             Reply::Existing { task_id } => {
-                let task = self.get(&task_id).await?;
+                // Subscribed before reading: a change after the read is then an event,
+                // never lost between the two.
                 let events = self
                     .tasks
                     .subscribe(&task_id)
                     .map_err(crate::Error::into_a2a)?;
+                let task = self.get(&task_id).await?;
                 return Ok(Started::Existing { task, events });
             }
             Reply::Task => {}

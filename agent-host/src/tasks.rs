@@ -157,8 +157,9 @@ impl TaskManager {
         self.store.put(&task).await?;
         let last = is_terminal(&task.status.state);
         let answer = answer(&task);
-        // Events are built only for someone listening, or to close the stream at the end.
-        if last || self.is_watched(task_id) {
+        // Events are built only for someone listening. Checked after the write: whoever
+        // subscribes later reads the written task first.
+        if self.is_watched(task_id) {
             let events = events(&task);
             let count = events.len();
             for (i, event) in events.into_iter().enumerate() {
@@ -204,7 +205,7 @@ impl TaskHandle {
 
     /// Moves the task to `state`, with an optional agent message (kept in the history).
     pub async fn set_status(&self, state: TaskState, message: Option<Message>) -> Result<Task> {
-        self.change_status(None, vec![(state, message)], Task::clone)
+        self.change_status(|_| Ok(None), vec![(state, message)], Task::clone)
             .await
     }
 
@@ -215,7 +216,7 @@ impl TaskHandle {
         state: TaskState,
         message: Option<Message>,
     ) -> Result<()> {
-        self.change_status(artifact, vec![(state, message)], |_| ())
+        self.set_statuses_with_artifact(artifact, vec![(state, message)])
             .await
     }
 
@@ -227,67 +228,120 @@ impl TaskHandle {
         artifact: Option<Artifact>,
         statuses: Vec<(TaskState, Option<Message>)>,
     ) -> Result<()> {
-        self.change_status(artifact, statuses, |_| ()).await
+        let put = |task: &mut Task| {
+            Ok(artifact.map(|artifact| {
+                let id = artifact.artifact_id.clone();
+                replace_artifact(task, artifact, false);
+                id
+            }))
+        };
+        self.change_status(put, statuses, |_| ()).await
     }
 
+    /// As `set_statuses_with_artifact`, changing the task's artifact `artifact_id` where
+    /// it stands instead of sending it whole (for a large artifact that changes a little
+    /// at a time). Nothing is written if the task has no such artifact or `edit` fails.
+    pub async fn set_statuses_editing_artifact(
+        &self,
+        artifact_id: &str,
+        edit: impl FnOnce(&mut Artifact) -> std::result::Result<(), String>,
+        statuses: Vec<(TaskState, Option<Message>)>,
+    ) -> Result<()> {
+        let edit = |task: &mut Task| {
+            let artifact = task
+                .artifacts
+                .iter_mut()
+                .flatten()
+                .find(|a| a.artifact_id == artifact_id)
+                .ok_or_else(|| {
+                    A2AError::internal(format!("task has no artifact {artifact_id} to change"))
+                })?;
+            edit(artifact).map_err(|why| {
+                A2AError::internal(format!("cannot change artifact {artifact_id}: {why}"))
+            })?;
+            Ok(Some(artifact_id.to_owned()))
+        };
+        self.change_status(edit, statuses, |_| ()).await
+    }
+
+    /// Applies `artifact` (which names the artifact it changed, if any) and the statuses
+    /// in one durable write.
     async fn change_status<T>(
         &self,
-        artifact: Option<Artifact>,
+        artifact: impl FnOnce(&mut Task) -> std::result::Result<Option<String>, A2AError>,
         statuses: Vec<(TaskState, Option<Message>)>,
         answer: impl FnOnce(&Task) -> T,
     ) -> Result<T> {
-        let now = Utc::now();
-        let statuses: Vec<TaskStatus> = statuses
-            .into_iter()
-            .map(|(state, message)| TaskStatus {
-                state,
-                message: message.map(|mut m| {
-                    m.task_id = Some(self.id.clone());
-                    m.context_id = Some(self.context_id.clone());
-                    m
-                }),
-                timestamp: Some(now),
-            })
-            .collect();
         if statuses.is_empty() {
             return Err(Error::Protocol(A2AError::invalid_params(
                 "a status change needs a status",
             )));
         }
-        // The artifact as sent is the one stored (it replaces any with its id).
-        let sent = artifact.as_ref().map(|a| a.artifact_id.clone());
-        let shown = statuses.clone();
+        let now = Utc::now();
+        // Each status's state, and whether it has a message (the message itself is moved
+        // into the history, and the events, when anyone listens, are built from there).
+        let shape: Vec<(TaskState, bool)> = statuses
+            .iter()
+            .map(|(state, message)| (state.clone(), message.is_some()))
+            .collect();
+        // Which artifact changed, for the event that shows it.
+        let changed = std::sync::OnceLock::new();
         self.manager
             .update_announcing(
                 &self.id,
                 |task| {
-                    if let Some(artifact) = artifact {
-                        replace_artifact(task, artifact, false);
+                    if let Some(id) = artifact(task)? {
+                        let _ = changed.set(id);
                     }
-                    for status in statuses {
-                        if let Some(m) = &status.message {
-                            task.history.get_or_insert_with(Vec::new).push(m.clone());
+                    let history = task.history.get_or_insert_with(Vec::new);
+                    let last = statuses.len() - 1;
+                    for (i, (state, message)) in statuses.into_iter().enumerate() {
+                        let message = message.map(|mut m| {
+                            m.task_id = Some(self.id.clone());
+                            m.context_id = Some(self.context_id.clone());
+                            m
+                        });
+                        // Every message joins the history; only the last status is the task's.
+                        if i < last {
+                            history.extend(message);
+                            continue;
                         }
-                        task.status = status;
+                        history.extend(message.clone());
+                        task.status = TaskStatus {
+                            state,
+                            message,
+                            timestamp: Some(now),
+                        };
                     }
                     Ok(())
                 },
                 |task| {
                     let mut events = Vec::new();
-                    if let Some(id) = sent
+                    if let Some(id) = changed.get()
                         && let Some(artifact) = task
                             .artifacts
                             .iter()
                             .flatten()
-                            .find(|a| a.artifact_id == id)
+                            .find(|a| &a.artifact_id == id)
                     {
                         events.push(artifact_event(task, artifact.clone(), false, true));
                     }
-                    events.extend(shown.into_iter().map(|status| {
+                    let history = task.history.as_deref().unwrap_or_default();
+                    let with_message = shape.iter().filter(|(_, has)| *has).count();
+                    let mut messages = history[history.len().saturating_sub(with_message)..].iter();
+                    events.extend(shape.into_iter().map(|(state, has_message)| {
                         StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
                             task_id: task.id.clone(),
                             context_id: task.context_id.clone(),
-                            status,
+                            status: TaskStatus {
+                                state,
+                                message: if has_message {
+                                    messages.next().cloned()
+                                } else {
+                                    None
+                                },
+                                timestamp: Some(now),
+                            },
                             metadata: None,
                         })
                     }));
@@ -483,5 +537,87 @@ mod tests {
         assert_eq!(stored.artifacts.unwrap(), [ledger(2)]);
         let empty = task.set_statuses_with_artifact(None, Vec::new()).await;
         assert!(empty.is_err());
+    }
+
+    #[tokio::test]
+    async fn an_artifact_edited_in_place_is_stored_and_announced_as_edited() {
+        let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+        let task = manager.create(working_task("t3")).await.unwrap();
+        task.set_statuses_with_artifact(Some(ledger(1)), vec![(TaskState::Working, None)])
+            .await
+            .unwrap();
+        let mut events = manager.subscribe("t3").unwrap();
+        task.set_statuses_editing_artifact(
+            "ledger",
+            |artifact| {
+                artifact.parts = vec![Part::data(serde_json::json!({"n": 2}))];
+                Ok(())
+            },
+            vec![
+                (TaskState::Working, said("s1: started")),
+                (TaskState::Working, None),
+                (TaskState::InputRequired, said("approve?")),
+            ],
+        )
+        .await
+        .unwrap();
+        let mut seen = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            seen.push(match event {
+                StreamResponse::ArtifactUpdate(a) => format!("artifact {:?}", a.artifact.parts),
+                StreamResponse::StatusUpdate(s) => format!(
+                    "{:?} {}",
+                    s.status.state,
+                    texts(s.status.message.as_slice()).join("")
+                ),
+                other => format!("{other:?}"),
+            });
+        }
+        assert_eq!(
+            seen,
+            [
+                format!("artifact {:?}", ledger(2).parts),
+                "Working s1: started".to_owned(),
+                "Working ".to_owned(),
+                "InputRequired approve?".to_owned()
+            ]
+        );
+        let stored = manager.store().get("t3").await.unwrap().unwrap();
+        assert_eq!(stored.artifacts.unwrap(), [ledger(2)]);
+        assert_eq!(
+            texts(stored.history.as_deref().unwrap_or_default()),
+            ["s1: started", "approve?"]
+        );
+        assert_eq!(texts(stored.status.message.as_slice()), ["approve?"]);
+    }
+
+    #[tokio::test]
+    async fn an_edit_that_cannot_be_made_writes_nothing() {
+        let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+        let task = manager.create(working_task("t4")).await.unwrap();
+        let absent = task
+            .set_statuses_editing_artifact("ledger", |_| Ok(()), vec![(TaskState::Completed, None)])
+            .await;
+        assert!(
+            absent
+                .unwrap_err()
+                .to_string()
+                .contains("no artifact ledger")
+        );
+        task.set_statuses_with_artifact(Some(ledger(1)), vec![(TaskState::Working, None)])
+            .await
+            .unwrap();
+        let refused = task
+            .set_statuses_editing_artifact(
+                "ledger",
+                |_| Err("not a ledger".into()),
+                vec![(TaskState::Completed, said("done"))],
+            )
+            .await;
+        assert!(refused.unwrap_err().to_string().contains("not a ledger"));
+        let stored = manager.store().get("t4").await.unwrap().unwrap();
+        assert_eq!(stored.status.state, TaskState::Working);
+        assert_eq!(stored.artifacts.unwrap(), [ledger(1)]);
+        assert!(stored.history.unwrap_or_default().is_empty());
     }
 }
