@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use agent_host::sdk::{A2AError, Artifact, Message, Part, PartContent, Task, TaskState};
+use agent_host::sdk::{A2AError, Message, PartContent, Task, TaskState};
 use agent_host::{
     Agent, AgentClient, Reply, RequestContext, TaskHandle, TaskManager, agent_message,
 };
@@ -15,7 +15,7 @@ use shared_types::validate::{Resubmission, compare_with_accepted};
 use shared_types::{PlanValidator, TrustStore, Violation};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::driver::{Control, Reporter, Start, begin, drive};
+use crate::driver::{Control, Start, begin, drive};
 use crate::error::{Error, Result};
 use crate::invoke::{A2aInvoker, Endpoint, Invoker, ToolInvoker};
 use crate::journal::{Journal, SagaHeader};
@@ -23,7 +23,8 @@ use crate::mcp::invoker::McpInvoker;
 use crate::recovery::replay;
 use crate::registry::AgentKind;
 use crate::registry::Registry;
-use crate::saga::{Command, Ending, Resolution, Saga, SagaSpec};
+use crate::report::TaskReporter;
+use crate::saga::{Resolution, Saga, SagaSpec};
 
 /// What the executor needs.
 pub struct ExecutorConfig {
@@ -139,15 +140,12 @@ impl Executor {
     /// Starts a driver for `saga` reporting on `task`; returns once the saga first stops.
     async fn launch(self: &Arc<Self>, task: TaskHandle, saga: Saga, start: Start) {
         let (control, rx) = mpsc::channel(8);
-        let (stop_tx, stops) = watch::channel(0u64);
+        let (reporter, reporting) = TaskReporter::start(task.clone());
+        let stops = reporting.stops();
         let mut first_stop = stops.clone();
         if let Ok(mut live) = self.live.lock() {
             live.insert(task.id().to_owned(), Live { control, stops });
         }
-        let reporter = Arc::new(TaskReporter {
-            task: task.clone(),
-            stops: stop_tx,
-        });
         let (journal, invoker, me, task_id) = (
             self.config.journal.clone(),
             self.invoker(),
@@ -156,7 +154,11 @@ impl Executor {
         );
         let saga_id = saga.spec.saga_id.clone();
         tokio::spawn(async move {
-            if let Err(e) = drive(saga_id, saga, start, journal, invoker, reporter, rx).await {
+            let driven = drive(saga_id, saga, start, journal, invoker, reporter, rx).await;
+            // The saga's own reports reach its task before anything else is said on it,
+            // and before it stops being live (a cancel then finds the task as it ends).
+            reporting.finished().await;
+            if let Err(e) = driven {
                 tracing::error!(task = %task_id, error = %e, "saga driver stopped");
                 let _ = task
                     .set_status(
@@ -362,86 +364,5 @@ impl Agent for ExecutorAgent {
                 task.snapshot().await.map_err(agent_host::Error::into_a2a)
             }
         }
-    }
-}
-
-/// The `saga-ledger` artifact the executor keeps on each saga's task.
-pub fn ledger_artifact(ledger: Value) -> Artifact {
-    Artifact {
-        artifact_id: "saga-ledger".into(),
-        name: Some("saga-ledger".into()),
-        description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
-        parts: vec![Part::data(ledger)],
-        metadata: None,
-        extensions: None,
-    }
-}
-
-/// Reports a saga's progress on its A2A task.
-struct TaskReporter {
-    task: TaskHandle,
-    stops: watch::Sender<u64>,
-}
-
-#[async_trait]
-impl Reporter for TaskReporter {
-    async fn report(&self, command: &Command, saga: &Saga) {
-        self.report_all(std::slice::from_ref(command), saga).await;
-    }
-
-    /// The ledger artifact and every status of one engine step in one durable write.
-    async fn report_all(&self, shown: &[Command], saga: &Saga) {
-        let mut statuses = Vec::with_capacity(shown.len());
-        for command in shown {
-            if let Some((state, text)) = self.status_of(command).await {
-                statuses.push((state, Some(agent_message(text, None))));
-            }
-        }
-        if statuses.is_empty() {
-            return;
-        }
-        let result = self
-            .task
-            .set_statuses_with_artifact(Some(ledger_artifact(saga.ledger())), statuses)
-            .await;
-        if let Err(e) = result {
-            tracing::warn!(task = self.task.id(), error = %e, "cannot report saga progress");
-        }
-        for command in shown {
-            if matches!(command, Command::Pause { .. } | Command::Finish { .. }) {
-                self.stops.send_modify(|n| *n += 1);
-            }
-        }
-    }
-}
-
-impl TaskReporter {
-    /// The task state and message a command shows (the end also sets `outcome`).
-    async fn status_of(&self, command: &Command) -> Option<(TaskState, String)> {
-        let (state, text) = match command {
-            Command::Report { step, what } => (TaskState::Working, format!("{step}: {what}")),
-            Command::Pause { reason } => (
-                TaskState::InputRequired,
-                format!(
-                    "{reason}. Answer with a data part {{\"resolution\": \"approve\" | \"retry\" | \"resolved-manually\" | \"compensate\"}}"
-                ),
-            ),
-            Command::Finish { ending, reason } => {
-                let state = match ending {
-                    Ending::Completed => TaskState::Completed,
-                    Ending::Compensated => TaskState::Failed,
-                    Ending::Canceled => TaskState::Canceled,
-                };
-                if state != TaskState::Completed {
-                    let _ = self
-                        .task
-                        .set_metadata("outcome", json!("compensated"))
-                        .await;
-                }
-                (state, reason.clone())
-            }
-            _ => return None,
-        };
-        Some((state, text))
     }
 }

@@ -30,6 +30,12 @@ pub trait Reporter: Send + Sync + 'static {
             self.report(command, saga).await;
         }
     }
+
+    /// Waits until every pause and end reported so far is where people see it; `false`
+    /// if one could not be put there.
+    async fn settled(&self) -> bool {
+        true
+    }
 }
 
 /// Requests from outside the saga: a person's answer, or a cancel.
@@ -117,14 +123,17 @@ pub async fn drive(
     let mut pending_cancel: Option<oneshot::Sender<std::result::Result<(), String>>> = None;
     loop {
         if let Phase::Done { .. } = saga.phase {
-            // Bookkeeping, off the saga's path: its end is journaled and reported already.
-            // Should this write be lost, recovery shows the end again and marks it then.
-            let (journal, saga_id) = (journal.clone(), saga_id.clone());
-            tokio::spawn(async move {
-                if let Err(e) = journal.finish(&saga_id).await {
-                    tracing::warn!(saga = %saga_id, error = %e, "cannot mark the saga finished");
-                }
-            });
+            // The end is journaled. Once it is shown too, the saga is marked finished:
+            // bookkeeping, off the saga's path. Should the mark be lost, or the end not be
+            // shown, recovery shows the end again and marks it then.
+            if reporter.settled().await {
+                let (journal, saga_id) = (journal.clone(), saga_id.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = journal.finish(&saga_id).await {
+                        tracing::warn!(saga = %saga_id, error = %e, "cannot mark the saga finished");
+                    }
+                });
+            }
             return Ok(saga.phase);
         }
         let event = tokio::select! {

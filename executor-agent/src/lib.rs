@@ -11,6 +11,7 @@ pub mod journal;
 pub mod mcp;
 pub mod recovery;
 pub mod registry;
+pub mod report;
 pub mod saga;
 pub mod service;
 

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use agent_host::sdk::{Task, TaskState, TaskStatus};
 use agent_host::{AgentClient, SqliteTaskStore, TaskHandle, TaskManager};
 use async_trait::async_trait;
-use executor_agent::agent::ledger_artifact;
 use executor_agent::driver::{Control, Reporter, begin, drive};
 use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker, trace_id};
 use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
+use executor_agent::report::TaskReporter;
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{CallOutcome, Command, Ending, Event, Invocation, Saga, SagaSpec};
 use serde_json::{Value, json};
@@ -225,16 +225,14 @@ impl Executor {
     pub(crate) async fn run_saga(&self, route: Route) -> String {
         let saga_id = self.new_saga_id();
         let (plan, spec) = self.spec(&saga_id);
-        let reporter: Arc<dyn Reporter> = match route {
-            Route::Driver => Arc::new(Unreported),
+        let (reporter, reporting): (Arc<dyn Reporter>, _) = match route {
+            Route::Driver => (Arc::new(Unreported), None),
             Route::DriverAndTasks => {
                 let started = Instant::now();
                 let task = self.new_task(&saga_id).await;
                 Stopwatches::add(&self.stopwatches.task_store_nanos, started);
-                Arc::new(TaskLedger {
-                    task,
-                    stopwatches: self.stopwatches.clone(),
-                })
+                let (reporter, reporting) = TaskReporter::start(task);
+                (reporter, Some(reporting))
             }
         };
         let (task_id, context_id) = match route {
@@ -264,6 +262,12 @@ impl Executor {
         )
         .await
         .expect("the driver runs");
+        if let Some(reporting) = reporting {
+            // As the executor does: the saga is over once its reports are on its task.
+            let started = Instant::now();
+            reporting.finished().await;
+            Stopwatches::add(&self.stopwatches.task_store_nanos, started);
+        }
         assert_eq!(
             phase,
             Phase::Done {
@@ -353,53 +357,4 @@ struct Unreported;
 #[async_trait]
 impl Reporter for Unreported {
     async fn report(&self, _: &Command, _: &Saga) {}
-}
-
-/// What the executor's `TaskReporter` does: the ledger artifact and the statuses of one
-/// engine step, in one write.
-struct TaskLedger {
-    task: TaskHandle,
-    stopwatches: Arc<Stopwatches>,
-}
-
-#[async_trait]
-impl Reporter for TaskLedger {
-    async fn report(&self, command: &Command, saga: &Saga) {
-        self.report_all(std::slice::from_ref(command), saga).await;
-    }
-
-    async fn report_all(&self, shown: &[Command], saga: &Saga) {
-        let started = Instant::now();
-        self.update_task(shown, saga.ledger()).await;
-        Stopwatches::add(&self.stopwatches.task_store_nanos, started);
-    }
-}
-
-impl TaskLedger {
-    async fn update_task(&self, shown: &[Command], ledger: Value) {
-        let statuses: Vec<_> = shown
-            .iter()
-            .filter_map(|command| {
-                let (state, text) = match command {
-                    Command::Report { step, what } => {
-                        (TaskState::Working, format!("{step}: {what}"))
-                    }
-                    Command::Pause { reason } => (TaskState::InputRequired, reason.clone()),
-                    Command::Finish { ending, reason } => match ending {
-                        Ending::Completed => (TaskState::Completed, reason.clone()),
-                        _ => (TaskState::Failed, reason.clone()),
-                    },
-                    _ => return None,
-                };
-                Some((state, Some(agent_host::agent_message(text, None))))
-            })
-            .collect();
-        if statuses.is_empty() {
-            return;
-        }
-        self.task
-            .set_statuses_with_artifact(Some(ledger_artifact(ledger)), statuses)
-            .await
-            .expect("ledger artifact and status update");
-    }
 }

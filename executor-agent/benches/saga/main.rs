@@ -58,9 +58,9 @@ pub(crate) const EXECUTOR_THREADS: &str = "executor";
 pub(crate) enum Route {
     /// Journal + driver + invoker; progress reports go nowhere.
     Driver,
-    /// As `Driver`, plus the saga's A2A task in the SQLite task store: created, then per
-    /// report the `saga-ledger` artifact and a status update, as the executor's
-    /// `TaskReporter` does.
+    /// As `Driver`, plus the saga's A2A task in the SQLite task store: created, then kept
+    /// current (status updates and the `saga-ledger` artifact) by the executor's own
+    /// `TaskReporter`; a saga ends once its reports are on the task.
     DriverAndTasks,
 }
 

@@ -118,7 +118,7 @@ pub(crate) fn print_alone(alone: &Alone, journal_write: Duration) {
     let waited = alone.waited;
     let rest = total.saturating_sub(waited.journal + waited.calls + waited.task_store);
     println!(
-        "    mean saga alone {} = waiting for the journal {} ({} commits; the first write, header + first step, {}) + tool calls {} + task-store writes (task, then each report) {} + the rest (engine, ledger, spawns, wake-ups) {}",
+        "    mean saga alone {} = waiting for the journal {} ({} commits; the first write, header + first step, {}) + tool calls {} + task-store waits (creating the task, then the reports still queued at the saga's end) {} + the rest (engine, ledger, spawns, wake-ups) {}",
         ms(total / runs as u32),
         ms(waited.journal / runs as u32),
         alone.commits.journal / runs,

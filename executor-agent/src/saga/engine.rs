@@ -690,17 +690,8 @@ impl Saga {
 
     /// The `saga-ledger` artifact: per step, key, attempts, outcome and undo.
     pub fn ledger(&self) -> Value {
-        let steps: Vec<Value> = self
-            .spec
-            .steps
-            .iter()
-            .zip(&self.records)
-            .map(|(s, r)| {
-                json!({
-                    "step": s.id, "skill": s.call.skill, "idempotencyKey": s.idempotency_key,
-                    "attempts": r.attempts, "forward": r.forward, "undo": r.undo, "undoAttempts": r.undo_attempts,
-                })
-            })
+        let steps: Vec<Value> = (0..self.records.len())
+            .map(|i| self.ledger_step(i))
             .collect();
         // Built by hand: `json!` would copy the steps again by serializing them.
         let mut ledger = json!({"sagaId": self.spec.saga_id, "phase": self.phase});
@@ -708,5 +699,21 @@ impl Saga {
             members.insert("steps".to_owned(), Value::Array(steps));
         }
         ledger
+    }
+
+    /// The ledger's `phase` member.
+    pub fn ledger_phase(&self) -> Value {
+        serde_json::to_value(&self.phase).unwrap_or(Value::Null)
+    }
+
+    /// The ledger's entry for step `index` (`Null` past the last step).
+    pub fn ledger_step(&self, index: usize) -> Value {
+        let (Some(s), Some(r)) = (self.spec.steps.get(index), self.records.get(index)) else {
+            return Value::Null;
+        };
+        json!({
+            "step": s.id, "skill": s.call.skill, "idempotencyKey": s.idempotency_key,
+            "attempts": r.attempts, "forward": r.forward, "undo": r.undo, "undoAttempts": r.undo_attempts,
+        })
     }
 }

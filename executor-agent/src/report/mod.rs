@@ -1,0 +1,372 @@
+//! Progress on a saga's A2A task, off the saga's path: the driver hands each step's shown
+//! commands to a `TaskReporter` and goes on; one reporting task per saga writes them to
+//! the task in order, folding whatever queued up during a write into the next one.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_host::sdk::{Artifact, Message, Part, PartContent, TaskState};
+use agent_host::{TaskHandle, agent_message};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use crate::driver::Reporter;
+use crate::saga::model::StepRecord;
+use crate::saga::{Command, Ending, Saga};
+
+/// The id (and name) of the ledger artifact.
+const LEDGER: &str = "saga-ledger";
+
+/// The `saga-ledger` artifact the executor keeps on each saga's task.
+pub fn ledger_artifact(ledger: Value) -> Artifact {
+    Artifact {
+        artifact_id: LEDGER.into(),
+        name: Some(LEDGER.into()),
+        description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
+        parts: vec![Part::data(ledger)],
+        metadata: None,
+        extensions: None,
+    }
+}
+
+/// How the ledger on the task is brought up to date.
+#[derive(Debug, Clone, PartialEq)]
+enum LedgerChange {
+    /// The whole ledger: the first report, and the one after a failed write.
+    Whole(Value),
+    /// Its phase, and each step that changed since the last report (by index).
+    Steps {
+        phase: Value,
+        steps: Vec<(usize, Value)>,
+    },
+}
+
+impl LedgerChange {
+    /// This change followed by `next`, as one.
+    fn then(self, next: LedgerChange) -> LedgerChange {
+        match (self, next) {
+            (_, whole @ LedgerChange::Whole(_)) => whole,
+            (LedgerChange::Whole(mut ledger), LedgerChange::Steps { phase, steps }) => {
+                // Cannot fail: a whole ledger has every step.
+                let _ = apply(&mut ledger, phase, steps);
+                LedgerChange::Whole(ledger)
+            }
+            (
+                LedgerChange::Steps { mut steps, .. },
+                LedgerChange::Steps {
+                    phase,
+                    steps: newer,
+                },
+            ) => {
+                for (index, step) in newer {
+                    match steps.iter_mut().find(|(i, _)| *i == index) {
+                        Some(older) => older.1 = step,
+                        None => steps.push((index, step)),
+                    }
+                }
+                LedgerChange::Steps { phase, steps }
+            }
+        }
+    }
+}
+
+/// Writes `phase` and `steps` into a ledger where it stands.
+fn apply(ledger: &mut Value, phase: Value, steps: Vec<(usize, Value)>) -> Result<(), String> {
+    let Value::Object(members) = ledger else {
+        return Err("the ledger is not an object".into());
+    };
+    members.insert("phase".to_owned(), phase);
+    let Some(Value::Array(entries)) = members.get_mut("steps") else {
+        return Err("the ledger has no steps".into());
+    };
+    for (index, step) in steps {
+        let entry = entries
+            .get_mut(index)
+            .ok_or_else(|| format!("the ledger has no step {index}"))?;
+        *entry = step;
+    }
+    Ok(())
+}
+
+/// Writes `phase` and `steps` into the ledger artifact's data part.
+fn apply_to_artifact(
+    artifact: &mut Artifact,
+    phase: Value,
+    steps: Vec<(usize, Value)>,
+) -> Result<(), String> {
+    match artifact.parts.first_mut().map(|p| &mut p.content) {
+        Some(PartContent::Data(ledger)) => apply(ledger, phase, steps),
+        _ => Err("the artifact has no ledger data part".into()),
+    }
+}
+
+/// What the driver has shown and the task does not carry yet.
+#[derive(Default)]
+struct Pending {
+    statuses: Vec<(TaskState, Option<Message>)>,
+    /// The ledger's changes since the last write, folded together.
+    ledger: Option<LedgerChange>,
+    /// Pauses and ends among the statuses: each is a stop once written.
+    stops: u64,
+    /// The saga ended other than completed (the task's `outcome` says so).
+    unwound: bool,
+    /// The driver is gone: write what is left, then end.
+    closed: bool,
+}
+
+impl Pending {
+    /// These reports followed by `newer`, as one batch.
+    fn then(mut self, newer: Pending) -> Pending {
+        self.statuses.extend(newer.statuses);
+        self.ledger = match (self.ledger, newer.ledger) {
+            (Some(older), Some(newer)) => Some(older.then(newer)),
+            (older, newer) => newer.or(older),
+        };
+        self.stops += newer.stops;
+        self.unwound |= newer.unwound;
+        self.closed |= newer.closed;
+        self
+    }
+}
+
+struct Shared {
+    pending: Mutex<Pending>,
+    wake: Notify,
+    /// Set when a write was given up: the task may lack changes, so the next report
+    /// sends the whole ledger.
+    resend_whole: AtomicBool,
+    /// Set when a given-up write held a pause or the end.
+    lost_stop: AtomicBool,
+}
+
+/// Reports a saga's progress on its A2A task. Reports reach the task in the order they
+/// were made, and only ever after the driver journaled them, so the task never runs ahead
+/// of the journal; the driver does not wait for the task's write.
+pub struct TaskReporter {
+    shared: Arc<Shared>,
+    /// Each step's record as last reported (empty before the first report): a step whose
+    /// record is unchanged is not built or written again.
+    reported: Mutex<Vec<StepRecord>>,
+    /// Pauses and ends reported, and (from the reporting task) how many are written.
+    stops_reported: AtomicU64,
+    stops_written: watch::Receiver<u64>,
+}
+
+/// The reporting task of one saga.
+pub struct Reporting {
+    stops: watch::Receiver<u64>,
+    writer: JoinHandle<()>,
+}
+
+impl Reporting {
+    /// A signal that changes each time a pause or the end is on the task.
+    pub fn stops(&self) -> watch::Receiver<u64> {
+        self.stops.clone()
+    }
+
+    /// Waits until every report is on the task; call once the driver (and with it the
+    /// `TaskReporter`) is gone.
+    pub async fn finished(self) {
+        if let Err(e) = self.writer.await {
+            tracing::error!(error = %e, "the saga's reporting task failed");
+        }
+    }
+}
+
+impl TaskReporter {
+    /// Starts the reporting task for `task`.
+    pub fn start(task: TaskHandle) -> (Arc<Self>, Reporting) {
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Pending::default()),
+            wake: Notify::new(),
+            resend_whole: AtomicBool::new(false),
+            lost_stop: AtomicBool::new(false),
+        });
+        let (stops_tx, stops) = watch::channel(0u64);
+        let writer = tokio::spawn(write_reports(task, shared.clone(), stops_tx));
+        let reporter = Self {
+            shared,
+            reported: Mutex::new(Vec::new()),
+            stops_reported: AtomicU64::new(0),
+            stops_written: stops.clone(),
+        };
+        (Arc::new(reporter), Reporting { stops, writer })
+    }
+
+    fn with_pending(&self, change: impl FnOnce(&mut Pending)) {
+        match self.shared.pending.lock() {
+            Ok(mut pending) => change(&mut pending),
+            Err(poisoned) => change(&mut poisoned.into_inner()),
+        }
+        self.shared.wake.notify_one();
+    }
+
+    /// How the ledger changed since the last report.
+    fn ledger_change(&self, saga: &Saga) -> LedgerChange {
+        let mut reported = match self.reported.lock() {
+            Ok(reported) => reported,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if self.shared.resend_whole.swap(false, Ordering::AcqRel)
+            || reported.len() != saga.records.len()
+        {
+            reported.clone_from(&saga.records);
+            return LedgerChange::Whole(saga.ledger());
+        }
+        let mut steps = Vec::new();
+        for (index, (seen, now)) in reported.iter_mut().zip(&saga.records).enumerate() {
+            if seen != now {
+                seen.clone_from(now);
+                steps.push((index, saga.ledger_step(index)));
+            }
+        }
+        LedgerChange::Steps {
+            phase: saga.ledger_phase(),
+            steps,
+        }
+    }
+}
+
+impl Drop for TaskReporter {
+    fn drop(&mut self) {
+        self.with_pending(|p| p.closed = true);
+    }
+}
+
+#[async_trait]
+impl Reporter for TaskReporter {
+    async fn settled(&self) -> bool {
+        let reported = self.stops_reported.load(Ordering::Acquire);
+        let mut written = self.stops_written.clone();
+        written.wait_for(|n| *n >= reported).await.is_ok()
+            && !self.shared.lost_stop.load(Ordering::Acquire)
+    }
+
+    async fn report(&self, command: &Command, saga: &Saga) {
+        self.report_all(std::slice::from_ref(command), saga).await;
+    }
+
+    async fn report_all(&self, shown: &[Command], saga: &Saga) {
+        let statuses: Vec<_> = shown.iter().filter_map(status_of).collect();
+        if statuses.is_empty() {
+            return;
+        }
+        let ledger = self.ledger_change(saga);
+        let stops = shown
+            .iter()
+            .filter(|c| matches!(c, Command::Pause { .. } | Command::Finish { .. }))
+            .count() as u64;
+        let unwound = shown
+            .iter()
+            .any(|c| matches!(c, Command::Finish { ending, .. } if *ending != Ending::Completed));
+        self.stops_reported.fetch_add(stops, Ordering::AcqRel);
+        self.with_pending(|pending| {
+            pending.stops += stops;
+            pending.unwound |= unwound;
+            pending.statuses.extend(statuses);
+            pending.ledger = Some(match pending.ledger.take() {
+                Some(older) => older.then(ledger),
+                None => ledger,
+            });
+        });
+    }
+}
+
+/// The task state and message a command shows.
+fn status_of(command: &Command) -> Option<(TaskState, Option<Message>)> {
+    let (state, text) = match command {
+        Command::Report { step, what } => (TaskState::Working, format!("{step}: {what}")),
+        Command::Pause { reason } => (
+            TaskState::InputRequired,
+            format!(
+                "{reason}. Answer with a data part {{\"resolution\": \"approve\" | \"retry\" | \"resolved-manually\" | \"compensate\"}}"
+            ),
+        ),
+        Command::Finish { ending, reason } => {
+            let state = match ending {
+                Ending::Completed => TaskState::Completed,
+                Ending::Compensated => TaskState::Failed,
+                Ending::Canceled => TaskState::Canceled,
+            };
+            (state, reason.clone())
+        }
+        _ => return None,
+    };
+    Some((state, Some(agent_message(text, None))))
+}
+
+/// Tries of one write before its statuses are given up (the ledger is then sent whole
+/// with the next report), and the wait before the first retry, doubled each time.
+const WRITE_TRIES: u32 = 8;
+const FIRST_RETRY_WAIT: Duration = Duration::from_millis(20);
+
+/// The reporting task: waits for reports and writes all that queued up in one durable
+/// write (every status in order, the ledger's changes folded), then signals the stops
+/// among them. A write that fails is tried again, with what queued up meanwhile.
+async fn write_reports(task: TaskHandle, shared: Arc<Shared>, stops: watch::Sender<u64>) {
+    let mut failed: Option<(Pending, u32)> = None;
+    loop {
+        if failed.is_none() {
+            shared.wake.notified().await;
+        }
+        let queued = match shared.pending.lock() {
+            Ok(mut pending) => std::mem::take(&mut *pending),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        };
+        let (batch, tries) = match failed.take() {
+            Some((earlier, tries)) => (earlier.then(queued), tries),
+            None => (queued, 0),
+        };
+        if let Err(e) = write(&task, &batch).await {
+            let tries = tries + 1;
+            if tries < WRITE_TRIES {
+                tracing::warn!(task = task.id(), error = %e, tries, "cannot report saga progress yet");
+                tokio::time::sleep(FIRST_RETRY_WAIT * 2u32.pow(tries - 1)).await;
+                failed = Some((batch, tries));
+                continue;
+            }
+            tracing::error!(task = task.id(), error = %e, "saga progress lost: the task store keeps failing");
+            shared.resend_whole.store(true, Ordering::Release);
+            if batch.stops > 0 {
+                shared.lost_stop.store(true, Ordering::Release);
+            }
+        }
+        if batch.stops > 0 {
+            stops.send_modify(|n| *n += batch.stops);
+        }
+        if batch.closed {
+            return;
+        }
+    }
+}
+
+/// One batch of reports, in one durable write (the `outcome` mark first, when due).
+async fn write(task: &TaskHandle, batch: &Pending) -> agent_host::Result<()> {
+    if batch.unwound {
+        task.set_metadata("outcome", json!("compensated")).await?;
+    }
+    if batch.statuses.is_empty() {
+        return Ok(());
+    }
+    // Copies, so that a failed write can be tried again.
+    let statuses = batch.statuses.clone();
+    match &batch.ledger {
+        Some(LedgerChange::Steps { phase, steps }) => {
+            let edit =
+                |artifact: &mut Artifact| apply_to_artifact(artifact, phase.clone(), steps.clone());
+            task.set_statuses_editing_artifact(LEDGER, edit, statuses)
+                .await
+        }
+        Some(LedgerChange::Whole(ledger)) => {
+            task.set_statuses_with_artifact(Some(ledger_artifact(ledger.clone())), statuses)
+                .await
+        }
+        None => task.set_statuses_with_artifact(None, statuses).await,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,504 @@
+//! The reporter against a task store whose writes are held until the test lets them go:
+//! the driver never waits for a write, nothing is lost or reordered, what queued up during
+//! a write goes out in the next one, and stops and the end are signalled only once written.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use agent_host::sdk::{PartContent, Task, TaskState, TaskStatus};
+use agent_host::{MemoryTaskStore, TaskManager, TaskStore};
+use async_trait::async_trait;
+use serde_json::json;
+use shared_types::{Catalog, Plan};
+use tokio::sync::{Semaphore, mpsc};
+
+use super::*;
+use crate::saga::{CallOutcome, Event, Invocation, SagaSpec, Target};
+
+/// A memory store whose every `put` announces itself, then waits for a permit (and
+/// fails, while `failing` counts down).
+struct HeldStore {
+    inner: MemoryTaskStore,
+    permits: Semaphore,
+    arrived: mpsc::UnboundedSender<()>,
+    failing: AtomicU32,
+}
+
+#[async_trait]
+impl TaskStore for HeldStore {
+    async fn put(&self, task: &Task) -> agent_host::Result<()> {
+        let fail = self
+            .failing
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        let _ = self.arrived.send(());
+        if let Ok(permit) = self.permits.acquire().await {
+            permit.forget();
+        }
+        if fail {
+            return Err(agent_host::Error::Store("disk full".into()));
+        }
+        self.inner.put(task).await
+    }
+
+    async fn get(&self, id: &str) -> agent_host::Result<Option<Task>> {
+        self.inner.get(id).await
+    }
+
+    async fn list(
+        &self,
+        query: &agent_host::store::TaskQuery,
+    ) -> agent_host::Result<agent_host::store::TaskPage> {
+        self.inner.list(query).await
+    }
+}
+
+struct Fixture {
+    store: Arc<HeldStore>,
+    arrived: mpsc::UnboundedReceiver<()>,
+    task: TaskHandle,
+    saga: Saga,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        let (arrived_tx, arrived) = mpsc::unbounded_channel();
+        let store = Arc::new(HeldStore {
+            inner: MemoryTaskStore::new(),
+            permits: Semaphore::new(1),
+            arrived: arrived_tx,
+            failing: AtomicU32::new(0),
+        });
+        let tasks = TaskManager::new(store.clone());
+        let task = tasks
+            .create(Task {
+                id: "task-1".into(),
+                context_id: "ctx-1".into(),
+                status: TaskStatus {
+                    state: TaskState::Submitted,
+                    message: None,
+                    timestamp: None,
+                },
+                artifacts: None,
+                history: None,
+                metadata: None,
+            })
+            .await
+            .unwrap();
+        let mut fixture = Self {
+            store,
+            arrived,
+            task,
+            saga: supplier_saga(),
+        };
+        fixture.arrived.recv().await.unwrap();
+        fixture
+    }
+
+    /// Lets `n` more writes through.
+    fn release(&self, n: usize) {
+        self.store.permits.add_permits(n);
+    }
+
+    async fn stored(&self) -> Task {
+        self.store.inner.get("task-1").await.unwrap().unwrap()
+    }
+}
+
+fn supplier_saga() -> Saga {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |path: &str| {
+        shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap())
+            .unwrap()
+    };
+    let mut catalog = Catalog::default();
+    for name in [
+        "vendor-registry",
+        "budget",
+        "sandbox",
+        "compliance-registry",
+        "payments",
+        "mailer",
+    ] {
+        catalog
+            .add_card(&read(&format!("agent-cards/{name}.json")))
+            .unwrap();
+    }
+    let plan = Plan::from_value(&read("examples/plans/supplier-onboarding.json")).unwrap();
+    Saga::new(SagaSpec::new(&plan, &catalog).unwrap())
+}
+
+fn report(step: &str, what: &str) -> Command {
+    Command::Report {
+        step: step.into(),
+        what: what.into(),
+    }
+}
+
+/// The text of each message in the task's history, in order.
+fn history(task: &Task) -> Vec<String> {
+    task.history
+        .iter()
+        .flatten()
+        .filter_map(|m| {
+            m.parts.iter().find_map(|p| match &p.content {
+                PartContent::Text(t) => Some(t.clone()),
+                _ => None,
+            })
+        })
+        .collect()
+}
+
+fn ledger_of(task: &Task) -> Option<Value> {
+    let artifact = task
+        .artifacts
+        .iter()
+        .flatten()
+        .find(|a| a.artifact_id == LEDGER)?;
+    match &artifact.parts.first()?.content {
+        PartContent::Data(v) => Some(v.clone()),
+        _ => None,
+    }
+}
+
+fn ledger_phase(task: &Task) -> Option<Value> {
+    ledger_of(task)?.get("phase").cloned()
+}
+
+/// The commands of an engine step that are shown on the task.
+fn shown(commands: &[Command]) -> Vec<Command> {
+    commands
+        .iter()
+        .filter(|c| {
+            matches!(
+                c,
+                Command::Report { .. } | Command::Pause { .. } | Command::Finish { .. }
+            )
+        })
+        .cloned()
+        .collect()
+}
+
+/// Runs `saga` to its end, every call answered by `tool`, reporting each engine step;
+/// `between(i)` runs after the `i`-th report.
+async fn run_reporting(
+    saga: &mut Saga,
+    reporter: &TaskReporter,
+    tool: impl Fn(&Invocation) -> CallOutcome,
+    mut between: impl AsyncFnMut(usize),
+) {
+    let mut commands = saga.step(Event::Start { now_ms: 0 });
+    for i in 0.. {
+        reporter.report_all(&shown(&commands), saga).await;
+        between(i).await;
+        let Some(call) = commands.iter().find_map(|c| match c {
+            Command::Invoke(invocation) => Some(invocation.clone()),
+            _ => None,
+        }) else {
+            return;
+        };
+        commands = saga.step(Event::Result {
+            target: call.target,
+            attempt: call.attempt,
+            outcome: tool(&call),
+            now_ms: 0,
+        });
+    }
+}
+
+/// One answer with every member any step of the plan binds from an earlier answer.
+fn answer(_: &Invocation) -> CallOutcome {
+    CallOutcome::Succeeded {
+        response: json!({
+            "vendorId": "v_1", "reservationId": "r_1", "tenantId": "t_1", "login": "admin",
+            "status": "clear", "reference": "c_1", "captureId": "p_1", "amountMinor": 12000,
+        }),
+    }
+}
+
+#[tokio::test]
+async fn reports_made_during_a_held_write_follow_in_one_write_in_order() {
+    let mut f = Fixture::new().await;
+    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+
+    // The first write starts and is held: the driver goes on reporting regardless.
+    f.saga.step(Event::Start { now_ms: 0 });
+    reporter
+        .report_all(&[report("a", "started")], &f.saga)
+        .await;
+    f.arrived.recv().await.unwrap();
+    reporter
+        .report_all(&[report("a", "succeeded")], &f.saga)
+        .await;
+    reporter
+        .report_all(&[report("b", "started"), report("b", "retrying")], &f.saga)
+        .await;
+    assert_eq!(history(&f.stored().await), Vec::<String>::new());
+
+    f.release(1);
+    f.arrived.recv().await.unwrap();
+    assert_eq!(history(&f.stored().await), ["a: started"]);
+    f.release(1);
+    drop(reporter);
+    reporting.finished().await;
+
+    let task = f.stored().await;
+    assert_eq!(
+        history(&task),
+        ["a: started", "a: succeeded", "b: started", "b: retrying"]
+    );
+    assert_eq!(task.status.state, TaskState::Working);
+    assert!(ledger_phase(&task).is_some(), "{task:?}");
+    // One write for the first report, one for the three queued behind it, nothing more.
+    assert!(f.arrived.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn a_pause_is_signalled_only_once_it_is_on_the_task() {
+    let mut f = Fixture::new().await;
+    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    let mut stops = reporting.stops();
+
+    reporter
+        .report_all(
+            &[Command::Pause {
+                reason: "step s4 needs approval".into(),
+            }],
+            &f.saga,
+        )
+        .await;
+    f.arrived.recv().await.unwrap();
+    assert!(!stops.has_changed().unwrap(), "signalled before the write");
+
+    f.release(1);
+    stops.changed().await.unwrap();
+    assert_eq!(f.stored().await.status.state, TaskState::InputRequired);
+    drop(reporter);
+    reporting.finished().await;
+}
+
+#[tokio::test]
+async fn finished_waits_for_the_end_and_marks_an_unwound_saga() {
+    let mut f = Fixture::new().await;
+    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+
+    reporter
+        .report_all(
+            &[
+                report("a", "compensated"),
+                Command::Finish {
+                    ending: Ending::Compensated,
+                    reason: "step s3 failed; everything before it was undone".into(),
+                },
+            ],
+            &f.saga,
+        )
+        .await;
+    drop(reporter);
+    let finished = tokio::spawn(reporting.finished());
+    // The outcome mark, then the statuses: each write waits for its permit.
+    f.arrived.recv().await.unwrap();
+    f.release(1);
+    f.arrived.recv().await.unwrap();
+    assert!(!finished.is_finished());
+    f.release(1);
+    finished.await.unwrap();
+
+    let task = f.stored().await;
+    assert_eq!(task.status.state, TaskState::Failed);
+    assert_eq!(
+        task.metadata.as_ref().and_then(|m| m.get("outcome")),
+        Some(&serde_json::json!("compensated"))
+    );
+    assert_eq!(history(&task).len(), 2);
+}
+
+#[tokio::test]
+async fn commands_that_show_nothing_write_nothing() {
+    let mut f = Fixture::new().await;
+    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    reporter
+        .report_all(
+            &[Command::RefuseCancel {
+                reason: "past the pivot".into(),
+            }],
+            &f.saga,
+        )
+        .await;
+    drop(reporter);
+    reporting.finished().await;
+    assert!(f.arrived.try_recv().is_err());
+    assert_eq!(f.stored().await.status.state, TaskState::Submitted);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_write_is_tried_again_with_what_queued_up_meanwhile() {
+    let mut f = Fixture::new().await;
+    f.release(1000);
+    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    let arrived = &mut f.arrived;
+    let store = f.store.clone();
+    run_reporting(&mut f.saga, &reporter, answer, async |i| {
+        if i == 0 {
+            // The first report's write is on its way; the next one fails once.
+            arrived.recv().await.unwrap();
+            store.failing.store(1, Ordering::SeqCst);
+        }
+    })
+    .await;
+    drop(reporter);
+    reporting.finished().await;
+
+    let task = f.stored().await;
+    assert_eq!(task.status.state, TaskState::Completed);
+    assert_eq!(ledger_of(&task), Some(f.saga.ledger()));
+    let history = history(&task);
+    assert_eq!(history.len(), 13, "{history:?}");
+    assert!(history.contains(&"s0: succeeded".to_owned()), "{history:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_write_is_given_up_the_whole_ledger_is_sent_again() {
+    let mut f = Fixture::new().await;
+    f.release(1000);
+    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    let arrived = &mut f.arrived;
+    let store = f.store.clone();
+    run_reporting(&mut f.saga, &reporter, answer, async |i| {
+        if i == 0 {
+            arrived.recv().await.unwrap();
+            store.failing.store(WRITE_TRIES, Ordering::SeqCst);
+        }
+        if i == 1 {
+            // Every try of the second report's write fails: its statuses are lost, and
+            // the first step's success, which nothing reports again, with them.
+            for _ in 0..WRITE_TRIES {
+                arrived.recv().await.unwrap();
+            }
+        }
+    })
+    .await;
+    drop(reporter);
+    reporting.finished().await;
+
+    let task = f.stored().await;
+    assert_eq!(task.status.state, TaskState::Completed);
+    assert_eq!(ledger_of(&task), Some(f.saga.ledger()));
+    let history = history(&task);
+    assert!(
+        !history.contains(&"s0: succeeded".to_owned()),
+        "{history:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_ledger_sent_as_changes_while_writes_are_held_ends_as_the_whole_ledger() {
+    let mut f = Fixture::new().await;
+    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    // The fourth step is declined: the three before it are undone.
+    let declined = |call: &Invocation| match call.target {
+        Target::Forward(3) => CallOutcome::Failed {
+            reason: "declined".into(),
+        },
+        _ => answer(call),
+    };
+    let store = f.store.clone();
+    // Writes go through two at a time, every third report: the rest queue up and fold.
+    run_reporting(&mut f.saga, &reporter, declined, async |i| {
+        if i % 3 == 2 {
+            store.permits.add_permits(2);
+        }
+    })
+    .await;
+    drop(reporter);
+    f.release(1000);
+    reporting.finished().await;
+
+    let task = f.stored().await;
+    assert_eq!(task.status.state, TaskState::Failed);
+    assert_eq!(ledger_of(&task), Some(f.saga.ledger()));
+    let history = history(&task);
+    assert!(
+        history.iter().any(|t| t.contains("compensated")),
+        "{history:?}"
+    );
+}
+
+#[test]
+fn ledger_changes_fold_in_order() {
+    let whole = json!({"sagaId": "s", "phase": {"phase": "notStarted"}, "steps": [{"n": 0}, {"n": 0}, {"n": 0}]});
+    let first = LedgerChange::Steps {
+        phase: json!("p1"),
+        steps: vec![(0, json!({"n": 1})), (2, json!({"n": 1}))],
+    };
+    let second = LedgerChange::Steps {
+        phase: json!("p2"),
+        steps: vec![(2, json!({"n": 2})), (1, json!({"n": 2}))],
+    };
+    assert_eq!(
+        first.clone().then(second.clone()),
+        LedgerChange::Steps {
+            phase: json!("p2"),
+            steps: vec![
+                (0, json!({"n": 1})),
+                (2, json!({"n": 2})),
+                (1, json!({"n": 2}))
+            ],
+        }
+    );
+    assert_eq!(
+        LedgerChange::Whole(whole.clone()).then(first).then(second),
+        LedgerChange::Whole(
+            json!({"sagaId": "s", "phase": "p2", "steps": [{"n": 1}, {"n": 2}, {"n": 2}]})
+        )
+    );
+    // A whole ledger replaces whatever came before it.
+    assert_eq!(
+        LedgerChange::Steps {
+            phase: json!("p0"),
+            steps: vec![]
+        }
+        .then(LedgerChange::Whole(whole.clone())),
+        LedgerChange::Whole(whole.clone())
+    );
+    // A change that does not fit the ledger is refused, not guessed at.
+    let mut ledger = whole;
+    assert!(apply(&mut ledger, json!("p"), vec![(3, json!({}))]).is_err());
+    assert!(apply(&mut json!([]), json!("p"), vec![]).is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn settled_waits_for_the_end_on_the_task_and_says_whether_it_got_there() {
+    let mut f = Fixture::new().await;
+    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    let end = |ending| Command::Finish {
+        ending,
+        reason: "the end".into(),
+    };
+    reporter
+        .report_all(&[end(Ending::Completed)], &f.saga)
+        .await;
+    f.arrived.recv().await.unwrap();
+    {
+        let mut settled = std::pin::pin!(reporter.settled());
+        assert!(futures::poll!(&mut settled).is_pending());
+        f.release(1);
+        assert!(settled.await);
+    }
+    drop(reporter);
+    reporting.finished().await;
+
+    // An end whose every write fails is not settled.
+    let f = Fixture::new().await;
+    f.release(1000);
+    f.store.failing.store(WRITE_TRIES, Ordering::SeqCst);
+    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    reporter
+        .report_all(&[end(Ending::Compensated)], &f.saga)
+        .await;
+    assert!(!reporter.settled().await);
+    drop(reporter);
+    reporting.finished().await;
+    assert_eq!(f.stored().await.status.state, TaskState::Submitted);
+}
