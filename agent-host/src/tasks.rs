@@ -228,14 +228,8 @@ impl TaskHandle {
         artifact: Option<Artifact>,
         statuses: Vec<(TaskState, Option<Message>)>,
     ) -> Result<()> {
-        let put = |task: &mut Task| {
-            Ok(artifact.map(|artifact| {
-                let id = artifact.artifact_id.clone();
-                replace_artifact(task, artifact, false);
-                id
-            }))
-        };
-        self.change_status(put, statuses, |_| ()).await
+        let put = |task: &mut Task| Ok(artifact.map(|artifact| put_artifact(task, artifact)));
+        self.change_with_statuses(put, statuses).await
     }
 
     /// As `set_statuses_with_artifact`, changing the task's artifact `artifact_id` where
@@ -248,20 +242,25 @@ impl TaskHandle {
         statuses: Vec<(TaskState, Option<Message>)>,
     ) -> Result<()> {
         let edit = |task: &mut Task| {
-            let artifact = task
-                .artifacts
-                .iter_mut()
-                .flatten()
-                .find(|a| a.artifact_id == artifact_id)
-                .ok_or_else(|| {
-                    A2AError::internal(format!("task has no artifact {artifact_id} to change"))
-                })?;
-            edit(artifact).map_err(|why| {
-                A2AError::internal(format!("cannot change artifact {artifact_id}: {why}"))
-            })?;
+            edit_artifact(task, artifact_id, edit)?;
             Ok(Some(artifact_id.to_owned()))
         };
-        self.change_status(edit, statuses, |_| ()).await
+        self.change_with_statuses(edit, statuses).await
+    }
+
+    /// The general form of the two above: `change` edits the task (its artifacts with
+    /// `put_artifact` or `edit_artifact`, its metadata) and names the artifact it changed,
+    /// if any, for the event that shows it; then come the statuses; all in one durable
+    /// write. Nothing is written if `change` fails.
+    pub async fn change_with_statuses(
+        &self,
+        change: impl FnOnce(&mut Task) -> std::result::Result<Option<String>, String>,
+        statuses: Vec<(TaskState, Option<Message>)>,
+    ) -> Result<()> {
+        let change = |task: &mut Task| {
+            change(task).map_err(|why| A2AError::internal(format!("cannot change the task: {why}")))
+        };
+        self.change_status(change, statuses, |_| ()).await
     }
 
     /// Applies `artifact` (which names the artifact it changed, if any) and the statuses
@@ -403,6 +402,28 @@ impl TaskHandle {
             )
             .await
     }
+}
+
+/// Adds `artifact` to `task`, or replaces the one with its id; returns the id.
+pub fn put_artifact(task: &mut Task, artifact: Artifact) -> String {
+    let id = artifact.artifact_id.clone();
+    replace_artifact(task, artifact, false);
+    id
+}
+
+/// Changes the task's artifact `artifact_id` where it stands.
+pub fn edit_artifact(
+    task: &mut Task,
+    artifact_id: &str,
+    edit: impl FnOnce(&mut Artifact) -> std::result::Result<(), String>,
+) -> std::result::Result<(), String> {
+    let artifact = task
+        .artifacts
+        .iter_mut()
+        .flatten()
+        .find(|a| a.artifact_id == artifact_id)
+        .ok_or_else(|| format!("task has no artifact {artifact_id} to change"))?;
+    edit(artifact).map_err(|why| format!("cannot change artifact {artifact_id}: {why}"))
 }
 
 /// Adds `artifact` to `task`, replaces the one with the same id, or appends to it.

@@ -137,10 +137,17 @@ impl Executor {
         })
     }
 
-    /// Starts a driver for `saga` reporting on `task`; returns once the saga first stops.
-    async fn launch(self: &Arc<Self>, task: TaskHandle, saga: Saga, start: Start) {
+    /// Starts a driver for `saga` reporting on `task` (`metadata` goes on the task with
+    /// the first report); returns once the saga first stops.
+    async fn launch(
+        self: &Arc<Self>,
+        task: TaskHandle,
+        saga: Saga,
+        start: Start,
+        metadata: Vec<(String, Value)>,
+    ) {
         let (control, rx) = mpsc::channel(8);
-        let (reporter, reporting) = TaskReporter::start(task.clone());
+        let (reporter, reporting) = TaskReporter::start(task.clone(), metadata);
         let stops = reporting.stops();
         let mut first_stop = stops.clone();
         if let Ok(mut live) = self.live.lock() {
@@ -187,7 +194,7 @@ impl Executor {
             let saga = recovered.saga.clone();
             let me = self.clone();
             tokio::spawn(async move {
-                me.launch(task, saga, Start::Resumed(Box::new(recovered)))
+                me.launch(task, saga, Start::Resumed(Box::new(recovered)), Vec::new())
                     .await
             });
         }
@@ -244,8 +251,8 @@ impl Executor {
             spec: spec.clone(),
         };
         let (saga, start) = begin(self.config.journal.as_ref(), &header, Saga::new(spec)).await?;
-        let _ = task.set_metadata("sagaId", json!(typed.saga_id)).await;
-        self.launch(task, saga, start).await;
+        let metadata = vec![("sagaId".to_owned(), json!(typed.saga_id))];
+        self.launch(task, saga, start, metadata).await;
         Ok(())
     }
 }

@@ -231,7 +231,8 @@ impl Executor {
                 let started = Instant::now();
                 let task = self.new_task(&saga_id).await;
                 Stopwatches::add(&self.stopwatches.task_store_nanos, started);
-                let (reporter, reporting) = TaskReporter::start(task);
+                let metadata = vec![("sagaId".to_owned(), json!(saga_id))];
+                let (reporter, reporting) = TaskReporter::start(task, metadata);
                 (reporter, Some(reporting))
             }
         };
@@ -277,7 +278,7 @@ impl Executor {
         saga_id
     }
 
-    /// The saga's A2A task as the executor's intake leaves it: submitted, with `sagaId`.
+    /// The saga's A2A task as the hosting layer creates it: submitted.
     pub(crate) async fn new_task(&self, saga_id: &str) -> TaskHandle {
         let task = Task {
             id: format!("task-{saga_id}"),
@@ -291,12 +292,7 @@ impl Executor {
             history: None,
             metadata: None,
         };
-        let handle = self.tasks.create(task).await.expect("create the task");
-        handle
-            .set_metadata("sagaId", json!(saga_id))
-            .await
-            .expect("set sagaId");
-        handle
+        self.tasks.create(task).await.expect("create the task")
     }
 
     /// The same six calls as a saga, made directly with the same invoker (and so the same

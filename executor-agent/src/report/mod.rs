@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_host::sdk::{Artifact, Message, Part, PartContent, TaskState};
+use agent_host::sdk::{Artifact, Message, Part, PartContent, Task, TaskState};
+use agent_host::tasks::{edit_artifact, put_artifact};
 use agent_host::{TaskHandle, agent_message};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -111,8 +112,9 @@ struct Pending {
     ledger: Option<LedgerChange>,
     /// Pauses and ends among the statuses: each is a stop once written.
     stops: u64,
-    /// The saga ended other than completed (the task's `outcome` says so).
-    unwound: bool,
+    /// Members of the task's metadata to set (the saga's id; `outcome` when the saga
+    /// ended other than completed).
+    metadata: Vec<(String, Value)>,
     /// The driver is gone: write what is left, then end.
     closed: bool,
 }
@@ -126,7 +128,7 @@ impl Pending {
             (older, newer) => newer.or(older),
         };
         self.stops += newer.stops;
-        self.unwound |= newer.unwound;
+        self.metadata.extend(newer.metadata);
         self.closed |= newer.closed;
         self
     }
@@ -177,10 +179,14 @@ impl Reporting {
 }
 
 impl TaskReporter {
-    /// Starts the reporting task for `task`.
-    pub fn start(task: TaskHandle) -> (Arc<Self>, Reporting) {
+    /// Starts the reporting task for `task`; `metadata` goes on the task with the first
+    /// report.
+    pub fn start(task: TaskHandle, metadata: Vec<(String, Value)>) -> (Arc<Self>, Reporting) {
         let shared = Arc::new(Shared {
-            pending: Mutex::new(Pending::default()),
+            pending: Mutex::new(Pending {
+                metadata,
+                ..Pending::default()
+            }),
             wake: Notify::new(),
             resend_whole: AtomicBool::new(false),
             lost_stop: AtomicBool::new(false),
@@ -265,7 +271,11 @@ impl Reporter for TaskReporter {
         self.stops_reported.fetch_add(stops, Ordering::AcqRel);
         self.with_pending(|pending| {
             pending.stops += stops;
-            pending.unwound |= unwound;
+            if unwound {
+                pending
+                    .metadata
+                    .push(("outcome".to_owned(), json!("compensated")));
+            }
             pending.statuses.extend(statuses);
             pending.ledger = Some(match pending.ledger.take() {
                 Some(older) => older.then(ledger),
@@ -345,27 +355,33 @@ async fn write_reports(task: TaskHandle, shared: Arc<Shared>, stops: watch::Send
 
 /// One batch of reports, in one durable write (the `outcome` mark first, when due).
 async fn write(task: &TaskHandle, batch: &Pending) -> agent_host::Result<()> {
-    if batch.unwound {
-        task.set_metadata("outcome", json!("compensated")).await?;
-    }
     if batch.statuses.is_empty() {
+        for (key, value) in &batch.metadata {
+            task.set_metadata(key, value.clone()).await?;
+        }
         return Ok(());
     }
-    // Copies, so that a failed write can be tried again.
-    let statuses = batch.statuses.clone();
-    match &batch.ledger {
-        Some(LedgerChange::Steps { phase, steps }) => {
-            let edit =
-                |artifact: &mut Artifact| apply_to_artifact(artifact, phase.clone(), steps.clone());
-            task.set_statuses_editing_artifact(LEDGER, edit, statuses)
-                .await
+    // What the write consumes is copied, so that a failed write can be tried again.
+    let change = |task: &mut Task| {
+        let members = task.metadata.get_or_insert_with(Default::default);
+        for (key, value) in &batch.metadata {
+            members.insert(key.clone(), value.clone());
         }
-        Some(LedgerChange::Whole(ledger)) => {
-            task.set_statuses_with_artifact(Some(ledger_artifact(ledger.clone())), statuses)
-                .await
+        match &batch.ledger {
+            Some(LedgerChange::Steps { phase, steps }) => {
+                edit_artifact(task, LEDGER, |artifact| {
+                    apply_to_artifact(artifact, phase.clone(), steps.clone())
+                })?;
+                Ok(Some(LEDGER.to_owned()))
+            }
+            Some(LedgerChange::Whole(ledger)) => {
+                Ok(Some(put_artifact(task, ledger_artifact(ledger.clone()))))
+            }
+            None => Ok(None),
         }
-        None => task.set_statuses_with_artifact(None, statuses).await,
-    }
+    };
+    task.change_with_statuses(change, batch.statuses.clone())
+        .await
 }
 
 #[cfg(test)]

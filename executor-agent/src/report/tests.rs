@@ -220,7 +220,7 @@ fn answer(_: &Invocation) -> CallOutcome {
 #[tokio::test]
 async fn reports_made_during_a_held_write_follow_in_one_write_in_order() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
 
     // The first write starts and is held: the driver goes on reporting regardless.
     f.saga.step(Event::Start { now_ms: 0 });
@@ -257,7 +257,7 @@ async fn reports_made_during_a_held_write_follow_in_one_write_in_order() {
 #[tokio::test]
 async fn a_pause_is_signalled_only_once_it_is_on_the_task() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
     let mut stops = reporting.stops();
 
     reporter
@@ -279,9 +279,10 @@ async fn a_pause_is_signalled_only_once_it_is_on_the_task() {
 }
 
 #[tokio::test]
-async fn finished_waits_for_the_end_and_marks_an_unwound_saga() {
+async fn finished_waits_for_the_end_written_in_one_write_with_the_metadata() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    let metadata = vec![("sagaId".to_owned(), json!("sg_1"))];
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), metadata);
 
     reporter
         .report_all(
@@ -296,28 +297,26 @@ async fn finished_waits_for_the_end_and_marks_an_unwound_saga() {
         )
         .await;
     drop(reporter);
-    let finished = tokio::spawn(reporting.finished());
-    // The outcome mark, then the statuses: each write waits for its permit.
+    let mut finished = std::pin::pin!(reporting.finished());
     f.arrived.recv().await.unwrap();
+    assert!(futures::poll!(&mut finished).is_pending());
     f.release(1);
-    f.arrived.recv().await.unwrap();
-    assert!(!finished.is_finished());
-    f.release(1);
-    finished.await.unwrap();
+    finished.await;
 
     let task = f.stored().await;
     assert_eq!(task.status.state, TaskState::Failed);
-    assert_eq!(
-        task.metadata.as_ref().and_then(|m| m.get("outcome")),
-        Some(&serde_json::json!("compensated"))
-    );
+    let metadata = task.metadata.clone().unwrap_or_default();
+    assert_eq!(metadata.get("sagaId"), Some(&json!("sg_1")));
+    assert_eq!(metadata.get("outcome"), Some(&json!("compensated")));
     assert_eq!(history(&task).len(), 2);
+    // The saga's id, the outcome, the statuses and the ledger: one write.
+    assert!(f.arrived.try_recv().is_err());
 }
 
 #[tokio::test]
 async fn commands_that_show_nothing_write_nothing() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
     reporter
         .report_all(
             &[Command::RefuseCancel {
@@ -336,7 +335,7 @@ async fn commands_that_show_nothing_write_nothing() {
 async fn a_failed_write_is_tried_again_with_what_queued_up_meanwhile() {
     let mut f = Fixture::new().await;
     f.release(1000);
-    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
     let arrived = &mut f.arrived;
     let store = f.store.clone();
     run_reporting(&mut f.saga, &reporter, answer, async |i| {
@@ -362,7 +361,7 @@ async fn a_failed_write_is_tried_again_with_what_queued_up_meanwhile() {
 async fn after_a_write_is_given_up_the_whole_ledger_is_sent_again() {
     let mut f = Fixture::new().await;
     f.release(1000);
-    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
     let arrived = &mut f.arrived;
     let store = f.store.clone();
     run_reporting(&mut f.saga, &reporter, answer, async |i| {
@@ -395,7 +394,7 @@ async fn after_a_write_is_given_up_the_whole_ledger_is_sent_again() {
 #[tokio::test]
 async fn a_ledger_sent_as_changes_while_writes_are_held_ends_as_the_whole_ledger() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
     // The fourth step is declined: the three before it are undone.
     let declined = |call: &Invocation| match call.target {
         Target::Forward(3) => CallOutcome::Failed {
@@ -471,7 +470,7 @@ fn ledger_changes_fold_in_order() {
 #[tokio::test(start_paused = true)]
 async fn settled_waits_for_the_end_on_the_task_and_says_whether_it_got_there() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
     let end = |ending| Command::Finish {
         ending,
         reason: "the end".into(),
@@ -493,7 +492,7 @@ async fn settled_waits_for_the_end_on_the_task_and_says_whether_it_got_there() {
     let f = Fixture::new().await;
     f.release(1000);
     f.store.failing.store(WRITE_TRIES, Ordering::SeqCst);
-    let (reporter, reporting) = TaskReporter::start(f.task.clone());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
     reporter
         .report_all(&[end(Ending::Compensated)], &f.saga)
         .await;
