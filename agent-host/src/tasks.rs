@@ -499,6 +499,34 @@ mod tests {
             .collect()
     }
 
+    /// The events received so far, one line each.
+    fn received(events: &mut broadcast::Receiver<StreamResponse>) -> Vec<String> {
+        let mut seen = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            seen.push(match event {
+                StreamResponse::ArtifactUpdate(a) => {
+                    let data: Vec<String> = a
+                        .artifact
+                        .parts
+                        .iter()
+                        .filter_map(|p| match &p.content {
+                            crate::sdk::PartContent::Data(v) => Some(v.to_string()),
+                            _ => None,
+                        })
+                        .collect();
+                    format!("artifact {} {}", a.artifact.artifact_id, data.join(" "))
+                }
+                StreamResponse::StatusUpdate(s) => format!(
+                    "{:?} {}",
+                    s.status.state,
+                    texts(s.status.message.as_slice()).join("")
+                ),
+                other => format!("{other:?}"),
+            });
+        }
+        seen
+    }
+
     #[tokio::test]
     async fn statuses_of_one_step_are_one_write_and_each_is_announced_in_order() {
         let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
@@ -513,21 +541,13 @@ mod tests {
         )
         .await
         .unwrap();
-        let mut seen = Vec::new();
-        while let Ok(event) = events.try_recv() {
-            seen.push(match event {
-                StreamResponse::ArtifactUpdate(a) => format!("artifact {}", a.artifact.artifact_id),
-                StreamResponse::StatusUpdate(s) => format!(
-                    "{:?} {}",
-                    s.status.state,
-                    texts(s.status.message.as_slice()).join("")
-                ),
-                other => format!("{other:?}"),
-            });
-        }
         assert_eq!(
-            seen,
-            ["artifact ledger", "Working s0: succeeded", "Completed done"]
+            received(&mut events),
+            [
+                r#"artifact ledger {"n":1}"#,
+                "Working s0: succeeded",
+                "Completed done"
+            ]
         );
         let stored = manager.store().get("t1").await.unwrap().unwrap();
         assert_eq!(stored.status.state, TaskState::Completed);
@@ -582,25 +602,13 @@ mod tests {
         )
         .await
         .unwrap();
-        let mut seen = Vec::new();
-        while let Ok(event) = events.try_recv() {
-            seen.push(match event {
-                StreamResponse::ArtifactUpdate(a) => format!("artifact {:?}", a.artifact.parts),
-                StreamResponse::StatusUpdate(s) => format!(
-                    "{:?} {}",
-                    s.status.state,
-                    texts(s.status.message.as_slice()).join("")
-                ),
-                other => format!("{other:?}"),
-            });
-        }
         assert_eq!(
-            seen,
+            received(&mut events),
             [
-                format!("artifact {:?}", ledger(2).parts),
-                "Working s1: started".to_owned(),
-                "Working ".to_owned(),
-                "InputRequired approve?".to_owned()
+                r#"artifact ledger {"n":2}"#,
+                "Working s1: started",
+                "Working ",
+                "InputRequired approve?"
             ]
         );
         let stored = manager.store().get("t3").await.unwrap().unwrap();

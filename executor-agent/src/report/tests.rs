@@ -2,7 +2,6 @@
 //! the driver never waits for a write, nothing is lost or reordered, what queued up during
 //! a write goes out in the next one, and stops and the end are signalled only once written.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -10,11 +9,11 @@ use agent_host::sdk::{PartContent, Task, TaskState, TaskStatus};
 use agent_host::{MemoryTaskStore, TaskManager, TaskStore};
 use async_trait::async_trait;
 use serde_json::json;
-use shared_types::{Catalog, Plan};
 use tokio::sync::{Semaphore, mpsc};
 
 use super::*;
-use crate::saga::{CallOutcome, Event, Invocation, SagaSpec, Target};
+use crate::saga::tests::supplier;
+use crate::saga::{CallOutcome, Event, Invocation, Target};
 
 /// A memory store whose every `put` announces itself, then waits for a permit (and
 /// fails, while `failing` counts down).
@@ -90,7 +89,7 @@ impl Fixture {
             store,
             arrived,
             task,
-            saga: supplier_saga(),
+            saga: supplier(),
         };
         fixture.arrived.recv().await.unwrap();
         fixture
@@ -104,29 +103,6 @@ impl Fixture {
     async fn stored(&self) -> Task {
         self.store.inner.get("task-1").await.unwrap().unwrap()
     }
-}
-
-fn supplier_saga() -> Saga {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let read = |path: &str| {
-        shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap())
-            .unwrap()
-    };
-    let mut catalog = Catalog::default();
-    for name in [
-        "vendor-registry",
-        "budget",
-        "sandbox",
-        "compliance-registry",
-        "payments",
-        "mailer",
-    ] {
-        catalog
-            .add_card(&read(&format!("agent-cards/{name}.json")))
-            .unwrap();
-    }
-    let plan = Plan::from_value(&read("examples/plans/supplier-onboarding.json")).unwrap();
-    Saga::new(SagaSpec::new(&plan, &catalog).unwrap())
 }
 
 fn report(step: &str, what: &str) -> Command {
@@ -331,8 +307,9 @@ async fn commands_that_show_nothing_write_nothing() {
     assert_eq!(f.stored().await.status.state, TaskState::Submitted);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_failed_write_is_tried_again_with_what_queued_up_meanwhile() {
+/// Runs the saga with every write let through, except that the second one fails
+/// `failures` times; returns the task as stored, and the saga's own ledger.
+async fn run_failing_the_second_write(failures: u32) -> (Task, Value) {
     let mut f = Fixture::new().await;
     f.release(1000);
     let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
@@ -340,39 +317,12 @@ async fn a_failed_write_is_tried_again_with_what_queued_up_meanwhile() {
     let store = f.store.clone();
     run_reporting(&mut f.saga, &reporter, answer, async |i| {
         if i == 0 {
-            // The first report's write is on its way; the next one fails once.
+            // The first report's write is on its way: the next ones fail.
             arrived.recv().await.unwrap();
-            store.failing.store(1, Ordering::SeqCst);
-        }
-    })
-    .await;
-    drop(reporter);
-    reporting.finished().await;
-
-    let task = f.stored().await;
-    assert_eq!(task.status.state, TaskState::Completed);
-    assert_eq!(ledger_of(&task), Some(f.saga.ledger()));
-    let history = history(&task);
-    assert_eq!(history.len(), 13, "{history:?}");
-    assert!(history.contains(&"s0: succeeded".to_owned()), "{history:?}");
-}
-
-#[tokio::test(start_paused = true)]
-async fn after_a_write_is_given_up_the_whole_ledger_is_sent_again() {
-    let mut f = Fixture::new().await;
-    f.release(1000);
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
-    let arrived = &mut f.arrived;
-    let store = f.store.clone();
-    run_reporting(&mut f.saga, &reporter, answer, async |i| {
-        if i == 0 {
-            arrived.recv().await.unwrap();
-            store.failing.store(WRITE_TRIES, Ordering::SeqCst);
+            store.failing.store(failures, Ordering::SeqCst);
         }
         if i == 1 {
-            // Every try of the second report's write fails: its statuses are lost, and
-            // the first step's success, which nothing reports again, with them.
-            for _ in 0..WRITE_TRIES {
+            for _ in 0..failures {
                 arrived.recv().await.unwrap();
             }
         }
@@ -380,10 +330,26 @@ async fn after_a_write_is_given_up_the_whole_ledger_is_sent_again() {
     .await;
     drop(reporter);
     reporting.finished().await;
+    (f.stored().await, f.saga.ledger())
+}
 
-    let task = f.stored().await;
+#[tokio::test(start_paused = true)]
+async fn a_failed_write_is_tried_again_with_what_queued_up_meanwhile() {
+    let (task, ledger) = run_failing_the_second_write(1).await;
     assert_eq!(task.status.state, TaskState::Completed);
-    assert_eq!(ledger_of(&task), Some(f.saga.ledger()));
+    assert_eq!(ledger_of(&task), Some(ledger));
+    let history = history(&task);
+    assert_eq!(history.len(), 13, "{history:?}");
+    assert!(history.contains(&"s0: succeeded".to_owned()), "{history:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_write_is_given_up_the_whole_ledger_is_sent_again() {
+    // Every try of the second report's write fails: its statuses are lost, and with them
+    // the first step's success, which nothing reports again.
+    let (task, ledger) = run_failing_the_second_write(WRITE_TRIES).await;
+    assert_eq!(task.status.state, TaskState::Completed);
+    assert_eq!(ledger_of(&task), Some(ledger));
     let history = history(&task);
     assert!(
         !history.contains(&"s0: succeeded".to_owned()),

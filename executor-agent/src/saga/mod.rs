@@ -6,7 +6,7 @@ pub mod model;
 pub mod spec;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use engine::Saga;
 pub use model::{CallOutcome, Command, Ending, Event, Invocation, Resolution, Target, Timer};

@@ -39,7 +39,8 @@ fn saga_from(plan: &str) -> Saga {
     Saga::new(SagaSpec::new(&plan, &catalog()).unwrap())
 }
 
-fn supplier() -> Saga {
+/// The supplier-onboarding saga, not started (the reporter's tests use it too).
+pub(crate) fn supplier() -> Saga {
     saga_from("examples/plans/supplier-onboarding.json")
 }
 
