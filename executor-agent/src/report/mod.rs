@@ -332,16 +332,22 @@ async fn write_reports(task: TaskHandle, shared: Arc<Shared>, stops: watch::Send
         };
         if let Err(e) = write(&task, &batch).await {
             let tries = tries + 1;
-            if tries < WRITE_TRIES {
+            // Only the store's own failures pass; a refusal would be refused again.
+            if matches!(e, agent_host::Error::Store(_)) && tries < WRITE_TRIES {
                 tracing::warn!(task = task.id(), error = %e, tries, "cannot report saga progress yet");
                 tokio::time::sleep(FIRST_RETRY_WAIT * 2u32.pow(tries - 1)).await;
                 failed = Some((batch, tries));
                 continue;
             }
-            tracing::error!(task = task.id(), error = %e, "saga progress lost: the task store keeps failing");
-            shared.resend_whole.store(true, Ordering::Release);
-            if batch.stops > 0 {
-                shared.lost_stop.store(true, Ordering::Release);
+            if has_ended(&task).await {
+                // Recovery showing an end that was shown before its finish mark was lost.
+                tracing::debug!(task = task.id(), "the task has ended already");
+            } else {
+                tracing::error!(task = task.id(), error = %e, "saga progress lost");
+                shared.resend_whole.store(true, Ordering::Release);
+                if batch.stops > 0 {
+                    shared.lost_stop.store(true, Ordering::Release);
+                }
             }
         }
         if batch.stops > 0 {
@@ -351,6 +357,12 @@ async fn write_reports(task: TaskHandle, shared: Arc<Shared>, stops: watch::Send
             return;
         }
     }
+}
+
+async fn has_ended(task: &TaskHandle) -> bool {
+    task.snapshot()
+        .await
+        .is_ok_and(|t| t.status.state.is_terminal())
 }
 
 /// One batch of reports, in one durable write (the `outcome` mark first, when due).

@@ -467,3 +467,26 @@ async fn settled_waits_for_the_end_on_the_task_and_says_whether_it_got_there() {
     reporting.finished().await;
     assert_eq!(f.stored().await.status.state, TaskState::Submitted);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_end_shown_again_on_an_ended_task_is_settled_without_retrying() {
+    let mut f = Fixture::new().await;
+    f.release(1);
+    f.task.set_status(TaskState::Completed, None).await.unwrap();
+    f.arrived.recv().await.unwrap();
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
+    reporter
+        .report(
+            &Command::Finish {
+                ending: Ending::Completed,
+                reason: "the end".into(),
+            },
+            &f.saga,
+        )
+        .await;
+    assert!(reporter.settled().await);
+    drop(reporter);
+    reporting.finished().await;
+    assert!(f.arrived.try_recv().is_err());
+    assert_eq!(f.stored().await.status.state, TaskState::Completed);
+}
