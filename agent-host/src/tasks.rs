@@ -209,17 +209,6 @@ impl TaskHandle {
             .await
     }
 
-    /// Replaces (or adds) `artifact` and sets the status, in one durable write.
-    pub async fn set_status_with_artifact(
-        &self,
-        artifact: Option<Artifact>,
-        state: TaskState,
-        message: Option<Message>,
-    ) -> Result<()> {
-        self.set_statuses_with_artifact(artifact, vec![(state, message)])
-            .await
-    }
-
     /// Several status changes that happened together, and the artifact as it stands after
     /// them, in one durable write: every message joins the history, the last status is
     /// the task's, and a subscriber sees the artifact and then each status in order.
@@ -232,26 +221,11 @@ impl TaskHandle {
         self.change_with_statuses(put, statuses).await
     }
 
-    /// As `set_statuses_with_artifact`, changing the task's artifact `artifact_id` where
-    /// it stands instead of sending it whole (for a large artifact that changes a little
-    /// at a time). Nothing is written if the task has no such artifact or `edit` fails.
-    pub async fn set_statuses_editing_artifact(
-        &self,
-        artifact_id: &str,
-        edit: impl FnOnce(&mut Artifact) -> std::result::Result<(), String>,
-        statuses: Vec<(TaskState, Option<Message>)>,
-    ) -> Result<()> {
-        let edit = |task: &mut Task| {
-            edit_artifact(task, artifact_id, edit)?;
-            Ok(Some(artifact_id.to_owned()))
-        };
-        self.change_with_statuses(edit, statuses).await
-    }
-
-    /// The general form of the two above: `change` edits the task (its artifacts with
-    /// `put_artifact` or `edit_artifact`, its metadata) and names the artifact it changed,
-    /// if any, for the event that shows it; then come the statuses; all in one durable
-    /// write. Nothing is written if `change` fails.
+    /// The general form of the one above: `change` edits the task (its artifacts with
+    /// `put_artifact`, or `edit_artifact` for a large one that changes a little at a time;
+    /// its metadata) and names the artifact it changed, if any, for the event that shows
+    /// it; then come the statuses; all in one durable write. Nothing is written if
+    /// `change` fails.
     pub async fn change_with_statuses(
         &self,
         change: impl FnOnce(&mut Task) -> std::result::Result<Option<String>, String>,
@@ -499,6 +473,19 @@ mod tests {
             .collect()
     }
 
+    /// The statuses, with the artifact `ledger` edited where it stands.
+    async fn edit_ledger(
+        task: &TaskHandle,
+        edit: impl FnOnce(&mut Artifact) -> std::result::Result<(), String>,
+        statuses: Vec<(TaskState, Option<Message>)>,
+    ) -> Result<()> {
+        let change = |task: &mut Task| {
+            edit_artifact(task, "ledger", edit)?;
+            Ok(Some("ledger".to_owned()))
+        };
+        task.change_with_statuses(change, statuses).await
+    }
+
     /// The events received so far, one line each.
     fn received(events: &mut broadcast::Receiver<StreamResponse>) -> Vec<String> {
         let mut seen = Vec::new();
@@ -588,8 +575,8 @@ mod tests {
             .await
             .unwrap();
         let mut events = manager.subscribe("t3").unwrap();
-        task.set_statuses_editing_artifact(
-            "ledger",
+        edit_ledger(
+            &task,
             |artifact| {
                 artifact.parts = vec![Part::data(serde_json::json!({"n": 2}))];
                 Ok(())
@@ -624,9 +611,7 @@ mod tests {
     async fn an_edit_that_cannot_be_made_writes_nothing() {
         let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
         let task = manager.create(working_task("t4")).await.unwrap();
-        let absent = task
-            .set_statuses_editing_artifact("ledger", |_| Ok(()), vec![(TaskState::Completed, None)])
-            .await;
+        let absent = edit_ledger(&task, |_| Ok(()), vec![(TaskState::Completed, None)]).await;
         assert!(
             absent
                 .unwrap_err()
@@ -636,13 +621,12 @@ mod tests {
         task.set_statuses_with_artifact(Some(ledger(1)), vec![(TaskState::Working, None)])
             .await
             .unwrap();
-        let refused = task
-            .set_statuses_editing_artifact(
-                "ledger",
-                |_| Err("not a ledger".into()),
-                vec![(TaskState::Completed, said("done"))],
-            )
-            .await;
+        let refused = edit_ledger(
+            &task,
+            |_| Err("not a ledger".into()),
+            vec![(TaskState::Completed, said("done"))],
+        )
+        .await;
         assert!(refused.unwrap_err().to_string().contains("not a ledger"));
         let stored = manager.store().get("t4").await.unwrap().unwrap();
         assert_eq!(stored.status.state, TaskState::Working);

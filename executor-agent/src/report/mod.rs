@@ -365,7 +365,7 @@ async fn has_ended(task: &TaskHandle) -> bool {
         .is_ok_and(|t| t.status.state.is_terminal())
 }
 
-/// One batch of reports, in one durable write (the `outcome` mark first, when due).
+/// One batch of reports (metadata, ledger changes, statuses) in one durable write.
 async fn write(task: &TaskHandle, batch: &Pending) -> agent_host::Result<()> {
     if batch.statuses.is_empty() {
         for (key, value) in &batch.metadata {
