@@ -23,7 +23,7 @@ use crate::mcp::invoker::McpInvoker;
 use crate::recovery::replay;
 use crate::registry::AgentKind;
 use crate::registry::Registry;
-use crate::report::TaskReporter;
+use crate::report::{GATHER_PROGRESS, TaskReporter};
 use crate::saga::{Resolution, Saga, SagaSpec};
 
 /// What the executor needs.
@@ -147,7 +147,7 @@ impl Executor {
         metadata: Vec<(String, Value)>,
     ) {
         let (control, rx) = mpsc::channel(8);
-        let (reporter, reporting) = TaskReporter::start(task.clone(), metadata);
+        let (reporter, reporting) = TaskReporter::start(task.clone(), metadata, GATHER_PROGRESS);
         let stops = reporting.stops();
         let mut first_stop = stops.clone();
         if let Ok(mut live) = self.live.lock() {

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use executor_agent::driver::{Control, Reporter, begin, drive};
 use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker, trace_id};
 use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
-use executor_agent::report::TaskReporter;
+use executor_agent::report::{GATHER_PROGRESS, TaskReporter};
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{CallOutcome, Command, Ending, Event, Invocation, Saga, SagaSpec};
 use serde_json::{Value, json};
@@ -232,7 +232,7 @@ impl Executor {
                 let task = self.new_task(&saga_id).await;
                 Stopwatches::add(&self.stopwatches.task_store_nanos, started);
                 let metadata = vec![("sagaId".to_owned(), json!(saga_id))];
-                let (reporter, reporting) = TaskReporter::start(task, metadata);
+                let (reporter, reporting) = TaskReporter::start(task, metadata, gather_progress());
                 (reporter, Some(reporting))
             }
         };
@@ -353,4 +353,13 @@ struct Unreported;
 #[async_trait]
 impl Reporter for Unreported {
     async fn report(&self, _: &Command, _: &Saga) {}
+}
+
+/// How long progress gathers before its task write: the executor's default, or
+/// `SAGA_BENCH_GATHER_MS`.
+pub(crate) fn gather_progress() -> Duration {
+    std::env::var("SAGA_BENCH_GATHER_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(GATHER_PROGRESS, Duration::from_millis)
 }

@@ -180,8 +180,13 @@ impl Reporting {
 
 impl TaskReporter {
     /// Starts the reporting task for `task`; `metadata` goes on the task with the first
-    /// report.
-    pub fn start(task: TaskHandle, metadata: Vec<(String, Value)>) -> (Arc<Self>, Reporting) {
+    /// report. Progress waits up to `gather` for the reports after it, so that they share
+    /// one write; a pause or the end is written at once (with whatever waits before it).
+    pub fn start(
+        task: TaskHandle,
+        metadata: Vec<(String, Value)>,
+        gather: Duration,
+    ) -> (Arc<Self>, Reporting) {
         let shared = Arc::new(Shared {
             pending: Mutex::new(Pending {
                 metadata,
@@ -192,7 +197,7 @@ impl TaskReporter {
             lost_stop: AtomicBool::new(false),
         });
         let (stops_tx, stops) = watch::channel(0u64);
-        let writer = tokio::spawn(write_reports(task, shared.clone(), stops_tx));
+        let writer = tokio::spawn(write_reports(task, shared.clone(), stops_tx, gather));
         let reporter = Self {
             shared,
             reported: Mutex::new(Vec::new()),
@@ -202,12 +207,23 @@ impl TaskReporter {
         (Arc::new(reporter), Reporting { stops, writer })
     }
 
+    /// Adds to what is pending, and wakes the reporting task if it has reason to act:
+    /// the first report since its last write starts its wait, a stop or the close ends it.
+    /// (Progress joining reports that wait already needs no wake-up.)
     fn with_pending(&self, change: impl FnOnce(&mut Pending)) {
-        match self.shared.pending.lock() {
-            Ok(mut pending) => change(&mut pending),
-            Err(poisoned) => change(&mut poisoned.into_inner()),
+        let wake = |pending: &mut Pending| {
+            let first = pending.statuses.is_empty();
+            let stops = pending.stops;
+            change(pending);
+            first || pending.stops > stops || pending.closed
+        };
+        let wake = match self.shared.pending.lock() {
+            Ok(mut pending) => wake(&mut pending),
+            Err(poisoned) => wake(&mut poisoned.into_inner()),
+        };
+        if wake {
+            self.shared.wake.notify_one();
         }
-        self.shared.wake.notify_one();
     }
 
     /// How the ledger changed since the last report.
@@ -313,14 +329,26 @@ fn status_of(command: &Command) -> Option<(TaskState, Option<Message>)> {
 const WRITE_TRIES: u32 = 8;
 const FIRST_RETRY_WAIT: Duration = Duration::from_millis(20);
 
-/// The reporting task: waits for reports and writes all that queued up in one durable
-/// write (every status in order, the ledger's changes folded), then signals the stops
-/// among them. A write that fails is tried again, with what queued up meanwhile.
-async fn write_reports(task: TaskHandle, shared: Arc<Shared>, stops: watch::Sender<u64>) {
+/// How long progress waits on the task by default for the reports after it: short
+/// beside a person watching, long beside the steps of a busy executor, whose sagas then
+/// write their tasks a few times each instead of at every step.
+pub const GATHER_PROGRESS: Duration = Duration::from_millis(100);
+
+/// The reporting task: waits for reports, lets progress gather (`gather`), and writes all
+/// that queued up in one durable write (every status in order, the ledger's changes
+/// folded), then signals the stops among them. A write that fails is tried again, with
+/// what queued up meanwhile.
+async fn write_reports(
+    task: TaskHandle,
+    shared: Arc<Shared>,
+    stops: watch::Sender<u64>,
+    gather: Duration,
+) {
     let mut failed: Option<(Pending, u32)> = None;
     loop {
         if failed.is_none() {
             shared.wake.notified().await;
+            wait_for_more(&shared, gather).await;
         }
         let queued = match shared.pending.lock() {
             Ok(mut pending) => std::mem::take(&mut *pending),
@@ -355,6 +383,28 @@ async fn write_reports(task: TaskHandle, shared: Arc<Shared>, stops: watch::Send
         }
         if batch.closed {
             return;
+        }
+    }
+}
+
+/// Waits until `gather` has passed since now, or a pause, the end or the driver's close is
+/// pending, whichever comes first.
+async fn wait_for_more(shared: &Shared, gather: Duration) {
+    if gather.is_zero() {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + gather;
+    loop {
+        let urgent = match shared.pending.lock() {
+            Ok(pending) => pending.stops > 0 || pending.closed,
+            Err(_) => true,
+        };
+        if urgent {
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => return,
+            () = shared.wake.notified() => {}
         }
     }
 }

@@ -196,7 +196,7 @@ fn answer(_: &Invocation) -> CallOutcome {
 #[tokio::test]
 async fn reports_made_during_a_held_write_follow_in_one_write_in_order() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
 
     // The first write starts and is held: the driver goes on reporting regardless.
     f.saga.step(Event::Start { now_ms: 0 });
@@ -233,7 +233,7 @@ async fn reports_made_during_a_held_write_follow_in_one_write_in_order() {
 #[tokio::test]
 async fn a_pause_is_signalled_only_once_it_is_on_the_task() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
     let mut stops = reporting.stops();
 
     reporter
@@ -258,7 +258,7 @@ async fn a_pause_is_signalled_only_once_it_is_on_the_task() {
 async fn finished_waits_for_the_end_written_in_one_write_with_the_metadata() {
     let mut f = Fixture::new().await;
     let metadata = vec![("sagaId".to_owned(), json!("sg_1"))];
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), metadata);
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), metadata, Duration::ZERO);
 
     reporter
         .report_all(
@@ -292,7 +292,7 @@ async fn finished_waits_for_the_end_written_in_one_write_with_the_metadata() {
 #[tokio::test]
 async fn commands_that_show_nothing_write_nothing() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
     reporter
         .report_all(
             &[Command::RefuseCancel {
@@ -312,7 +312,7 @@ async fn commands_that_show_nothing_write_nothing() {
 async fn run_failing_the_second_write(failures: u32) -> (Task, Value) {
     let mut f = Fixture::new().await;
     f.release(1000);
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
     let arrived = &mut f.arrived;
     let store = f.store.clone();
     run_reporting(&mut f.saga, &reporter, answer, async |i| {
@@ -360,7 +360,7 @@ async fn after_a_write_is_given_up_the_whole_ledger_is_sent_again() {
 #[tokio::test]
 async fn a_ledger_sent_as_changes_while_writes_are_held_ends_as_the_whole_ledger() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
     // The fourth step is declined: the three before it are undone.
     let declined = |call: &Invocation| match call.target {
         Target::Forward(3) => CallOutcome::Failed {
@@ -436,7 +436,7 @@ fn ledger_changes_fold_in_order() {
 #[tokio::test(start_paused = true)]
 async fn settled_waits_for_the_end_on_the_task_and_says_whether_it_got_there() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
     let end = |ending| Command::Finish {
         ending,
         reason: "the end".into(),
@@ -458,7 +458,7 @@ async fn settled_waits_for_the_end_on_the_task_and_says_whether_it_got_there() {
     let f = Fixture::new().await;
     f.release(1000);
     f.store.failing.store(WRITE_TRIES, Ordering::SeqCst);
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
     reporter
         .report_all(&[end(Ending::Compensated)], &f.saga)
         .await;
@@ -474,7 +474,7 @@ async fn an_end_shown_again_on_an_ended_task_is_settled_without_retrying() {
     f.release(1);
     f.task.set_status(TaskState::Completed, None).await.unwrap();
     f.arrived.recv().await.unwrap();
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new());
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
     reporter
         .report(
             &Command::Finish {
@@ -489,4 +489,65 @@ async fn an_end_shown_again_on_an_ended_task_is_settled_without_retrying() {
     reporting.finished().await;
     assert!(f.arrived.try_recv().is_err());
     assert_eq!(f.stored().await.status.state, TaskState::Completed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_gathers_for_its_window_and_a_stop_or_the_close_ends_the_wait() {
+    let mut f = Fixture::new().await;
+    f.release(16);
+    let gather = Duration::from_millis(100);
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), gather);
+    let step = Duration::from_millis(30);
+
+    // Progress alone waits out the window, and everything reported in it shares a write.
+    let first = tokio::time::Instant::now();
+    f.saga.step(Event::Start { now_ms: 0 });
+    reporter
+        .report_all(&[report("a", "started")], &f.saga)
+        .await;
+    tokio::time::sleep(step).await;
+    reporter
+        .report_all(&[report("a", "succeeded")], &f.saga)
+        .await;
+    f.arrived.recv().await.unwrap();
+    assert_eq!(first.elapsed(), gather);
+    assert_eq!(history(&f.stored().await), ["a: started", "a: succeeded"]);
+
+    // A pause goes out as soon as it is reported, with the progress waiting before it.
+    let second = tokio::time::Instant::now();
+    reporter
+        .report_all(&[report("b", "started")], &f.saga)
+        .await;
+    tokio::time::sleep(step).await;
+    let pause = Command::Pause {
+        reason: "step b needs approval".into(),
+    };
+    reporter.report_all(&[pause], &f.saga).await;
+    f.arrived.recv().await.unwrap();
+    assert_eq!(second.elapsed(), step);
+    let task = f.stored().await;
+    assert_eq!(
+        history(&task)[2..],
+        ["b: started".to_owned(), task_text(&task)]
+    );
+    assert_eq!(task.status.state, TaskState::InputRequired);
+
+    // So does what waits when the driver is gone.
+    let third = tokio::time::Instant::now();
+    reporter
+        .report_all(&[report("b", "approved")], &f.saga)
+        .await;
+    drop(reporter);
+    reporting.finished().await;
+    assert_eq!(third.elapsed(), Duration::ZERO);
+    assert_eq!(history(&f.stored().await).last().unwrap(), "b: approved");
+}
+
+/// The text of the task's status message.
+fn task_text(task: &Task) -> String {
+    history(&Task {
+        history: task.status.message.clone().map(|m| vec![m]),
+        ..task.clone()
+    })
+    .remove(0)
 }
