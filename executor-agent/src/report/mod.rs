@@ -117,6 +117,8 @@ struct Pending {
     metadata: Vec<(String, Value)>,
     /// The driver is gone: write what is left, then end.
     closed: bool,
+    /// The saga's end is among the statuses: nothing can follow it.
+    ended: bool,
 }
 
 impl Pending {
@@ -130,6 +132,7 @@ impl Pending {
         self.stops += newer.stops;
         self.metadata.extend(newer.metadata);
         self.closed |= newer.closed;
+        self.ended |= newer.ended;
         self
     }
 }
@@ -287,6 +290,7 @@ impl Reporter for TaskReporter {
         self.stops_reported.fetch_add(stops, Ordering::AcqRel);
         self.with_pending(|pending| {
             pending.stops += stops;
+            pending.ended |= shown.iter().any(|c| matches!(c, Command::Finish { .. }));
             if unwound {
                 pending
                     .metadata
@@ -381,7 +385,9 @@ async fn write_reports(
         if batch.stops > 0 {
             stops.send_modify(|n| *n += batch.stops);
         }
-        if batch.closed {
+        // After the end there is nothing more to write: the task is done at once,
+        // without waiting for the driver to let go.
+        if batch.closed || batch.ended {
             return;
         }
     }

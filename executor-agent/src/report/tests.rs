@@ -272,12 +272,16 @@ async fn finished_waits_for_the_end_written_in_one_write_with_the_metadata() {
             &f.saga,
         )
         .await;
-    drop(reporter);
     let mut finished = std::pin::pin!(reporting.finished());
     f.arrived.recv().await.unwrap();
     assert!(futures::poll!(&mut finished).is_pending());
     f.release(1);
-    finished.await;
+    // Nothing follows an end: reporting is over once it is written, while the driver
+    // still holds the reporter.
+    tokio::time::timeout(Duration::from_secs(10), finished)
+        .await
+        .expect("reporting ends with the end");
+    drop(reporter);
 
     let task = f.stored().await;
     assert_eq!(task.status.state, TaskState::Failed);
