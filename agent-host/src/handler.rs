@@ -17,7 +17,7 @@ use crate::sdk::{
     new_context_id, new_task_id,
 };
 use crate::store::TaskQuery;
-use crate::tasks::{TaskHandle, TaskManager};
+use crate::tasks::{Subscription, TaskHandle, TaskManager};
 
 const DEFAULT_PAGE_SIZE: usize = 50;
 const MAX_PAGE_SIZE: usize = 100;
@@ -79,7 +79,10 @@ impl<A: Agent> HostHandler<A> {
                     .subscribe(&task_id)
                     .map_err(crate::Error::into_a2a)?;
                 let task = self.get(&task_id).await?;
-                return Ok(Started::Existing { task, events });
+                return Ok(Started::Existing {
+                    task: Box::new(task),
+                    events,
+                });
             }
             Reply::Task => {}
         }
@@ -148,7 +151,7 @@ impl<A: Agent> HostHandler<A> {
     fn follow(
         &self,
         first: Task,
-        events: broadcast::Receiver<StreamResponse>,
+        events: Subscription,
         run: Option<tokio::task::JoinHandle<()>>,
     ) -> BoxStream<'static, Result<StreamResponse, A2AError>> {
         let tasks = self.tasks.clone();
@@ -180,19 +183,19 @@ impl<A: Agent> HostHandler<A> {
 enum Started {
     Message(Message),
     Existing {
-        task: Task,
-        events: broadcast::Receiver<StreamResponse>,
+        task: Box<Task>,
+        events: Subscription,
     },
     Task {
         handle: TaskHandle,
-        events: broadcast::Receiver<StreamResponse>,
+        events: Subscription,
         run: tokio::task::JoinHandle<()>,
     },
 }
 
 struct Follow {
     shutdown: CancellationToken,
-    events: broadcast::Receiver<StreamResponse>,
+    events: Subscription,
     run: Option<tokio::task::JoinHandle<()>>,
     done: bool,
     tasks: Arc<TaskManager>,
@@ -296,7 +299,7 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
         match self.start(params, req).await? {
             Started::Message(m) => Ok(SendMessageResponse::Message(m)),
             Started::Existing { task, .. } => Ok(SendMessageResponse::Task(trim_history(
-                task,
+                *task,
                 history_length,
             ))),
             Started::Task {
@@ -329,9 +332,9 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
             }
             Started::Existing { task, events } => {
                 if is_terminal(&task.status.state) || is_interrupted(&task.status.state) {
-                    Ok(stream::once(async move { Ok(StreamResponse::Task(task)) }).boxed())
+                    Ok(stream::once(async move { Ok(StreamResponse::Task(*task)) }).boxed())
                 } else {
-                    Ok(self.follow(task, events, None))
+                    Ok(self.follow(*task, events, None))
                 }
             }
             Started::Task {

@@ -22,4 +22,4 @@ pub use client::{AgentClient, OutboundCall, baggage_header};
 pub use error::{Error, Result};
 pub use server::{HostConfig, app, serve};
 pub use store::{MemoryTaskStore, SqliteTaskStore, TaskStore};
-pub use tasks::{TaskHandle, TaskManager};
+pub use tasks::{Subscription, TaskHandle, TaskManager};

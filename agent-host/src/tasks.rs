@@ -50,15 +50,20 @@ impl TaskManager {
     }
 
     /// Subscribes to a task's future events.
-    pub fn subscribe(&self, task_id: &str) -> Result<broadcast::Receiver<StreamResponse>> {
+    pub fn subscribe(self: &Arc<Self>, task_id: &str) -> Result<Subscription> {
         let mut channels = self
             .channels
             .lock()
             .map_err(|_| Error::store("event bus poisoned"))?;
-        Ok(channels
+        let events = channels
             .entry(task_id.to_owned())
             .or_insert_with(|| broadcast::channel(EVENT_BUFFER).0)
-            .subscribe())
+            .subscribe();
+        Ok(Subscription {
+            events,
+            manager: self.clone(),
+            task_id: task_id.to_owned(),
+        })
     }
 
     /// Whether anyone listens to the task's events (when nobody does, none are built,
@@ -174,6 +179,46 @@ impl TaskManager {
             *written = Some(task);
         }
         Ok(answer)
+    }
+}
+
+/// One subscriber's events of a task. When the last subscriber of a task goes, so does
+/// the task's channel: a task that is never written again (it ended, or waits paused)
+/// keeps nothing behind for subscribers that left.
+pub struct Subscription {
+    events: broadcast::Receiver<StreamResponse>,
+    manager: Arc<TaskManager>,
+    task_id: String,
+}
+
+impl std::ops::Deref for Subscription {
+    type Target = broadcast::Receiver<StreamResponse>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.events
+    }
+}
+
+impl std::ops::DerefMut for Subscription {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.events
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let Ok(mut channels) = self.manager.channels.lock() else {
+            return;
+        };
+        // Counted under the lock, so nobody subscribes in between. The task's channel may
+        // be a newer one (the old one went with the task's last event): only ours, with
+        // no receiver but this one, goes.
+        let ours_alone = channels.get(&self.task_id).is_some_and(|sender| {
+            sender.receiver_count() == 1 && sender.subscribe().same_channel(&self.events)
+        });
+        if ours_alone {
+            channels.remove(&self.task_id);
+        }
     }
 }
 
@@ -487,7 +532,7 @@ mod tests {
     }
 
     /// The events received so far, one line each.
-    fn received(events: &mut broadcast::Receiver<StreamResponse>) -> Vec<String> {
+    fn received(events: &mut Subscription) -> Vec<String> {
         let mut seen = Vec::new();
         while let Ok(event) = events.try_recv() {
             seen.push(match event {
@@ -632,5 +677,40 @@ mod tests {
         assert_eq!(stored.status.state, TaskState::Working);
         assert_eq!(stored.artifacts.unwrap(), [ledger(1)]);
         assert!(stored.history.unwrap_or_default().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_channel_goes_with_its_last_subscriber() {
+        let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+        let channels = |m: &TaskManager| m.channels.lock().unwrap().len();
+        let task = manager.create(working_task("t4")).await.unwrap();
+        task.set_status(TaskState::Completed, said("done"))
+            .await
+            .unwrap();
+
+        // Subscribers of a task that is never written again (here: one that ended).
+        let first = manager.subscribe("t4").unwrap();
+        let second = manager.subscribe("t4").unwrap();
+        drop(first);
+        assert_eq!(channels(&manager), 1, "a subscriber is left");
+        drop(second);
+        assert_eq!(channels(&manager), 0);
+
+        // A subscription whose channel went with the task's last event leaves the newer
+        // channel, and its subscriber, alone.
+        let live = manager.create(working_task("t5")).await.unwrap();
+        let old = manager.subscribe("t5").unwrap();
+        live.set_status(TaskState::InputRequired, said("approve?"))
+            .await
+            .unwrap();
+        live.set_status(TaskState::Completed, said("done"))
+            .await
+            .unwrap();
+        let mut newer = manager.subscribe("t5").unwrap();
+        drop(old);
+        assert_eq!(channels(&manager), 1);
+        assert!(newer.try_recv().is_err());
+        drop(newer);
+        assert_eq!(channels(&manager), 0);
     }
 }
