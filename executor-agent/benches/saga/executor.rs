@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_host::sdk::{Task, TaskState, TaskStatus};
-use agent_host::{AgentClient, SqliteTaskStore, TaskHandle, TaskManager};
+use agent_host::{AgentClient, MemoryTaskStore, SqliteTaskStore, TaskHandle, TaskManager};
 use async_trait::async_trait;
 use executor_agent::driver::{Control, Reporter, begin, drive};
 use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker, trace_id};
@@ -145,7 +145,9 @@ pub(crate) struct Executor {
     pub(crate) stopwatches: Arc<Stopwatches>,
     /// Calls answered, by the driver or directly (each is one saga step).
     pub(crate) calls_answered: Arc<AtomicU64>,
-    tasks: Arc<TaskManager>,
+    /// The sagas' tasks: in `task_store`, or in memory (`SAGA_BENCH_TASKS=memory`).
+    pub(crate) tasks: Arc<TaskManager>,
+    /// The SQLite task store (also timed alone, whichever store the sagas use).
     pub(crate) task_store: SqliteTaskStore,
     /// The six forward invocations of a completed saga, for the direct calls.
     pub(crate) direct_template: Vec<Invocation>,
@@ -191,7 +193,11 @@ impl Executor {
             direct_invoker,
             stopwatches,
             calls_answered,
-            tasks: TaskManager::new(Arc::new(task_store.clone())),
+            tasks: TaskManager::new(if tasks_in_memory() {
+                Arc::new(MemoryTaskStore::new())
+            } else {
+                Arc::new(task_store.clone())
+            }),
             task_store,
             direct_template: Vec::new(),
             next_saga: AtomicU64::new(0),
@@ -362,4 +368,10 @@ pub(crate) fn gather_progress() -> Duration {
         .ok()
         .and_then(|ms| ms.parse().ok())
         .map_or(GATHER_PROGRESS, Duration::from_millis)
+}
+
+/// Whether the sagas' tasks live in memory (`SAGA_BENCH_TASKS=memory`), to tell the task
+/// store's durable writes apart from the rest of keeping a task current.
+pub(crate) fn tasks_in_memory() -> bool {
+    std::env::var("SAGA_BENCH_TASKS").is_ok_and(|v| v == "memory")
 }

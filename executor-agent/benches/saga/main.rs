@@ -11,7 +11,8 @@
 //! `SAGA_BENCH_SECONDS` sets the length of each throughput run (default 4);
 //! `SAGA_BENCH_ROUTE=driver` or `=tasks` runs one route only (for profiling);
 //! `SAGA_BENCH_GATHER_MS` sets how long progress gathers before a task write (the
-//! executor's default otherwise).
+//! executor's default otherwise); `SAGA_BENCH_TASKS=memory` keeps the tasks in memory
+//! instead of the SQLite task store.
 
 /// The executor binary's allocator, so the benchmark measures what it runs.
 #[global_allocator]
@@ -33,7 +34,7 @@ use executor_agent::journal::{Entry, Journal, SagaHeader};
 use executor_agent::saga::{CallOutcome, Command, Event, Saga};
 
 use crate::cpu::{Commits, CpuUsed, sample_cpu};
-use crate::executor::{Executor, Waited, gather_progress};
+use crate::executor::{Executor, Waited, gather_progress, tasks_in_memory};
 use crate::report::{load_average, ms, per_step, print_alone, print_direct, print_load, quantile};
 use crate::tool_agent::{start_tool_agent, tool_result};
 
@@ -344,11 +345,12 @@ fn pure_work(executor: &Executor, sagas: u64) -> PureWork {
     work
 }
 
-/// The saga's A2A task as it ends: its JSON size, and one encode + decode of it (the task
-/// store decodes the whole task and encodes it again on every update).
+/// The saga's A2A task as it ends: its JSON size, and one encode + decode of it (each
+/// task write encodes the whole task; a read decodes it).
 async fn task_json_cost(executor: &Executor, saga_id: &str) -> (usize, Duration) {
     let task = executor
-        .task_store
+        .tasks
+        .store()
         .get(&format!("task-{saga_id}"))
         .await
         .expect("read the task")
@@ -436,7 +438,9 @@ fn main() {
             if only.as_deref().is_some_and(|o| o != route.short_name()) {
                 continue;
             }
-            println!("\n{}:", route.label());
+            let in_memory = route == Route::DriverAndTasks && tasks_in_memory();
+            let note = if in_memory { " (tasks in memory)" } else { "" };
+            println!("\n{}{note}:", route.label());
             for concurrency in [256, 64] {
                 let run = load(&executor, Some(route), concurrency, length).await;
                 print_load(
