@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use agent_host::sdk::{A2AError, Message, PartContent, Task, TaskState};
 use agent_host::{
@@ -23,7 +24,7 @@ use crate::mcp::invoker::McpInvoker;
 use crate::recovery::replay;
 use crate::registry::AgentKind;
 use crate::registry::Registry;
-use crate::report::{GATHER_PROGRESS, TaskReporter};
+use crate::report::TaskReporter;
 use crate::saga::{Resolution, Saga, SagaSpec};
 
 /// What the executor needs.
@@ -35,6 +36,9 @@ pub struct ExecutorConfig {
     pub credentials: HashMap<String, String>,
     /// Sessions with registered MCP servers (holding the same credentials).
     pub mcp: Arc<McpInvoker>,
+    /// How long a saga's progress gathers before its task write (`report::GATHER_PROGRESS`
+    /// by default).
+    pub gather_progress: Duration,
 }
 
 /// A running saga: how to reach its driver, and a signal that changes at every stop.
@@ -147,7 +151,8 @@ impl Executor {
         metadata: Vec<(String, Value)>,
     ) {
         let (control, rx) = mpsc::channel(8);
-        let (reporter, reporting) = TaskReporter::start(task.clone(), metadata, GATHER_PROGRESS);
+        let (reporter, reporting) =
+            TaskReporter::start(task.clone(), metadata, self.config.gather_progress);
         let stops = reporting.stops();
         let mut first_stop = stops.clone();
         if let Ok(mut live) = self.live.lock() {

@@ -4,9 +4,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use executor_agent::report::{GATHER_PROGRESS, MAX_GATHER};
 use executor_agent::service::{Settings, build};
 
 /// See the dependency's note in Cargo.toml: the hot path allocates a lot, briefly.
@@ -54,6 +56,13 @@ struct Args {
     /// File holding the admin API's bearer token (instead of SAGAPLANE_ADMIN_TOKEN).
     #[arg(long)]
     admin_token_file: Option<PathBuf>,
+    /// How long (ms) a saga's step progress gathers before it is written to its task, so
+    /// that a busy executor writes each task a few times rather than at every step.
+    /// Pauses and ends are written at once; 0 writes progress at every step; at most
+    /// 60000.
+    #[arg(long, default_value_t = GATHER_PROGRESS.as_millis() as u64, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(0..=MAX_GATHER.as_millis() as u64))]
+    gather_progress_ms: u64,
     /// Crash-test fault injection: stop after this many durable journal writes.
     #[arg(long, hide = true)]
     pause_after_journal_writes: Option<u64>,
@@ -163,6 +172,7 @@ async fn main() -> anyhow::Result<()> {
             admin_token,
             credentials,
             pause_after_journal_writes: args.pause_after_journal_writes,
+            gather_progress: Duration::from_millis(args.gather_progress_ms),
         },
         shutdown.clone(),
     )?;

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_host::{
     HostConfig, InboundAuth, JwtPolicy, ServedCard, SqliteTaskStore, TaskManager, describe_auth,
@@ -42,6 +43,9 @@ pub struct Settings {
     /// Fault injection for crash tests: stop (without returning) after this many durable
     /// journal writes, so the process can be killed at exactly that point.
     pub pause_after_journal_writes: Option<u64>,
+    /// How long a saga's progress gathers before it is written to its task (a pause or
+    /// the end is written at once); zero writes it at every step.
+    pub gather_progress: Duration,
 }
 
 /// A built executor, ready to serve.
@@ -135,6 +139,7 @@ pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service>
             journal,
             credentials: settings.credentials,
             mcp: mcp.clone(),
+            gather_progress: settings.gather_progress,
         },
         tasks.clone(),
     );

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use agent_host::sdk::{SendMessageResponse, Task, TaskState};
 use agent_host::{AgentClient, OutboundCall, mint_jwt};
 use common::*;
+use executor_agent::report::GATHER_PROGRESS;
 use executor_agent::service::{Settings, build};
 use serde_json::Value;
 use shared_types::{SigningIdentity, TrustStore};
@@ -54,6 +55,7 @@ async fn serve() -> Served {
                 .map(|a| (a.to_string(), TOOL_TOKEN.to_owned()))
                 .collect(),
             pause_after_journal_writes: None,
+            gather_progress: GATHER_PROGRESS,
         },
         shutdown.clone(),
     )

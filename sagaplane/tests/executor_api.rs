@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Output;
 
 use common::*;
+use executor_agent::report::GATHER_PROGRESS;
 use executor_agent::service::{Settings, build};
 use shared_types::{SigningIdentity, TrustStore};
 use tokio_util::sync::CancellationToken;
@@ -49,6 +50,7 @@ async fn executor_with(
             admin_token: ADMIN_TOKEN.into(),
             credentials,
             pause_after_journal_writes: None,
+            gather_progress: GATHER_PROGRESS,
         },
         shutdown.clone(),
     )

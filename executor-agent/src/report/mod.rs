@@ -183,8 +183,9 @@ impl Reporting {
 
 impl TaskReporter {
     /// Starts the reporting task for `task`; `metadata` goes on the task with the first
-    /// report. Progress waits up to `gather` for the reports after it, so that they share
-    /// one write; a pause or the end is written at once (with whatever waits before it).
+    /// report. Progress waits up to `gather` (at most `MAX_GATHER`) for the reports after
+    /// it, so that they share one write; a pause or the end is written at once (with
+    /// whatever waits before it).
     pub fn start(
         task: TaskHandle,
         metadata: Vec<(String, Value)>,
@@ -200,6 +201,7 @@ impl TaskReporter {
             lost_stop: AtomicBool::new(false),
         });
         let (stops_tx, stops) = watch::channel(0u64);
+        let gather = gather.min(MAX_GATHER);
         let writer = tokio::spawn(write_reports(task, shared.clone(), stops_tx, gather));
         let reporter = Self {
             shared,
@@ -337,6 +339,9 @@ const FIRST_RETRY_WAIT: Duration = Duration::from_millis(20);
 /// beside a person watching, long beside the steps of a busy executor, whose sagas then
 /// write their tasks a few times each instead of at every step.
 pub const GATHER_PROGRESS: Duration = Duration::from_millis(100);
+
+/// The longest progress may gather (a longer wait is cut to this).
+pub const MAX_GATHER: Duration = Duration::from_secs(60);
 
 /// The reporting task: waits for reports, lets progress gather (`gather`), and writes all
 /// that queued up in one durable write (every status in order, the ledger's changes

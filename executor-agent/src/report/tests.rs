@@ -555,3 +555,19 @@ fn task_text(task: &Task) -> String {
     })
     .remove(0)
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_gather_longer_than_the_longest_is_cut_to_it() {
+    let mut f = Fixture::new().await;
+    f.release(4);
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::MAX);
+    let first = tokio::time::Instant::now();
+    f.saga.step(Event::Start { now_ms: 0 });
+    reporter
+        .report_all(&[report("a", "started")], &f.saga)
+        .await;
+    f.arrived.recv().await.unwrap();
+    assert_eq!(first.elapsed(), MAX_GATHER);
+    drop(reporter);
+    reporting.finished().await;
+}

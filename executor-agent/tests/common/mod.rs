@@ -28,6 +28,7 @@ use executor_agent::agent::{Executor, ExecutorAgent, ExecutorConfig};
 use executor_agent::journal::SqliteJournal;
 use executor_agent::mcp::invoker::McpInvoker;
 use executor_agent::registry::Registry;
+use executor_agent::report::GATHER_PROGRESS;
 use serde_json::{Value, json};
 use shared_types::{SigningIdentity, TrustStore};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -511,6 +512,7 @@ impl Harness {
             journal,
             mcp: mcp.clone(),
             credentials,
+            gather_progress: GATHER_PROGRESS,
         };
         let executor = ExecutorAgent(Executor::new(config, tasks.clone()));
 
