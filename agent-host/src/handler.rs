@@ -10,6 +10,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, Reply, RequestContext};
+use crate::sdk;
 use crate::sdk::{
     A2AError, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Message,
     RequestHandler, Role, SendMessageRequest, SendMessageResponse, ServiceParams, StreamResponse,
@@ -462,31 +463,31 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
     async fn create_push_config(
         &self,
         _: &ServiceParams,
-        _: a2a::TaskPushNotificationConfig,
-    ) -> Result<a2a::TaskPushNotificationConfig, A2AError> {
+        _: sdk::TaskPushNotificationConfig,
+    ) -> Result<sdk::TaskPushNotificationConfig, A2AError> {
         Err(A2AError::push_notification_not_supported())
     }
 
     async fn get_push_config(
         &self,
         _: &ServiceParams,
-        _: a2a::GetTaskPushNotificationConfigRequest,
-    ) -> Result<a2a::TaskPushNotificationConfig, A2AError> {
+        _: sdk::GetTaskPushNotificationConfigRequest,
+    ) -> Result<sdk::TaskPushNotificationConfig, A2AError> {
         Err(A2AError::push_notification_not_supported())
     }
 
     async fn list_push_configs(
         &self,
         _: &ServiceParams,
-        _: a2a::ListTaskPushNotificationConfigsRequest,
-    ) -> Result<a2a::ListTaskPushNotificationConfigsResponse, A2AError> {
+        _: sdk::ListTaskPushNotificationConfigsRequest,
+    ) -> Result<sdk::ListTaskPushNotificationConfigsResponse, A2AError> {
         Err(A2AError::push_notification_not_supported())
     }
 
     async fn delete_push_config(
         &self,
         _: &ServiceParams,
-        _: a2a::DeleteTaskPushNotificationConfigRequest,
+        _: sdk::DeleteTaskPushNotificationConfigRequest,
     ) -> Result<(), A2AError> {
         Err(A2AError::push_notification_not_supported())
     }
@@ -494,8 +495,8 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
     async fn get_extended_agent_card(
         &self,
         _: &ServiceParams,
-        _: a2a::GetExtendedAgentCardRequest,
-    ) -> Result<a2a::AgentCard, A2AError> {
+        _: sdk::GetExtendedAgentCardRequest,
+    ) -> Result<sdk::AgentCard, A2AError> {
         Err(A2AError::extended_card_not_configured())
     }
 }

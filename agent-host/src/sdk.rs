@@ -11,6 +11,17 @@ pub use a2a::{
 };
 pub use a2a_server::{RequestHandler, ServiceParams};
 
+/// What a `RequestHandler` must name for the methods Sagaplane's agents refuse.
+pub use a2a::{
+    DeleteTaskPushNotificationConfigRequest, GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest, ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse, TaskPushNotificationConfig,
+};
+
+/// The SDK's outbound JSON-RPC transport (`client/`).
+pub use a2a_client::Transport;
+pub use a2a_client::jsonrpc::JsonRpcTransport;
+
 /// What reading a JSON-RPC answer by hand needs (`client/send_message.rs`).
 pub use a2a::{JsonRpcError, TypedDetail, error_code, errordetails, methods, reason_to_error_code};
 

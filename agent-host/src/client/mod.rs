@@ -8,8 +8,6 @@ mod send_message;
 
 use std::time::Duration;
 
-use a2a_client::Transport;
-use a2a_client::jsonrpc::JsonRpcTransport;
 use futures::stream::BoxStream;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
@@ -23,6 +21,7 @@ use crate::sdk::{
     SendMessageRequest, SendMessageResponse, ServiceParams, StreamResponse, SubscribeToTaskRequest,
     Task,
 };
+use crate::sdk::{JsonRpcTransport, Transport};
 
 /// The per-call context: credentials, identity of the effect, tracing, and a deadline.
 #[derive(Debug, Clone)]

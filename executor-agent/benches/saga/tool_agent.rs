@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use agent_host::sdk;
 use agent_host::sdk::{
     A2AError, Artifact, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse,
     Part, PartContent, RequestHandler, SendMessageRequest, SendMessageResponse, ServiceParams,
@@ -129,31 +130,31 @@ impl RequestHandler for ToolAgent {
     async fn create_push_config(
         &self,
         _: &ServiceParams,
-        _: a2a::TaskPushNotificationConfig,
-    ) -> Result<a2a::TaskPushNotificationConfig, A2AError> {
+        _: sdk::TaskPushNotificationConfig,
+    ) -> Result<sdk::TaskPushNotificationConfig, A2AError> {
         unsupported()
     }
 
     async fn get_push_config(
         &self,
         _: &ServiceParams,
-        _: a2a::GetTaskPushNotificationConfigRequest,
-    ) -> Result<a2a::TaskPushNotificationConfig, A2AError> {
+        _: sdk::GetTaskPushNotificationConfigRequest,
+    ) -> Result<sdk::TaskPushNotificationConfig, A2AError> {
         unsupported()
     }
 
     async fn list_push_configs(
         &self,
         _: &ServiceParams,
-        _: a2a::ListTaskPushNotificationConfigsRequest,
-    ) -> Result<a2a::ListTaskPushNotificationConfigsResponse, A2AError> {
+        _: sdk::ListTaskPushNotificationConfigsRequest,
+    ) -> Result<sdk::ListTaskPushNotificationConfigsResponse, A2AError> {
         unsupported()
     }
 
     async fn delete_push_config(
         &self,
         _: &ServiceParams,
-        _: a2a::DeleteTaskPushNotificationConfigRequest,
+        _: sdk::DeleteTaskPushNotificationConfigRequest,
     ) -> Result<(), A2AError> {
         unsupported()
     }
@@ -161,8 +162,8 @@ impl RequestHandler for ToolAgent {
     async fn get_extended_agent_card(
         &self,
         _: &ServiceParams,
-        _: a2a::GetExtendedAgentCardRequest,
-    ) -> Result<a2a::AgentCard, A2AError> {
+        _: sdk::GetExtendedAgentCardRequest,
+    ) -> Result<sdk::AgentCard, A2AError> {
         unsupported()
     }
 }
