@@ -66,20 +66,12 @@ impl TaskManager {
         })
     }
 
-    /// Whether anyone listens to the task's events (when nobody does, none are built,
-    /// and a channel everyone left is dropped).
+    /// Whether anyone listens to the task's events (when nobody does, none are built).
+    /// A task has a channel only while it has subscribers (`Subscription`).
     fn is_watched(&self, task_id: &str) -> bool {
-        let Ok(mut channels) = self.channels.lock() else {
-            return false;
-        };
-        match channels.get(task_id) {
-            Some(sender) if sender.receiver_count() > 0 => true,
-            Some(_) => {
-                channels.remove(task_id);
-                false
-            }
-            None => false,
-        }
+        self.channels
+            .lock()
+            .is_ok_and(|channels| channels.contains_key(task_id))
     }
 
     fn publish(&self, task_id: &str, event: StreamResponse, last: bool) {
@@ -87,9 +79,9 @@ impl TaskManager {
             return;
         };
         if let Some(sender) = channels.get(task_id) {
-            // No receivers is fine: nobody is watching.
+            // The last subscriber may have just left: nobody is watching, which is fine.
             let _ = sender.send(event);
-            if last || sender.receiver_count() == 0 {
+            if last {
                 channels.remove(task_id);
             }
         }

@@ -172,8 +172,8 @@ impl Reporting {
         self.stops.clone()
     }
 
-    /// Waits until every report is on the task; call once the driver (and with it the
-    /// `TaskReporter`) is gone.
+    /// Waits until every report is on the task: until the end is written, or, for a saga
+    /// that does not end here, until the driver has let go of its `TaskReporter`.
     pub async fn finished(self) {
         if let Err(e) = self.writer.await {
             tracing::error!(error = %e, "the saga's reporting task failed");

@@ -694,8 +694,9 @@ impl Saga {
             .map(|i| self.ledger_step(i))
             .collect();
         // Built by hand: `json!` would copy the steps again by serializing them.
-        let mut ledger = json!({"sagaId": self.spec.saga_id, "phase": self.phase});
+        let mut ledger = json!({"sagaId": self.spec.saga_id});
         if let Value::Object(members) = &mut ledger {
+            members.insert("phase".to_owned(), self.ledger_phase());
             members.insert("steps".to_owned(), Value::Array(steps));
         }
         ledger
