@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use agent_host::store::durable::{GroupCommit, Reader, open_connection};
+use agent_host::store::durable::{Database, Reader};
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
@@ -101,17 +101,23 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
     .map(|_| ())
 }
 
-/// The SQLite journal: one file, WAL, `synchronous=FULL`, group commit.
+/// The SQLite journal: tables in a `Database` (WAL, `synchronous=FULL`, group commit).
 #[derive(Debug, Clone)]
 pub struct SqliteJournal {
     reader: Reader,
-    writer: GroupCommit<Write>,
+    db: Database,
 }
 
 impl SqliteJournal {
+    /// Opens (or creates) a journal of its own at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let conn = open_connection(path, "journal")?;
-        conn.execute_batch(
+        Self::on(&Database::open(path, "journal")?)
+    }
+
+    /// The journal in `db`, whose writes share its group commit with the other stores
+    /// there.
+    pub fn on(db: &Database) -> Result<Self> {
+        db.prepare(
             "CREATE TABLE IF NOT EXISTS sagas (
                  saga_id  TEXT PRIMARY KEY,
                  header   TEXT NOT NULL,
@@ -123,12 +129,16 @@ impl SqliteJournal {
                  body     TEXT NOT NULL
              );
              CREATE INDEX IF NOT EXISTS entries_by_saga ON entries (saga_id, seq);",
-        )
-        .map_err(|e| Error::Journal(format!("cannot prepare {}: {e}", path.display())))?;
+        )?;
         Ok(Self {
-            reader: Reader::open(path, "journal")?,
-            writer: GroupCommit::spawn("journal", conn, apply)?,
+            reader: db.reader()?,
+            db: db.clone(),
         })
+    }
+
+    /// Queues `write`; durable when the future resolves.
+    async fn submit(&self, write: Write) -> Result<()> {
+        Ok(self.db.submit(move |tx| apply(tx, &write)).await?)
     }
 }
 
@@ -149,35 +159,29 @@ impl Journal for SqliteJournal {
         } else {
             Some(encode(&first)?)
         };
-        Ok(self
-            .writer
-            .submit(Write::Begin {
-                saga_id: header.saga_id.clone(),
-                body,
-                first,
-            })
-            .await?)
+        self.submit(Write::Begin {
+            saga_id: header.saga_id.clone(),
+            body,
+            first,
+        })
+        .await
     }
 
     async fn append(&self, saga_id: &str, entries: &[Entry]) -> Result<()> {
         // One row per append: the entries of a step are written and read together.
         let body = encode(&entries)?;
-        Ok(self
-            .writer
-            .submit(Write::Append {
-                saga_id: saga_id.to_owned(),
-                body,
-            })
-            .await?)
+        self.submit(Write::Append {
+            saga_id: saga_id.to_owned(),
+            body,
+        })
+        .await
     }
 
     async fn finish(&self, saga_id: &str) -> Result<()> {
-        Ok(self
-            .writer
-            .submit(Write::Finish {
-                saga_id: saga_id.to_owned(),
-            })
-            .await?)
+        self.submit(Write::Finish {
+            saga_id: saga_id.to_owned(),
+        })
+        .await
     }
 
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {

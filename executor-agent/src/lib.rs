@@ -14,5 +14,6 @@ pub mod registry;
 pub mod report;
 pub mod saga;
 pub mod service;
+pub mod state;
 
 pub use error::{Error, Result};

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use agent_host::store::durable::{GroupCommit, open_connection};
+use agent_host::store::durable::{Database, open_connection};
 use rusqlite::{Transaction, params};
 use serde_json::Value;
 use shared_types::catalog::agent_from_card;
@@ -102,38 +102,41 @@ pub struct Registry {
     /// Bumped by every registration, so what is built from the registry can tell it is
     /// stale.
     generation: Arc<AtomicU64>,
-    writer: GroupCommit<Row>,
+    db: Database,
 }
 
 impl Registry {
-    /// Opens the registry at `path` and loads the cards kept there. A stored card that no
-    /// longer verifies (a platform key was withdrawn) is left out, with a warning.
+    /// Opens a registry of its own at `path`; see `on`.
     pub fn open(path: &Path, platform_keys: TrustStore) -> Result<Self> {
-        let conn = open_connection(path, "registry")?;
-        conn.execute_batch(
+        Self::on(&Database::open(path, "registry")?, platform_keys)
+    }
+
+    /// The registry in `db`, with the cards kept there loaded. A stored card that no
+    /// longer verifies (a platform key was withdrawn) is left out, with a warning.
+    pub fn on(db: &Database, platform_keys: TrustStore) -> Result<Self> {
+        db.prepare(
             "CREATE TABLE IF NOT EXISTS cards (name TEXT PRIMARY KEY, card TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS mcp_servers (name TEXT PRIMARY KEY, url TEXT NOT NULL,
                manifest TEXT NOT NULL, tools TEXT NOT NULL);",
-        )
-        .map_err(|e| Error::Journal(format!("cannot prepare the registry: {e}")))?;
-        let reader = open_connection(path, "registry")?;
-        let db = |e: rusqlite::Error| Error::Journal(e.to_string());
+        )?;
+        let reader = open_connection(db.path(), "registry")?;
+        let unreadable = |e: rusqlite::Error| Error::Journal(e.to_string());
         let cards: Vec<String> = reader
             .prepare("SELECT card FROM cards ORDER BY name")
             .and_then(|mut s| s.query_map([], |row| row.get(0))?.collect())
-            .map_err(db)?;
+            .map_err(unreadable)?;
         let servers: Vec<(String, String, String)> = reader
             .prepare("SELECT url, manifest, tools FROM mcp_servers ORDER BY name")
             .and_then(|mut s| {
                 s.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
                     .collect()
             })
-            .map_err(db)?;
+            .map_err(unreadable)?;
         let registry = Self {
             platform_keys: Arc::new(platform_keys),
             agents: Arc::new(RwLock::new(BTreeMap::new())),
             generation: Arc::new(AtomicU64::new(0)),
-            writer: GroupCommit::spawn("registry", conn, upsert)?,
+            db: db.clone(),
         };
         let mut accepted = Vec::new();
         for text in cards {
@@ -277,7 +280,7 @@ impl Registry {
                 tools: to_text(tools)?,
             }),
         };
-        self.writer.submit(row).await?;
+        self.db.submit(move |tx| upsert(tx, &row)).await?;
         self.insert(agent.clone())
     }
 

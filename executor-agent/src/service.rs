@@ -1,5 +1,5 @@
-//! Assembles a running executor from its settings: the three SQLite files under one data
-//! directory, the executor's own agent card, its A2A endpoint (planner JWTs only), the
+//! Assembles a running executor from its settings: its state file in the data directory
+//! (registry, journal and tasks in one SQLite database), the executor's own agent card, its A2A endpoint (planner JWTs only), the
 //! admin API (admin token) and the catalog (planner JWTs).
 
 use std::collections::HashMap;
@@ -26,7 +26,7 @@ use crate::registry::Registry;
 /// Everything an executor is configured with.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Holds `registry.db`, `journal.db` and `tasks.db`.
+    /// Holds `executor.db`: the registry, the journal and the A2A tasks.
     pub data_dir: PathBuf,
     /// The executor's name: its card's name and the audience of planner JWTs.
     pub executor_id: String,
@@ -99,14 +99,14 @@ pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service>
             settings.data_dir.display()
         ))
     })?;
-    let dir = &settings.data_dir;
-    let registry = Registry::open(&dir.join("registry.db"), settings.platform_keys.clone())?;
-    let sqlite = SqliteJournal::open(&dir.join("journal.db"))?;
+    let db = crate::state::open(&settings.data_dir)?;
+    let registry = Registry::on(&db, settings.platform_keys.clone())?;
+    let sqlite = SqliteJournal::on(&db)?;
     let journal: Arc<dyn Journal> = match settings.pause_after_journal_writes {
         Some(n) => Arc::new(PauseAfterWrites::new(sqlite, n)),
         None => Arc::new(sqlite),
     };
-    let store = SqliteTaskStore::open(&dir.join("tasks.db"))
+    let store = SqliteTaskStore::on(&db)
         .map_err(|e| Error::Journal(format!("cannot open the task store: {e}")))?;
     let tasks = TaskManager::new(Arc::new(store));
 

@@ -1,7 +1,7 @@
 //! SQLite plumbing shared by Sagaplane's durable stores: a connection opened with WAL and
-//! `synchronous=FULL`, and group commit — one writer thread that commits every write
-//! waiting at that moment in one transaction (one fsync for many), acknowledging each
-//! only once it is on disk.
+//! `synchronous=FULL`, and a `Database` — one file, whose one writer thread commits every
+//! write waiting at that moment, from any store on the file, in one transaction (one
+//! fsync for many), acknowledging each only once it is on disk.
 
 use std::path::Path;
 
@@ -13,11 +13,11 @@ use crate::error::{Error, Result};
 /// Writes waiting beyond this many go into the next transaction.
 const MAX_BATCH: usize = 1024;
 
-/// Transactions committed so far by the group-commit writers of this process, by writer
-/// name (`"journal"`, `"task-store"`, …).
+/// Transactions committed so far by the group-commit writers of this process, by the name
+/// their `Database` was opened with.
 static COMMITS: std::sync::Mutex<Vec<(&'static str, u64)>> = std::sync::Mutex::new(Vec::new());
 
-/// How many transactions the group-commit writers named `what` have committed in this
+/// How many transactions the writers of the databases named `what` have committed in this
 /// process (each is one WAL fsync under `synchronous=FULL`; checkpoints add their own).
 /// Read-only instrumentation, for the executor's benchmark.
 pub fn commits(what: &str) -> u64 {
@@ -52,41 +52,21 @@ pub fn open_connection(path: &Path, what: &str) -> Result<Connection> {
     Ok(conn)
 }
 
-type Apply<J> = Box<dyn Fn(&Transaction<'_>, &J) -> rusqlite::Result<()> + Send>;
+/// One write: run inside the transaction of the batch it joins. It may run a second time,
+/// alone, when another write in its batch failed.
+type Job = Box<dyn Fn(&Transaction<'_>) -> rusqlite::Result<()> + Send>;
 
-/// The handle to a group-commit writer thread for jobs of type `J`.
-pub struct GroupCommit<J> {
-    queue: mpsc::UnboundedSender<(J, oneshot::Sender<Result<()>>)>,
+/// The handle to a group-commit writer thread.
+#[derive(Clone)]
+struct GroupCommit {
+    queue: mpsc::UnboundedSender<(Job, oneshot::Sender<Result<()>>)>,
     what: &'static str,
 }
 
-impl<J> Clone for GroupCommit<J> {
-    fn clone(&self) -> Self {
-        Self {
-            queue: self.queue.clone(),
-            what: self.what,
-        }
-    }
-}
-
-impl<J> std::fmt::Debug for GroupCommit<J> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GroupCommit")
-            .field("what", &self.what)
-            .finish()
-    }
-}
-
-impl<J: Send + 'static> GroupCommit<J> {
-    /// Starts the writer thread on `conn`; `apply` writes one job inside the batch's
-    /// transaction. The thread ends when every handle is dropped.
-    pub fn spawn(
-        what: &'static str,
-        mut conn: Connection,
-        apply: impl Fn(&Transaction<'_>, &J) -> rusqlite::Result<()> + Send + 'static,
-    ) -> Result<Self> {
-        let (queue, mut jobs) = mpsc::unbounded_channel::<(J, oneshot::Sender<Result<()>>)>();
-        let apply: Apply<J> = Box::new(apply);
+impl GroupCommit {
+    /// Starts the writer thread on `conn`. The thread ends when every handle is dropped.
+    fn spawn(what: &'static str, mut conn: Connection) -> Result<Self> {
+        let (queue, mut jobs) = mpsc::unbounded_channel::<(Job, oneshot::Sender<Result<()>>)>();
         std::thread::Builder::new()
             .name(format!("{what}-writer"))
             .spawn(move || {
@@ -99,7 +79,7 @@ impl<J: Send + 'static> GroupCommit<J> {
                             Err(_) => break,
                         }
                     }
-                    let result = commit(&mut conn, batch.iter().map(|(job, _)| job), &apply);
+                    let result = commit(&mut conn, batch.iter().map(|(job, _)| job));
                     count_commit(what);
                     match result {
                         Ok(()) => {
@@ -111,7 +91,7 @@ impl<J: Send + 'static> GroupCommit<J> {
                         // share its transaction: each is tried again on its own.
                         Err(_) if batch.len() > 1 => {
                             for (job, done) in batch.drain(..) {
-                                let alone = commit(&mut conn, [&job], &apply)
+                                let alone = commit(&mut conn, [&job])
                                     .map_err(|e| Error::Store(format!("{what} write failed: {e}")));
                                 count_commit(what);
                                 let _ = done.send(alone);
@@ -132,7 +112,7 @@ impl<J: Send + 'static> GroupCommit<J> {
 
     /// Queues `job` at once (so writes keep the order of the calls); the future resolves
     /// once it is durable, or with the reason it could not be written.
-    pub fn submit(&self, job: J) -> impl Future<Output = Result<()>> + Send + 'static {
+    fn submit(&self, job: Job) -> impl Future<Output = Result<()>> + Send + 'static {
         let (done, durable) = oneshot::channel();
         let what = self.what;
         let queued = self
@@ -150,16 +130,78 @@ impl<J: Send + 'static> GroupCommit<J> {
     }
 }
 
-fn commit<'a, J: 'a>(
+fn commit<'a>(
     conn: &mut Connection,
-    jobs: impl IntoIterator<Item = &'a J>,
-    apply: &Apply<J>,
+    jobs: impl IntoIterator<Item = &'a Job>,
 ) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
     for job in jobs {
-        apply(&tx, job)?;
+        job(&tx)?;
     }
     tx.commit()
+}
+
+/// One SQLite file that stores share: one group-commit writer for all of them, so the
+/// writes of every store waiting at the same moment share one transaction and one fsync,
+/// and a write of one store is never durable before a write of another queued ahead of
+/// it. Cheap to clone; the writer thread ends with the last clone.
+#[derive(Clone)]
+pub struct Database {
+    path: std::sync::Arc<Path>,
+    writer: GroupCommit,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("path", &self.path)
+            .field("what", &self.writer.what)
+            .finish()
+    }
+}
+
+impl Database {
+    /// Opens (or creates) the file at `path` and starts its writer. `what` names it in
+    /// errors, in the writer thread's name and in `commits`.
+    pub fn open(path: &Path, what: &'static str) -> Result<Self> {
+        let conn = open_connection(path, what)?;
+        Ok(Self {
+            path: path.into(),
+            writer: GroupCommit::spawn(what, conn)?,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `schema` (`CREATE TABLE IF NOT EXISTS …`) on a connection of its own; a store
+    /// calls it once, before its first write.
+    pub fn prepare(&self, schema: &str) -> Result<()> {
+        open_connection(&self.path, self.writer.what)?
+            .execute_batch(schema)
+            .map_err(|e| {
+                Error::store(format!(
+                    "cannot prepare {} {}: {e}",
+                    self.writer.what,
+                    self.path.display()
+                ))
+            })
+    }
+
+    /// A reader of its own on the file, for one store.
+    pub fn reader(&self) -> Result<Reader> {
+        Reader::open(&self.path, self.writer.what)
+    }
+
+    /// Queues `write` at once (so writes keep the order of the calls, across stores); the
+    /// future resolves once it is durable, or with the reason it could not be written.
+    pub fn submit(
+        &self,
+        write: impl Fn(&Transaction<'_>) -> rusqlite::Result<()> + Send + 'static,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.writer.submit(Box::new(write))
+    }
 }
 
 /// A read-only connection used from async code: each read runs on the blocking pool.
@@ -196,64 +238,55 @@ impl Reader {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
     use std::sync::mpsc as sync_mpsc;
+    use std::sync::{Arc, Mutex};
 
     use super::*;
 
-    /// The writer, word that it entered a held job, the key that lets it go, a reader.
-    type Gated = (
-        GroupCommit<(i64, bool)>,
-        sync_mpsc::Receiver<()>,
-        sync_mpsc::Sender<()>,
-        Reader,
-    );
+    /// How a held write tells that the writer entered it, and waits to be let go.
+    type Hold = (sync_mpsc::Sender<()>, Arc<Mutex<sync_mpsc::Receiver<()>>>);
 
-    /// A writer whose job `(id, hold)` inserts `id`; a held job waits, inside the
-    /// transaction, until the test lets it go, so the jobs behind it form one batch.
-    fn gated_writer(dir: &Path) -> Gated {
-        let path = dir.join("t.db");
-        let conn = open_connection(&path, "test").unwrap();
-        conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY)")
-            .unwrap();
-        let (entered_tx, entered) = sync_mpsc::channel();
-        let (release, released) = sync_mpsc::channel::<()>();
-        let released = Mutex::new(released);
-        let writer = GroupCommit::spawn("test", conn, move |tx, job: &(i64, bool)| {
-            if job.1 {
-                let _ = entered_tx.send(());
+    /// A write that inserts `id`; a held one waits, inside the transaction, until the test
+    /// lets it go, so the writes queued behind it form one batch.
+    fn insert(
+        id: i64,
+        hold: Option<Hold>,
+    ) -> impl Fn(&Transaction<'_>) -> rusqlite::Result<()> + Send + 'static {
+        move |tx| {
+            if let Some((entered, released)) = &hold {
+                let _ = entered.send(());
                 let _ = released.lock().map(|r| r.recv());
             }
-            tx.execute("INSERT INTO t (id) VALUES (?1)", [job.0])
+            tx.execute("INSERT INTO t (id) VALUES (?1)", [id])
                 .map(|_| ())
-        })
-        .unwrap();
-        (
-            writer,
-            entered,
-            release,
-            Reader::open(&path, "test").unwrap(),
-        )
+        }
     }
 
     #[tokio::test]
     async fn a_failing_write_does_not_fail_the_writes_sharing_its_batch() {
         let dir = tempfile::tempdir().unwrap();
-        let (writer, entered, release, reader) = gated_writer(dir.path());
-        let first = writer.submit((1, true));
+        let db = Database::open(&dir.path().join("t.db"), "test").unwrap();
+        db.prepare("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+            .unwrap();
+        let (entered_tx, entered) = sync_mpsc::channel();
+        let (release, released) = sync_mpsc::channel();
+        let hold = (entered_tx, Arc::new(Mutex::new(released)));
+        let first = db.submit(insert(1, Some(hold)));
         let first = tokio::spawn(first);
         tokio::task::spawn_blocking(move || entered.recv().unwrap())
             .await
             .unwrap();
         // Queued while the first batch is held: these two are the next batch.
-        let duplicate = writer.submit((1, false));
-        let fine = writer.submit((2, false));
+        let duplicate = db.submit(insert(1, None));
+        let fine = db.submit(insert(2, None));
         release.send(()).unwrap();
         first.await.unwrap().unwrap();
         let refused = duplicate.await.unwrap_err();
         assert!(refused.to_string().contains("UNIQUE"), "{refused}");
         fine.await.unwrap();
-        let ids: Vec<i64> = reader
+        let ids: Vec<i64> = db
+            .reader()
+            .unwrap()
             .read(|c| {
                 c.prepare("SELECT id FROM t ORDER BY id")?
                     .query_map([], |r| r.get(0))?

@@ -1,12 +1,13 @@
-//! The SQLite `TaskStore`: one file, durable when `put` returns, with group commit
-//! (`durable.rs`); reads use their own connection on the blocking pool.
+//! The SQLite `TaskStore`: a table in a `Database` (its own file, or one it shares with
+//! other stores), durable when `put` returns, with group commit (`durable.rs`); reads use
+//! their own connection on the blocking pool.
 
 use std::path::Path;
 
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::durable::{GroupCommit, Reader, open_connection};
+use super::durable::{Database, Reader};
 use super::{TaskPage, TaskQuery, TaskStore, state_name, updated_at};
 use crate::error::{Error, Result};
 use crate::sdk::Task;
@@ -24,7 +25,7 @@ struct TaskRow {
 #[derive(Debug, Clone)]
 pub struct SqliteTaskStore {
     reader: Reader,
-    writer: GroupCommit<TaskRow>,
+    db: Database,
 }
 
 fn upsert(tx: &Transaction<'_>, row: &TaskRow) -> rusqlite::Result<()> {
@@ -46,10 +47,14 @@ fn upsert(tx: &Transaction<'_>, row: &TaskRow) -> rusqlite::Result<()> {
 }
 
 impl SqliteTaskStore {
-    /// Opens (or creates) the store at `path`.
+    /// Opens (or creates) a store of its own at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let conn = open_connection(path, "task store")?;
-        conn.execute_batch(
+        Self::on(&Database::open(path, "task-store")?)
+    }
+
+    /// The store in `db`, whose writes share its group commit with the other stores there.
+    pub fn on(db: &Database) -> Result<Self> {
+        db.prepare(
             "CREATE TABLE IF NOT EXISTS tasks (
                  seq         INTEGER PRIMARY KEY,
                  id          TEXT NOT NULL UNIQUE,
@@ -60,11 +65,10 @@ impl SqliteTaskStore {
              );
              CREATE INDEX IF NOT EXISTS tasks_by_update ON tasks (updated_ms DESC, seq DESC);
              CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (context_id);",
-        )
-        .map_err(|e| Error::store(format!("cannot prepare task store {}: {e}", path.display())))?;
+        )?;
         Ok(Self {
-            reader: Reader::open(path, "task store")?,
-            writer: GroupCommit::spawn("task-store", conn, upsert)?,
+            reader: db.reader()?,
+            db: db.clone(),
         })
     }
 }
@@ -78,15 +82,14 @@ impl TaskStore for SqliteTaskStore {
     async fn put(&self, task: &Task) -> Result<()> {
         let body = serde_json::to_string(task)
             .map_err(|e| Error::store(format!("cannot encode task: {e}")))?;
-        self.writer
-            .submit(TaskRow {
-                id: task.id.clone(),
-                context_id: task.context_id.clone(),
-                state: state_name(&task.status.state),
-                updated_ms: updated_at(task).timestamp_millis(),
-                body,
-            })
-            .await
+        let row = TaskRow {
+            id: task.id.clone(),
+            context_id: task.context_id.clone(),
+            state: state_name(&task.status.state),
+            updated_ms: updated_at(task).timestamp_millis(),
+            body,
+        };
+        self.db.submit(move |tx| upsert(tx, &row)).await
     }
 
     async fn get(&self, id: &str) -> Result<Option<Task>> {

@@ -172,9 +172,10 @@ impl Executor {
             );
         }
         let data_dir = tempfile::tempdir().expect("a temporary directory");
-        let journal = SqliteJournal::open(&data_dir.path().join("journal.db")).expect("journal");
-        let task_store =
-            SqliteTaskStore::open(&data_dir.path().join("tasks.db")).expect("task store");
+        // One state file for journal and tasks, as the executor keeps them.
+        let db = executor_agent::state::open(data_dir.path()).expect("the state file");
+        let journal = SqliteJournal::on(&db).expect("journal");
+        let task_store = SqliteTaskStore::on(&db).expect("task store");
         let stopwatches = Arc::new(Stopwatches::default());
         let calls_answered = Arc::new(AtomicU64::new(0));
         let direct_invoker = Arc::new(invoker);

@@ -1,7 +1,8 @@
 //! The executor's benchmark (`cargo bench -p executor-agent --bench saga`): many concurrent
 //! six-step supplier-onboarding sagas against in-process A2A tool agents on loopback, with
-//! the durable SQLite journal (and, on the second route, the executor's SQLite task store
-//! kept current with a status update and the `saga-ledger` artifact per step transition).
+//! the durable SQLite journal (and, on the second route, the executor's A2A tasks kept
+//! current with a status update and the `saga-ledger` artifact per step transition), both
+//! in the executor's one state file with one group commit.
 //! Prints throughput, added latency per step against calling the same tool agents
 //! directly, fsyncs (group commits) per step, and executor CPU per step.
 //!
@@ -463,9 +464,8 @@ fn main() {
         }
         let commits = Commits::now();
         println!(
-            "\nGroup commits in this process: journal {}, task store {}; load average at the end: {}",
-            commits.journal,
-            commits.task_store,
+            "\nGroup commits on the state file in this process: {}; load average at the end: {}",
+            commits.0,
             load_average()
         );
     });

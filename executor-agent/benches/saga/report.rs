@@ -35,10 +35,8 @@ pub(crate) fn print_load(name: &str, load: &Load, direct: Option<&Load>) {
         load.run_latencies.len(),
     );
     println!(
-        "    fsyncs (group commits) per step: journal {:.3}, task store {:.3}, total {:.3}",
-        load.commits.journal as f64 / steps as f64,
-        load.commits.task_store as f64 / steps as f64,
-        (load.commits.journal + load.commits.task_store) as f64 / steps as f64,
+        "    fsyncs (group commits of journal and task store) per step: {:.3}",
+        load.commits.0 as f64 / steps as f64,
     );
     println!(
         "    CPU per step: executor {} (process {} minus tool agents {})",
@@ -109,23 +107,21 @@ pub(crate) fn print_alone(alone: &Alone, journal_write: Duration) {
     );
     let steps = runs * STEPS;
     println!(
-        "    fsyncs (group commits) per step: journal {:.3}, task store {:.3}, total {:.3}",
-        alone.commits.journal as f64 / steps as f64,
-        alone.commits.task_store as f64 / steps as f64,
-        (alone.commits.journal + alone.commits.task_store) as f64 / steps as f64,
+        "    fsyncs (group commits of journal and task store) per step: {:.3}",
+        alone.commits.0 as f64 / steps as f64,
     );
     let total: Duration = alone.saga.iter().sum();
     let waited = alone.waited;
     let rest = total.saturating_sub(waited.journal + waited.calls + waited.task_store);
     println!(
-        "    mean saga alone {} = waiting for the journal {} ({} commits; the first write, header + first step, {}) + tool calls {} + task-store waits (creating the task, then the reports still queued at the saga's end) {} + the rest (engine, ledger, spawns, wake-ups) {}",
+        "    mean saga alone {} = waiting for the journal {} (the first write, header + first step, {}) + tool calls {} + task-store waits (creating the task, then the reports still queued at the saga's end) {} + the rest (engine, ledger, spawns, wake-ups) {}; {} commits per saga",
         ms(total / runs as u32),
         ms(waited.journal / runs as u32),
-        alone.commits.journal / runs,
         ms(waited.begin / runs as u32),
         ms(waited.calls / runs as u32),
         ms(waited.task_store / runs as u32),
         ms(rest / runs as u32),
+        alone.commits.0 as f64 / runs as f64,
     );
     println!(
         "    CPU per step alone: executor {} (tool agents {})",

@@ -16,8 +16,8 @@ use agent_host::sdk::{
     TaskState, new_message_id,
 };
 use agent_host::{
-    Agent, AgentClient, HostConfig, InboundAuth, MemoryTaskStore, OutboundCall, RequestContext,
-    ServedCard, TaskHandle, TaskManager, prepare_card,
+    Agent, AgentClient, HostConfig, InboundAuth, OutboundCall, RequestContext, ServedCard,
+    SqliteTaskStore, TaskHandle, TaskManager, prepare_card,
 };
 use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::{Request, State};
@@ -270,7 +270,7 @@ pub async fn start_tool(faults: HashMap<String, Fault>, log: Arc<Mutex<ToolLog>>
             faults: faults.clone(),
             log,
         }),
-        TaskManager::new(Arc::new(MemoryTaskStore::new())),
+        TaskManager::new(Arc::new(agent_host::MemoryTaskStore::new())),
     );
     if faults.any_in_transport() {
         let router = router
@@ -493,7 +493,9 @@ impl Harness {
         let planner = SigningIdentity::from_seed([22; 32], Some("planner".into()));
         let mut platform_keys = TrustStore::new();
         platform_keys.add_jwk(&platform.public_jwk()).unwrap();
-        let registry = Registry::open(&dir.path().join("registry.db"), platform_keys).unwrap();
+        // The executor's one state file, as `executor-agent` keeps it.
+        let db = executor_agent::state::open(dir.path()).unwrap();
+        let registry = Registry::on(&db, platform_keys).unwrap();
         let (cards, logs) = start_tools(faults, &platform).await;
         let mut credentials = HashMap::new();
         for (agent, card) in AGENTS.iter().zip(cards) {
@@ -503,8 +505,8 @@ impl Harness {
         credentials.insert(MCP_AGENT.to_owned(), TOOL_TOKEN.to_owned());
         let mut planner_keys = TrustStore::new();
         planner_keys.add_jwk(&planner.public_jwk()).unwrap();
-        let journal = Arc::new(SqliteJournal::open(&dir.path().join("journal.db")).unwrap());
-        let tasks = TaskManager::new(Arc::new(MemoryTaskStore::new()));
+        let journal = Arc::new(SqliteJournal::on(&db).unwrap());
+        let tasks = TaskManager::new(Arc::new(SqliteTaskStore::on(&db).unwrap()));
         let mcp = Arc::new(McpInvoker::new(credentials.clone()));
         let config = ExecutorConfig {
             registry: registry.clone(),

@@ -1,0 +1,112 @@
+//! The executor's state file: registry, journal and A2A tasks in one SQLite database,
+//! so that one group commit (one fsync) serves them all. A data directory of the earlier
+//! layout, one file per store, is imported into it the first time.
+
+use std::path::{Path, PathBuf};
+
+use agent_host::store::durable::{Database, open_connection};
+use rusqlite::Connection;
+
+use crate::error::{Error, Result};
+
+/// The state file in the data directory.
+pub const STATE_FILE: &str = "executor.db";
+
+/// The files of the earlier layout, one per store, in the order they are imported.
+pub const EARLIER_FILES: [&str; 3] = ["registry.db", "journal.db", "tasks.db"];
+
+/// Opens the state file in `dir`, first importing the files of the earlier layout if
+/// there is no state file yet and any of them is there.
+pub fn open(dir: &Path) -> Result<Database> {
+    let path = dir.join(STATE_FILE);
+    if !path.exists() {
+        let earlier: Vec<PathBuf> = EARLIER_FILES
+            .iter()
+            .map(|name| dir.join(name))
+            .filter(|p| p.exists())
+            .collect();
+        if !earlier.is_empty() {
+            import(&earlier, &path)?;
+        }
+    }
+    Ok(Database::open(&path, "executor")?)
+}
+
+/// Copies every table of `earlier` (schema, indexes and rows) into a new file that takes
+/// the name `path` only once it holds all of them, so an import cut short is done again
+/// at the next start instead of leaving a state file without the earlier state.
+fn import(earlier: &[PathBuf], path: &Path) -> Result<()> {
+    let importing = path.with_extension("db.importing");
+    let failed =
+        |e: rusqlite::Error| Error::Journal(format!("cannot import the earlier state files: {e}"));
+    for stale in [importing.clone(), wal_of(&importing), shm_of(&importing)] {
+        if stale.exists() {
+            std::fs::remove_file(&stale)
+                .map_err(|e| Error::Journal(format!("cannot remove {}: {e}", stale.display())))?;
+        }
+    }
+    {
+        let mut conn = open_connection(&importing, "executor")?;
+        for file in earlier {
+            copy_file(&mut conn, file).map_err(failed)?;
+        }
+        // The next open finds every row in the file itself, none left in a WAL.
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+            .map_err(failed)?;
+    }
+    std::fs::rename(&importing, path).map_err(|e| {
+        Error::Journal(format!(
+            "cannot move {} to {}: {e}",
+            importing.display(),
+            path.display()
+        ))
+    })?;
+    for file in earlier {
+        tracing::info!(
+            from = %file.display(),
+            into = %path.display(),
+            "imported an earlier state file; it is no longer read and may be deleted"
+        );
+    }
+    Ok(())
+}
+
+/// One earlier file's tables, their indexes and rows, in one transaction.
+fn copy_file(conn: &mut Connection, file: &Path) -> rusqlite::Result<()> {
+    conn.execute("ATTACH DATABASE ?1 AS earlier", [file.to_string_lossy()])?;
+    let copied = (|| {
+        let tx = conn.transaction()?;
+        // Tables before the indexes on them; SQLite's own objects are made by SQLite.
+        let schema: Vec<(String, String, String)> = tx
+            .prepare(
+                "SELECT type, name, sql FROM earlier.sqlite_master
+                 WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%'
+                 ORDER BY type = 'index', rowid",
+            )?
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        for (kind, name, sql) in &schema {
+            tx.execute_batch(sql)?;
+            if kind == "table" {
+                let name = name.replace('"', "\"\"");
+                tx.execute_batch(&format!(
+                    "INSERT INTO main.\"{name}\" SELECT * FROM earlier.\"{name}\""
+                ))?;
+            }
+        }
+        tx.commit()
+    })();
+    let detached = conn.execute_batch("DETACH DATABASE earlier");
+    copied.and(detached)
+}
+
+fn wal_of(path: &Path) -> PathBuf {
+    PathBuf::from(format!("{}-wal", path.display()))
+}
+
+fn shm_of(path: &Path) -> PathBuf {
+    PathBuf::from(format!("{}-shm", path.display()))
+}
+
+#[cfg(test)]
+mod tests;
