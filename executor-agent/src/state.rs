@@ -73,7 +73,12 @@ fn import(earlier: &[PathBuf], path: &Path) -> Result<()> {
 
 /// One earlier file's tables, their indexes and rows, in one transaction.
 fn copy_file(conn: &mut Connection, file: &Path) -> rusqlite::Result<()> {
-    conn.execute("ATTACH DATABASE ?1 AS earlier", [file.to_string_lossy()])?;
+    // ATTACH creates a file it does not find: a path changed on the way (not UTF-8) would
+    // import an empty database instead of failing.
+    let Some(name) = file.to_str() else {
+        return Err(rusqlite::Error::InvalidPath(file.to_owned()));
+    };
+    conn.execute("ATTACH DATABASE ?1 AS earlier", [name])?;
     let copied = (|| {
         let tx = conn.transaction()?;
         // Tables before the indexes on them; SQLite's own objects are made by SQLite.
