@@ -143,8 +143,9 @@ fn commit<'a>(
 
 /// One SQLite file that stores share: one group-commit writer for all of them, so the
 /// writes of every store waiting at the same moment share one transaction and one fsync,
-/// and a write of one store is never durable before a write of another queued ahead of
-/// it. Cheap to clone; the writer thread ends with the last clone.
+/// and writes are committed in the order they were queued, whichever store queued them
+/// (a write that fails does not hold back the ones behind it). Cheap to clone; the writer
+/// thread ends with the last clone.
 #[derive(Clone)]
 pub struct Database {
     path: std::sync::Arc<Path>,
