@@ -264,6 +264,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn writes_queued_together_share_one_commit_whichever_store_made_them() {
+        let dir = tempfile::tempdir().unwrap();
+        // A name of its own: the commit counter is per name, across the process.
+        let db = Database::open(&dir.path().join("t.db"), "shared-commit-test").unwrap();
+        db.prepare(
+            "CREATE TABLE t (id INTEGER PRIMARY KEY); CREATE TABLE u (id INTEGER PRIMARY KEY)",
+        )
+        .unwrap();
+        let (entered_tx, entered) = sync_mpsc::channel();
+        let (release, released) = sync_mpsc::channel();
+        let first = tokio::spawn(db.submit(insert(
+            1,
+            Some((entered_tx, Arc::new(Mutex::new(released)))),
+        )));
+        tokio::task::spawn_blocking(move || entered.recv().unwrap())
+            .await
+            .unwrap();
+        // Two stores' writes, queued while the writer is busy: one transaction.
+        let second = db.submit(insert(2, None));
+        let other_table = db.submit(|tx: &Transaction<'_>| {
+            tx.execute("INSERT INTO u (id) VALUES (7)", []).map(|_| ())
+        });
+        release.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        second.await.unwrap();
+        other_table.await.unwrap();
+        assert_eq!(commits("shared-commit-test"), 2);
+    }
+
+    #[tokio::test]
     async fn a_failing_write_does_not_fail_the_writes_sharing_its_batch() {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::open(&dir.path().join("t.db"), "test").unwrap();
