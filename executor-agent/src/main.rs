@@ -37,7 +37,8 @@ struct Args {
     /// Base URL clients use to reach this executor (default: http://<listen address>).
     #[arg(long)]
     url: Option<String>,
-    /// Directory for the registry, the journal and the task store (created if missing).
+    /// Directory of the executor's state file, `executor.db`: registry, journal and tasks
+    /// (created if missing).
     #[arg(long)]
     data: PathBuf,
     /// The executor's name: its card's name and the audience planner JWTs must carry.
