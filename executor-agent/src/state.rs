@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agent_host::store::durable::{Database, open_connection};
+use agent_host::store::durable::{Database, FileLock, open_connection};
 use rusqlite::Connection;
 
 use crate::error::{Error, Result};
@@ -16,9 +16,12 @@ pub const STATE_FILE: &str = "executor.db";
 pub const EARLIER_FILES: [&str; 3] = ["registry.db", "journal.db", "tasks.db"];
 
 /// Opens the state file in `dir`, first importing the files of the earlier layout if
-/// there is no state file yet and any of them is there.
+/// there is no state file yet and any of them is there. Refused while another process
+/// holds the state file (`FileLock`): two executors on one data directory would both
+/// resume its unfinished sagas.
 pub fn open(dir: &Path) -> Result<Database> {
     let path = dir.join(STATE_FILE);
+    let lock = FileLock::acquire(&path, "the executor's state file")?;
     if !path.exists() {
         let earlier: Vec<PathBuf> = EARLIER_FILES
             .iter()
@@ -29,7 +32,7 @@ pub fn open(dir: &Path) -> Result<Database> {
             import(&earlier, &path)?;
         }
     }
-    Ok(Database::open(&path, "executor")?)
+    Ok(Database::open_locked(&path, "executor", lock)?)
 }
 
 /// Copies every table of `earlier` (schema, indexes and rows) into a new file that takes

@@ -141,6 +141,44 @@ fn commit<'a>(
     tx.commit()
 }
 
+/// The right to write one state file, held by one process at a time: an exclusive
+/// advisory lock on `<file>.lock` beside it (a file of its own, so the lock never meets
+/// SQLite's own locks on the database). Two processes writing one state file would both
+/// resume its unfinished work; the second is refused instead. The operating system
+/// releases the lock when the process ends, however it ends.
+#[derive(Debug)]
+pub struct FileLock {
+    _file: std::fs::File,
+}
+
+impl FileLock {
+    /// Takes the lock for the state file at `path`, or says which process-wide lock is
+    /// held. `what` names the file in errors.
+    pub fn acquire(path: &Path, what: &str) -> Result<Self> {
+        let mut name = path.as_os_str().to_owned();
+        name.push(".lock");
+        let lock_path = std::path::PathBuf::from(name);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| Error::store(format!("cannot open {}: {e}", lock_path.display())))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Self { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(Error::store(format!(
+                "{what} {} is in use: another process holds {} (one process at a time may own a state file)",
+                path.display(),
+                lock_path.display()
+            ))),
+            Err(std::fs::TryLockError::Error(e)) => Err(Error::store(format!(
+                "cannot lock {}: {e}",
+                lock_path.display()
+            ))),
+        }
+    }
+}
+
 /// One SQLite file that stores share: one group-commit writer for all of them, so the
 /// writes of every store waiting at the same moment share one transaction and one fsync,
 /// and writes are committed in the order they were queued, whichever store queued them
@@ -150,6 +188,8 @@ fn commit<'a>(
 pub struct Database {
     path: std::sync::Arc<Path>,
     writer: GroupCommit,
+    /// Held as long as any clone lives.
+    _lock: std::sync::Arc<FileLock>,
 }
 
 impl std::fmt::Debug for Database {
@@ -162,13 +202,21 @@ impl std::fmt::Debug for Database {
 }
 
 impl Database {
-    /// Opens (or creates) the file at `path` and starts its writer. `what` names it in
-    /// errors, in the writer thread's name and in `commits`.
+    /// Opens (or creates) the file at `path` and starts its writer, once this process
+    /// holds the file's `FileLock`. `what` names it in errors, in the writer thread's name
+    /// and in `commits`.
     pub fn open(path: &Path, what: &'static str) -> Result<Self> {
+        Self::open_locked(path, what, FileLock::acquire(path, what)?)
+    }
+
+    /// As `open`, with the file's lock already taken (by a caller that prepared the file
+    /// under it).
+    pub fn open_locked(path: &Path, what: &'static str, lock: FileLock) -> Result<Self> {
         let conn = open_connection(path, what)?;
         Ok(Self {
             path: path.into(),
             writer: GroupCommit::spawn(what, conn)?,
+            _lock: std::sync::Arc::new(lock),
         })
     }
 

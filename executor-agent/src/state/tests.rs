@@ -126,3 +126,16 @@ async fn a_new_data_directory_starts_with_the_state_file_alone() {
     }
     assert!(dir.path().join(STATE_FILE).exists());
 }
+
+#[tokio::test]
+async fn a_second_executor_on_the_same_data_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path()).unwrap();
+    let journal = SqliteJournal::on(&db).unwrap();
+    let refused = open(dir.path()).unwrap_err().to_string();
+    assert!(refused.contains("in use"), "{refused}");
+    assert!(refused.contains("executor.db.lock"), "{refused}");
+    // The lock goes with the last handle on the file.
+    drop((db, journal));
+    open(dir.path()).unwrap();
+}
