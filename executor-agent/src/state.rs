@@ -64,6 +64,18 @@ fn import(earlier: &[PathBuf], path: &Path) -> Result<()> {
             path.display()
         ))
     })?;
+    // The new name must be durable before anything is written under it: were it lost in
+    // a crash, the next start would import again over what was written since.
+    #[cfg(unix)]
+    {
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::Journal(format!("cannot sync {}: {e}", dir.display())))?;
+    }
     for file in earlier {
         tracing::info!(
             from = %file.display(),
