@@ -188,8 +188,8 @@ impl FileLock {
 pub struct Database {
     path: std::sync::Arc<Path>,
     writer: GroupCommit,
-    /// Held as long as any clone lives.
-    _lock: std::sync::Arc<FileLock>,
+    /// Held as long as any clone lives (`open_locked`).
+    _lock: Option<std::sync::Arc<FileLock>>,
 }
 
 impl std::fmt::Debug for Database {
@@ -202,21 +202,28 @@ impl std::fmt::Debug for Database {
 }
 
 impl Database {
-    /// Opens (or creates) the file at `path` and starts its writer, once this process
-    /// holds the file's `FileLock`. `what` names it in errors, in the writer thread's name
-    /// and in `commits`.
+    /// Opens (or creates) the file at `path` and starts its writer. `what` names it in
+    /// errors, in the writer thread's name and in `commits`.
     pub fn open(path: &Path, what: &'static str) -> Result<Self> {
-        Self::open_locked(path, what, FileLock::acquire(path, what)?)
+        Self::start(path, what, None)
     }
 
-    /// As `open`, with the file's lock already taken (by a caller that prepared the file
-    /// under it).
+    /// As `open`, holding the file's `FileLock` (taken by the caller, who may have
+    /// prepared the file under it) for as long as the database is open.
     pub fn open_locked(path: &Path, what: &'static str, lock: FileLock) -> Result<Self> {
+        Self::start(path, what, Some(std::sync::Arc::new(lock)))
+    }
+
+    fn start(
+        path: &Path,
+        what: &'static str,
+        lock: Option<std::sync::Arc<FileLock>>,
+    ) -> Result<Self> {
         let conn = open_connection(path, what)?;
         Ok(Self {
             path: path.into(),
             writer: GroupCommit::spawn(what, conn)?,
-            _lock: std::sync::Arc::new(lock),
+            _lock: lock,
         })
     }
 
