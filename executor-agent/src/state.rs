@@ -42,7 +42,10 @@ fn import(earlier: &[PathBuf], path: &Path) -> Result<()> {
     let importing = path.with_extension("db.importing");
     let failed =
         |e: rusqlite::Error| Error::Journal(format!("cannot import the earlier state files: {e}"));
-    for stale in [importing.clone(), wal_of(&importing), shm_of(&importing)] {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut stale = importing.clone().into_os_string();
+        stale.push(suffix);
+        let stale = PathBuf::from(stale);
         if stale.exists() {
             std::fs::remove_file(&stale)
                 .map_err(|e| Error::Journal(format!("cannot remove {}: {e}", stale.display())))?;
@@ -118,14 +121,6 @@ fn copy_file(conn: &mut Connection, file: &Path) -> rusqlite::Result<()> {
     })();
     let detached = conn.execute_batch("DETACH DATABASE earlier");
     copied.and(detached)
-}
-
-fn wal_of(path: &Path) -> PathBuf {
-    PathBuf::from(format!("{}-wal", path.display()))
-}
-
-fn shm_of(path: &Path) -> PathBuf {
-    PathBuf::from(format!("{}-shm", path.display()))
 }
 
 #[cfg(test)]

@@ -93,7 +93,6 @@ async fn only_curated_consistent_cards_are_registered_and_they_persist() {
     );
 
     // A platform key withdrawn from the configuration withdraws its cards too.
-    drop(reopened);
     let other = SigningIdentity::from_seed([13; 32], Some("new-platform".into()));
     let withdrawn = Registry::open(&path, trust(&[&other])).unwrap();
     assert!(withdrawn.catalog().unwrap().agents.is_empty());
