@@ -1,6 +1,7 @@
 //! The executor as an A2A agent (skill `execute-plan`): plan intake with full static
 //! validation, one driver per accepted saga reporting on the saga's task, a person's
-//! `resolution` messages, cancellation, and recovery of unfinished sagas at start.
+//! `resolution` messages, cancellation, recovery of unfinished sagas at start, and a stop
+//! that lets the calls out answer first.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,6 +16,8 @@ use serde_json::{Value, json};
 use shared_types::validate::{Resubmission, compare_with_accepted};
 use shared_types::{PlanValidator, TrustStore, Violation};
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::driver::{Control, Start, begin, drive};
 use crate::error::{Error, Result};
@@ -39,6 +42,9 @@ pub struct ExecutorConfig {
     /// How long a saga's progress gathers before its task write (`report::GATHER_PROGRESS`
     /// by default).
     pub gather_progress: Duration,
+    /// Cancelled to stop: every driver then waits for the call it has out, journals the
+    /// answer and returns (see `Executor::stopped`).
+    pub shutdown: CancellationToken,
 }
 
 /// A running saga: how to reach its driver, and a signal that changes at every stop.
@@ -54,6 +60,8 @@ pub struct Executor {
     /// The invoker, with its HTTP clients and their pooled connections, built for the
     /// registry generation it names: every saga shares it until a registration.
     invoker: Mutex<Option<(u64, Arc<dyn Invoker>)>>,
+    /// Every saga's driver (and its reporting), so that a stop can wait for them.
+    drivers: TaskTracker,
 }
 
 impl std::fmt::Debug for Executor {
@@ -91,7 +99,35 @@ impl Executor {
             tasks,
             live: Mutex::new(HashMap::new()),
             invoker: Mutex::new(None),
+            drivers: TaskTracker::new(),
         })
+    }
+
+    /// After `ExecutorConfig::shutdown`: waits up to `within` for every driver to return
+    /// (each once the call it had out has answered and the answer is journaled). Returns
+    /// the ids of the sagas' tasks still running when it gave up: their calls are answered
+    /// by nobody, and at the next start recovery repeats each one whose skill is
+    /// idempotent, under the same key, and asks a person about the others.
+    pub async fn stopped(&self, within: Duration) -> Vec<String> {
+        self.drivers.close();
+        if tokio::time::timeout(within, self.drivers.wait())
+            .await
+            .is_ok()
+        {
+            return Vec::new();
+        }
+        let mut running: Vec<String> = self
+            .live
+            .lock()
+            .map(|live| live.keys().cloned().collect())
+            .unwrap_or_default();
+        running.sort();
+        running
+    }
+
+    /// How many sagas have a driver running now.
+    pub fn running(&self) -> usize {
+        self.live.lock().map_or(0, |live| live.len())
     }
 
     fn invoker(&self) -> Arc<dyn Invoker> {
@@ -165,8 +201,9 @@ impl Executor {
             task.id().to_owned(),
         );
         let saga_id = saga.spec.saga_id.clone();
-        tokio::spawn(async move {
-            let driven = drive(saga_id, saga, start, journal, invoker, reporter, rx).await;
+        let stop = self.config.shutdown.clone();
+        self.drivers.spawn(async move {
+            let driven = drive(saga_id, saga, start, journal, invoker, reporter, rx, stop).await;
             // The saga's own reports reach its task before anything else is said on it,
             // and before it stops being live (a cancel then finds the task as it ends).
             reporting.finished().await;
@@ -198,7 +235,7 @@ impl Executor {
             let task = self.tasks.handle(&header.task_id, &header.context_id);
             let saga = recovered.saga.clone();
             let me = self.clone();
-            tokio::spawn(async move {
+            self.drivers.spawn(async move {
                 me.launch(task, saga, Start::Resumed(Box::new(recovered)), Vec::new())
                     .await
             });

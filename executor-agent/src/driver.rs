@@ -1,13 +1,17 @@
 //! The saga driver: the thin async loop around the pure engine. For every event it steps
 //! the engine, journals the event together with the intents of the calls it decided (one
 //! durable write), and only then performs the commands: making the calls, arming timers,
-//! reporting progress. Nothing is acted on before it is durable.
+//! reporting progress. Nothing is acted on before it is durable. Told to stop, it waits
+//! for the answer of the call it has out, journals it, and returns without acting on
+//! what the answer led to: recovery makes that next call at the next start, as a decision
+//! journaled but never acted on, so a planned stop repeats no call and asks no one.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
 use crate::invoke::{CallContext, Invoker, trace_id};
@@ -84,7 +88,10 @@ pub async fn begin(
     Ok((saga, Start::Begun(commands)))
 }
 
-/// Runs one saga until it ends, from where `begin` or recovery left it.
+/// Runs one saga until it ends, from where `begin` or recovery left it; or, once `stop`
+/// is cancelled, until the call it has out has answered and the answer is journaled.
+/// Returns the phase the saga is in.
+#[allow(clippy::too_many_arguments)]
 pub async fn drive(
     saga_id: String,
     mut saga: Saga,
@@ -93,6 +100,7 @@ pub async fn drive(
     invoker: Arc<dyn Invoker>,
     reporter: Arc<dyn Reporter>,
     mut control: mpsc::Receiver<Control>,
+    stop: CancellationToken,
 ) -> Result<Phase> {
     let (events, mut incoming) = mpsc::unbounded_channel::<Event>();
     let ctx = Ctx {
@@ -102,14 +110,17 @@ pub async fn drive(
         invoker,
         events: events.clone(),
     };
+    // The call made and not answered yet, as the engine names it.
+    let mut out: Option<(Target, u32)> = None;
     match start {
-        Start::Begun(commands) => ctx.perform(&saga, commands, reporter.as_ref()).await,
+        Start::Begun(commands) => out = ctx.perform(&saga, commands, reporter.as_ref()).await,
         Start::Resumed(recovered) => {
             saga = recovered.saga;
             if let Some(shown) = &recovered.last_shown {
                 reporter.report(shown, &saga).await;
             }
             for invocation in recovered.to_invoke {
+                out = Some((invocation.target, invocation.attempt));
                 ctx.call(&saga, invocation).await?;
             }
             for event in recovered.lost {
@@ -121,6 +132,11 @@ pub async fn drive(
         }
     }
     let mut pending_cancel: Option<oneshot::Sender<std::result::Result<(), String>>> = None;
+    let mut stopping = false;
+    // One wait for the whole saga: the token is shared by every saga, and a wait made
+    // anew at each step would take its lock twice per step.
+    let stop = stop.cancelled_owned();
+    tokio::pin!(stop);
     loop {
         if let Phase::Done { .. } = saga.phase {
             // The end is journaled. Once it is shown too, the saga is marked finished:
@@ -136,9 +152,20 @@ pub async fn drive(
             }
             return Ok(saga.phase);
         }
+        // A call the engine gave up on (its timeout fired) may still be out, but nothing
+        // waits for its answer any more.
+        if stopping && (out.is_none() || out != saga.in_flight()) {
+            return Ok(saga.phase);
+        }
         let event = tokio::select! {
+            // A stop comes first: nothing decided after it is acted on.
+            biased;
+            () = &mut stop, if !stopping => {
+                stopping = true;
+                continue;
+            }
             Some(event) = incoming.recv() => event,
-            Some(request) = control.recv() => match request {
+            Some(request) = control.recv(), if !stopping => match request {
                 Control::Resolve(resolution) => Event::Resolve { resolution, now_ms: now_ms() },
                 Control::Cancel(reply) => {
                     pending_cancel = Some(reply);
@@ -148,9 +175,27 @@ pub async fn drive(
             else => return Ok(saga.phase),
         };
         let is_cancel = matches!(event, Event::Cancel { .. });
+        if let Event::Result {
+            target, attempt, ..
+        } = &event
+            && out == Some((*target, *attempt))
+        {
+            out = None;
+        }
         // The engine is pure, so stepping before the write is safe: if the write fails,
         // the driver stops and recovery replays what is durable.
         let commands = saga.step(event.clone());
+        if stopping {
+            // The event alone: the calls it led to stay decided but not journaled as
+            // made, and recovery makes them; timers come back from the journal too.
+            // What people should see is shown now.
+            journal.append(&saga_id, &[Entry::Event(event)]).await?;
+            let shown: Vec<Command> = commands.into_iter().filter(is_shown).collect();
+            if !shown.is_empty() {
+                reporter.report_all(&shown, &saga).await;
+            }
+            continue;
+        }
         journal
             .append(&saga_id, &entries_of(event, &commands))
             .await?;
@@ -161,7 +206,9 @@ pub async fn drive(
             });
             let _ = reply.send(refused.map_or(Ok(()), Err));
         }
-        ctx.perform(&saga, commands, reporter.as_ref()).await;
+        if let Some(made) = ctx.perform(&saga, commands, reporter.as_ref()).await {
+            out = Some(made);
+        }
     }
 }
 
@@ -175,12 +222,21 @@ struct Ctx {
 
 impl Ctx {
     /// Performs the commands of a step, once they are journaled: calls and timers start,
-    /// then what people should see is reported, in order.
-    async fn perform(&self, saga: &Saga, commands: Vec<Command>, reporter: &dyn Reporter) {
+    /// then what people should see is reported, in order. Returns the call it made, if any.
+    async fn perform(
+        &self,
+        saga: &Saga,
+        commands: Vec<Command>,
+        reporter: &dyn Reporter,
+    ) -> Option<(Target, u32)> {
         let mut shown = Vec::new();
+        let mut made = None;
         for command in commands {
             match command {
-                Command::Invoke(invocation) => self.spawn_call(saga, invocation),
+                Command::Invoke(invocation) => {
+                    made = Some((invocation.target, invocation.attempt));
+                    self.spawn_call(saga, invocation);
+                }
                 Command::StartTimer { timer, after_ms } => self.arm(timer, after_ms),
                 Command::RefuseCancel { .. } => {}
                 Command::Report { .. } | Command::Pause { .. } | Command::Finish { .. } => {
@@ -191,6 +247,7 @@ impl Ctx {
         if !shown.is_empty() {
             reporter.report_all(&shown, saga).await;
         }
+        made
     }
 
     /// Journals the intent, then calls (for calls recovery makes again).
@@ -242,6 +299,14 @@ impl Ctx {
             });
         });
     }
+}
+
+/// Whether people see the command (progress, a pause, the end).
+fn is_shown(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Report { .. } | Command::Pause { .. } | Command::Finish { .. }
+    )
 }
 
 fn jitter(up_to: u64) -> u64 {

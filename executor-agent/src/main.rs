@@ -1,6 +1,7 @@
 //! `executor-agent`: the execution plane as a process. Holds the tool credentials, serves
 //! A2A (`execute-plan`, planner JWTs), the admin API and the catalog, and resumes every
-//! unfinished saga from its journal at start.
+//! unfinished saga from its journal at start. On Ctrl-C or SIGTERM it stops serving, lets
+//! the calls out answer (up to `--drain-secs`), and exits.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -64,6 +65,14 @@ struct Args {
     #[arg(long, default_value_t = GATHER_PROGRESS.as_millis() as u64, value_name = "MS",
           value_parser = clap::value_parser!(u64).range(0..=MAX_GATHER.as_millis() as u64))]
     gather_progress_ms: u64,
+    /// On Ctrl-C or SIGTERM, how long (s) to wait for the tool calls out to answer, so that
+    /// their answers are journaled and the next start goes on from there. A call still out
+    /// then is treated at the next start as after a crash: repeated under the same key if
+    /// its skill is idempotent, otherwise a person is asked. A second Ctrl-C or SIGTERM
+    /// stops at once. At most 3600.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
+    drain_secs: u64,
     /// Crash-test fault injection: stop after this many durable journal writes.
     #[arg(long, hide = true)]
     pause_after_journal_writes: Option<u64>,
@@ -187,5 +196,34 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(agent_host::process::shutdown_on_signal(shutdown.clone()));
     println!("listening on {public_url}");
     agent_host::serve(listener, service.router, shutdown).await?;
+    drain(&service.executor, Duration::from_secs(args.drain_secs)).await;
     Ok(())
+}
+
+/// Waits for the sagas' drivers to stop (each after the call it has out answers), telling
+/// what it waits for and what it leaves behind.
+async fn drain(executor: &executor_agent::agent::Executor, within: Duration) {
+    let running = executor.running();
+    if running > 0 {
+        tracing::info!(
+            sagas = running,
+            "stopping: waiting up to {} s for the tool calls out to answer (Ctrl-C again stops at once)",
+            within.as_secs()
+        );
+    }
+    let left = tokio::select! {
+        left = executor.stopped(within) => left,
+        () = agent_host::process::interrupted() => {
+            tracing::warn!("stopping at once, as asked");
+            return;
+        }
+    };
+    if !left.is_empty() {
+        tracing::warn!(
+            tasks = ?left,
+            "stopped with tool calls still out: at the next start each is repeated under its key if its skill is idempotent, otherwise a person is asked"
+        );
+    } else if running > 0 {
+        tracing::info!("stopped: every saga goes on at the next start without repeating a call");
+    }
 }

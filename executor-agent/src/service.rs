@@ -129,7 +129,7 @@ pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service>
         .and_then(|card| ServedCard::new(&card))
         .map_err(|e| Error::Refused(format!("the executor's card: {e}")))?;
     let mut host = HostConfig::new(card, planner_auth.clone());
-    host.shutdown = shutdown;
+    host.shutdown = shutdown.clone();
 
     let mcp = Arc::new(McpInvoker::new(settings.credentials.clone()));
     let executor = Executor::new(
@@ -140,6 +140,7 @@ pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service>
             credentials: settings.credentials,
             mcp: mcp.clone(),
             gather_progress: settings.gather_progress,
+            shutdown,
         },
         tasks.clone(),
     );

@@ -11,12 +11,14 @@ use common::*;
 use agent_host::AgentClient;
 use executor_agent::driver::{Control, Reporter, begin, drive};
 use executor_agent::invoke::{A2aInvoker, Endpoint};
-use executor_agent::journal::{SagaHeader, SqliteJournal};
+use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
+use executor_agent::recovery::replay;
 use executor_agent::saga::model::Phase;
-use executor_agent::saga::{Command, Ending, Saga, SagaSpec};
+use executor_agent::saga::{Command, Ending, Event, Saga, SagaSpec, Target};
 use serde_json::json;
 use shared_types::{Catalog, Plan};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 struct Log(mpsc::UnboundedSender<Command>);
 
@@ -34,6 +36,9 @@ struct Stopped {
     control: mpsc::Sender<Control>,
     reports: mpsc::UnboundedReceiver<Command>,
     saga: tokio::task::JoinHandle<executor_agent::Result<Phase>>,
+    journal: Arc<SqliteJournal>,
+    saga_id: String,
+    spec: SagaSpec,
     _journal_dir: tempfile::TempDir,
 }
 
@@ -56,6 +61,13 @@ impl Stopped {
 /// Starts the supplier saga against six tool agents with `faults`, and waits for its
 /// first pause or its end.
 async fn start(faults: &[(&str, Fault)]) -> Stopped {
+    let mut stopped = launch(faults, CancellationToken::new()).await;
+    stopped.last = stopped.next_stop().await;
+    stopped
+}
+
+/// Starts the supplier saga against six tool agents with `faults`, told to stop by `stop`.
+async fn launch(faults: &[(&str, Fault)], stop: CancellationToken) -> Stopped {
     let mut catalog = Catalog::default();
     let mut invoker = A2aInvoker::new();
     let mut logs = HashMap::new();
@@ -101,12 +113,13 @@ async fn start(faults: &[(&str, Fault)]) -> Stopped {
         plan.saga_id.clone(),
         saga,
         start,
-        journal,
+        journal.clone(),
         Arc::new(invoker),
         Arc::new(Log(reports_tx)),
         rx,
+        stop,
     ));
-    let mut stopped = Stopped {
+    Stopped {
         last: Command::Pause {
             reason: String::new(),
         },
@@ -114,10 +127,11 @@ async fn start(faults: &[(&str, Fault)]) -> Stopped {
         control,
         reports,
         saga,
+        journal,
+        saga_id: plan.saga_id.clone(),
+        spec: header.spec,
         _journal_dir: dir,
-    };
-    stopped.last = stopped.next_stop().await;
-    stopped
+    }
 }
 
 async fn run(
@@ -282,4 +296,83 @@ async fn a_declined_capture_unwinds_and_a_hanging_email_escalates() {
             ending: Ending::Completed
         }
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn told_to_stop_the_driver_journals_the_answer_out_and_leaves_the_next_call_to_recovery() {
+    let stop = CancellationToken::new();
+    let mut stopped = launch(
+        &[("sandbox.provision", Fault::ApplyThenHold(1))],
+        stop.clone(),
+    )
+    .await;
+    let held = stopped.logs["sandbox"].lock().unwrap().applied.clone();
+    held.notified().await;
+    stop.cancel();
+    // The driver waits for the answer of the call it has out.
+    let release = stopped.logs["sandbox"].lock().unwrap().release.clone();
+    release.notify_one();
+    let phase = stopped.saga.await.unwrap().unwrap();
+    assert_eq!(
+        phase,
+        Phase::Forward { step: 3 },
+        "stopped before s3, not ended"
+    );
+
+    let applied = effects(&stopped.logs);
+    assert_eq!(
+        applied,
+        [
+            "sg_demo_supplier_onboarding:s0",
+            "sg_demo_supplier_onboarding:s1",
+            "sg_demo_supplier_onboarding:s2"
+        ],
+        "nothing after the answer out was acted on"
+    );
+    assert!(
+        stopped.logs["compliance-registry"]
+            .lock()
+            .unwrap()
+            .calls
+            .is_empty()
+    );
+    // What the answer led to was shown.
+    let mut shown = Vec::new();
+    while let Ok(command) = stopped.reports.try_recv() {
+        shown.push(command);
+    }
+    assert!(
+        shown
+            .iter()
+            .any(|c| matches!(c, Command::Report { step, .. } if step == "s2")),
+        "{shown:?}"
+    );
+
+    // The answer is journaled, the next call is not: recovery makes it, as a decision
+    // never acted on, rather than treating it as a call lost in flight.
+    let (_, entries) = stopped
+        .journal
+        .load(&stopped.saga_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(
+            entries.last(),
+            Some(Entry::Event(Event::Result {
+                target: Target::Forward(2),
+                ..
+            }))
+        ),
+        "{:?}",
+        entries.last()
+    );
+    let recovered = replay(stopped.spec.clone(), &entries, 0);
+    let to_invoke: Vec<_> = recovered
+        .to_invoke
+        .iter()
+        .map(|i| (i.target, i.attempt))
+        .collect();
+    assert_eq!(to_invoke, [(Target::Forward(3), 1)]);
+    assert!(recovered.lost.is_empty(), "{:?}", recovered.lost);
 }

@@ -1,7 +1,9 @@
 //! The real `executor-agent` binary killed with SIGKILL at every journal point of the
 //! six-step supplier saga (before a call, after a call whose result was not journaled
 //! yet, during compensation), then restarted on the same data directory: the saga must
-//! end exactly as an uninterrupted run does, and no tool may apply an effect twice.
+//! end exactly as an uninterrupted run does, and no tool may apply an effect twice. And
+//! stopped with SIGTERM while a call is out, it waits for the answer, journals it, and
+//! exits; the restart goes on from there without repeating the call.
 
 mod common;
 
@@ -80,6 +82,17 @@ impl Drop for Executor {
 
 impl Executor {
     fn start(world: &World, data: &Path, pause_after: Option<u64>) -> Self {
+        Self::start_logging(world, data, pause_after, "warn", &[])
+    }
+
+    /// `start`, with `RUST_LOG` set to `log` and `extra` arguments.
+    fn start_logging(
+        world: &World,
+        data: &Path,
+        pause_after: Option<u64>,
+        log: &str,
+        extra: &[&str],
+    ) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_executor-agent"));
         command
             .args(["--listen", "127.0.0.1:0", "--data"])
@@ -91,7 +104,8 @@ impl Executor {
             .arg("--credentials")
             .arg(world.path("credentials.json"))
             .env("SAGAPLANE_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("RUST_LOG", "warn")
+            .args(extra)
+            .env("RUST_LOG", log)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(n) = pause_after {
@@ -128,12 +142,28 @@ impl Executor {
 
     /// Waits until the process reports that it paused after a journal write.
     async fn paused(&mut self) -> bool {
+        self.said("pausing for a crash test").await
+    }
+
+    /// Waits until the process writes a line containing `words` on stderr; `false` if it
+    /// ends first.
+    async fn said(&mut self, words: &str) -> bool {
         while let Some(line) = self.stderr.recv().await {
-            if line.contains("pausing for a crash test") {
+            eprintln!("executor: {line}");
+            if line.contains(words) {
                 return true;
             }
         }
         false
+    }
+
+    /// SIGTERM, as a service manager stops a process.
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
     }
 }
 
@@ -417,4 +447,104 @@ async fn a_kill_after_each_compensation_before_its_result_is_journaled_changes_n
     ];
     let declined = [("payments.capture", Fault::Decline)];
     kill_with_an_answer_in_flight(&declined, &calls, TaskState::Failed).await;
+}
+
+/// The tools for the stop tests: `sandbox.provision` holds its first answer until released,
+/// and no call times out while a test waits.
+async fn tools_with_a_held_sandbox(
+    world: &World,
+) -> (Vec<Value>, HashMap<String, Arc<Mutex<ToolLog>>>) {
+    let held = [("sandbox.provision", Fault::ApplyThenHold(1))];
+    start_tools_timed(&held, &world.platform, STUCK.as_millis() as u64).await
+}
+
+/// How many calls `agent` received under `key`.
+fn calls_of(logs: &HashMap<String, Arc<Mutex<ToolLog>>>, agent: &str, key: &str) -> usize {
+    let log = logs[agent].lock().unwrap();
+    log.calls.iter().filter(|(k, ..)| k == key).count()
+}
+
+/// Starts the executor (with `args`), submits the plan without waiting for its answer, and
+/// waits until the sandbox holds the answer of the call it applied.
+async fn until_the_sandbox_holds(
+    world: &World,
+    data: &Path,
+    args: &[&str],
+) -> (Executor, HashMap<String, Arc<Mutex<ToolLog>>>) {
+    let (cards, logs) = tools_with_a_held_sandbox(world).await;
+    let executor = Executor::start_logging(world, data, None, "info", args);
+    register(&executor, &cards).await;
+    let (client, call, request) = (executor.client(), as_planner(world), plan_message(world));
+    // Answered when the executor stops; the test follows the task after the restart.
+    tokio::spawn(async move { client.send(&call, &request).await });
+    applied(&logs, "sandbox", HELD_KEY).await;
+    (executor, logs)
+}
+
+const HELD_KEY: &str = "sg_demo_supplier_onboarding:s2";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_signal_waits_for_the_call_out_and_the_restart_repeats_no_call() {
+    let world = World::new();
+    let data = tempfile::tempdir().unwrap();
+    let (mut executor, logs) = until_the_sandbox_holds(&world, data.path(), &[]).await;
+
+    executor.terminate();
+    assert!(
+        executor.said("stopping: waiting").await,
+        "the executor exited without waiting for the call out"
+    );
+    let release = logs["sandbox"].lock().unwrap().release.clone();
+    release.notify_one();
+    let exited = tokio::task::block_in_place(|| executor.child.wait()).unwrap();
+    assert!(exited.success(), "{exited:?}");
+    assert!(
+        logs["compliance-registry"].lock().unwrap().calls.is_empty(),
+        "nothing after the answer out was started"
+    );
+
+    let executor = Executor::start(&world, data.path(), None);
+    let task = submit(&world, &executor).await;
+    let task = settle(&world, &executor, task).await;
+    assert_eq!(task.status.state, TaskState::Completed);
+    assert_eq!(
+        calls_of(&logs, "sandbox", HELD_KEY),
+        1,
+        "the answered call was not repeated"
+    );
+    assert_eq!(
+        calls_of(
+            &logs,
+            "compliance-registry",
+            "sg_demo_supplier_onboarding:s3"
+        ),
+        1
+    );
+    assert_eq!(ending(&task, &logs).effects.len(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_that_cannot_wait_says_which_sagas_had_a_call_out_and_the_restart_repeats_it() {
+    let world = World::new();
+    let data = tempfile::tempdir().unwrap();
+    let (mut executor, logs) =
+        until_the_sandbox_holds(&world, data.path(), &["--drain-secs", "0"]).await;
+
+    executor.terminate();
+    assert!(executor.said("stopped with tool calls still out").await);
+    let exited = tokio::task::block_in_place(|| executor.child.wait()).unwrap();
+    assert!(exited.success(), "{exited:?}");
+
+    // As after a crash: the idempotent call is repeated under its key, the tool answers
+    // with the effect it applied, and the saga completes with every effect once.
+    let executor = Executor::start(&world, data.path(), None);
+    let task = submit(&world, &executor).await;
+    let task = settle(&world, &executor, task).await;
+    assert_eq!(task.status.state, TaskState::Completed);
+    assert_eq!(
+        calls_of(&logs, "sandbox", HELD_KEY),
+        2,
+        "repeated once, after the restart"
+    );
+    assert_eq!(ending(&task, &logs).effects.len(), 6);
 }

@@ -267,6 +267,7 @@ impl Executor {
             self.invoker.clone(),
             reporter,
             control_rx,
+            tokio_util::sync::CancellationToken::new(),
         )
         .await
         .expect("the driver runs");

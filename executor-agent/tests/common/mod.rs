@@ -64,6 +64,8 @@ pub enum Fault {
     /// The first `n` calls are applied, then never answered (the caller times out or
     /// dies first); `ToolLog::applied` is notified when the effect is in place.
     ApplyThenHang(u32),
+    /// Like `ApplyThenHang`, but the answer goes once `ToolLog::release` is notified.
+    ApplyThenHold(u32),
     /// The first `n` calls reach the tool, which does its work, but the HTTP answer is
     /// replaced by a `503` with a plain body, as a gateway in front of the tool answers.
     ServerError(u32),
@@ -100,6 +102,7 @@ impl Faults {
             f @ (Fault::Decline | Fault::Hang) => Some(f),
             Fault::DeclineTimes(n) if self.within(skill, n) => Some(Fault::Decline),
             Fault::ApplyThenHang(n) if self.within(skill, n) => Some(Fault::ApplyThenHang(0)),
+            Fault::ApplyThenHold(n) if self.within(skill, n) => Some(Fault::ApplyThenHold(0)),
             _ => None,
         }
     }
@@ -142,6 +145,8 @@ pub struct ToolLog {
     pub results: HashMap<String, (Value, Value)>,
     /// Notified each time an effect is applied.
     pub applied: Arc<tokio::sync::Notify>,
+    /// Lets a call held by `Fault::ApplyThenHold` answer.
+    pub release: Arc<tokio::sync::Notify>,
 }
 
 /// The idempotency keys of every effect the tools applied, in the order they applied them.
@@ -231,6 +236,10 @@ impl Agent for Tool {
         };
         if fault == Some(Fault::ApplyThenHang(0)) {
             std::future::pending::<()>().await;
+        }
+        if fault == Some(Fault::ApplyThenHold(0)) {
+            let release = self.log.lock().unwrap().release.clone();
+            release.notified().await;
         }
         if result.is_null() {
             let _ = task.set_status(TaskState::Failed, None).await;
@@ -432,6 +441,15 @@ pub async fn start_tools(
     faults: &[(&str, Fault)],
     platform: &SigningIdentity,
 ) -> (Vec<Value>, HashMap<String, Arc<Mutex<ToolLog>>>) {
+    start_tools_timed(faults, platform, 300).await
+}
+
+/// `start_tools`, with every skill's timeout set to `timeout_ms`.
+pub async fn start_tools_timed(
+    faults: &[(&str, Fault)],
+    platform: &SigningIdentity,
+    timeout_ms: u64,
+) -> (Vec<Value>, HashMap<String, Arc<Mutex<ToolLog>>>) {
     let mut cards = Vec::new();
     let mut logs = HashMap::new();
     for agent in AGENTS {
@@ -441,7 +459,7 @@ pub async fn start_tools(
         let mut card = read(&format!("agent-cards/{agent}.json"));
         let skills = card.pointer_mut("/capabilities/extensions/0/params/skills");
         for declaration in skills.and_then(Value::as_object_mut).unwrap().values_mut() {
-            declaration["timeoutMs"] = json!(300);
+            declaration["timeoutMs"] = json!(timeout_ms);
             if let Some(retry) = declaration.get_mut("retry") {
                 retry["initialBackoffMs"] = json!(20);
                 retry["maxBackoffMs"] = json!(50);
@@ -515,6 +533,7 @@ impl Harness {
             mcp: mcp.clone(),
             credentials,
             gather_progress: GATHER_PROGRESS,
+            shutdown: tokio_util::sync::CancellationToken::new(),
         };
         let executor = ExecutorAgent(Executor::new(config, tasks.clone()));
 
