@@ -152,6 +152,8 @@ pub(crate) struct Executor {
     /// The six forward invocations of a completed saga, for the direct calls.
     pub(crate) direct_template: Vec<Invocation>,
     next_saga: AtomicU64,
+    /// One stop for every driver, as the executor shares its shutdown token.
+    stop: tokio_util::sync::CancellationToken,
     _data_dir: tempfile::TempDir,
 }
 
@@ -202,6 +204,7 @@ impl Executor {
             task_store,
             direct_template: Vec::new(),
             next_saga: AtomicU64::new(0),
+            stop: tokio_util::sync::CancellationToken::new(),
             _data_dir: data_dir,
         };
         executor.direct_template = forward_invocations(executor.spec("sg_template").1);
@@ -267,7 +270,7 @@ impl Executor {
             self.invoker.clone(),
             reporter,
             control_rx,
-            tokio_util::sync::CancellationToken::new(),
+            self.stop.clone(),
         )
         .await
         .expect("the driver runs");
