@@ -483,6 +483,22 @@ async fn until_the_sandbox_holds(
 
 const HELD_KEY: &str = "sg_demo_supplier_onboarding:s2";
 
+/// Waits for a stopped executor to exit, which it must do successfully.
+fn exits_cleanly(mut executor: Executor) {
+    let exited = tokio::task::block_in_place(|| executor.child.wait()).unwrap();
+    assert!(exited.success(), "{exited:?}");
+}
+
+/// Starts the executor again on `data` and follows the saga (the plan resubmitted finds
+/// its task) until it completes.
+async fn restarted_to_completion(world: &World, data: &Path) -> Task {
+    let executor = Executor::start(world, data, None);
+    let task = submit(world, &executor).await;
+    let task = settle(world, &executor, task).await;
+    assert_eq!(task.status.state, TaskState::Completed);
+    task
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_signal_waits_for_the_call_out_and_the_restart_repeats_no_call() {
     let world = World::new();
@@ -496,17 +512,13 @@ async fn a_stop_signal_waits_for_the_call_out_and_the_restart_repeats_no_call() 
     );
     let release = logs["sandbox"].lock().unwrap().release.clone();
     release.notify_one();
-    let exited = tokio::task::block_in_place(|| executor.child.wait()).unwrap();
-    assert!(exited.success(), "{exited:?}");
+    exits_cleanly(executor);
     assert!(
         logs["compliance-registry"].lock().unwrap().calls.is_empty(),
         "nothing after the answer out was started"
     );
 
-    let executor = Executor::start(&world, data.path(), None);
-    let task = submit(&world, &executor).await;
-    let task = settle(&world, &executor, task).await;
-    assert_eq!(task.status.state, TaskState::Completed);
+    let task = restarted_to_completion(&world, data.path()).await;
     assert_eq!(
         calls_of(&logs, "sandbox", HELD_KEY),
         1,
@@ -532,15 +544,11 @@ async fn a_stop_that_cannot_wait_says_which_sagas_had_a_call_out_and_the_restart
 
     executor.terminate();
     assert!(executor.said("stopped with tool calls still out").await);
-    let exited = tokio::task::block_in_place(|| executor.child.wait()).unwrap();
-    assert!(exited.success(), "{exited:?}");
+    exits_cleanly(executor);
 
     // As after a crash: the idempotent call is repeated under its key, the tool answers
     // with the effect it applied, and the saga completes with every effect once.
-    let executor = Executor::start(&world, data.path(), None);
-    let task = submit(&world, &executor).await;
-    let task = settle(&world, &executor, task).await;
-    assert_eq!(task.status.state, TaskState::Completed);
+    let task = restarted_to_completion(&world, data.path()).await;
     assert_eq!(
         calls_of(&logs, "sandbox", HELD_KEY),
         2,
