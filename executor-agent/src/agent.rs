@@ -208,13 +208,13 @@ impl Executor {
             // and before it stops being live (a cancel then finds the task as it ends).
             reporting.finished().await;
             if let Err(e) = driven {
-                tracing::error!(task = %task_id, error = %e, "saga driver stopped");
-                let _ = task
-                    .set_status(
-                        TaskState::Failed,
-                        Some(agent_message(format!("internal error: {e}"), None)),
-                    )
-                    .await;
+                // Only a stop ends a driver whose journal cannot be written. The task
+                // keeps what it showed: marking it failed would run ahead of the journal,
+                // where the saga is unfinished and resumes at the next start.
+                tracing::error!(
+                    task = %task_id, error = %e,
+                    "the saga stopped with its journal unwritable; it resumes from the journal at the next start"
+                );
             }
             if let Ok(mut live) = me.live.lock() {
                 live.remove(&task_id);

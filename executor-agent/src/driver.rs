@@ -5,6 +5,8 @@
 //! for the answer of the call it has out, journals it, and returns without acting on
 //! what the answer led to: recovery makes that next call at the next start, as a decision
 //! journaled but never acted on, so a planned stop repeats no call and asks no one.
+//! A journal write that fails is tried again, with a growing wait, until it is durable or
+//! the driver is told to stop: the saga waits, and nothing is acted on meanwhile.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,6 +111,7 @@ pub async fn drive(
         journal: journal.clone(),
         invoker,
         events: events.clone(),
+        stop: stop.clone(),
     };
     // The call made and not answered yet, as the engine names it.
     let mut out: Option<(Target, u32)> = None;
@@ -189,16 +192,14 @@ pub async fn drive(
             // The event alone: the calls it led to stay decided but not journaled as
             // made, and recovery makes them; timers come back from the journal too.
             // What people should see is shown now.
-            journal.append(&saga_id, &[Entry::Event(event)]).await?;
+            ctx.journal(&[Entry::Event(event)]).await?;
             let shown: Vec<Command> = commands.into_iter().filter(is_shown).collect();
             if !shown.is_empty() {
                 reporter.report_all(&shown, &saga).await;
             }
             continue;
         }
-        journal
-            .append(&saga_id, &entries_of(event, &commands))
-            .await?;
+        ctx.journal(&entries_of(event, &commands)).await?;
         if is_cancel && let Some(reply) = pending_cancel.take() {
             let refused = commands.iter().find_map(|c| match c {
                 Command::RefuseCancel { reason } => Some(reason.clone()),
@@ -218,9 +219,41 @@ struct Ctx {
     journal: Arc<dyn Journal>,
     invoker: Arc<dyn Invoker>,
     events: mpsc::UnboundedSender<Event>,
+    stop: CancellationToken,
 }
 
+/// The wait before a failed journal write is tried again, doubled each time up to the cap.
+const FIRST_JOURNAL_RETRY: Duration = Duration::from_millis(50);
+const MAX_JOURNAL_RETRY: Duration = Duration::from_secs(5);
+
 impl Ctx {
+    /// Journals `entries` (one durable write). A failed write (a full disk, a file
+    /// locked by another program) is tried again until it lands; the error is returned
+    /// only once the driver is told to stop, and the saga then resumes from what is
+    /// durable at the next start. A write that failed was rolled back, so trying it again
+    /// cannot write it twice.
+    async fn journal(&self, entries: &[Entry]) -> Result<()> {
+        let mut wait = FIRST_JOURNAL_RETRY;
+        loop {
+            let error = match self.journal.append(&self.saga_id, entries).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if self.stop.is_cancelled() {
+                return Err(error);
+            }
+            tracing::warn!(
+                saga = %self.saga_id, %error, retry_in_ms = wait.as_millis() as u64,
+                "cannot journal the saga's next step yet; it waits"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.stop.cancelled() => return Err(error),
+            }
+            wait = (wait * 2).min(MAX_JOURNAL_RETRY);
+        }
+    }
+
     /// Performs the commands of a step, once they are journaled: calls and timers start,
     /// then what people should see is reported, in order. Returns the call it made, if any.
     async fn perform(
@@ -252,9 +285,7 @@ impl Ctx {
 
     /// Journals the intent, then calls (for calls recovery makes again).
     async fn call(&self, saga: &Saga, invocation: Invocation) -> Result<()> {
-        self.journal
-            .append(&self.saga_id, &[Entry::Intent(invocation.clone())])
-            .await?;
+        self.journal(&[Entry::Intent(invocation.clone())]).await?;
         self.spawn_call(saga, invocation);
         Ok(())
     }

@@ -4,6 +4,7 @@
 mod common;
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use common::*;
@@ -61,13 +62,14 @@ impl Stopped {
 /// Starts the supplier saga against six tool agents with `faults`, and waits for its
 /// first pause or its end.
 async fn start(faults: &[(&str, Fault)]) -> Stopped {
-    let mut stopped = launch(faults, CancellationToken::new()).await;
+    let mut stopped = launch(faults, CancellationToken::new(), 0..0).await;
     stopped.last = stopped.next_stop().await;
     stopped
 }
 
-/// Starts the supplier saga against six tool agents with `faults`, told to stop by `stop`.
-async fn launch(faults: &[(&str, Fault)], stop: CancellationToken) -> Stopped {
+/// Starts the supplier saga against six tool agents with `faults`, told to stop by `stop`;
+/// the journal's appends numbered in `failing` fail.
+async fn launch(faults: &[(&str, Fault)], stop: CancellationToken, failing: Range<u32>) -> Stopped {
     let mut catalog = Catalog::default();
     let mut invoker = A2aInvoker::new();
     let mut logs = HashMap::new();
@@ -113,7 +115,7 @@ async fn launch(faults: &[(&str, Fault)], stop: CancellationToken) -> Stopped {
         plan.saga_id.clone(),
         saga,
         start,
-        journal.clone(),
+        Arc::new(FlakyJournal::new(journal.clone(), failing)),
         Arc::new(invoker),
         Arc::new(Log(reports_tx)),
         rx,
@@ -304,6 +306,7 @@ async fn told_to_stop_the_driver_journals_the_answer_out_and_leaves_the_next_cal
     let mut stopped = launch(
         &[("sandbox.provision", Fault::ApplyThenHold(1))],
         stop.clone(),
+        0..0,
     )
     .await;
     let held = stopped.logs["sandbox"].lock().unwrap().applied.clone();
@@ -375,4 +378,49 @@ async fn told_to_stop_the_driver_journals_the_answer_out_and_leaves_the_next_cal
         .collect();
     assert_eq!(to_invoke, [(Target::Forward(3), 1)]);
     assert!(recovered.lost.is_empty(), "{:?}", recovered.lost);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_that_cannot_be_written_for_a_while_holds_the_saga_back_and_loses_nothing() {
+    // The answers of s0 and s1 cannot be journaled at first (appends 0 to 3 fail).
+    let mut stopped = launch(&[], CancellationToken::new(), 0..4).await;
+    let last = stopped.next_stop().await;
+    assert!(
+        matches!(
+            last,
+            Command::Finish {
+                ending: Ending::Completed,
+                ..
+            }
+        ),
+        "{last:?}"
+    );
+    assert_eq!(
+        stopped.saga.await.unwrap().unwrap(),
+        Phase::Done {
+            ending: Ending::Completed
+        }
+    );
+    let keys: Vec<String> = (0..6)
+        .map(|i| format!("sg_demo_supplier_onboarding:s{i}"))
+        .collect();
+    assert_eq!(effects(&stopped.logs), keys, "every effect once");
+    for agent in AGENTS {
+        assert_eq!(
+            stopped.logs[agent].lock().unwrap().calls.len(),
+            1,
+            "{agent} was called once: nothing was acted on before its journal write landed"
+        );
+    }
+    let (_, entries) = stopped
+        .journal
+        .load(&stopped.saga_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let results = entries
+        .iter()
+        .filter(|e| matches!(e, Entry::Event(Event::Result { .. })))
+        .count();
+    assert_eq!(results, 6, "each answer journaled once");
 }

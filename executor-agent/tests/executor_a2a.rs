@@ -4,10 +4,14 @@
 mod common;
 
 use agent_host::OutboundCall;
-use agent_host::sdk::TaskState;
+use agent_host::sdk::{StreamResponse, TaskState};
 use common::*;
+use futures::StreamExt;
 use serde_json::json;
 use shared_types::SigningIdentity;
+
+/// Far longer than a stop takes here; only a driver that never stops reaches it.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn applied(setup: &Harness) -> usize {
     setup
@@ -122,4 +126,43 @@ async fn an_escalation_waits_for_a_person_and_cannot_be_canceled_past_the_pivot(
         .send(json!({"resolution": "resolved-manually"}), Some(&task.id))
         .await;
     assert_eq!(done.status.state, TaskState::Completed, "{:?}", done.status);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_stopped_while_its_journal_cannot_be_written_is_left_to_recovery_not_failed() {
+    // No call times out while the test holds one.
+    let held = [("sandbox.provision", Fault::ApplyThenHold(1))];
+    let setup = Harness::start_timed(&held, STOP_WAIT.as_millis() as u64).await;
+    let request = data_message(
+        setup.signed("examples/plans/supplier-onboarding.json"),
+        None,
+    );
+    let mut events = setup
+        .client
+        .stream(&OutboundCall::default(), &request)
+        .await
+        .unwrap();
+    let task_id = match events.next().await {
+        Some(Ok(StreamResponse::Task(task))) => task.id,
+        other => panic!("expected the task first, got {other:?}"),
+    };
+    let held = setup.log("sandbox").applied.clone();
+    held.notified().await;
+    // The disk fills up: s2's answer cannot be journaled, and the saga waits for it.
+    setup.journal.fail_from_now();
+    let release = setup.log("sandbox").release.clone();
+    release.notify_one();
+    setup.shutdown.cancel();
+    let left = setup.executor.stopped(STOP_WAIT).await;
+    assert!(left.is_empty(), "the driver stopped: {left:?}");
+
+    let task = setup
+        .client
+        .get_task(&OutboundCall::default(), &task_id)
+        .await
+        .unwrap();
+    // The journal holds an unfinished saga, resumed at the next start: the task must not
+    // say it ended.
+    assert_eq!(task.status.state, TaskState::Working, "{:?}", task.status);
+    assert!(setup.log("compliance-registry").calls.is_empty());
 }

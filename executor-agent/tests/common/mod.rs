@@ -25,7 +25,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use executor_agent::agent::{Executor, ExecutorAgent, ExecutorConfig};
-use executor_agent::journal::SqliteJournal;
+use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
 use executor_agent::mcp::invoker::McpInvoker;
 use executor_agent::registry::Registry;
 use executor_agent::report::GATHER_PROGRESS;
@@ -490,6 +490,61 @@ pub fn data_message(data: Value, task_id: Option<&str>) -> SendMessageRequest {
     }
 }
 
+/// A journal whose appends fail (as on a full disk) while their number (from 0) is in
+/// the range set by `fail`.
+pub struct FlakyJournal<J> {
+    pub inner: Arc<J>,
+    appends: std::sync::atomic::AtomicU32,
+    failing: Mutex<std::ops::Range<u32>>,
+}
+
+impl<J> FlakyJournal<J> {
+    pub fn new(inner: Arc<J>, failing: std::ops::Range<u32>) -> Self {
+        Self {
+            inner,
+            appends: Default::default(),
+            failing: Mutex::new(failing),
+        }
+    }
+
+    /// Fails every append from now on.
+    pub fn fail_from_now(&self) {
+        *self.failing.lock().unwrap() = self.appends.load(Ordering::SeqCst)..u32::MAX;
+    }
+}
+
+#[async_trait::async_trait]
+impl<J: Journal> Journal for FlakyJournal<J> {
+    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> executor_agent::Result<()> {
+        self.inner.begin(header, first).await
+    }
+
+    async fn append(&self, saga_id: &str, entries: &[Entry]) -> executor_agent::Result<()> {
+        let n = self.appends.fetch_add(1, Ordering::SeqCst);
+        if self.failing.lock().unwrap().contains(&n) {
+            return Err(executor_agent::Error::Journal(
+                "database or disk is full".into(),
+            ));
+        }
+        self.inner.append(saga_id, entries).await
+    }
+
+    async fn finish(&self, saga_id: &str) -> executor_agent::Result<()> {
+        self.inner.finish(saga_id).await
+    }
+
+    async fn load(
+        &self,
+        saga_id: &str,
+    ) -> executor_agent::Result<Option<(SagaHeader, Vec<Entry>)>> {
+        self.inner.load(saga_id).await
+    }
+
+    async fn unfinished(&self) -> executor_agent::Result<Vec<String>> {
+        self.inner.unfinished().await
+    }
+}
+
 /// The executor as an A2A agent on loopback, in front of the six demo tool agents (each
 /// with `faults`), with short timeouts and backoffs so that faults are quick.
 pub struct Harness {
@@ -501,11 +556,21 @@ pub struct Harness {
     /// The executor's MCP sessions (its credential for MCP agent `shop` is `TOOL_TOKEN`).
     pub mcp: Arc<McpInvoker>,
     pub logs: HashMap<String, Arc<Mutex<ToolLog>>>,
+    /// The executor's journal (it fails nothing until told to).
+    pub journal: Arc<FlakyJournal<SqliteJournal>>,
+    pub executor: Arc<Executor>,
+    /// The executor's shutdown token.
+    pub shutdown: tokio_util::sync::CancellationToken,
     _dir: tempfile::TempDir,
 }
 
 impl Harness {
     pub async fn start(faults: &[(&str, Fault)]) -> Self {
+        Self::start_timed(faults, 300).await
+    }
+
+    /// `start`, with every skill's timeout set to `timeout_ms`.
+    pub async fn start_timed(faults: &[(&str, Fault)], timeout_ms: u64) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let platform = SigningIdentity::from_seed([21; 32], Some("platform".into()));
         let planner = SigningIdentity::from_seed([22; 32], Some("planner".into()));
@@ -514,7 +579,7 @@ impl Harness {
         // The executor's one state file, as `executor-agent` keeps it.
         let db = executor_agent::state::open(dir.path()).unwrap();
         let registry = Registry::on(&db, platform_keys).unwrap();
-        let (cards, logs) = start_tools(faults, &platform).await;
+        let (cards, logs) = start_tools_timed(faults, &platform, timeout_ms).await;
         let mut credentials = HashMap::new();
         for (agent, card) in AGENTS.iter().zip(cards) {
             registry.register(card).await.unwrap();
@@ -523,19 +588,23 @@ impl Harness {
         credentials.insert(MCP_AGENT.to_owned(), TOOL_TOKEN.to_owned());
         let mut planner_keys = TrustStore::new();
         planner_keys.add_jwk(&planner.public_jwk()).unwrap();
-        let journal = Arc::new(SqliteJournal::on(&db).unwrap());
+        let journal = Arc::new(FlakyJournal::new(
+            Arc::new(SqliteJournal::on(&db).unwrap()),
+            0..0,
+        ));
         let tasks = TaskManager::new(Arc::new(SqliteTaskStore::on(&db).unwrap()));
+        let shutdown = tokio_util::sync::CancellationToken::new();
         let mcp = Arc::new(McpInvoker::new(credentials.clone()));
         let config = ExecutorConfig {
             registry: registry.clone(),
             planner_keys,
-            journal,
+            journal: journal.clone(),
             mcp: mcp.clone(),
             credentials,
             gather_progress: GATHER_PROGRESS,
-            shutdown: tokio_util::sync::CancellationToken::new(),
+            shutdown: shutdown.clone(),
         };
-        let executor = ExecutorAgent(Executor::new(config, tasks.clone()));
+        let executor = Executor::new(config, tasks.clone());
 
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -543,7 +612,7 @@ impl Harness {
             "capabilities": {"streaming": true}, "defaultInputModes": [], "defaultOutputModes": [], "skills": []});
         let card = ServedCard::new(&prepare_card(card, &url, None).unwrap()).unwrap();
         let config = HostConfig::new(card, InboundAuth::Open);
-        let router = agent_host::app(&config, Arc::new(executor), tasks);
+        let router = agent_host::app(&config, Arc::new(ExecutorAgent(executor.clone())), tasks);
         tokio::spawn(agent_host::serve(listener, router, config.shutdown.clone()));
         Self {
             client: AgentClient::new(&url).unwrap(),
@@ -552,6 +621,9 @@ impl Harness {
             registry,
             mcp,
             logs,
+            journal,
+            executor,
+            shutdown,
             _dir: dir,
         }
     }
