@@ -59,6 +59,12 @@ impl Stopped {
     }
 }
 
+/// A saga's journal entries as they stand.
+async fn journaled(journal: &SqliteJournal, saga_id: &str) -> Vec<Entry> {
+    let (_, entries) = journal.load(saga_id).await.unwrap().unwrap();
+    entries
+}
+
 /// Starts the supplier saga against six tool agents with `faults`, and waits for its
 /// first pause or its end.
 async fn start(faults: &[(&str, Fault)]) -> Stopped {
@@ -353,12 +359,7 @@ async fn told_to_stop_the_driver_journals_the_answer_out_and_leaves_the_next_cal
 
     // The answer is journaled, the next call is not: recovery makes it, as a decision
     // never acted on, rather than treating it as a call lost in flight.
-    let (_, entries) = stopped
-        .journal
-        .load(&stopped.saga_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let entries = journaled(&stopped.journal, &stopped.saga_id).await;
     assert!(
         matches!(
             entries.last(),
@@ -412,12 +413,7 @@ async fn a_journal_that_cannot_be_written_for_a_while_holds_the_saga_back_and_lo
             "{agent} was called once: nothing was acted on before its journal write landed"
         );
     }
-    let (_, entries) = stopped
-        .journal
-        .load(&stopped.saga_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let entries = journaled(&stopped.journal, &stopped.saga_id).await;
     let results = entries
         .iter()
         .filter(|e| matches!(e, Entry::Event(Event::Result { .. })))
