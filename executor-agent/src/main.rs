@@ -200,6 +200,9 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How often a stop that waits says how many sagas it still waits for.
+const DRAIN_PROGRESS: Duration = Duration::from_secs(5);
+
 /// Waits for the sagas' drivers to stop (each after the call it has out answers), telling
 /// what it waits for and what it leaves behind.
 async fn drain(executor: &executor_agent::agent::Executor, within: Duration) {
@@ -211,11 +214,21 @@ async fn drain(executor: &executor_agent::agent::Executor, within: Duration) {
             within.as_secs()
         );
     }
-    let left = tokio::select! {
-        left = executor.stopped(within) => left,
-        () = agent_host::process::interrupted() => {
-            tracing::warn!("stopping at once, as asked");
-            return;
+    let stopped = executor.stopped(within);
+    let interrupted = agent_host::process::interrupted();
+    tokio::pin!(stopped, interrupted);
+    let mut progress =
+        tokio::time::interval_at(tokio::time::Instant::now() + DRAIN_PROGRESS, DRAIN_PROGRESS);
+    let left = loop {
+        tokio::select! {
+            left = &mut stopped => break left,
+            () = &mut interrupted => {
+                tracing::warn!("stopping at once, as asked");
+                return;
+            }
+            _ = progress.tick() => {
+                tracing::info!(sagas = executor.running(), "stopping: still waiting for tool calls to answer");
+            }
         }
     };
     if !left.is_empty() {

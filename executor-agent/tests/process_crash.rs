@@ -510,6 +510,10 @@ async fn a_stop_signal_waits_for_the_call_out_and_the_restart_repeats_no_call() 
         executor.said("stopping: waiting").await,
         "the executor exited without waiting for the call out"
     );
+    assert!(
+        executor.said("stopping: still waiting").await,
+        "a long wait says what it waits for"
+    );
     let release = logs["sandbox"].lock().unwrap().release.clone();
     release.notify_one();
     exits_cleanly(executor);
