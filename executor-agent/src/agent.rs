@@ -256,6 +256,8 @@ impl Executor {
                 v.message
             ));
         }
+        let codes: Vec<&str> = violations.iter().map(|v| v.code.as_str()).collect();
+        tracing::info!(task = task.id(), ?codes, "a plan was refused");
         let data = json!({"violations": violations});
         let _ = task
             .set_status(TaskState::Rejected, Some(agent_message(text, Some(data))))

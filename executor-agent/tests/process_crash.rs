@@ -3,7 +3,8 @@
 //! yet, during compensation), then restarted on the same data directory: the saga must
 //! end exactly as an uninterrupted run does, and no tool may apply an effect twice. And
 //! stopped with SIGTERM while a call is out, it waits for the answer, journals it, and
-//! exits; the restart goes on from there without repeating the call.
+//! exits; the restart goes on from there without repeating the call. A saga that needs a
+//! person says so in the log.
 
 mod common;
 
@@ -148,13 +149,19 @@ impl Executor {
     /// Waits until the process writes a line containing `words` on stderr; `false` if it
     /// ends first.
     async fn said(&mut self, words: &str) -> bool {
+        self.line_saying(words).await.is_some()
+    }
+
+    /// The first line from now on stderr that contains `words`; `None` if the process
+    /// ends first.
+    async fn line_saying(&mut self, words: &str) -> Option<String> {
         while let Some(line) = self.stderr.recv().await {
             eprintln!("executor: {line}");
             if line.contains(words) {
-                return true;
+                return Some(line);
             }
         }
-        false
+        None
     }
 
     /// SIGTERM, as a service manager stops a process.
@@ -559,4 +566,29 @@ async fn a_stop_that_cannot_wait_says_which_sagas_had_a_call_out_and_the_restart
         "repeated once, after the restart"
     );
     assert_eq!(ending(&task, &logs).effects.len(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_that_waits_for_a_person_says_so_in_the_log() {
+    let world = World::new();
+    let data = tempfile::tempdir().unwrap();
+    // Past the pivot, the mailer never answers: the saga stops for a person.
+    let (cards, _logs) = start_tools(&[("email.send", Fault::Hang)], &world.platform).await;
+    let mut executor = Executor::start(&world, data.path(), None);
+    register(&executor, &cards).await;
+    let task = submit(&world, &executor).await;
+    assert_eq!(
+        task.status.state,
+        TaskState::InputRequired,
+        "{:?}",
+        task.status
+    );
+    let line = tokio::time::timeout(STUCK, executor.line_saying("waits for a person"))
+        .await
+        .ok()
+        .flatten()
+        .expect("a warning that the saga waits for a person");
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains(&task.id), "names the task: {line}");
+    assert!(line.contains("s5"), "says why: {line}");
 }

@@ -152,6 +152,8 @@ struct Shared {
 /// of the journal; the driver does not wait for the task's write.
 pub struct TaskReporter {
     shared: Arc<Shared>,
+    /// The task's id, for the log.
+    task_id: String,
     /// Each step's record as last reported (empty before the first report): a step whose
     /// record is unchanged is not built or written again.
     reported: Mutex<Vec<StepRecord>>,
@@ -202,9 +204,11 @@ impl TaskReporter {
         });
         let (stops_tx, stops) = watch::channel(0u64);
         let gather = gather.min(MAX_GATHER);
+        let task_id = task.id().to_owned();
         let writer = tokio::spawn(write_reports(task, shared.clone(), stops_tx, gather));
         let reporter = Self {
             shared,
+            task_id,
             reported: Mutex::new(Vec::new()),
             stops_reported: AtomicU64::new(0),
             stops_written: stops.clone(),
@@ -281,6 +285,7 @@ impl Reporter for TaskReporter {
         if statuses.is_empty() {
             return;
         }
+        log_stops(shown, saga, &self.task_id);
         let ledger = self.ledger_change(saga);
         let stops = shown
             .iter()
@@ -304,6 +309,23 @@ impl Reporter for TaskReporter {
                 None => ledger,
             });
         });
+    }
+}
+
+/// Logs the pauses and ends among `shown`: a pause waits for a person, who may learn of
+/// it here first.
+fn log_stops(shown: &[Command], saga: &Saga, task_id: &str) {
+    for command in shown {
+        match command {
+            Command::Pause { reason } => tracing::warn!(
+                saga = %saga.spec.saga_id, task = %task_id, %reason,
+                "the saga waits for a person: answer on its task with a resolution (sagaplane task resolve)"
+            ),
+            Command::Finish { ending, .. } => tracing::debug!(
+                saga = %saga.spec.saga_id, task = %task_id, ?ending, "the saga ended"
+            ),
+            _ => {}
+        }
     }
 }
 
