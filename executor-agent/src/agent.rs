@@ -3,11 +3,12 @@
 //! `resolution` messages, cancellation, recovery of unfinished sagas at start, and a stop
 //! that lets the calls out answer first.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_host::sdk::{A2AError, Message, PartContent, Task, TaskState};
+use agent_host::store::TaskQuery;
 use agent_host::{
     Agent, AgentClient, Reply, RequestContext, TaskHandle, TaskManager, agent_message,
 };
@@ -223,14 +224,18 @@ impl Executor {
         let _ = first_stop.changed().await;
     }
 
-    /// Resumes every unfinished saga from the journal (call once at start).
-    pub async fn recover(self: &Arc<Self>) -> Result<usize> {
+    /// Resumes every unfinished saga from the journal, and takes in again every plan
+    /// whose task was created but whose saga never reached the journal (call once at
+    /// start). Returns how many sagas it resumed and how many plans it took in again.
+    pub async fn recover(self: &Arc<Self>) -> Result<(usize, usize)> {
         let ids = self.config.journal.unfinished().await?;
         let now = chrono::Utc::now().timestamp_millis();
+        let mut begun = HashSet::new();
         for saga_id in &ids {
             let Some((header, entries)) = self.config.journal.load(saga_id).await? else {
                 continue;
             };
+            begun.insert(header.task_id.clone());
             let recovered = replay(header.spec.clone(), &entries, now);
             let task = self.tasks.handle(&header.task_id, &header.context_id);
             let saga = recovered.saga.clone();
@@ -240,7 +245,66 @@ impl Executor {
                     .await
             });
         }
-        Ok(ids.len())
+        let orphans = self.submitted_but_not_begun(&begun).await?;
+        for task in &orphans {
+            let handle = self.tasks.handle(&task.id, &task.context_id);
+            let plan = task
+                .history
+                .as_deref()
+                .unwrap_or_default()
+                .first()
+                .and_then(plan_of);
+            let me = self.clone();
+            self.drivers
+                .spawn(async move { me.take_in(handle, plan).await });
+        }
+        Ok((ids.len(), orphans.len()))
+    }
+
+    /// Tasks still `SUBMITTED` with no saga in the journal: the process stopped after the
+    /// hosting layer created the task (the request was acknowledged) and before the plan's
+    /// saga was begun. A task whose saga began is among `begun`, or has ended.
+    async fn submitted_but_not_begun(&self, begun: &HashSet<String>) -> Result<Vec<Task>> {
+        const PAGE: usize = 100;
+        let mut orphans = Vec::new();
+        let mut offset = 0;
+        loop {
+            let query = TaskQuery {
+                state: Some(TaskState::Submitted),
+                offset,
+                limit: PAGE,
+                ..TaskQuery::default()
+            };
+            let page = self.tasks.store().list(&query).await?;
+            let listed = page.tasks.len();
+            orphans.extend(page.tasks.into_iter().filter(|t| !begun.contains(&t.id)));
+            if listed < PAGE {
+                return Ok(orphans);
+            }
+            offset += PAGE;
+        }
+    }
+
+    /// Takes in the plan of a new task (`None`: the message had none), ending the task
+    /// `FAILED` when it cannot be run.
+    async fn take_in(self: &Arc<Self>, task: TaskHandle, plan: Option<Value>) {
+        let outcome = match plan {
+            Some(plan) => self.intake(task.clone(), plan).await,
+            None => Err(Error::Refused(
+                "the task's first message has no plan".into(),
+            )),
+        };
+        if let Err(e) = outcome {
+            let _ = task
+                .set_status(
+                    TaskState::Failed,
+                    Some(agent_message(
+                        format!("the plan could not be run: {e}"),
+                        None,
+                    )),
+                )
+                .await;
+        }
     }
 
     async fn reject(&self, task: &TaskHandle, violations: &[Violation]) {
@@ -365,19 +429,9 @@ impl Agent for ExecutorAgent {
             }
             return;
         }
-        let Some(plan) = plan_of(&message) else {
-            return;
-        };
-        if let Err(e) = self.intake(task.clone(), plan).await {
-            let _ = task
-                .set_status(
-                    TaskState::Failed,
-                    Some(agent_message(
-                        format!("the plan could not be run: {e}"),
-                        None,
-                    )),
-                )
-                .await;
+        // `accept` let no message without a plan through.
+        if let Some(plan) = plan_of(&message) {
+            self.take_in(task, Some(plan)).await;
         }
     }
 

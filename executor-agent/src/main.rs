@@ -186,11 +186,17 @@ async fn main() -> anyhow::Result<()> {
         },
         shutdown.clone(),
     )?;
-    let resumed = service.executor.recover().await?;
+    let (resumed, taken_in) = service.executor.recover().await?;
     if resumed > 0 {
         tracing::info!(
             sagas = resumed,
             "resuming unfinished sagas from the journal"
+        );
+    }
+    if taken_in > 0 {
+        tracing::info!(
+            tasks = taken_in,
+            "taking in again plans whose tasks were created just before the executor stopped"
         );
     }
     tokio::spawn(agent_host::process::shutdown_on_signal(shutdown.clone()));

@@ -3,8 +3,9 @@
 //! yet, during compensation), then restarted on the same data directory: the saga must
 //! end exactly as an uninterrupted run does, and no tool may apply an effect twice. And
 //! stopped with SIGTERM while a call is out, it waits for the answer, journals it, and
-//! exits; the restart goes on from there without repeating the call. A saga that needs a
-//! person says so in the log.
+//! exits; the restart goes on from there without repeating the call. A plan whose task
+//! was created just before a kill is taken in at the restart. A saga that needs a person
+//! says so in the log.
 
 mod common;
 
@@ -14,8 +15,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use agent_host::sdk::{SendMessageRequest, SendMessageResponse, StreamResponse, Task, TaskState};
-use agent_host::{AgentClient, OutboundCall, mint_jwt};
+use agent_host::sdk::{
+    SendMessageRequest, SendMessageResponse, StreamResponse, Task, TaskState, TaskStatus,
+};
+use agent_host::{AgentClient, OutboundCall, SqliteTaskStore, TaskStore, mint_jwt};
 use common::*;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -591,4 +594,54 @@ async fn a_saga_that_waits_for_a_person_says_so_in_the_log() {
     assert!(line.contains("WARN"), "{line}");
     assert!(line.contains(&task.id), "names the task: {line}");
     assert!(line.contains("s5"), "says why: {line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_whose_task_was_created_just_before_a_crash_is_taken_in_at_the_restart() {
+    let world = World::new();
+    let data = tempfile::tempdir().unwrap();
+    let (cards, logs) = start_tools(&[], &world.platform).await;
+    let executor = Executor::start(&world, data.path(), None);
+    register(&executor, &cards).await;
+    executor.kill();
+
+    // What a kill between the task's creation and the saga's first journal write leaves:
+    // the task, SUBMITTED, with the plan as its first message, and no saga. (The request
+    // that created it may already have been answered with it.)
+    let (task_id, context_id) = ("task-created-before-the-kill", "context-1");
+    {
+        let db = executor_agent::state::open(data.path()).unwrap();
+        let store = SqliteTaskStore::on(&db).unwrap();
+        let mut message = plan_message(&world).message;
+        message.task_id = Some(task_id.into());
+        message.context_id = Some(context_id.into());
+        let task = Task {
+            id: task_id.into(),
+            context_id: context_id.into(),
+            status: TaskStatus {
+                state: TaskState::Submitted,
+                message: None,
+                timestamp: Some(chrono::Utc::now()),
+            },
+            artifacts: None,
+            history: Some(vec![message]),
+            metadata: None,
+        };
+        store.put(&task).await.unwrap();
+    }
+
+    let executor = Executor::start(&world, data.path(), None);
+    let task = executor
+        .client()
+        .get_task(&as_planner(&world), task_id)
+        .await
+        .unwrap();
+    let task = settle(&world, &executor, task).await;
+    assert_eq!(task.status.state, TaskState::Completed, "{:?}", task.status);
+    assert_eq!(ending(&task, &logs).effects.len(), 6);
+    let again = submit(&world, &executor).await;
+    assert_eq!(
+        again.id, task_id,
+        "the plan sent again finds the task it ran on"
+    );
 }
