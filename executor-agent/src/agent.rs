@@ -333,18 +333,20 @@ impl Executor {
         let catalog = self.config.registry.catalog()?;
         let validator = PlanValidator::new(catalog.clone(), self.config.planner_keys.clone())
             .map_err(|e| Error::Refused(e.to_string()))?;
-        let report = validator.validate(&plan, chrono::Utc::now());
-        let mut violations = report.violations;
         let saga_id = plan
             .get("sagaId")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        if let Some(accepted) = self.config.journal.header(&saga_id).await?
-            && let Resubmission::Conflict(v) = compare_with_accepted(&accepted.plan, &plan)
-        {
-            violations.push(v);
+        let mut conflict = None;
+        match self.already_runs(&saga_id, &plan, &task).await? {
+            Some(Resubmission::Identical) => return Ok(()),
+            Some(Resubmission::Conflict(v)) => conflict = Some(v),
+            _ => {}
         }
+        let report = validator.validate(&plan, chrono::Utc::now());
+        let mut violations = report.violations;
+        violations.extend(conflict);
         let Some(typed) = report.plan.filter(|_| violations.is_empty()) else {
             self.reject(&task, &violations).await;
             return Ok(());
@@ -358,10 +360,44 @@ impl Executor {
             plan,
             spec: spec.clone(),
         };
-        let (saga, start) = begin(self.config.journal.as_ref(), &header, Saga::new(spec)).await?;
+        let (saga, start) =
+            match begin(self.config.journal.as_ref(), &header, Saga::new(spec)).await {
+                Ok(begun) => begun,
+                // The same plan, sent again, may have begun on another task meanwhile.
+                Err(e) => match self.already_runs(&saga_id, &header.plan, &task).await? {
+                    Some(Resubmission::Identical) => return Ok(()),
+                    _ => return Err(e),
+                },
+            };
         let metadata = vec![("sagaId".to_owned(), json!(typed.saga_id))];
         self.launch(task, saga, start, metadata).await;
         Ok(())
+    }
+
+    /// How `plan` compares with the saga already begun under `saga_id`, if any. When it is
+    /// the same plan on another task (sent again while the first was being taken in, or
+    /// left behind by a crash), `task` is ended pointing at that task: the plan runs once.
+    async fn already_runs(
+        &self,
+        saga_id: &str,
+        plan: &Value,
+        task: &TaskHandle,
+    ) -> Result<Option<Resubmission>> {
+        let Some(accepted) = self.config.journal.header(saga_id).await? else {
+            return Ok(None);
+        };
+        let compared = compare_with_accepted(&accepted.plan, plan);
+        if compared == Resubmission::Identical && accepted.task_id != task.id() {
+            let text = format!(
+                "the same plan already runs as task {}: follow that task",
+                accepted.task_id
+            );
+            let data = json!({"existingTaskId": accepted.task_id});
+            let _ = task
+                .set_status(TaskState::Rejected, Some(agent_message(text, Some(data))))
+                .await;
+        }
+        Ok(Some(compared))
     }
 }
 

@@ -596,6 +596,32 @@ async fn a_saga_that_waits_for_a_person_says_so_in_the_log() {
     assert!(line.contains("s5"), "says why: {line}");
 }
 
+/// Writes into the stopped executor's state file what a kill between a task's creation and
+/// its saga's first journal write leaves: the task `task_id`, SUBMITTED, with the signed
+/// plan as its first message, and no saga. (The request that created it may already have
+/// been answered with it.)
+async fn created_but_not_begun(world: &World, data: &Path, task_id: &str) {
+    let db = executor_agent::state::open(data).unwrap();
+    let store = SqliteTaskStore::on(&db).unwrap();
+    let context_id = format!("context-of-{task_id}");
+    let mut message = plan_message(world).message;
+    message.task_id = Some(task_id.into());
+    message.context_id = Some(context_id.clone());
+    let task = Task {
+        id: task_id.into(),
+        context_id,
+        status: TaskStatus {
+            state: TaskState::Submitted,
+            message: None,
+            timestamp: Some(chrono::Utc::now()),
+        },
+        artifacts: None,
+        history: Some(vec![message]),
+        metadata: None,
+    };
+    store.put(&task).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_whose_task_was_created_just_before_a_crash_is_taken_in_at_the_restart() {
     let world = World::new();
@@ -605,30 +631,8 @@ async fn a_plan_whose_task_was_created_just_before_a_crash_is_taken_in_at_the_re
     register(&executor, &cards).await;
     executor.kill();
 
-    // What a kill between the task's creation and the saga's first journal write leaves:
-    // the task, SUBMITTED, with the plan as its first message, and no saga. (The request
-    // that created it may already have been answered with it.)
-    let (task_id, context_id) = ("task-created-before-the-kill", "context-1");
-    {
-        let db = executor_agent::state::open(data.path()).unwrap();
-        let store = SqliteTaskStore::on(&db).unwrap();
-        let mut message = plan_message(&world).message;
-        message.task_id = Some(task_id.into());
-        message.context_id = Some(context_id.into());
-        let task = Task {
-            id: task_id.into(),
-            context_id: context_id.into(),
-            status: TaskStatus {
-                state: TaskState::Submitted,
-                message: None,
-                timestamp: Some(chrono::Utc::now()),
-            },
-            artifacts: None,
-            history: Some(vec![message]),
-            metadata: None,
-        };
-        store.put(&task).await.unwrap();
-    }
+    let task_id = "task-created-before-the-kill";
+    created_but_not_begun(&world, data.path(), task_id).await;
 
     let executor = Executor::start(&world, data.path(), None);
     let task = executor
@@ -644,4 +648,38 @@ async fn a_plan_whose_task_was_created_just_before_a_crash_is_taken_in_at_the_re
         again.id, task_id,
         "the plan sent again finds the task it ran on"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_plan_left_on_a_second_task_points_at_the_first_and_runs_once() {
+    let world = World::new();
+    let data = tempfile::tempdir().unwrap();
+    let (cards, logs) = start_tools(&[], &world.platform).await;
+    let executor = Executor::start(&world, data.path(), None);
+    register(&executor, &cards).await;
+    let first = submit(&world, &executor).await;
+    let first = settle(&world, &executor, first).await;
+    assert_eq!(first.status.state, TaskState::Completed);
+    executor.kill();
+    // The plan sent again while the first was being taken in: a second task, never begun.
+    let second_id = "the-same-plan-again";
+    created_but_not_begun(&world, data.path(), second_id).await;
+
+    let executor = Executor::start(&world, data.path(), None);
+    let second = executor
+        .client()
+        .get_task(&as_planner(&world), second_id)
+        .await
+        .unwrap();
+    let second = settle(&world, &executor, second).await;
+    assert_eq!(
+        second.status.state,
+        TaskState::Rejected,
+        "{:?}",
+        second.status
+    );
+    let said = serde_json::to_string(&second.status.message).unwrap();
+    assert!(said.contains(&first.id), "points at the first task: {said}");
+    assert!(said.contains("existingTaskId"), "{said}");
+    assert_eq!(ending(&second, &logs).effects.len(), 6, "the plan ran once");
 }
