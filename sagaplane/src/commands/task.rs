@@ -3,7 +3,7 @@
 
 use agent_host::sdk::{
     ListTasksRequest, Message, Part, Role, SendMessageConfiguration, SendMessageRequest,
-    SendMessageResponse, Task, new_message_id,
+    SendMessageResponse, Task, TaskState, new_message_id,
 };
 use clap::{Subcommand, ValueEnum};
 use futures::StreamExt;
@@ -37,12 +37,21 @@ pub enum TaskCommand {
         #[command(flatten)]
         credentials: Credentials,
     },
-    /// List an agent's tasks.
+    /// List an agent's tasks, the most recently updated first (every page of them).
     List {
         #[arg(long)]
         agent: String,
         #[command(flatten)]
         credentials: Credentials,
+        /// Only tasks in this state (`input-required`: the sagas waiting for a person).
+        #[arg(long, value_enum)]
+        state: Option<StateFilter>,
+        /// Only the tasks of this context.
+        #[arg(long)]
+        context: Option<String>,
+        /// Show at most this many.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        limit: Option<u32>,
     },
     /// Cancel a task (an executor compensates first, and refuses after the pivot).
     Cancel {
@@ -61,6 +70,34 @@ pub enum TaskCommand {
         #[command(flatten)]
         credentials: Credentials,
     },
+}
+
+/// A task state, as `task list --state` takes it.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StateFilter {
+    Submitted,
+    Working,
+    InputRequired,
+    AuthRequired,
+    Completed,
+    Failed,
+    Canceled,
+    Rejected,
+}
+
+impl StateFilter {
+    fn wire(self) -> TaskState {
+        match self {
+            Self::Submitted => TaskState::Submitted,
+            Self::Working => TaskState::Working,
+            Self::InputRequired => TaskState::InputRequired,
+            Self::AuthRequired => TaskState::AuthRequired,
+            Self::Completed => TaskState::Completed,
+            Self::Failed => TaskState::Failed,
+            Self::Canceled => TaskState::Canceled,
+            Self::Rejected => TaskState::Rejected,
+        }
+    }
 }
 
 /// A person's answer to a paused saga.
@@ -111,7 +148,20 @@ pub fn run(command: TaskCommand) -> Result<(), Failure> {
                 task,
                 credentials,
             } => watch(&agent, &task, &credentials).await,
-            TaskCommand::List { agent, credentials } => list(&agent, &credentials).await,
+            TaskCommand::List {
+                agent,
+                credentials,
+                state,
+                context,
+                limit,
+            } => {
+                let filter = ListFilter {
+                    state,
+                    context,
+                    limit: limit.map_or(usize::MAX, |n| n as usize),
+                };
+                list(&agent, &credentials, &filter).await
+            }
             TaskCommand::Cancel {
                 agent,
                 task,
@@ -309,39 +359,82 @@ async fn watch(agent: &str, id: &str, credentials: &Credentials) -> Result<(), F
     outcome(&task)
 }
 
-async fn list(agent: &str, credentials: &Credentials) -> Result<(), Failure> {
-    let request = ListTasksRequest {
-        context_id: None,
-        status: None,
-        page_size: Some(100),
-        page_token: None,
-        history_length: Some(0),
-        status_timestamp_after: None,
-        include_artifacts: Some(false),
-        tenant: None,
-    };
-    let page = client(agent)?
-        .list_tasks(&credentials.call()?, &request)
-        .await
-        .map_err(|e| failure("cannot list the tasks", e))?;
-    if page.tasks.is_empty() {
-        println!("no tasks");
+/// What `task list` shows.
+struct ListFilter {
+    state: Option<StateFilter>,
+    context: Option<String>,
+    limit: usize,
+}
+
+/// The most an agent is asked for in one page (A2A agents may refuse more).
+const PAGE_SIZE: usize = 100;
+
+/// Lists the tasks page by page until the agent has no more (or `limit` are shown). The
+/// pages are read one after another, not at one instant: a task updated meanwhile moves
+/// to the front and may be listed twice, so each is shown once.
+async fn list(agent: &str, credentials: &Credentials, filter: &ListFilter) -> Result<(), Failure> {
+    let client = client(agent)?;
+    let mut shown = std::collections::HashSet::new();
+    let mut total = 0;
+    let mut page_token = None;
+    loop {
+        let request = ListTasksRequest {
+            context_id: filter.context.clone(),
+            status: filter.state.map(StateFilter::wire),
+            page_size: Some(PAGE_SIZE.min(filter.limit - shown.len()) as i32),
+            page_token: page_token.take(),
+            history_length: Some(0),
+            status_timestamp_after: None,
+            include_artifacts: Some(false),
+            tenant: None,
+        };
+        let page = client
+            .list_tasks(&credentials.call()?, &request)
+            .await
+            .map_err(|e| failure("cannot list the tasks", e))?;
+        total = total.max(page.total_size.max(0) as usize);
+        for task in &page.tasks {
+            if shown.len() < filter.limit && shown.insert(task.id.clone()) {
+                println!("{}", list_line(task));
+            }
+        }
+        if page.next_page_token.is_empty() || page.tasks.is_empty() || shown.len() >= filter.limit {
+            break;
+        }
+        page_token = Some(page.next_page_token);
     }
-    for task in &page.tasks {
-        let text = task
-            .status
-            .message
-            .as_ref()
-            .map(message_text)
-            .unwrap_or_default();
-        let first_line = text.lines().next().unwrap_or_default();
-        println!(
-            "{}  {:<15} {first_line}",
-            task.id,
-            state_name(&task.status.state)
-        );
+    let tasks = |n: usize| {
+        let noun = if n == 1 { "task" } else { "tasks" };
+        match filter.state {
+            Some(state) => format!(
+                "{noun} in state {}",
+                state_name(&state.wire()).to_lowercase().replace('_', "-")
+            ),
+            None => noun.to_owned(),
+        }
+    };
+    match shown.len() {
+        0 => println!("no {}", tasks(0)),
+        n if n < total => println!("{n} of {total} {} shown", tasks(total)),
+        n => println!("{n} {}", tasks(n)),
     }
     Ok(())
+}
+
+/// One task in a list: id, state, the first line of its status message.
+fn list_line(task: &Task) -> String {
+    let text = task
+        .status
+        .message
+        .as_ref()
+        .map(message_text)
+        .unwrap_or_default();
+    let first_line = text.lines().next().unwrap_or_default();
+    format!(
+        "{}  {:<15} {first_line}",
+        task.id,
+        state_name(&task.status.state)
+    )
 }
 
 /// A task for people: state, metadata, status message, and the saga ledger as a table.
