@@ -8,6 +8,7 @@ pub mod card;
 pub mod client;
 pub mod error;
 pub mod handler;
+pub mod health;
 pub mod process;
 pub mod protocol;
 pub mod sdk;

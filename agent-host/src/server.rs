@@ -15,6 +15,7 @@ use crate::auth::{InboundAuth, authenticate};
 use crate::card::{ServedCard, card_router};
 use crate::error::{Error, Result};
 use crate::handler::HostHandler;
+use crate::health::health_router;
 use crate::protocol::{require_version, rest_responses};
 use crate::sdk;
 use crate::tasks::TaskManager;
@@ -44,8 +45,10 @@ impl HostConfig {
     }
 }
 
-/// The agent's whole router, for tests to call without a socket.
+/// The agent's whole router, for tests to call without a socket: the card and the
+/// health probes (open), and both A2A bindings (authenticated).
 pub fn app<A: Agent>(config: &HostConfig, agent: Arc<A>, tasks: Arc<TaskManager>) -> Router {
+    let health = health_router(tasks.store().clone(), config.shutdown.clone());
     let handler = Arc::new(HostHandler::new(agent, tasks, config.shutdown.clone()));
     let a2a = sdk::jsonrpc_router(handler.clone())
         .merge(sdk::rest_router(handler))
@@ -53,6 +56,7 @@ pub fn app<A: Agent>(config: &HostConfig, agent: Arc<A>, tasks: Arc<TaskManager>
         .layer(from_fn(require_version))
         .layer(from_fn_with_state(config.auth.clone(), authenticate));
     card_router(config.card.clone())
+        .merge(health)
         .merge(a2a)
         .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
 }

@@ -166,3 +166,93 @@ async fn a_saga_stopped_while_its_journal_cannot_be_written_is_left_to_recovery_
     assert_eq!(task.status.state, TaskState::Working, "{:?}", task.status);
     assert!(setup.log("compliance-registry").calls.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_holds_the_saga_and_the_executor_is_not_ready_until_there_is_room() {
+    let held = [("sandbox.provision", Fault::ApplyThenHold(1))];
+    let setup = Harness::start_timed(&held, STOP_WAIT.as_millis() as u64).await;
+    let request = data_message(
+        setup.signed("examples/plans/supplier-onboarding.json"),
+        None,
+    );
+    let mut events = setup
+        .client
+        .stream(&OutboundCall::default(), &request)
+        .await
+        .unwrap();
+    let held = setup.log("sandbox").applied.clone();
+    held.notified().await;
+
+    // The disk fills up: the state file may not grow, and what it holds fills its pages
+    // (rows far smaller than any journal entry), so the next journal entry needs a page.
+    let cap = |pages: u32| {
+        move |tx: &rusqlite::Transaction<'_>| {
+            tx.execute_batch(&format!("PRAGMA max_page_count = {pages}"))
+        }
+    };
+    // The filler rows belong to a saga of their own, finished: nothing resumes it.
+    let filler_saga = |tx: &rusqlite::Transaction<'_>| {
+        tx.execute(
+            "INSERT INTO sagas (saga_id, header, finished) VALUES ('f', '{}', 1)",
+            [],
+        )
+        .map(|_| ())
+    };
+    setup.db.submit(filler_saga).await.unwrap();
+    setup.db.submit(cap(1)).await.unwrap();
+    let mut filled = false;
+    for _ in 0..10_000 {
+        let filler = |tx: &rusqlite::Transaction<'_>| {
+            tx.execute("INSERT INTO entries (saga_id, body) VALUES ('f', '[]')", [])
+                .map(|_| ())
+        };
+        if let Err(e) = setup.db.submit(filler).await {
+            assert!(e.to_string().contains("full"), "{e}");
+            filled = true;
+            break;
+        }
+    }
+    assert!(filled, "the capped file took every row");
+    let readiness = || async {
+        let response = reqwest::get(format!("{}/readyz", setup.url)).await.unwrap();
+        (
+            response.status().as_u16(),
+            response.json::<serde_json::Value>().await.unwrap(),
+        )
+    };
+
+    // s2 answers; its result cannot be journaled, and the saga waits.
+    setup.log("sandbox").release.notify_one();
+    setup.journal.refused.notified().await;
+    let (status, body) = readiness().await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body["reasons"].to_string().contains("full"), "{body}");
+    assert!(setup.log("compliance-registry").calls.is_empty());
+
+    // Room again: the saga goes on from s2's answer and completes, no call made twice.
+    setup.db.submit(cap(1_000_000)).await.unwrap();
+    let mut last = None;
+    let drained = tokio::time::timeout(STOP_WAIT, async {
+        while let Some(event) = events.next().await {
+            last = Some(event.unwrap());
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the saga never went on: {last:?}");
+    match last {
+        Some(StreamResponse::StatusUpdate(update)) => {
+            assert_eq!(
+                update.status.state,
+                TaskState::Completed,
+                "{:?}",
+                update.status
+            )
+        }
+        other => panic!("expected the end, got {other:?}"),
+    }
+    assert_eq!(applied(&setup), 6);
+    for agent in ["sandbox", "compliance-registry", "payments"] {
+        assert_eq!(setup.log(agent).calls.len(), 1, "{agent}");
+    }
+    assert_eq!(readiness().await.0, 200);
+}

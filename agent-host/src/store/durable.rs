@@ -56,17 +56,57 @@ pub fn open_connection(path: &Path, what: &str) -> Result<Connection> {
 /// alone, when another write in its batch failed.
 type Job = Box<dyn Fn(&Transaction<'_>) -> rusqlite::Result<()> + Send>;
 
+/// Why the file's last commit could not be made, when the file itself refused it (a
+/// full disk, an I/O error, a file made read-only or locked by another program); `None`
+/// once a commit lands again. A write refused for its own content (a constraint) is not
+/// the file's failure and leaves this as it was.
+type WriteFailure = std::sync::Arc<std::sync::Mutex<Option<String>>>;
+
 /// The handle to a group-commit writer thread.
 #[derive(Clone)]
 struct GroupCommit {
     queue: mpsc::UnboundedSender<(Job, oneshot::Sender<Result<()>>)>,
     what: &'static str,
+    failure: WriteFailure,
+}
+
+/// Whether SQLite refused a commit because of the file or the disk under it.
+fn is_storage_failure(error: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode::*;
+    matches!(
+        error.sqlite_error_code(),
+        Some(
+            DiskFull
+                | SystemIoFailure
+                | ReadOnly
+                | CannotOpen
+                | DatabaseBusy
+                | DatabaseLocked
+                | DatabaseCorrupt
+                | NotADatabase
+                | PermissionDenied
+        )
+    )
+}
+
+/// Keeps `failure` up to date with the outcome of one commit.
+fn note_outcome(failure: &WriteFailure, outcome: &rusqlite::Result<()>) {
+    let update = match outcome {
+        Ok(()) => None,
+        Err(e) if is_storage_failure(e) => Some(e.to_string()),
+        Err(_) => return,
+    };
+    if let Ok(mut last) = failure.lock() {
+        *last = update;
+    }
 }
 
 impl GroupCommit {
     /// Starts the writer thread on `conn`. The thread ends when every handle is dropped.
     fn spawn(what: &'static str, mut conn: Connection) -> Result<Self> {
         let (queue, mut jobs) = mpsc::unbounded_channel::<(Job, oneshot::Sender<Result<()>>)>();
+        let failure = WriteFailure::default();
+        let noted = failure.clone();
         std::thread::Builder::new()
             .name(format!("{what}-writer"))
             .spawn(move || {
@@ -81,6 +121,7 @@ impl GroupCommit {
                     }
                     let result = commit(&mut conn, batch.iter().map(|(job, _)| job));
                     count_commit(what);
+                    note_outcome(&noted, &result);
                     match result {
                         Ok(()) => {
                             for (_, done) in batch.drain(..) {
@@ -91,9 +132,11 @@ impl GroupCommit {
                         // share its transaction: each is tried again on its own.
                         Err(_) if batch.len() > 1 => {
                             for (job, done) in batch.drain(..) {
-                                let alone = commit(&mut conn, [&job])
-                                    .map_err(|e| Error::Store(format!("{what} write failed: {e}")));
+                                let alone = commit(&mut conn, [&job]);
                                 count_commit(what);
+                                note_outcome(&noted, &alone);
+                                let alone = alone
+                                    .map_err(|e| Error::Store(format!("{what} write failed: {e}")));
                                 let _ = done.send(alone);
                             }
                         }
@@ -107,7 +150,11 @@ impl GroupCommit {
                 }
             })
             .map_err(|e| Error::store(format!("cannot start the {what} writer: {e}")))?;
-        Ok(Self { queue, what })
+        Ok(Self {
+            queue,
+            what,
+            failure,
+        })
     }
 
     /// Queues `job` at once (so writes keep the order of the calls); the future resolves
@@ -245,6 +292,15 @@ impl Database {
             })
     }
 
+    /// Why the file's last commit failed, if the file or the disk refused it and no
+    /// commit has landed since: the reason this file cannot take work now.
+    pub fn write_failure(&self) -> Option<String> {
+        self.writer.failure.lock().map_or_else(
+            |_| Some("the writer's state is poisoned".into()),
+            |f| f.clone(),
+        )
+    }
+
     /// A reader of its own on the file, for one store.
     pub fn reader(&self) -> Result<Reader> {
         Reader::open(&self.path, self.writer.what)
@@ -346,6 +402,38 @@ mod tests {
         second.await.unwrap();
         other_table.await.unwrap();
         assert_eq!(commits("shared-commit-test"), 2);
+    }
+
+    #[tokio::test]
+    async fn a_file_that_cannot_grow_is_reported_until_a_write_lands_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(&dir.path().join("t.db"), "test").unwrap();
+        db.prepare("CREATE TABLE t (id INTEGER PRIMARY KEY); CREATE TABLE b (x BLOB)")
+            .unwrap();
+        db.submit(insert(1, None)).await.unwrap();
+        // A write refused for what it writes says nothing about the file.
+        db.submit(insert(1, None)).await.unwrap_err();
+        assert_eq!(db.write_failure(), None);
+
+        // The writer's connection may not grow the file past its size now: a full disk.
+        let cap = |pages: u32| {
+            move |tx: &Transaction<'_>| {
+                tx.execute_batch(&format!("PRAGMA max_page_count = {pages}"))
+            }
+        };
+        db.submit(cap(1)).await.unwrap();
+        let blob = |tx: &Transaction<'_>| {
+            tx.execute("INSERT INTO b (x) VALUES (?1)", [vec![7u8; 64 * 1024]])
+                .map(|_| ())
+        };
+        let refused = db.submit(blob).await.unwrap_err();
+        assert!(refused.to_string().contains("full"), "{refused}");
+        let failure = db.write_failure().expect("the full file is reported");
+        assert!(failure.contains("full"), "{failure}");
+
+        db.submit(cap(1_000_000)).await.unwrap();
+        db.submit(blob).await.unwrap();
+        assert_eq!(db.write_failure(), None);
     }
 
     #[tokio::test]

@@ -40,6 +40,11 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn put(&self, task: &Task) -> Result<()>;
     async fn get(&self, id: &str) -> Result<Option<Task>>;
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage>;
+    /// Why the store cannot write now (a full disk, say), if its last write failed for
+    /// that reason and none has landed since: the agent should take no new work.
+    fn write_failure(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The task's last status change, used to order and filter listings.

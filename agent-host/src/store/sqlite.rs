@@ -92,6 +92,10 @@ impl TaskStore for SqliteTaskStore {
         self.db.submit(move |tx| upsert(tx, &row)).await
     }
 
+    fn write_failure(&self) -> Option<String> {
+        self.db.write_failure()
+    }
+
     async fn get(&self, id: &str) -> Result<Option<Task>> {
         let id = id.to_owned();
         self.reader

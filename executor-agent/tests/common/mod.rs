@@ -15,6 +15,7 @@ use agent_host::sdk::{
     Artifact, Message, Part, PartContent, Role, SendMessageRequest, SendMessageResponse, Task,
     TaskState, new_message_id,
 };
+use agent_host::store::durable::Database;
 use agent_host::{
     Agent, AgentClient, HostConfig, InboundAuth, OutboundCall, RequestContext, ServedCard,
     SqliteTaskStore, TaskHandle, TaskManager, prepare_card,
@@ -496,6 +497,8 @@ pub struct FlakyJournal<J> {
     pub inner: Arc<J>,
     appends: std::sync::atomic::AtomicU32,
     failing: Mutex<std::ops::Range<u32>>,
+    /// Signalled when the inner journal itself refuses an append.
+    pub refused: tokio::sync::Notify,
 }
 
 impl<J> FlakyJournal<J> {
@@ -504,6 +507,7 @@ impl<J> FlakyJournal<J> {
             inner,
             appends: Default::default(),
             failing: Mutex::new(failing),
+            refused: tokio::sync::Notify::new(),
         }
     }
 
@@ -526,7 +530,11 @@ impl<J: Journal> Journal for FlakyJournal<J> {
                 "database or disk is full".into(),
             ));
         }
-        self.inner.append(saga_id, entries).await
+        let appended = self.inner.append(saga_id, entries).await;
+        if appended.is_err() {
+            self.refused.notify_one();
+        }
+        appended
     }
 
     async fn finish(&self, saga_id: &str) -> executor_agent::Result<()> {
@@ -561,6 +569,9 @@ pub struct Harness {
     pub executor: Arc<Executor>,
     /// The executor's shutdown token.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// The executor's base URL, and its state file (journal, registry and tasks).
+    pub url: String,
+    pub db: Database,
     _dir: tempfile::TempDir,
 }
 
@@ -616,6 +627,8 @@ impl Harness {
         tokio::spawn(agent_host::serve(listener, router, config.shutdown.clone()));
         Self {
             client: AgentClient::new(&url).unwrap(),
+            url,
+            db,
             planner,
             platform,
             registry,
