@@ -128,7 +128,10 @@ impl SqliteJournal {
                  saga_id  TEXT NOT NULL REFERENCES sagas (saga_id),
                  body     TEXT NOT NULL
              );
-             CREATE INDEX IF NOT EXISTS entries_by_saga ON entries (saga_id, seq);",
+             CREATE INDEX IF NOT EXISTS entries_by_saga ON entries (saga_id, seq);
+             -- Only the sagas still running: the start reads these, not every saga ever
+             -- run (whose headers it would read through to reach `finished`).
+             CREATE INDEX IF NOT EXISTS sagas_unfinished ON sagas (saga_id) WHERE finished = 0;",
         )?;
         Ok(Self {
             reader: db.reader()?,
@@ -141,6 +144,11 @@ impl SqliteJournal {
         Ok(self.db.submit(move |tx| apply(tx, &write)).await?)
     }
 }
+
+/// The sagas to resume, read from the index of unfinished ones (named: a scan of the
+/// table would read every header ever journaled to reach `finished`).
+const UNFINISHED: &str =
+    "SELECT saga_id FROM sagas INDEXED BY sagas_unfinished WHERE finished = 0 ORDER BY saga_id";
 
 fn encode<T: Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(|e| Error::Journal(format!("cannot encode: {e}")))
@@ -223,8 +231,7 @@ impl Journal for SqliteJournal {
         let ids = self
             .reader
             .read(|conn| {
-                let mut statement =
-                    conn.prepare("SELECT saga_id FROM sagas WHERE finished = 0 ORDER BY saga_id")?;
+                let mut statement = conn.prepare(UNFINISHED)?;
                 statement.query_map([], |row| row.get(0))?.collect()
             })
             .await?;
@@ -296,5 +303,30 @@ impl<J: Journal> Journal for PauseAfterWrites<J> {
 
     async fn unfinished(&self) -> Result<Vec<String>> {
         self.inner.unfinished().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sagas_to_resume_are_read_from_their_index_not_the_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let _journal = SqliteJournal::open(&path).unwrap();
+        let conn = agent_host::store::durable::open_connection(&path, "test").unwrap();
+        let details: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {UNFINISHED}"))
+            .unwrap()
+            .query_map([], |row| row.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let plan = details.join("; ");
+        assert!(
+            plan.contains("sagas_unfinished") && !plan.contains("TEMP B-TREE"),
+            "{plan}"
+        );
     }
 }

@@ -64,7 +64,12 @@ impl SqliteTaskStore {
                  body        TEXT NOT NULL
              );
              CREATE INDEX IF NOT EXISTS tasks_by_update ON tasks (updated_ms DESC, seq DESC);
-             CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (context_id);",
+             -- A listing by state or by context reads its page from an index, in order,
+             -- not every task there is.
+             CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, updated_ms DESC, seq DESC);
+             CREATE INDEX IF NOT EXISTS tasks_by_context_update
+                 ON tasks (context_id, updated_ms DESC, seq DESC);
+             DROP INDEX IF EXISTS tasks_by_context;",
         )?;
         Ok(Self {
             reader: db.reader()?,
@@ -109,30 +114,122 @@ impl TaskStore for SqliteTaskStore {
     }
 
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage> {
-        let context_id = query.context_id.clone();
-        let state = query.state.as_ref().map(state_name);
-        let after = query.updated_after.map(|t| t.timestamp_millis());
+        let (filter, values) = list_filter(query);
         let (offset, limit) = (query.offset as i64, query.limit as i64);
-        self.reader.read(move |conn| {
-            let filter = "(?1 IS NULL OR context_id = ?1) AND (?2 IS NULL OR state = ?2) AND (?3 IS NULL OR updated_ms > ?3)";
-            let total: i64 = conn.query_row(
-                &format!("SELECT COUNT(*) FROM tasks WHERE {filter}"),
-                params![context_id, state, after],
-                |row| row.get(0),
-            )?;
-            let mut statement = conn.prepare(&format!(
-                "SELECT body FROM tasks WHERE {filter} ORDER BY updated_ms DESC, seq DESC LIMIT ?4 OFFSET ?5"
-            ))?;
-            let tasks = statement
-                .query_map(params![context_id, state, after, limit, offset], |row| {
-                    decode(&row.get::<_, String>(0)?)
-                })?
-                .collect::<rusqlite::Result<Vec<Task>>>()?;
-            Ok(TaskPage {
-                tasks,
-                total: total as usize,
+        self.reader
+            .read(move |conn| {
+                let total: i64 = conn.query_row(
+                    &count_sql(&filter),
+                    rusqlite::params_from_iter(&values),
+                    |row| row.get(0),
+                )?;
+                let tasks = conn
+                    .prepare(&page_sql(&filter, limit, offset))?
+                    .query_map(rusqlite::params_from_iter(&values), |row| {
+                        decode(&row.get::<_, String>(0)?)
+                    })?
+                    .collect::<rusqlite::Result<Vec<Task>>>()?;
+                Ok(TaskPage {
+                    tasks,
+                    total: total as usize,
+                })
             })
-        })
-        .await
+            .await
+    }
+}
+
+/// What a listing reads: the table through the index that gives its page in order (by
+/// context, or by state, or all tasks by update; named, as SQLite's own choice varies
+/// with what it knows of the table), and a `WHERE` clause naming only the conditions the
+/// query has, with the values it binds.
+fn list_filter(query: &TaskQuery) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value;
+    let mut conditions = Vec::new();
+    let mut values = Vec::new();
+    if let Some(context_id) = &query.context_id {
+        conditions.push("context_id = ?");
+        values.push(Value::Text(context_id.clone()));
+    }
+    if let Some(state) = &query.state {
+        conditions.push("state = ?");
+        values.push(Value::Text(state_name(state)));
+    }
+    if let Some(after) = query.updated_after {
+        conditions.push("updated_ms > ?");
+        values.push(Value::Integer(after.timestamp_millis()));
+    }
+    let index = if query.context_id.is_some() {
+        "tasks_by_context_update"
+    } else if query.state.is_some() {
+        "tasks_by_state"
+    } else {
+        "tasks_by_update"
+    };
+    let mut from = format!(" INDEXED BY {index}");
+    if !conditions.is_empty() {
+        from.push_str(&format!(" WHERE {}", conditions.join(" AND ")));
+    }
+    (from, values)
+}
+
+fn count_sql(filter: &str) -> String {
+    format!("SELECT COUNT(*) FROM tasks{filter}")
+}
+
+fn page_sql(filter: &str, limit: i64, offset: i64) -> String {
+    format!(
+        "SELECT body FROM tasks{filter} ORDER BY updated_ms DESC, seq DESC LIMIT {limit} OFFSET {offset}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sdk::TaskState;
+
+    /// How SQLite runs `sql`: the details of its query plan, joined.
+    fn query_plan(
+        conn: &rusqlite::Connection,
+        sql: &str,
+        values: &[rusqlite::types::Value],
+    ) -> String {
+        let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let details: Vec<String> = statement
+            .query_map(rusqlite::params_from_iter(values), |row| row.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        details.join("; ")
+    }
+
+    #[test]
+    fn a_listing_by_state_or_context_reads_its_page_from_an_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.db");
+        let _store = SqliteTaskStore::open(&path).unwrap();
+        let conn = super::super::durable::open_connection(&path, "test").unwrap();
+        let by_state = TaskQuery {
+            state: Some(TaskState::Submitted),
+            ..TaskQuery::default()
+        };
+        let by_context = TaskQuery {
+            context_id: Some("c".into()),
+            ..TaskQuery::default()
+        };
+        for (query, index) in [
+            (by_state, "tasks_by_state"),
+            (by_context, "tasks_by_context_update"),
+            (TaskQuery::default(), "tasks_by_update"),
+        ] {
+            let (filter, values) = list_filter(&query);
+            let page = query_plan(&conn, &page_sql(&filter, 100, 0), &values);
+            // In the index's order: no table scan, and no sort of what matched.
+            assert!(
+                page.contains(index) && !page.contains("TEMP B-TREE"),
+                "{page}"
+            );
+            let count = query_plan(&conn, &count_sql(&filter), &values);
+            assert!(count.contains("INDEX"), "{count}");
+        }
     }
 }
