@@ -51,6 +51,18 @@ pub trait Journal: Send + Sync + 'static {
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>>;
     /// Sagas not finished: the ones to resume after a restart.
     async fn unfinished(&self) -> Result<Vec<String>>;
+    /// The oldest finished sagas (at most `at_most`) that may be forgotten: finished before
+    /// `finished_before_ms`, with a plan whose mandate expired before `now_ms`, so that the
+    /// same plan sent again is refused instead of run again.
+    async fn forgettable(
+        &self,
+        finished_before_ms: i64,
+        now_ms: i64,
+        at_most: usize,
+    ) -> Result<Vec<Forgettable>>;
+    /// Deletes finished sagas (entries and header), in one durable write; an unfinished
+    /// one among them is kept.
+    async fn forget(&self, saga_ids: &[String]) -> Result<()>;
     /// The header of a saga, if one with this id was ever begun.
     async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
         Ok(self.load(saga_id).await?.map(|(header, _)| header))
@@ -72,6 +84,11 @@ enum Write {
     },
     Finish {
         saga_id: String,
+        at_ms: i64,
+    },
+    /// Sagas forgotten: their entries and headers.
+    Forget {
+        saga_ids: Vec<String>,
     },
 }
 
@@ -94,12 +111,43 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
         Write::Append { saga_id, body } => tx
             .prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
             .execute(params![saga_id, body]),
-        Write::Finish { saga_id } => tx
-            .prepare_cached("UPDATE sagas SET finished = 1 WHERE saga_id = ?1")?
-            .execute(params![saga_id]),
+        Write::Finish { saga_id, at_ms } => tx
+            .prepare_cached("UPDATE sagas SET finished = 1, finished_ms = ?2 WHERE saga_id = ?1")?
+            .execute(params![saga_id, at_ms]),
+        Write::Forget { saga_ids } => {
+            for saga_id in saga_ids {
+                // Only a finished saga is ever forgotten.
+                let finished = tx
+                    .prepare_cached("SELECT 1 FROM sagas WHERE saga_id = ?1 AND finished = 1")?
+                    .exists([saga_id])?;
+                if finished {
+                    tx.prepare_cached("DELETE FROM entries WHERE saga_id = ?1")?
+                        .execute([saga_id])?;
+                    tx.prepare_cached("DELETE FROM sagas WHERE saga_id = ?1")?
+                        .execute([saga_id])?;
+                }
+            }
+            Ok(0)
+        }
     }
     .map(|_| ())
 }
+
+/// A saga the journal forgot, and the task that reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forgettable {
+    pub saga_id: String,
+    pub task_id: String,
+}
+
+/// The oldest finished sagas that may be forgotten: finished before ?1, and whose plan's
+/// mandate expired before ?2 (so that the plan, sent again, is refused, never run twice).
+/// A plan without a readable expiry is kept.
+const FORGETTABLE: &str = "SELECT saga_id, json_extract(header, '$.taskId')
+     FROM sagas INDEXED BY sagas_by_finish
+     WHERE finished = 1 AND finished_ms < ?1
+       AND unixepoch(json_extract(header, '$.plan.mandate.expiresAt')) * 1000 < ?2
+     ORDER BY finished_ms LIMIT ?3";
 
 /// The SQLite journal: tables in a `Database` (WAL, `synchronous=FULL`, group commit).
 #[derive(Debug, Clone)]
@@ -119,9 +167,10 @@ impl SqliteJournal {
     pub fn on(db: &Database) -> Result<Self> {
         db.prepare(
             "CREATE TABLE IF NOT EXISTS sagas (
-                 saga_id  TEXT PRIMARY KEY,
-                 header   TEXT NOT NULL,
-                 finished INTEGER NOT NULL
+                 saga_id     TEXT PRIMARY KEY,
+                 header      TEXT NOT NULL,
+                 finished    INTEGER NOT NULL,
+                 finished_ms INTEGER
              );
              CREATE TABLE IF NOT EXISTS entries (
                  seq      INTEGER PRIMARY KEY,
@@ -133,6 +182,10 @@ impl SqliteJournal {
              -- run (whose headers it would read through to reach `finished`).
              CREATE INDEX IF NOT EXISTS sagas_unfinished ON sagas (saga_id) WHERE finished = 0;",
         )?;
+        add_finish_times(db)?;
+        db.prepare(
+            "CREATE INDEX IF NOT EXISTS sagas_by_finish ON sagas (finished_ms) WHERE finished = 1;",
+        )?;
         Ok(Self {
             reader: db.reader()?,
             db: db.clone(),
@@ -143,6 +196,28 @@ impl SqliteJournal {
     async fn submit(&self, write: Write) -> Result<()> {
         Ok(self.db.submit(move |tx| apply(tx, &write)).await?)
     }
+}
+
+/// Gives a journal from before sagas had finish times its `finished_ms` column. Its
+/// finished sagas count as finished now: they are kept for the whole retention from here.
+fn add_finish_times(db: &Database) -> Result<()> {
+    let conn = agent_host::store::durable::open_connection(db.path(), "journal")?;
+    let migrate = || -> rusqlite::Result<()> {
+        let has_column = conn
+            .prepare("SELECT 1 FROM pragma_table_info('sagas') WHERE name = 'finished_ms'")?
+            .exists([])?;
+        if !has_column {
+            let now = chrono::Utc::now().timestamp_millis();
+            conn.execute_batch(&format!(
+                "BEGIN IMMEDIATE;
+                 ALTER TABLE sagas ADD COLUMN finished_ms INTEGER;
+                 UPDATE sagas SET finished_ms = {now} WHERE finished = 1;
+                 COMMIT;"
+            ))?;
+        }
+        Ok(())
+    };
+    migrate().map_err(|e| Error::Journal(format!("cannot add finish times to the journal: {e}")))
 }
 
 /// The sagas to resume, read from the index of unfinished ones (named: a scan of the
@@ -188,6 +263,37 @@ impl Journal for SqliteJournal {
     async fn finish(&self, saga_id: &str) -> Result<()> {
         self.submit(Write::Finish {
             saga_id: saga_id.to_owned(),
+            at_ms: chrono::Utc::now().timestamp_millis(),
+        })
+        .await
+    }
+
+    async fn forgettable(
+        &self,
+        finished_before_ms: i64,
+        now_ms: i64,
+        at_most: usize,
+    ) -> Result<Vec<Forgettable>> {
+        let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
+        let found = self
+            .reader
+            .read(move |conn| {
+                conn.prepare(FORGETTABLE)?
+                    .query_map(params![finished_before_ms, now_ms, at_most], |row| {
+                        Ok(Forgettable {
+                            saga_id: row.get(0)?,
+                            task_id: row.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                        })
+                    })?
+                    .collect()
+            })
+            .await?;
+        Ok(found)
+    }
+
+    async fn forget(&self, saga_ids: &[String]) -> Result<()> {
+        self.submit(Write::Forget {
+            saga_ids: saga_ids.to_vec(),
         })
         .await
     }
@@ -304,11 +410,72 @@ impl<J: Journal> Journal for PauseAfterWrites<J> {
     async fn unfinished(&self) -> Result<Vec<String>> {
         self.inner.unfinished().await
     }
+
+    async fn forgettable(
+        &self,
+        finished_before_ms: i64,
+        now_ms: i64,
+        at_most: usize,
+    ) -> Result<Vec<Forgettable>> {
+        self.inner
+            .forgettable(finished_before_ms, now_ms, at_most)
+            .await
+    }
+
+    async fn forget(&self, saga_ids: &[String]) -> Result<()> {
+        self.inner.forget(saga_ids).await
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_journal_from_before_finish_times_keeps_its_finished_sagas_from_the_upgrade_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let header =
+            r#"{"taskId": "t-1", "plan": {"mandate": {"expiresAt": "2000-01-01T00:00:00Z"}}}"#;
+        let earlier = rusqlite::Connection::open(&path).unwrap();
+        earlier
+            .execute_batch(&format!(
+                "CREATE TABLE sagas (saga_id TEXT PRIMARY KEY, header TEXT NOT NULL, finished INTEGER NOT NULL);
+                 CREATE TABLE entries (seq INTEGER PRIMARY KEY, saga_id TEXT NOT NULL REFERENCES sagas (saga_id), body TEXT NOT NULL);
+                 INSERT INTO sagas VALUES ('done', '{header}', 1), ('running', '{header}', 0);
+                 INSERT INTO entries (saga_id, body) VALUES ('done', '[]'), ('running', '[]');"
+            ))
+            .unwrap();
+        drop(earlier);
+        let upgraded_from = chrono::Utc::now().timestamp_millis();
+        let journal = SqliteJournal::open(&path).unwrap();
+        let upgraded_by = chrono::Utc::now().timestamp_millis();
+
+        let found = journal.forgettable(upgraded_from, i64::MAX, 10).await;
+        assert_eq!(found.unwrap(), [], "finished at the upgrade, not before");
+        let found = journal.forgettable(upgraded_by + 1, i64::MAX, 10).await;
+        let done = Forgettable {
+            saga_id: "done".into(),
+            task_id: "t-1".into(),
+        };
+        assert_eq!(found.unwrap(), [done]);
+
+        // Asked to forget both, the journal keeps the one still running, entries and all.
+        journal
+            .forget(&["done".to_owned(), "running".to_owned()])
+            .await
+            .unwrap();
+        assert_eq!(journal.unfinished().await.unwrap(), ["running"]);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let left: Vec<String> = conn
+            .prepare("SELECT saga_id FROM entries")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(left, ["running"]);
+    }
 
     #[test]
     fn the_sagas_to_resume_are_read_from_their_index_not_the_table() {

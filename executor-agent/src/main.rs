@@ -73,6 +73,13 @@ struct Args {
     #[arg(long, default_value_t = 30, value_name = "SECONDS",
           value_parser = clap::value_parser!(u64).range(0..=3600))]
     drain_secs: u64,
+    /// How long (days) a finished saga's journal and task are kept; after that, and once
+    /// its plan's mandate has expired (so the plan can never be accepted again), both are
+    /// deleted, checked at start and every hour. 0, the default, keeps everything. At
+    /// most 36500.
+    #[arg(long, default_value_t = 0, value_name = "DAYS",
+          value_parser = clap::value_parser!(u64).range(0..=36500))]
+    retention_days: u64,
     /// Crash-test fault injection: stop after this many durable journal writes.
     #[arg(long, hide = true)]
     pause_after_journal_writes: Option<u64>,
@@ -200,10 +207,49 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     tokio::spawn(agent_host::process::shutdown_on_signal(shutdown.clone()));
+    if args.retention_days > 0 {
+        let keep = Duration::from_secs(args.retention_days * 24 * 3600);
+        tokio::spawn(forget_finished(
+            service.executor.clone(),
+            keep,
+            shutdown.clone(),
+        ));
+    }
     println!("listening on {public_url}");
     agent_host::serve(listener, service.router, shutdown).await?;
     drain(&service.executor, Duration::from_secs(args.drain_secs)).await;
     Ok(())
+}
+
+/// How often finished sagas past their retention are looked for.
+const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
+
+/// Forgets the finished sagas kept longer than `keep`, now and every `RETENTION_SWEEP`,
+/// until the shutdown.
+async fn forget_finished(
+    executor: std::sync::Arc<executor_agent::agent::Executor>,
+    keep: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut sweeps = tokio::time::interval(RETENTION_SWEEP);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = sweeps.tick() => {}
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        match executor.forget_finished(keep, now).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                sagas = n,
+                days = keep.as_secs() / 86400,
+                "deleted the journal and tasks of sagas finished longer ago than the retention"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot delete sagas past their retention; tried again in an hour")
+            }
+        }
+    }
 }
 
 /// How often a stop that waits says how many sagas it still waits for.

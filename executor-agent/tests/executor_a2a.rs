@@ -6,8 +6,9 @@ mod common;
 use agent_host::OutboundCall;
 use agent_host::sdk::{StreamResponse, TaskState};
 use common::*;
+use executor_agent::journal::Journal;
 use futures::StreamExt;
-use serde_json::json;
+use serde_json::{Value, json};
 use shared_types::SigningIdentity;
 
 /// Far longer than a stop takes here; only a driver that never stops reaches it.
@@ -255,4 +256,86 @@ async fn a_full_disk_holds_the_saga_and_the_executor_is_not_ready_until_there_is
         assert_eq!(setup.log(agent).calls.len(), 1, "{agent}");
     }
     assert_eq!(readiness().await.0, 200);
+}
+
+/// The supplier plan as saga `saga_id`, its mandate ending at `expires_at`, signed.
+fn plan_as(setup: &Harness, saga_id: &str, expires_at: chrono::DateTime<chrono::Utc>) -> Value {
+    let text = serde_json::to_string(&read("examples/plans/supplier-onboarding.json"))
+        .unwrap()
+        .replace("sg_demo_supplier_onboarding", saga_id);
+    let mut plan: Value = serde_json::from_str(&text).unwrap();
+    plan["mandate"]["expiresAt"] =
+        json!(expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    setup.planner.sign_in_place(&mut plan).unwrap();
+    plan
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_saga_is_forgotten_after_its_retention_once_its_plan_cannot_be_accepted() {
+    let setup = Harness::start(&[]).await;
+    let now = chrono::Utc::now();
+    let hour = chrono::Duration::hours(1);
+    let short = setup
+        .send(plan_as(&setup, "sg_short_mandate", now + hour), None)
+        .await;
+    let long = setup
+        .send(
+            plan_as(&setup, "sg_long_mandate", now + hour * 24 * 30),
+            None,
+        )
+        .await;
+    assert_eq!(short.status.state, TaskState::Completed);
+    assert_eq!(long.status.state, TaskState::Completed);
+    // Both sagas are marked finished (bookkeeping after the end is on the task).
+    let mut finishes = setup.journal.finishes.subscribe();
+    finishes.wait_for(|n| *n >= 2).await.unwrap();
+
+    let keep = |hours: u64| std::time::Duration::from_secs(hours * 3600);
+    let two_hours_on = (now + hour * 2).timestamp_millis();
+    let forgotten = setup.executor.forget_finished(keep(3), two_hours_on).await;
+    assert_eq!(forgotten.unwrap(), 0, "both finished within the retention");
+    // An hour's retention, two hours on: the short mandate has expired, the long has not.
+    let forgotten = setup.executor.forget_finished(keep(1), two_hours_on).await;
+    assert_eq!(forgotten.unwrap(), 1);
+    let gone = setup
+        .client
+        .get_task(&OutboundCall::default(), &short.id)
+        .await
+        .unwrap_err();
+    assert!(gone.to_string().contains("not found"), "{gone}");
+    assert!(
+        setup
+            .journal
+            .load("sg_short_mandate")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let kept = setup
+        .client
+        .get_task(&OutboundCall::default(), &long.id)
+        .await
+        .unwrap();
+    assert_eq!(kept.status.state, TaskState::Completed);
+    assert!(
+        setup
+            .journal
+            .load("sg_long_mandate")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // Once its mandate has expired too, the other goes.
+    let later = (now + hour * 24 * 31).timestamp_millis();
+    let forgotten = setup.executor.forget_finished(keep(1), later).await;
+    assert_eq!(forgotten.unwrap(), 1);
+    assert!(
+        setup
+            .journal
+            .load("sg_long_mandate")
+            .await
+            .unwrap()
+            .is_none()
+    );
 }

@@ -35,6 +35,17 @@ impl TaskStore for MemoryTaskStore {
         Ok(())
     }
 
+    async fn delete(&self, ids: &[String]) -> Result<()> {
+        let mut tasks = self
+            .tasks
+            .lock()
+            .map_err(|_| Error::store("task map poisoned"))?;
+        for id in ids {
+            tasks.remove(id);
+        }
+        Ok(())
+    }
+
     async fn get(&self, id: &str) -> Result<Option<Task>> {
         let tasks = self
             .tasks

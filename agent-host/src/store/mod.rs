@@ -40,6 +40,8 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn put(&self, task: &Task) -> Result<()>;
     async fn get(&self, id: &str) -> Result<Option<Task>>;
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage>;
+    /// Deletes these tasks (those it has), in one durable write.
+    async fn delete(&self, ids: &[String]) -> Result<()>;
     /// Why the store cannot write now (a full disk, say), if its last write failed for
     /// that reason and none has landed since: the agent should take no new work.
     fn write_failure(&self) -> Option<String> {

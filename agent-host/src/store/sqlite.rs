@@ -101,6 +101,19 @@ impl TaskStore for SqliteTaskStore {
         self.db.write_failure()
     }
 
+    async fn delete(&self, ids: &[String]) -> Result<()> {
+        let ids = ids.to_vec();
+        self.db
+            .submit(move |tx| {
+                let mut delete = tx.prepare_cached("DELETE FROM tasks WHERE id = ?1")?;
+                for id in &ids {
+                    delete.execute([id])?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
     async fn get(&self, id: &str) -> Result<Option<Task>> {
         let id = id.to_owned();
         self.reader

@@ -11,7 +11,7 @@ use agent_host::{AgentClient, MemoryTaskStore, SqliteTaskStore, TaskHandle, Task
 use async_trait::async_trait;
 use executor_agent::driver::{Control, Reporter, begin, drive};
 use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker, trace_id};
-use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
+use executor_agent::journal::{Entry, Forgettable, Journal, SagaHeader, SqliteJournal};
 use executor_agent::report::{GATHER_PROGRESS, TaskReporter};
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{CallOutcome, Command, Ending, Event, Invocation, Saga, SagaSpec};
@@ -113,6 +113,21 @@ impl Journal for TimedJournal {
 
     async fn unfinished(&self) -> executor_agent::Result<Vec<String>> {
         self.inner.unfinished().await
+    }
+
+    async fn forgettable(
+        &self,
+        finished_before_ms: i64,
+        now_ms: i64,
+        at_most: usize,
+    ) -> executor_agent::Result<Vec<Forgettable>> {
+        self.inner
+            .forgettable(finished_before_ms, now_ms, at_most)
+            .await
+    }
+
+    async fn forget(&self, saga_ids: &[String]) -> executor_agent::Result<()> {
+        self.inner.forget(saga_ids).await
     }
 }
 

@@ -51,6 +51,10 @@ impl TaskStore for HeldStore {
     ) -> agent_host::Result<agent_host::store::TaskPage> {
         self.inner.list(query).await
     }
+
+    async fn delete(&self, ids: &[String]) -> agent_host::Result<()> {
+        self.inner.delete(ids).await
+    }
 }
 
 struct Fixture {

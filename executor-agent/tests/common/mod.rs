@@ -26,7 +26,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use executor_agent::agent::{Executor, ExecutorAgent, ExecutorConfig};
-use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
+use executor_agent::journal::{Entry, Forgettable, Journal, SagaHeader, SqliteJournal};
 use executor_agent::mcp::invoker::McpInvoker;
 use executor_agent::registry::Registry;
 use executor_agent::report::GATHER_PROGRESS;
@@ -499,6 +499,8 @@ pub struct FlakyJournal<J> {
     failing: Mutex<std::ops::Range<u32>>,
     /// Signalled when the inner journal itself refuses an append.
     pub refused: tokio::sync::Notify,
+    /// How many sagas were marked finished.
+    pub finishes: tokio::sync::watch::Sender<u32>,
 }
 
 impl<J> FlakyJournal<J> {
@@ -508,6 +510,7 @@ impl<J> FlakyJournal<J> {
             appends: Default::default(),
             failing: Mutex::new(failing),
             refused: tokio::sync::Notify::new(),
+            finishes: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -538,7 +541,9 @@ impl<J: Journal> Journal for FlakyJournal<J> {
     }
 
     async fn finish(&self, saga_id: &str) -> executor_agent::Result<()> {
-        self.inner.finish(saga_id).await
+        self.inner.finish(saga_id).await?;
+        self.finishes.send_modify(|n| *n += 1);
+        Ok(())
     }
 
     async fn load(
@@ -550,6 +555,21 @@ impl<J: Journal> Journal for FlakyJournal<J> {
 
     async fn unfinished(&self) -> executor_agent::Result<Vec<String>> {
         self.inner.unfinished().await
+    }
+
+    async fn forgettable(
+        &self,
+        finished_before_ms: i64,
+        now_ms: i64,
+        at_most: usize,
+    ) -> executor_agent::Result<Vec<Forgettable>> {
+        self.inner
+            .forgettable(finished_before_ms, now_ms, at_most)
+            .await
+    }
+
+    async fn forget(&self, saga_ids: &[String]) -> executor_agent::Result<()> {
+        self.inner.forget(saga_ids).await
     }
 }
 
