@@ -25,10 +25,12 @@ use crate::error::{Error, Result};
 use crate::invoke::{A2aInvoker, Endpoint, Invoker, ToolInvoker};
 use crate::journal::{Journal, SagaHeader};
 use crate::mcp::invoker::McpInvoker;
+use crate::metrics::{CountedInvoker, Metrics, Now};
 use crate::recovery::replay;
 use crate::registry::AgentKind;
 use crate::registry::Registry;
 use crate::report::TaskReporter;
+use crate::saga::model::Phase;
 use crate::saga::{Resolution, Saga, SagaSpec};
 
 /// What the executor needs.
@@ -63,6 +65,7 @@ pub struct Executor {
     invoker: Mutex<Option<(u64, Arc<dyn Invoker>)>>,
     /// Every saga's driver (and its reporting), so that a stop can wait for them.
     drivers: TaskTracker,
+    metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -101,7 +104,26 @@ impl Executor {
             live: Mutex::new(HashMap::new()),
             invoker: Mutex::new(None),
             drivers: TaskTracker::new(),
+            metrics: Arc::default(),
         })
+    }
+
+    /// The executor's metrics as OpenMetrics text, the gauges read now.
+    pub async fn metrics_text(&self) -> Result<String> {
+        let store = self.tasks.store();
+        let waiting = TaskQuery {
+            state: Some(TaskState::InputRequired),
+            limit: 0,
+            ..TaskQuery::default()
+        };
+        let now = Now {
+            live: self.running(),
+            waiting_for_a_person: store.list(&waiting).await?.total,
+            state_file_writable: store.write_failure().is_none(),
+        };
+        self.metrics
+            .encode(now)
+            .map_err(|e| Error::Journal(format!("cannot encode the metrics: {e}")))
     }
 
     /// After `ExecutorConfig::shutdown`: waits up to `within` for every driver to return
@@ -194,10 +216,14 @@ impl Executor {
                 }
             }
         }
-        Arc::new(ToolInvoker {
+        let tools = Arc::new(ToolInvoker {
             a2a: invoker,
             mcp: self.config.mcp.clone(),
             registry: self.config.registry.clone(),
+        });
+        Arc::new(CountedInvoker {
+            inner: tools,
+            metrics: self.metrics.clone(),
         })
     }
 
@@ -231,6 +257,9 @@ impl Executor {
             // The saga's own reports reach its task before anything else is said on it,
             // and before it stops being live (a cancel then finds the task as it ends).
             reporting.finished().await;
+            if let Ok(Phase::Done { ending }) = &driven {
+                me.metrics.saga_ended(*ending);
+            }
             if let Err(e) = driven {
                 // Only a stop ends a driver whose journal cannot be written. The task
                 // keeps what it showed: marking it failed would run ahead of the journal,
@@ -262,6 +291,7 @@ impl Executor {
             let recovered = replay(header.spec.clone(), &entries, now);
             let task = self.tasks.handle(&header.task_id, &header.context_id);
             let saga = recovered.saga.clone();
+            self.metrics.saga_resumed();
             let me = self.clone();
             self.drivers.spawn(async move {
                 me.launch(task, saga, Start::Resumed(Box::new(recovered)), Vec::new())
@@ -392,6 +422,7 @@ impl Executor {
                     _ => return Err(e),
                 },
             };
+        self.metrics.saga_begun();
         let metadata = vec![("sagaId".to_owned(), json!(typed.saga_id))];
         self.launch(task, saga, start, metadata).await;
         Ok(())

@@ -1,6 +1,7 @@
 //! The executor's own HTTP routes beside A2A: the admin API that registers curated cards
-//! and MCP servers (admin token), and the catalog planners read (planner JWT). Neither
-//! ever shows an endpoint's credentials.
+//! and MCP servers (admin token), the catalog planners read (planner JWT), and the metrics
+//! Prometheus scrapes (open, like the health probes). None ever shows an endpoint's
+//! credentials.
 
 use agent_host::auth::{InboundAuth, authenticate};
 use agent_host::{AgentClient, Caller};
@@ -14,6 +15,7 @@ use serde_json::{Value, json};
 
 use std::sync::Arc;
 
+use crate::agent::Executor;
 use crate::error::Error;
 use crate::mcp::invoker::McpInvoker;
 use crate::registry::{RegisteredAgent, Registry};
@@ -124,6 +126,31 @@ async fn catalog(State(registry): State<Registry>) -> Response {
             error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
         }
     }
+}
+
+async fn metrics(State(executor): State<Arc<Executor>>) -> Response {
+    match executor.metrics_text().await {
+        Ok(text) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "metrics failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
+        }
+    }
+}
+
+/// `GET /metrics`: counts of sagas and tool calls, no task or caller named. Open, so that
+/// a scraper needs no credential that could do more.
+pub fn metrics_routes(executor: Arc<Executor>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(executor)
 }
 
 /// The admin and catalog routes, each behind its own authentication.

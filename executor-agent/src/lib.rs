@@ -9,6 +9,7 @@ pub mod http;
 pub mod invoke;
 pub mod journal;
 pub mod mcp;
+pub mod metrics;
 pub mod recovery;
 pub mod registry;
 pub mod report;

@@ -146,6 +146,7 @@ pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service>
     );
     let admin = crate::http::Admin { registry, mcp };
     let router = agent_host::app(&host, Arc::new(ExecutorAgent(executor.clone())), tasks)
-        .merge(crate::http::routes(admin, admin_auth, planner_auth));
+        .merge(crate::http::routes(admin, admin_auth, planner_auth))
+        .merge(crate::http::metrics_routes(executor.clone()));
     Ok(Service { router, executor })
 }

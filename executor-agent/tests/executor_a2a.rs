@@ -339,3 +339,70 @@ async fn a_finished_saga_is_forgotten_after_its_retention_once_its_plan_cannot_b
             .is_none()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_sagas_by_ending_and_calls_by_agent_and_show_who_waits_for_a_person() {
+    // The first sandbox call is declined (that saga unwinds); the mailer answers 503 to
+    // its first five calls (that saga escalates after the pivot); the third saga completes.
+    let setup = Harness::start(&[
+        ("sandbox.provision", Fault::DeclineTimes(1)),
+        ("email.send", Fault::ServerError(5)),
+    ])
+    .await;
+    let expires = chrono::Utc::now() + chrono::Duration::hours(1);
+    let mut states = Vec::new();
+    for saga in ["sg_unwound", "sg_escalated", "sg_completed"] {
+        let task = setup.send(plan_as(&setup, saga, expires), None).await;
+        states.push(task.status.state);
+    }
+    assert_eq!(
+        states,
+        [
+            TaskState::Failed,
+            TaskState::InputRequired,
+            TaskState::Completed
+        ]
+    );
+
+    let response = reqwest::get(format!("{}/metrics", setup.url))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "open, like the health probes");
+    let kind = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    let text = response.text().await.unwrap();
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(value("sagaplane_sagas_begun_total"), 3.0);
+    assert_eq!(
+        value("sagaplane_sagas_ended_total{ending=\"compensated\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("sagaplane_sagas_ended_total{ending=\"completed\"}"),
+        1.0
+    );
+    assert_eq!(value("sagaplane_sagas_waiting_for_a_person"), 1.0);
+    assert!(
+        value("sagaplane_sagas_live") >= 1.0,
+        "the paused saga's driver"
+    );
+    assert_eq!(value("sagaplane_state_file_writable"), 1.0);
+    let calls = |agent: &str, outcome: &str| {
+        value(&format!(
+            "sagaplane_tool_calls_total{{agent=\"{agent}\",outcome=\"{outcome}\"}}"
+        ))
+    };
+    assert_eq!(calls("sandbox", "failed"), 1.0);
+    assert_eq!(calls("sandbox", "succeeded"), 2.0);
+    assert_eq!(calls("mailer", "unknown"), 5.0);
+    assert_eq!(calls("mailer", "succeeded"), 1.0);
+}

@@ -643,7 +643,8 @@ impl Harness {
             "capabilities": {"streaming": true}, "defaultInputModes": [], "defaultOutputModes": [], "skills": []});
         let card = ServedCard::new(&prepare_card(card, &url, None).unwrap()).unwrap();
         let config = HostConfig::new(card, InboundAuth::Open);
-        let router = agent_host::app(&config, Arc::new(ExecutorAgent(executor.clone())), tasks);
+        let router = agent_host::app(&config, Arc::new(ExecutorAgent(executor.clone())), tasks)
+            .merge(executor_agent::http::metrics_routes(executor.clone()));
         tokio::spawn(agent_host::serve(listener, router, config.shutdown.clone()));
         Self {
             client: AgentClient::new(&url).unwrap(),
