@@ -74,12 +74,14 @@ async fn the_earlier_files_are_imported_once() {
     let indexes: i64 = open_connection(db.path(), "test")
         .unwrap()
         .query_row(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN ('entries_by_saga', 'tasks_by_update', 'tasks_by_context')",
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN (
+                 'entries_by_saga', 'sagas_unfinished', 'sagas_by_finish',
+                 'tasks_by_update', 'tasks_by_state', 'tasks_by_context_update')",
             [],
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(indexes, 3);
+    assert_eq!(indexes, 6);
     let journal = SqliteJournal::on(&db).unwrap();
     assert_eq!(journal.unfinished().await.unwrap(), ["sg_1"]);
     assert_eq!(journal.header("sg_1").await.unwrap(), Some(header("sg_1")));
