@@ -64,12 +64,11 @@ impl SqliteTaskStore {
                  body        TEXT NOT NULL
              );
              CREATE INDEX IF NOT EXISTS tasks_by_update ON tasks (updated_ms DESC, seq DESC);
-             -- A listing by state or by context reads its page from an index, in order,
-             -- not every task there is.
-             CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, updated_ms DESC, seq DESC);
-             CREATE INDEX IF NOT EXISTS tasks_by_context_update
-                 ON tasks (context_id, updated_ms DESC, seq DESC);
-             DROP INDEX IF EXISTS tasks_by_context;",
+             CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (context_id);
+             -- A listing by state reads the tasks in that state, not every task there
+             -- is. On the state alone: a task's state changes a few times in its life,
+             -- its update time at every write, and every write would move its entry.
+             CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state);",
         )?;
         Ok(Self {
             reader: db.reader()?,
@@ -151,10 +150,10 @@ impl TaskStore for SqliteTaskStore {
     }
 }
 
-/// What a listing reads: the table through the index that gives its page in order (by
-/// context, or by state, or all tasks by update; named, as SQLite's own choice varies
-/// with what it knows of the table), and a `WHERE` clause naming only the conditions the
-/// query has, with the values it binds.
+/// What a listing reads: the table through the index that narrows it most (by context,
+/// or by state, or all tasks in update order; named, as SQLite's own choice varies with
+/// what it knows of the table), and a `WHERE` clause naming only the conditions the query
+/// has, with the values it binds.
 fn list_filter(query: &TaskQuery) -> (String, Vec<rusqlite::types::Value>) {
     use rusqlite::types::Value;
     let mut conditions = Vec::new();
@@ -172,7 +171,7 @@ fn list_filter(query: &TaskQuery) -> (String, Vec<rusqlite::types::Value>) {
         values.push(Value::Integer(after.timestamp_millis()));
     }
     let index = if query.context_id.is_some() {
-        "tasks_by_context_update"
+        "tasks_by_context"
     } else if query.state.is_some() {
         "tasks_by_state"
     } else {
@@ -231,16 +230,13 @@ mod tests {
         };
         for (query, index) in [
             (by_state, "tasks_by_state"),
-            (by_context, "tasks_by_context_update"),
+            (by_context, "tasks_by_context"),
             (TaskQuery::default(), "tasks_by_update"),
         ] {
             let (filter, values) = list_filter(&query);
             let page = query_plan(&conn, &page_sql(&filter, 100, 0), &values);
-            // In the index's order: no table scan, and no sort of what matched.
-            assert!(
-                page.contains(index) && !page.contains("TEMP B-TREE"),
-                "{page}"
-            );
+            // Through the index, not a scan of every task.
+            assert!(page.contains(&format!("USING INDEX {index}")), "{page}");
             let count = query_plan(&conn, &count_sql(&filter), &values);
             assert!(count.contains("INDEX"), "{count}");
         }

@@ -76,7 +76,7 @@ async fn the_earlier_files_are_imported_once() {
         .query_row(
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN (
                  'entries_by_saga', 'sagas_unfinished', 'sagas_by_finish',
-                 'tasks_by_update', 'tasks_by_state', 'tasks_by_context_update')",
+                 'tasks_by_update', 'tasks_by_state', 'tasks_by_context')",
             [],
             |r| r.get(0),
         )
