@@ -3,6 +3,8 @@
 //! finish). No I/O and no clock: the driver journals each event before feeding it and
 //! performs each command, so replaying the journal rebuilds the exact state.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shared_types::expr::{self, EvalContext};
@@ -179,7 +181,7 @@ fn retry_later(
 fn response_of<'a>(spec: &'a SagaSpec, records: &'a [StepRecord], id: &str) -> Option<&'a Value> {
     let i = spec.steps.iter().position(|s| s.id == id)?;
     match &records[i].forward {
-        Forward::Succeeded { response, .. } => Some(response),
+        Forward::Succeeded { response, .. } => Some(response.as_ref()),
         _ => None,
     }
 }
@@ -243,7 +245,7 @@ impl Saga {
             };
             let record = &self.records[i];
             let (template, response) = match &record.forward {
-                Forward::Succeeded { response, .. } => (Some(&comp.args), Some(response)),
+                Forward::Succeeded { response, .. } => (Some(&comp.args), Some(response.as_ref())),
                 _ => (comp.args_when_unknown.as_ref(), None),
             };
             match template {
@@ -256,7 +258,7 @@ impl Saga {
                         saga_id: Some(&spec.saga_id),
                         step_id: Some(&step.id),
                         idempotency_key: Some(&step.idempotency_key),
-                        request_body: record.request.as_ref(),
+                        request_body: record.request.as_deref(),
                         response_body: response,
                         step_responses: Some(&lookup),
                     };
@@ -271,7 +273,7 @@ impl Saga {
                 if forward {
                     record.forward = Forward::Running { attempt };
                     record.attempts = attempt;
-                    record.request = Some(args.clone());
+                    record.request = Some(Arc::new(args.clone()));
                 } else {
                     record.undo = Undo::Running { attempt };
                     record.undo_attempts = attempt;
@@ -323,7 +325,7 @@ impl Saga {
                 match outcome {
                     CallOutcome::Succeeded { response } => {
                         self.records[i].forward = Forward::Succeeded {
-                            response,
+                            response: Arc::new(response),
                             at_ms: now_ms,
                         };
                         out.push(Command::Report {

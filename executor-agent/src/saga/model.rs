@@ -1,6 +1,8 @@
 //! The saga's vocabulary: the events the engine takes, the commands it gives, and the
 //! per-step ledger records it keeps. Plain data, serialisable for the journal.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -132,11 +134,24 @@ pub enum Command {
 pub enum Forward {
     Pending,
     AwaitingApproval,
-    Running { attempt: u32 },
-    WaitingRetry { attempt: u32 },
-    Succeeded { response: Value, at_ms: i64 },
-    Failed { reason: String },
-    Unknown { reason: String },
+    Running {
+        attempt: u32,
+    },
+    WaitingRetry {
+        attempt: u32,
+    },
+    /// The response is shared (`Arc`): records are cloned and compared at every report,
+    /// and an unchanged response then costs a pointer, not a walk of its tree.
+    Succeeded {
+        response: Arc<Value>,
+        at_ms: i64,
+    },
+    Failed {
+        reason: String,
+    },
+    Unknown {
+        reason: String,
+    },
     ResolvedManually,
 }
 
@@ -170,8 +185,8 @@ pub enum Undo {
 pub struct StepRecord {
     pub forward: Forward,
     pub attempts: u32,
-    /// The arguments actually sent (bound), once known.
-    pub request: Option<Value>,
+    /// The arguments actually sent (bound), once known (shared, as a response is).
+    pub request: Option<Arc<Value>>,
     pub undo: Undo,
     pub undo_attempts: u32,
 }
