@@ -54,6 +54,13 @@ impl SqliteTaskStore {
 
     /// The store in `db`, whose writes share its group commit with the other stores there.
     pub fn on(db: &Database) -> Result<Self> {
+        let indexing = Self::state_index_missing(db)?;
+        let started = std::time::Instant::now();
+        if indexing {
+            tracing::info!(
+                "indexing the task store by state (once, after an upgrade: every task is read, so a large store takes a while)"
+            );
+        }
         db.prepare(
             "CREATE TABLE IF NOT EXISTS tasks (
                  seq         INTEGER PRIMARY KEY,
@@ -70,10 +77,37 @@ impl SqliteTaskStore {
              -- its update time at every write, and every write would move its entry.
              CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state);",
         )?;
+        if indexing {
+            tracing::info!(
+                ms = started.elapsed().as_millis() as u64,
+                "task store indexed by state"
+            );
+        }
         Ok(Self {
             reader: db.reader()?,
             db: db.clone(),
         })
+    }
+}
+
+impl SqliteTaskStore {
+    /// Whether the file holds tasks but not yet their index by state (a store from before
+    /// it), whose building reads every task once.
+    fn state_index_missing(db: &Database) -> Result<bool> {
+        let conn = super::durable::open_connection(db.path(), "task store")?;
+        let missing = || -> rusqlite::Result<bool> {
+            let has_tasks = conn
+                .prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tasks'")?
+                .exists([])?
+                && conn.prepare("SELECT 1 FROM tasks LIMIT 1")?.exists([])?;
+            let has_index = conn
+                .prepare(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'tasks_by_state'",
+                )?
+                .exists([])?;
+            Ok(has_tasks && !has_index)
+        };
+        missing().map_err(|e| Error::store(format!("cannot read the task store's schema: {e}")))
     }
 }
 
