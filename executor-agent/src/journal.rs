@@ -76,6 +76,7 @@ enum Write {
         saga_id: String,
         body: String,
         first: Option<String>,
+        at_ms: i64,
     },
     /// The entries of one append, as one row: a JSON array.
     Append {
@@ -98,9 +99,15 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
             saga_id,
             body,
             first,
+            at_ms,
         } => {
-            tx.prepare_cached("INSERT INTO sagas (saga_id, header, finished) VALUES (?1, ?2, 0)")?
-                .execute(params![saga_id, body])?;
+            // `finished_ms` holds the begin time until the saga finishes: a time the same
+            // size as the one `finish` writes, so finishing rewrites the row in place
+            // instead of the whole header behind it.
+            tx.prepare_cached(
+                "INSERT INTO sagas (saga_id, header, finished, finished_ms) VALUES (?1, ?2, 0, ?3)",
+            )?
+            .execute(params![saga_id, body, at_ms])?;
             match first {
                 Some(first) => tx
                     .prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
@@ -247,6 +254,7 @@ impl Journal for SqliteJournal {
             saga_id: header.saga_id.clone(),
             body,
             first,
+            at_ms: chrono::Utc::now().timestamp_millis(),
         })
         .await
     }
