@@ -129,9 +129,16 @@ async fn an_escalation_waits_for_a_person_and_cannot_be_canceled_past_the_pivot(
     assert_eq!(done.status.state, TaskState::Completed, "{:?}", done.status);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_saga_stopped_while_its_journal_cannot_be_written_is_left_to_recovery_not_failed() {
-    // No call times out while the test holds one.
+/// A saga streamed to its client, its task's id, and the rest of its events.
+type Streamed = (
+    Harness,
+    String,
+    futures::stream::BoxStream<'static, Result<StreamResponse, agent_host::sdk::A2AError>>,
+);
+
+/// Runs the supplier plan, streamed, until the sandbox has applied s2 and holds its
+/// answer (no call times out while the test holds one).
+async fn held_at_the_sandbox() -> Streamed {
     let held = [("sandbox.provision", Fault::ApplyThenHold(1))];
     let setup = Harness::start_timed(&held, STOP_WAIT.as_millis() as u64).await;
     let request = data_message(
@@ -149,6 +156,12 @@ async fn a_saga_stopped_while_its_journal_cannot_be_written_is_left_to_recovery_
     };
     let held = setup.log("sandbox").applied.clone();
     held.notified().await;
+    (setup, task_id, events)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_stopped_while_its_journal_cannot_be_written_is_left_to_recovery_not_failed() {
+    let (setup, task_id, _events) = held_at_the_sandbox().await;
     // The disk fills up: s2's answer cannot be journaled, and the saga waits for it.
     setup.journal.fail_from_now();
     let release = setup.log("sandbox").release.clone();
@@ -170,19 +183,7 @@ async fn a_saga_stopped_while_its_journal_cannot_be_written_is_left_to_recovery_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_holds_the_saga_and_the_executor_is_not_ready_until_there_is_room() {
-    let held = [("sandbox.provision", Fault::ApplyThenHold(1))];
-    let setup = Harness::start_timed(&held, STOP_WAIT.as_millis() as u64).await;
-    let request = data_message(
-        setup.signed("examples/plans/supplier-onboarding.json"),
-        None,
-    );
-    let mut events = setup
-        .client
-        .stream(&OutboundCall::default(), &request)
-        .await
-        .unwrap();
-    let held = setup.log("sandbox").applied.clone();
-    held.notified().await;
+    let (setup, _task_id, mut events) = held_at_the_sandbox().await;
 
     // The disk fills up: the state file may not grow, and what it holds fills its pages
     // (rows far smaller than any journal entry), so the next journal entry needs a page.
