@@ -683,3 +683,57 @@ async fn the_same_plan_left_on_a_second_task_points_at_the_first_and_runs_once()
     assert!(said.contains("existingTaskId"), "{said}");
     assert_eq!(ending(&second, &logs).effects.len(), 6, "the plan ran once");
 }
+
+/// Makes every saga in the state file at `data` look finished `days` ago, with a plan
+/// whose mandate expired long before.
+async fn aged(data: &Path, days: i64) {
+    let db = executor_agent::state::open(data).unwrap();
+    let finished = (chrono::Utc::now() - chrono::Duration::days(days)).timestamp_millis();
+    db.submit(move |tx| {
+        tx.execute(
+            "UPDATE sagas SET finished = 1, finished_ms = ?1,
+                 header = json_set(header, '$.plan.mandate.expiresAt', '2020-01-01T00:00:00Z')",
+            [finished],
+        )
+        .map(|_| ())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_retention_the_start_deletes_the_sagas_finished_longer_ago() {
+    let world = World::new();
+    let data = tempfile::tempdir().unwrap();
+    let (cards, _logs) = start_tools(&[], &world.platform).await;
+    let executor = Executor::start(&world, data.path(), None);
+    register(&executor, &cards).await;
+    let task = submit(&world, &executor).await;
+    let task = settle(&world, &executor, task).await;
+    assert_eq!(task.status.state, TaskState::Completed);
+    executor.kill();
+    aged(data.path(), 3).await;
+
+    // Without a retention, nothing is deleted however old.
+    let executor = Executor::start(&world, data.path(), None);
+    let kept = executor
+        .client()
+        .get_task(&as_planner(&world), &task.id)
+        .await;
+    assert_eq!(kept.unwrap().status.state, TaskState::Completed);
+    executor.kill();
+
+    let extra = ["--retention-days", "1"];
+    let mut executor = Executor::start_logging(&world, data.path(), None, "info", &extra);
+    let said = tokio::time::timeout(STUCK, executor.line_saying("deleted the journal"))
+        .await
+        .expect("the start's sweep reports what it deleted")
+        .expect("a line before the process ended");
+    assert!(said.contains("sagas=1"), "{said}");
+    let gone = executor
+        .client()
+        .get_task(&as_planner(&world), &task.id)
+        .await
+        .unwrap_err();
+    assert!(gone.to_string().contains("not found"), "{gone}");
+}
