@@ -259,6 +259,11 @@ async fn a_full_disk_holds_the_saga_and_the_executor_is_not_ready_until_there_is
     assert_eq!(readiness().await.0, 200);
 }
 
+/// Whether the executor's journal holds the saga `saga_id`.
+async fn journaled(setup: &Harness, saga_id: &str) -> bool {
+    setup.journal.load(saga_id).await.unwrap().is_some()
+}
+
 /// The supplier plan as saga `saga_id`, its mandate ending at `expires_at`, signed.
 fn plan_as(setup: &Harness, saga_id: &str, expires_at: chrono::DateTime<chrono::Utc>) -> Value {
     let text = serde_json::to_string(&read("examples/plans/supplier-onboarding.json"))
@@ -304,41 +309,20 @@ async fn a_finished_saga_is_forgotten_after_its_retention_once_its_plan_cannot_b
         .await
         .unwrap_err();
     assert!(gone.to_string().contains("not found"), "{gone}");
-    assert!(
-        setup
-            .journal
-            .load("sg_short_mandate")
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(!journaled(&setup, "sg_short_mandate").await);
     let kept = setup
         .client
         .get_task(&OutboundCall::default(), &long.id)
         .await
         .unwrap();
     assert_eq!(kept.status.state, TaskState::Completed);
-    assert!(
-        setup
-            .journal
-            .load("sg_long_mandate")
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(journaled(&setup, "sg_long_mandate").await);
 
     // Once its mandate has expired too, the other goes.
     let later = (now + hour * 24 * 31).timestamp_millis();
     let forgotten = setup.executor.forget_finished(keep(1), later).await;
     assert_eq!(forgotten.unwrap(), 1);
-    assert!(
-        setup
-            .journal
-            .load("sg_long_mandate")
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(!journaled(&setup, "sg_long_mandate").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
