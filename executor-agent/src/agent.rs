@@ -1,7 +1,7 @@
 //! The executor as an A2A agent (skill `execute-plan`): plan intake with full static
-//! validation, one driver per accepted saga reporting on the saga's task, a person's
-//! `resolution` messages, cancellation, recovery of unfinished sagas at start, and a stop
-//! that lets the calls out answer first.
+//! validation, one driver per accepted saga reporting on the saga's task (once it has a
+//! saga slot), a person's `resolution` messages, cancellation, recovery of unfinished
+//! sagas at start, and a stop that lets the calls out answer first.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use agent_host::{
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use shared_types::validate::{Resubmission, compare_with_accepted};
-use shared_types::{PlanValidator, TrustStore, Violation};
+use shared_types::{Plan, PlanValidator, TrustStore, Violation};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -32,6 +32,7 @@ use crate::registry::Registry;
 use crate::report::TaskReporter;
 use crate::saga::model::Phase;
 use crate::saga::{Resolution, Saga, SagaSpec};
+use crate::slots::{Permit, SlotHold, Slots};
 
 /// What the executor needs.
 pub struct ExecutorConfig {
@@ -45,10 +46,18 @@ pub struct ExecutorConfig {
     /// How long a saga's progress gathers before its task write (`report::GATHER_PROGRESS`
     /// by default).
     pub gather_progress: Duration,
+    /// How many sagas may make progress at once (`DEFAULT_MAX_RUNNING_SAGAS` by
+    /// default); the others wait for a slot (see `slots`).
+    pub max_running_sagas: usize,
     /// Cancelled to stop: every driver then waits for the call it has out, journals the
     /// answer and returns (see `Executor::stopped`).
     pub shutdown: CancellationToken,
 }
+
+/// Saga slots unless configured otherwise: far more sagas than a two-core executor
+/// drives at full speed, few enough that a burst of plans does not become a burst of
+/// calls on every tool agent at once.
+pub const DEFAULT_MAX_RUNNING_SAGAS: usize = 1024;
 
 /// A running saga: how to reach its driver, and a signal that changes at every stop.
 struct Live {
@@ -60,6 +69,10 @@ pub struct Executor {
     config: ExecutorConfig,
     tasks: Arc<TaskManager>,
     live: Mutex<HashMap<String, Live>>,
+    slots: Arc<Slots>,
+    /// Accepted plans waiting for a slot, by task id; cancelled by a cancel of the task.
+    /// Whoever removes an entry (the plan, given its slot; or a cancel) decides its fate.
+    queued: Mutex<HashMap<String, CancellationToken>>,
     /// The invoker, with its HTTP clients and their pooled connections, built for the
     /// registry generation it names: every saga shares it until a registration.
     invoker: Mutex<Option<(u64, Arc<dyn Invoker>)>>,
@@ -99,9 +112,11 @@ fn resolution_of(message: &Message) -> Option<Result<Resolution, String>> {
 impl Executor {
     pub fn new(config: ExecutorConfig, tasks: Arc<TaskManager>) -> Arc<Self> {
         Arc::new(Self {
+            slots: Slots::new(config.max_running_sagas),
             config,
             tasks,
             live: Mutex::new(HashMap::new()),
+            queued: Mutex::new(HashMap::new()),
             invoker: Mutex::new(None),
             drivers: TaskTracker::new(),
             metrics: Arc::default(),
@@ -118,6 +133,9 @@ impl Executor {
         };
         let now = Now {
             live: self.running(),
+            running: self.slots.in_use(),
+            waiting_for_a_slot: self.slots.waiting(),
+            slots: self.slots.limit(),
             waiting_for_a_person: store.list(&waiting).await?.total,
             state_file_writable: store.write_failure().is_none(),
         };
@@ -151,6 +169,11 @@ impl Executor {
     /// How many sagas have a driver running now.
     pub fn running(&self) -> usize {
         self.live.lock().map_or(0, |live| live.len())
+    }
+
+    /// The saga slots: how many are taken, and who waits for one.
+    pub fn slots(&self) -> &Arc<Slots> {
+        &self.slots
     }
 
     /// Forgets the sagas that finished more than `keep` before `now_ms` and whose plans'
@@ -228,13 +251,15 @@ impl Executor {
     }
 
     /// Starts a driver for `saga` reporting on `task` (`metadata` goes on the task with
-    /// the first report); returns once the saga first stops.
+    /// the first report), holding `permit` or waiting for a slot; returns once the saga
+    /// first stops.
     async fn launch(
         self: &Arc<Self>,
         task: TaskHandle,
         saga: Saga,
         start: Start,
         metadata: Vec<(String, Value)>,
+        permit: Option<Permit>,
     ) {
         let (control, rx) = mpsc::channel(8);
         let (reporter, reporting) =
@@ -252,8 +277,12 @@ impl Executor {
         );
         let saga_id = saga.spec.saga_id.clone();
         let stop = self.config.shutdown.clone();
+        let slot = SlotHold::new(self.slots.clone(), permit);
         self.drivers.spawn(async move {
-            let driven = drive(saga_id, saga, start, journal, invoker, reporter, rx, stop).await;
+            let driven = drive(
+                saga_id, saga, start, journal, invoker, reporter, rx, stop, slot,
+            )
+            .await;
             // The saga's own reports reach its task before anything else is said on it,
             // and before it stops being live (a cancel then finds the task as it ends).
             reporting.finished().await;
@@ -294,8 +323,14 @@ impl Executor {
             self.metrics.saga_resumed();
             let me = self.clone();
             self.drivers.spawn(async move {
-                me.launch(task, saga, Start::Resumed(Box::new(recovered)), Vec::new())
-                    .await
+                me.launch(
+                    task,
+                    saga,
+                    Start::Resumed(Box::new(recovered)),
+                    Vec::new(),
+                    None,
+                )
+                .await
             });
         }
         let orphans = self.submitted_but_not_begun(&begun).await?;
@@ -383,28 +418,28 @@ impl Executor {
 
     async fn intake(self: &Arc<Self>, task: TaskHandle, mut plan: Value) -> Result<()> {
         shared_types::json::normalize_integers(&mut plan);
-        let catalog = self.config.registry.catalog()?;
-        let validator = PlanValidator::new(catalog.clone(), self.config.planner_keys.clone())
-            .map_err(|e| Error::Refused(e.to_string()))?;
         let saga_id = plan
             .get("sagaId")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let mut conflict = None;
-        match self.already_runs(&saga_id, &plan, &task).await? {
-            Some(Resubmission::Identical) => return Ok(()),
-            Some(Resubmission::Conflict(v)) => conflict = Some(v),
-            _ => {}
-        }
-        let report = validator.validate(&plan, chrono::Utc::now());
-        let mut violations = report.violations;
-        violations.extend(conflict);
-        let Some(typed) = report.plan.filter(|_| violations.is_empty()) else {
-            self.reject(&task, &violations).await;
+        let permit = match self.slots.try_take() {
+            Some(permit) => permit,
+            None => {
+                // A plan that cannot run is refused now, not after the wait.
+                if self.checked(&saga_id, &plan, &task).await?.is_none() {
+                    return Ok(());
+                }
+                match self.slot_for(&task).await {
+                    Some(permit) => permit,
+                    None => return Ok(()),
+                }
+            }
+        };
+        // Checked again after a wait: the registry, or the clock, may have moved on.
+        let Some((typed, spec)) = self.checked(&saga_id, &plan, &task).await? else {
             return Ok(());
         };
-        let spec = SagaSpec::new(&typed, &catalog)?;
         let header = SagaHeader {
             saga_id: typed.saga_id.clone(),
             plan_version: typed.plan_version,
@@ -424,8 +459,69 @@ impl Executor {
             };
         self.metrics.saga_begun();
         let metadata = vec![("sagaId".to_owned(), json!(typed.saga_id))];
-        self.launch(task, saga, start, metadata).await;
+        self.launch(task, saga, start, metadata, Some(permit)).await;
         Ok(())
+    }
+
+    /// The plan, typed, and its saga's spec, when it may run; `None` once `task` has been
+    /// answered instead: refused with every violation, or pointed at the task on which
+    /// the same plan already runs.
+    async fn checked(
+        &self,
+        saga_id: &str,
+        plan: &Value,
+        task: &TaskHandle,
+    ) -> Result<Option<(Plan, SagaSpec)>> {
+        let catalog = self.config.registry.catalog()?;
+        let validator = PlanValidator::new(catalog.clone(), self.config.planner_keys.clone())
+            .map_err(|e| Error::Refused(e.to_string()))?;
+        let mut conflict = None;
+        match self.already_runs(saga_id, plan, task).await? {
+            Some(Resubmission::Identical) => return Ok(None),
+            Some(Resubmission::Conflict(v)) => conflict = Some(v),
+            _ => {}
+        }
+        let report = validator.validate(plan, chrono::Utc::now());
+        let mut violations = report.violations;
+        violations.extend(conflict);
+        let Some(typed) = report.plan.filter(|_| violations.is_empty()) else {
+            self.reject(task, &violations).await;
+            return Ok(None);
+        };
+        let spec = SagaSpec::new(&typed, &catalog)?;
+        Ok(Some((typed, spec)))
+    }
+
+    /// A slot for the accepted plan of `task`, once one is free; `None` if the task was
+    /// canceled meanwhile (the cancel ended it) or the executor stops (the task stays
+    /// `SUBMITTED`, and the next start takes its plan in again).
+    async fn slot_for(&self, task: &TaskHandle) -> Option<Permit> {
+        let canceled = CancellationToken::new();
+        if let Ok(mut queued) = self.queued.lock() {
+            queued.insert(task.id().to_owned(), canceled.clone());
+        }
+        let ahead = self.slots.waiting();
+        if ahead == 0 {
+            tracing::info!(
+                task = task.id(),
+                slots = self.slots.limit(),
+                "every saga slot is taken: new sagas wait for one, their tasks SUBMITTED"
+            );
+        } else {
+            tracing::debug!(task = task.id(), ahead, "the saga waits for a slot");
+        }
+        let permit = tokio::select! {
+            biased;
+            () = canceled.cancelled() => None,
+            () = self.config.shutdown.cancelled() => None,
+            permit = self.slots.take() => Some(permit),
+        };
+        let still_queued = self
+            .queued
+            .lock()
+            .map(|mut queued| queued.remove(task.id()).is_some())
+            .unwrap_or(false);
+        permit.filter(|_| still_queued)
     }
 
     /// How `plan` compares with the saga already begun under `saga_id`, if any. When it is
@@ -526,6 +622,20 @@ impl Agent for ExecutorAgent {
     }
 
     async fn cancel(&self, task: TaskHandle) -> Result<Task, A2AError> {
+        // A plan still waiting for a slot has done nothing: it is dropped, not unwound.
+        let queued = self
+            .queued
+            .lock()
+            .ok()
+            .and_then(|mut queued| queued.remove(task.id()));
+        if let Some(waiting) = queued {
+            waiting.cancel();
+            let text = "canceled while it waited for a saga slot: nothing ran";
+            return task
+                .set_status(TaskState::Canceled, Some(agent_message(text, None)))
+                .await
+                .map_err(agent_host::Error::into_a2a);
+        }
         let live = self.live.lock().ok().and_then(|l| {
             l.get(task.id())
                 .map(|l| (l.control.clone(), l.stops.clone()))

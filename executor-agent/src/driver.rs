@@ -7,6 +7,8 @@
 //! journaled but never acted on, so a planned stop repeats no call and asks no one.
 //! A journal write that fails is tried again, with a growing wait, until it is durable or
 //! the driver is told to stop: the saga waits, and nothing is acted on meanwhile.
+//! The driver holds one of the executor's saga slots while it acts, and gives it back
+//! while the saga waits for a person.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +23,7 @@ use crate::journal::{Entry, Journal, SagaHeader};
 use crate::recovery::Recovered;
 use crate::saga::model::Phase;
 use crate::saga::{Command, Event, Invocation, Resolution, Saga, Target, Timer};
+use crate::slots::SlotHold;
 
 /// Where progress goes (the executor's A2A task; a log in tests).
 #[async_trait]
@@ -92,7 +95,8 @@ pub async fn begin(
 
 /// Runs one saga until it ends, from where `begin` or recovery left it; or, once `stop`
 /// is cancelled, until the call it has out has answered and the answer is journaled.
-/// Returns the phase the saga is in.
+/// Acts only while it holds a slot (`slot`, taken first if not held): a saga stopped
+/// before it got one has done nothing here. Returns the phase the saga is in.
 #[allow(clippy::too_many_arguments)]
 pub async fn drive(
     saga_id: String,
@@ -103,7 +107,15 @@ pub async fn drive(
     reporter: Arc<dyn Reporter>,
     mut control: mpsc::Receiver<Control>,
     stop: CancellationToken,
+    mut slot: SlotHold,
 ) -> Result<Phase> {
+    if !slot.is_held() {
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return Ok(saga.phase),
+            () = slot.take() => {}
+        }
+    }
     let (events, mut incoming) = mpsc::unbounded_channel::<Event>();
     let ctx = Ctx {
         trace_id: trace_id(&saga_id),
@@ -160,6 +172,10 @@ pub async fn drive(
         if stopping && (out.is_none() || out != saga.in_flight()) {
             return Ok(saga.phase);
         }
+        // A person may take days: the slot goes to another saga meanwhile.
+        if matches!(saga.phase, Phase::Paused { .. }) {
+            slot.release();
+        }
         let event = tokio::select! {
             // A stop comes first: nothing decided after it is acted on.
             biased;
@@ -177,6 +193,15 @@ pub async fn drive(
             },
             else => return Ok(saga.phase),
         };
+        // Back from a pause: the saga acts again once it has a slot. A stop meanwhile
+        // journals the event without acting on it, as any event after a stop.
+        if !stopping && !slot.is_held() {
+            tokio::select! {
+                biased;
+                () = &mut stop => stopping = true,
+                () = slot.take() => {}
+            }
+        }
         let is_cancel = matches!(event, Event::Cancel { .. });
         if let Event::Result {
             target, attempt, ..

@@ -15,6 +15,7 @@ pub mod registry;
 pub mod report;
 pub mod saga;
 pub mod service;
+pub mod slots;
 pub mod state;
 
 pub use error::{Error, Result};

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
 use executor_agent::report::{GATHER_PROGRESS, MAX_GATHER};
 use executor_agent::service::{Settings, build};
 
@@ -80,6 +81,13 @@ struct Args {
     #[arg(long, default_value_t = 0, value_name = "DAYS",
           value_parser = clap::value_parser!(u64).range(0..=36500))]
     retention_days: u64,
+    /// How many sagas may act at once. A saga holds a slot from its first call until it
+    /// ends, except while it waits for a person; accepted plans beyond the limit wait
+    /// for a slot in the order they came, their tasks SUBMITTED. Bounds the calls this
+    /// executor has out on the tool agents. At least 1.
+    #[arg(long, default_value_t = DEFAULT_MAX_RUNNING_SAGAS, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    max_running_sagas: usize,
     /// Crash-test fault injection: stop after this many durable journal writes.
     #[arg(long, hide = true)]
     pause_after_journal_writes: Option<u64>,
@@ -190,6 +198,7 @@ async fn main() -> anyhow::Result<()> {
             credentials,
             pause_after_journal_writes: args.pause_after_journal_writes,
             gather_progress: Duration::from_millis(args.gather_progress_ms),
+            max_running_sagas: args.max_running_sagas,
         },
         shutdown.clone(),
     )?;

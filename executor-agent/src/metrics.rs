@@ -1,7 +1,8 @@
 //! The executor's metrics in the OpenMetrics text format Prometheus scrapes
 //! (`GET /metrics`): sagas begun, resumed and ended (by ending), tool calls answered (by
-//! agent and outcome) as they happen; sagas live, sagas waiting for a person, and whether
-//! the state file takes writes, read at each scrape.
+//! agent and outcome) as they happen; sagas live, sagas running and waiting for a slot,
+//! sagas waiting for a person, and whether the state file takes writes, read at each
+//! scrape.
 
 use std::sync::Arc;
 
@@ -31,6 +32,10 @@ struct CallLabels {
 pub struct Now {
     /// Sagas with a driver: running, or paused for a person.
     pub live: usize,
+    /// Sagas holding a slot, and sagas waiting for one; the slots there are.
+    pub running: usize,
+    pub waiting_for_a_slot: usize,
+    pub slots: usize,
     /// Sagas whose task waits for a person (`INPUT_REQUIRED`).
     pub waiting_for_a_person: usize,
     /// The state file's last write landed.
@@ -46,6 +51,9 @@ pub struct Metrics {
     ended: Family<EndLabels, Counter>,
     calls: Family<CallLabels, Counter>,
     live: Gauge,
+    running: Gauge,
+    waiting_for_a_slot: Gauge,
+    slots: Gauge,
     waiting: Gauge,
     writable: Gauge,
 }
@@ -59,6 +67,9 @@ impl Default for Metrics {
             ended: Family::default(),
             calls: Family::default(),
             live: Gauge::default(),
+            running: Gauge::default(),
+            waiting_for_a_slot: Gauge::default(),
+            slots: Gauge::default(),
             waiting: Gauge::default(),
             writable: Gauge::default(),
         };
@@ -87,6 +98,21 @@ impl Default for Metrics {
             "sagas_live",
             "Sagas with a driver: running, or paused for a person",
             metrics.live.clone(),
+        );
+        r.register(
+            "sagas_running",
+            "Sagas holding a saga slot: acting, not waiting for a person",
+            metrics.running.clone(),
+        );
+        r.register(
+            "sagas_waiting_for_a_slot",
+            "Accepted sagas waiting for a free saga slot (their tasks SUBMITTED)",
+            metrics.waiting_for_a_slot.clone(),
+        );
+        r.register(
+            "saga_slots",
+            "How many sagas may act at once (--max-running-sagas)",
+            metrics.slots.clone(),
         );
         r.register(
             "sagas_waiting_for_a_person",
@@ -135,9 +161,13 @@ impl Metrics {
 
     /// Every metric, the gauges set to `now`, as OpenMetrics text.
     pub fn encode(&self, now: Now) -> Result<String, std::fmt::Error> {
-        self.live.set(i64::try_from(now.live).unwrap_or(i64::MAX));
-        self.waiting
-            .set(i64::try_from(now.waiting_for_a_person).unwrap_or(i64::MAX));
+        let gauge =
+            |gauge: &Gauge, value: usize| gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        gauge(&self.live, now.live);
+        gauge(&self.running, now.running);
+        gauge(&self.waiting_for_a_slot, now.waiting_for_a_slot);
+        gauge(&self.slots, now.slots);
+        gauge(&self.waiting, now.waiting_for_a_person);
         self.writable.set(i64::from(now.state_file_writable));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)?;

@@ -46,6 +46,8 @@ pub struct Settings {
     /// How long a saga's progress gathers before it is written to its task (a pause or
     /// the end is written at once); zero writes it at every step.
     pub gather_progress: Duration,
+    /// How many sagas may act at once (`agent::DEFAULT_MAX_RUNNING_SAGAS` by default).
+    pub max_running_sagas: usize,
 }
 
 /// A built executor, ready to serve.
@@ -140,6 +142,7 @@ pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service>
             credentials: settings.credentials,
             mcp: mcp.clone(),
             gather_progress: settings.gather_progress,
+            max_running_sagas: settings.max_running_sagas,
             shutdown,
         },
         tasks.clone(),

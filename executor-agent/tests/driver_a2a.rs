@@ -16,10 +16,14 @@ use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
 use executor_agent::recovery::replay;
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{Command, Ending, Event, Saga, SagaSpec, Target};
+use executor_agent::slots::{SlotHold, Slots};
 use serde_json::json;
 use shared_types::{Catalog, Plan};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+/// Far longer than a saga takes to give back its slot here.
+const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 struct Log(mpsc::UnboundedSender<Command>);
 
@@ -40,6 +44,8 @@ struct Stopped {
     journal: Arc<SqliteJournal>,
     saga_id: String,
     spec: SagaSpec,
+    /// The saga slots, one, which the saga shares with nobody unless a test takes it.
+    slots: Arc<Slots>,
     _journal_dir: tempfile::TempDir,
 }
 
@@ -68,14 +74,19 @@ async fn journaled(journal: &SqliteJournal, saga_id: &str) -> Vec<Entry> {
 /// Starts the supplier saga against six tool agents with `faults`, and waits for its
 /// first pause or its end.
 async fn start(faults: &[(&str, Fault)]) -> Stopped {
-    let mut stopped = launch(faults, CancellationToken::new(), 0..0).await;
+    let mut stopped = launch(faults, CancellationToken::new(), 0..0, Slots::new(1)).await;
     stopped.last = stopped.next_stop().await;
     stopped
 }
 
 /// Starts the supplier saga against six tool agents with `faults`, told to stop by `stop`;
-/// the journal's appends numbered in `failing` fail.
-async fn launch(faults: &[(&str, Fault)], stop: CancellationToken, failing: Range<u32>) -> Stopped {
+/// the journal's appends numbered in `failing` fail; it takes one of `slots` to act.
+async fn launch(
+    faults: &[(&str, Fault)],
+    stop: CancellationToken,
+    failing: Range<u32>,
+    slots: Arc<Slots>,
+) -> Stopped {
     let mut catalog = Catalog::default();
     let mut invoker = A2aInvoker::new();
     let mut logs = HashMap::new();
@@ -126,6 +137,7 @@ async fn launch(faults: &[(&str, Fault)], stop: CancellationToken, failing: Rang
         Arc::new(Log(reports_tx)),
         rx,
         stop,
+        SlotHold::new(slots.clone(), None),
     ));
     Stopped {
         last: Command::Pause {
@@ -138,6 +150,7 @@ async fn launch(faults: &[(&str, Fault)], stop: CancellationToken, failing: Rang
         journal,
         saga_id: plan.saga_id.clone(),
         spec: header.spec,
+        slots,
         _journal_dir: dir,
     }
 }
@@ -281,8 +294,16 @@ async fn a_declined_capture_unwinds_and_a_hanging_email_escalates() {
         1,
         "the capture stands"
     );
+    // Waiting for a person, the saga gives back its slot, the only one: another saga
+    // takes it. The cancel then waits for the slot too.
+    let other = tokio::time::timeout(SLOT_WAIT, stopped.slots.take())
+        .await
+        .expect("the paused saga gives its slot back");
     let (reply, refused) = tokio::sync::oneshot::channel();
     stopped.control.send(Control::Cancel(reply)).await.unwrap();
+    let mut waiting = stopped.slots.watch_waiting();
+    waiting.wait_for(|n| *n == 1).await.unwrap();
+    drop(other);
     assert!(refused.await.unwrap().is_err(), "no cancel past the pivot");
     stopped
         .control
@@ -307,12 +328,49 @@ async fn a_declined_capture_unwinds_and_a_hanging_email_escalates() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_without_a_slot_calls_nothing_until_it_gets_one_and_a_stop_meanwhile_ends_it() {
+    let slots = Slots::new(1);
+    let taken = slots.take().await;
+    let mut waiting = slots.watch_waiting();
+    let mut stopped = launch(&[], CancellationToken::new(), 0..0, slots.clone()).await;
+    waiting.wait_for(|n| *n == 1).await.unwrap();
+    let calls: usize = stopped
+        .logs
+        .values()
+        .map(|l| l.lock().unwrap().calls.len())
+        .sum();
+    assert_eq!(calls, 0, "no call before the slot");
+    drop(taken);
+    assert!(matches!(
+        stopped.next_stop().await,
+        Command::Finish {
+            ending: Ending::Completed,
+            ..
+        }
+    ));
+    assert_eq!(effects(&stopped.logs).len(), 6);
+
+    // Told to stop while it waits for a slot, a saga returns having done nothing.
+    let taken = slots.take().await;
+    let stop = CancellationToken::new();
+    let stopped = launch(&[], stop.clone(), 0..0, slots.clone()).await;
+    waiting.wait_for(|n| *n == 1).await.unwrap();
+    stop.cancel();
+    let phase = stopped.saga.await.unwrap().unwrap();
+    assert_eq!(phase, Phase::Forward { step: 0 });
+    assert!(effects(&stopped.logs).is_empty());
+    assert_eq!(slots.waiting(), 0);
+    drop(taken);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn told_to_stop_the_driver_journals_the_answer_out_and_leaves_the_next_call_to_recovery() {
     let stop = CancellationToken::new();
     let mut stopped = launch(
         &[("sandbox.provision", Fault::ApplyThenHold(1))],
         stop.clone(),
         0..0,
+        Slots::new(1),
     )
     .await;
     let held = stopped.logs["sandbox"].lock().unwrap().applied.clone();
@@ -384,7 +442,7 @@ async fn told_to_stop_the_driver_journals_the_answer_out_and_leaves_the_next_cal
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_journal_that_cannot_be_written_for_a_while_holds_the_saga_back_and_loses_nothing() {
     // The answers of s0 and s1 cannot be journaled at first (appends 0 to 3 fail).
-    let mut stopped = launch(&[], CancellationToken::new(), 0..4).await;
+    let mut stopped = launch(&[], CancellationToken::new(), 0..4, Slots::new(1)).await;
     let last = stopped.next_stop().await;
     assert!(
         matches!(

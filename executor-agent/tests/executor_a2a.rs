@@ -8,7 +8,7 @@ use agent_host::sdk::{StreamResponse, TaskState};
 use common::*;
 use executor_agent::journal::Journal;
 use futures::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 use shared_types::SigningIdentity;
 
 /// Far longer than a stop takes here; only a driver that never stops reaches it.
@@ -262,18 +262,6 @@ async fn a_full_disk_holds_the_saga_and_the_executor_is_not_ready_until_there_is
 /// Whether the executor's journal holds the saga `saga_id`.
 async fn journaled(setup: &Harness, saga_id: &str) -> bool {
     setup.journal.load(saga_id).await.unwrap().is_some()
-}
-
-/// The supplier plan as saga `saga_id`, its mandate ending at `expires_at`, signed.
-fn plan_as(setup: &Harness, saga_id: &str, expires_at: chrono::DateTime<chrono::Utc>) -> Value {
-    let text = serde_json::to_string(&read("examples/plans/supplier-onboarding.json"))
-        .unwrap()
-        .replace("sg_demo_supplier_onboarding", saga_id);
-    let mut plan: Value = serde_json::from_str(&text).unwrap();
-    plan["mandate"]["expiresAt"] =
-        json!(expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-    setup.planner.sign_in_place(&mut plan).unwrap();
-    plan
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use agent_host::sdk::{SendMessageResponse, Task, TaskState};
 use agent_host::{AgentClient, OutboundCall, mint_jwt};
 use common::*;
+use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
 use executor_agent::report::GATHER_PROGRESS;
 use executor_agent::service::{Settings, build};
 use serde_json::Value;
@@ -56,6 +57,7 @@ async fn serve() -> Served {
                 .collect(),
             pause_after_journal_writes: None,
             gather_progress: GATHER_PROGRESS,
+            max_running_sagas: DEFAULT_MAX_RUNNING_SAGAS,
         },
         shutdown.clone(),
     )

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Output;
 
 use common::*;
+use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
 use executor_agent::report::GATHER_PROGRESS;
 use executor_agent::service::{Settings, build};
 use shared_types::{SigningIdentity, TrustStore};
@@ -51,6 +52,7 @@ async fn executor_with(
             credentials,
             pause_after_journal_writes: None,
             gather_progress: GATHER_PROGRESS,
+            max_running_sagas: DEFAULT_MAX_RUNNING_SAGAS,
         },
         shutdown.clone(),
     )

@@ -15,6 +15,7 @@ use executor_agent::journal::{Entry, Forgettable, Journal, SagaHeader, SqliteJou
 use executor_agent::report::{GATHER_PROGRESS, TaskReporter};
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{CallOutcome, Command, Ending, Event, Invocation, Saga, SagaSpec};
+use executor_agent::slots::{SlotHold, Slots};
 use serde_json::{Value, json};
 use shared_types::{Catalog, Plan};
 use tokio::sync::mpsc;
@@ -169,6 +170,8 @@ pub(crate) struct Executor {
     next_saga: AtomicU64,
     /// One stop for every driver, as the executor shares its shutdown token.
     stop: tokio_util::sync::CancellationToken,
+    /// The executor's saga slots, as many as by default (more than the sagas run here).
+    slots: Arc<Slots>,
     _data_dir: tempfile::TempDir,
 }
 
@@ -220,6 +223,7 @@ impl Executor {
             direct_template: Vec::new(),
             next_saga: AtomicU64::new(0),
             stop: tokio_util::sync::CancellationToken::new(),
+            slots: Slots::new(executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS),
             _data_dir: data_dir,
         };
         executor.direct_template = forward_invocations(executor.spec("sg_template").1);
@@ -286,6 +290,7 @@ impl Executor {
             reporter,
             control_rx,
             self.stop.clone(),
+            SlotHold::new(self.slots.clone(), None),
         )
         .await
         .expect("the driver runs");

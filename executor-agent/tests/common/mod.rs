@@ -25,7 +25,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use executor_agent::agent::{Executor, ExecutorAgent, ExecutorConfig};
+use executor_agent::agent::{DEFAULT_MAX_RUNNING_SAGAS, Executor, ExecutorAgent, ExecutorConfig};
 use executor_agent::journal::{Entry, Forgettable, Journal, SagaHeader, SqliteJournal};
 use executor_agent::mcp::invoker::McpInvoker;
 use executor_agent::registry::Registry;
@@ -602,6 +602,15 @@ impl Harness {
 
     /// `start`, with every skill's timeout set to `timeout_ms`.
     pub async fn start_timed(faults: &[(&str, Fault)], timeout_ms: u64) -> Self {
+        Self::start_with(faults, timeout_ms, DEFAULT_MAX_RUNNING_SAGAS).await
+    }
+
+    /// `start_timed`, with `max_running_sagas` saga slots.
+    pub async fn start_with(
+        faults: &[(&str, Fault)],
+        timeout_ms: u64,
+        max_running_sagas: usize,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let platform = SigningIdentity::from_seed([21; 32], Some("platform".into()));
         let planner = SigningIdentity::from_seed([22; 32], Some("planner".into()));
@@ -633,6 +642,7 @@ impl Harness {
             mcp: mcp.clone(),
             credentials,
             gather_progress: GATHER_PROGRESS,
+            max_running_sagas,
             shutdown: shutdown.clone(),
         };
         let executor = Executor::new(config, tasks.clone());
@@ -683,6 +693,19 @@ impl Harness {
     pub fn log(&self, agent: &str) -> MutexGuard<'_, ToolLog> {
         self.logs[agent].lock().unwrap()
     }
+}
+
+/// The supplier plan as saga `saga_id`, its mandate ending at `expires_at`, signed by
+/// the harness's planner.
+pub fn plan_as(setup: &Harness, saga_id: &str, expires_at: chrono::DateTime<chrono::Utc>) -> Value {
+    let text = serde_json::to_string(&read("examples/plans/supplier-onboarding.json"))
+        .unwrap()
+        .replace("sg_demo_supplier_onboarding", saga_id);
+    let mut plan: Value = serde_json::from_str(&text).unwrap();
+    plan["mandate"]["expiresAt"] =
+        json!(expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    setup.planner.sign_in_place(&mut plan).unwrap();
+    plan
 }
 
 /// The `saga-ledger` artifact of an executor's task, with integral numbers as integers.

@@ -1,0 +1,269 @@
+//! Saga slots in the executor as an A2A agent: accepted plans beyond `max_running_sagas`
+//! wait with their tasks `SUBMITTED` and run in the order they came; a saga waiting for a
+//! person gives its slot back; a waiting plan can be canceled, and one left waiting at a
+//! stop is taken in at the next start.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_host::sdk::{SendMessageConfiguration, Task, TaskState};
+use agent_host::{OutboundCall, SqliteTaskStore, TaskManager};
+use common::*;
+use executor_agent::agent::{Executor, ExecutorConfig};
+use executor_agent::journal::Journal;
+use executor_agent::report::GATHER_PROGRESS;
+use serde_json::{Value, json};
+use shared_types::TrustStore;
+
+/// Far longer than anything here takes; only a saga that never gets its slot reaches it.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// One saga slot; the sandbox applies its first call and holds the answer (no call
+/// times out while the test holds one).
+async fn one_slot_held_at_the_sandbox() -> Harness {
+    let held = [("sandbox.provision", Fault::ApplyThenHold(1))];
+    Harness::start_with(&held, WAIT.as_millis() as u64, 1).await
+}
+
+fn plan(setup: &Harness, saga_id: &str) -> Value {
+    plan_as(
+        setup,
+        saga_id,
+        chrono::Utc::now() + chrono::Duration::hours(1),
+    )
+}
+
+/// Sends `plan` and returns its task at once, without waiting for the saga.
+async fn send_now(setup: &Harness, plan: Value) -> Task {
+    let mut request = data_message(plan, None);
+    request.configuration = Some(SendMessageConfiguration {
+        accepted_output_modes: None,
+        task_push_notification_config: None,
+        history_length: None,
+        return_immediately: Some(true),
+    });
+    match setup.client.send(&OutboundCall::default(), &request).await {
+        Ok(agent_host::sdk::SendMessageResponse::Task(task)) => task,
+        other => panic!("expected a task, got {other:?}"),
+    }
+}
+
+async fn task(setup: &Harness, id: &str) -> Task {
+    setup
+        .client
+        .get_task(&OutboundCall::default(), id)
+        .await
+        .unwrap()
+}
+
+/// Waits until `n` plans wait for a slot.
+async fn until_waiting(setup: &Harness, n: usize) {
+    let mut waiting = setup.executor.slots().watch_waiting();
+    tokio::time::timeout(WAIT, waiting.wait_for(|w| *w == n))
+        .await
+        .unwrap_or_else(|_| panic!("{n} plans never waited for a slot"))
+        .unwrap();
+}
+
+/// Waits until `n` sagas are marked finished in the journal (after their ends are on
+/// their tasks).
+async fn until_finished(setup: &Harness, n: u32) {
+    let mut finishes = setup.journal.finishes.subscribe();
+    tokio::time::timeout(WAIT, finishes.wait_for(|f| *f >= n))
+        .await
+        .unwrap_or_else(|_| panic!("{n} sagas never finished"))
+        .unwrap();
+}
+
+/// Releases the sandbox call held.
+fn release_the_sandbox(setup: &Harness) {
+    let release = setup.log("sandbox").release.clone();
+    release.notify_one();
+}
+
+async fn wait_until_the_sandbox_holds(setup: &Harness) {
+    let applied = setup.log("sandbox").applied.clone();
+    while setup.log("sandbox").effects.is_empty() {
+        applied.notified().await;
+    }
+}
+
+/// The calls any tool saw under saga `saga_id`'s idempotency keys.
+fn calls_of(setup: &Harness, saga_id: &str) -> usize {
+    let prefix = format!("{saga_id}:");
+    setup
+        .logs
+        .values()
+        .map(|log| {
+            let log = log.lock().unwrap();
+            log.calls
+                .iter()
+                .filter(|c| c.0.starts_with(&prefix))
+                .count()
+        })
+        .sum()
+}
+
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_the_slots_plans_wait_submitted_and_run_one_after_another_in_order() {
+    let setup = one_slot_held_at_the_sandbox().await;
+    let first = send_now(&setup, plan(&setup, "sg_first")).await;
+    wait_until_the_sandbox_holds(&setup).await;
+    let second = send_now(&setup, plan(&setup, "sg_second")).await;
+    until_waiting(&setup, 1).await;
+    let third = send_now(&setup, plan(&setup, "sg_third")).await;
+    until_waiting(&setup, 2).await;
+
+    for waiting in [&second, &third] {
+        let task = task(&setup, &waiting.id).await;
+        assert_eq!(task.status.state, TaskState::Submitted, "{:?}", task.status);
+    }
+    assert_eq!(
+        calls_of(&setup, "sg_second") + calls_of(&setup, "sg_third"),
+        0
+    );
+    let text = setup.executor.metrics_text().await.unwrap();
+    assert_eq!(metric(&text, "sagaplane_sagas_waiting_for_a_slot"), 2.0);
+    assert_eq!(metric(&text, "sagaplane_sagas_running"), 1.0);
+    assert_eq!(metric(&text, "sagaplane_saga_slots"), 1.0);
+
+    release_the_sandbox(&setup);
+    until_finished(&setup, 3).await;
+    for id in [&first.id, &second.id, &third.id] {
+        assert_eq!(task(&setup, id).await.status.state, TaskState::Completed);
+    }
+    // One saga at a time, in the order the plans came: each saga's six effects together.
+    let sagas: Vec<String> = effects_in_order(&setup.logs)
+        .iter()
+        .map(|key| key.split(':').next().unwrap().to_owned())
+        .collect();
+    let expected: Vec<&str> = ["sg_first", "sg_second", "sg_third"]
+        .iter()
+        .flat_map(|s| [*s; 6])
+        .collect();
+    assert_eq!(sagas, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_waiting_for_a_person_gives_its_slot_to_the_next() {
+    // The mailer answers 503 five times: the first saga escalates after the pivot.
+    let setup = Harness::start_with(&[("email.send", Fault::ServerError(5))], 300, 1).await;
+    let escalated = setup.send(plan(&setup, "sg_escalated"), None).await;
+    assert_eq!(escalated.status.state, TaskState::InputRequired);
+
+    let next = tokio::time::timeout(WAIT, setup.send(plan(&setup, "sg_next"), None))
+        .await
+        .expect("the paused saga gave its slot back");
+    assert_eq!(next.status.state, TaskState::Completed, "{:?}", next.status);
+
+    let resolved = setup
+        .send(json!({"resolution": "retry"}), Some(&escalated.id))
+        .await;
+    assert_eq!(
+        resolved.status.state,
+        TaskState::Completed,
+        "{:?}",
+        resolved.status
+    );
+    assert_eq!(setup.executor.slots().in_use(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_canceled_while_it_waits_for_a_slot_never_runs() {
+    let setup = one_slot_held_at_the_sandbox().await;
+    send_now(&setup, plan(&setup, "sg_first")).await;
+    wait_until_the_sandbox_holds(&setup).await;
+    let waiting = send_now(&setup, plan(&setup, "sg_canceled")).await;
+    until_waiting(&setup, 1).await;
+
+    let canceled = setup
+        .client
+        .cancel_task(&OutboundCall::default(), &waiting.id)
+        .await
+        .unwrap();
+    assert_eq!(canceled.status.state, TaskState::Canceled);
+    let text = format!("{:?}", canceled.status.message);
+    assert!(text.contains("nothing ran"), "{text}");
+    until_waiting(&setup, 0).await;
+
+    release_the_sandbox(&setup);
+    until_finished(&setup, 1).await;
+    // The slot is free again, and goes to the next plan, not to the canceled one.
+    let next = setup.send(plan(&setup, "sg_next"), None).await;
+    assert_eq!(next.status.state, TaskState::Completed);
+    assert_eq!(calls_of(&setup, "sg_canceled"), 0);
+    assert!(setup.journal.load("sg_canceled").await.unwrap().is_none());
+    let after = task(&setup, &waiting.id).await;
+    assert_eq!(after.status.state, TaskState::Canceled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_left_waiting_at_a_stop_is_taken_in_at_the_next_start() {
+    let setup = one_slot_held_at_the_sandbox().await;
+    let first = send_now(&setup, plan(&setup, "sg_first")).await;
+    wait_until_the_sandbox_holds(&setup).await;
+    let waiting = send_now(&setup, plan(&setup, "sg_waiting")).await;
+    until_waiting(&setup, 1).await;
+
+    setup.shutdown.cancel();
+    release_the_sandbox(&setup);
+    let left = setup.executor.stopped(WAIT).await;
+    assert!(
+        left.is_empty(),
+        "nothing waits for the plan with no slot: {left:?}"
+    );
+    assert_eq!(
+        task(&setup, &waiting.id).await.status.state,
+        TaskState::Submitted
+    );
+    assert!(setup.journal.load("sg_waiting").await.unwrap().is_none());
+    assert_eq!(calls_of(&setup, "sg_waiting"), 0);
+
+    // The next start on the same state file: the first saga resumes, the waiting plan is
+    // taken in, and with one slot they run one after the other.
+    let mut planner_keys = TrustStore::new();
+    planner_keys.add_jwk(&setup.planner.public_jwk()).unwrap();
+    let credentials: HashMap<String, String> = AGENTS
+        .iter()
+        .map(|a| (a.to_string(), TOOL_TOKEN.to_owned()))
+        .collect();
+    let tasks = TaskManager::new(Arc::new(SqliteTaskStore::on(&setup.db).unwrap()));
+    let restarted = Executor::new(
+        ExecutorConfig {
+            registry: setup.registry.clone(),
+            planner_keys,
+            journal: setup.journal.clone(),
+            credentials,
+            mcp: setup.mcp.clone(),
+            gather_progress: GATHER_PROGRESS,
+            max_running_sagas: 1,
+            shutdown: tokio_util::sync::CancellationToken::new(),
+        },
+        tasks.clone(),
+    );
+    let finished_before = *setup.journal.finishes.borrow();
+    assert_eq!(restarted.recover().await.unwrap(), (1, 1));
+    until_finished(&setup, finished_before + 2).await;
+    for id in [&first.id, &waiting.id] {
+        let task = tasks.store().get(id).await.unwrap().unwrap();
+        assert_eq!(task.status.state, TaskState::Completed, "{:?}", task.status);
+    }
+    for saga in ["sg_first", "sg_waiting"] {
+        let keys: Vec<String> = effects_in_order(&setup.logs)
+            .into_iter()
+            .filter(|k| k.starts_with(&format!("{saga}:")))
+            .collect();
+        assert_eq!(keys.len(), 6, "{saga}: every effect once: {keys:?}");
+    }
+}
