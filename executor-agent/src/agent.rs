@@ -33,6 +33,7 @@ use crate::report::TaskReporter;
 use crate::saga::model::Phase;
 use crate::saga::{Resolution, Saga, SagaSpec};
 use crate::slots::{Permit, SlotHold, Slots};
+use crate::taking_in::{Intake, TakingIn};
 
 /// What the executor needs.
 pub struct ExecutorConfig {
@@ -70,9 +71,8 @@ pub struct Executor {
     tasks: Arc<TaskManager>,
     live: Mutex<HashMap<String, Live>>,
     slots: Arc<Slots>,
-    /// Accepted plans waiting for a slot, by task id; cancelled by a cancel of the task.
-    /// Whoever removes an entry (the plan, given its slot; or a cancel) decides its fate.
-    queued: Mutex<HashMap<String, CancellationToken>>,
+    /// Plans from their task's creation until their saga is live.
+    taking_in: Arc<TakingIn>,
     /// The invoker, with its HTTP clients and their pooled connections, built for the
     /// registry generation it names: every saga shares it until a registration.
     invoker: Mutex<Option<(u64, Arc<dyn Invoker>)>>,
@@ -116,7 +116,7 @@ impl Executor {
             config,
             tasks,
             live: Mutex::new(HashMap::new()),
-            queued: Mutex::new(HashMap::new()),
+            taking_in: Arc::default(),
             invoker: Mutex::new(None),
             drivers: TaskTracker::new(),
             metrics: Arc::default(),
@@ -174,6 +174,11 @@ impl Executor {
     /// The saga slots: how many are taken, and who waits for one.
     pub fn slots(&self) -> &Arc<Slots> {
         &self.slots
+    }
+
+    /// The plans being taken in.
+    pub fn taking_in(&self) -> &Arc<TakingIn> {
+        &self.taking_in
     }
 
     /// Forgets the sagas that finished more than `keep` before `now_ms` and whose plans'
@@ -252,7 +257,7 @@ impl Executor {
 
     /// Starts a driver for `saga` reporting on `task` (`metadata` goes on the task with
     /// the first report), holding `permit` or waiting for a slot; returns once the saga
-    /// first stops.
+    /// first stops. `intake`, for a new plan, ends once the saga is live.
     async fn launch(
         self: &Arc<Self>,
         task: TaskHandle,
@@ -260,6 +265,7 @@ impl Executor {
         start: Start,
         metadata: Vec<(String, Value)>,
         permit: Option<Permit>,
+        intake: Option<Intake>,
     ) {
         let (control, rx) = mpsc::channel(8);
         let (reporter, reporting) =
@@ -269,6 +275,8 @@ impl Executor {
         if let Ok(mut live) = self.live.lock() {
             live.insert(task.id().to_owned(), Live { control, stops });
         }
+        // A cancel that waited for the saga to start finds it live now.
+        drop(intake);
         let (journal, invoker, me, task_id) = (
             self.config.journal.clone(),
             self.invoker(),
@@ -328,6 +336,7 @@ impl Executor {
                     saga,
                     Start::Resumed(Box::new(recovered)),
                     Vec::new(),
+                    None,
                     None,
                 )
                 .await
@@ -423,6 +432,7 @@ impl Executor {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
+        let intake = self.taking_in.start(task.id());
         let permit = match self.slots.try_take() {
             Some(permit) => permit,
             None => {
@@ -430,7 +440,7 @@ impl Executor {
                 if self.checked(&saga_id, &plan, &task).await?.is_none() {
                     return Ok(());
                 }
-                match self.slot_for(&task).await {
+                match self.slot_for(&task, &intake).await {
                     Some(permit) => permit,
                     None => return Ok(()),
                 }
@@ -459,7 +469,8 @@ impl Executor {
             };
         self.metrics.saga_begun();
         let metadata = vec![("sagaId".to_owned(), json!(typed.saga_id))];
-        self.launch(task, saga, start, metadata, Some(permit)).await;
+        self.launch(task, saga, start, metadata, Some(permit), Some(intake))
+            .await;
         Ok(())
     }
 
@@ -495,11 +506,8 @@ impl Executor {
     /// A slot for the accepted plan of `task`, once one is free; `None` if the task was
     /// canceled meanwhile (the cancel ended it) or the executor stops (the task stays
     /// `SUBMITTED`, and the next start takes its plan in again).
-    async fn slot_for(&self, task: &TaskHandle) -> Option<Permit> {
-        let canceled = CancellationToken::new();
-        if let Ok(mut queued) = self.queued.lock() {
-            queued.insert(task.id().to_owned(), canceled.clone());
-        }
+    async fn slot_for(&self, task: &TaskHandle, intake: &Intake) -> Option<Permit> {
+        let canceled = intake.waiting();
         let ahead = self.slots.waiting();
         if ahead == 0 {
             tracing::info!(
@@ -516,12 +524,7 @@ impl Executor {
             () = self.config.shutdown.cancelled() => None,
             permit = self.slots.take() => Some(permit),
         };
-        let still_queued = self
-            .queued
-            .lock()
-            .map(|mut queued| queued.remove(task.id()).is_some())
-            .unwrap_or(false);
-        permit.filter(|_| still_queued)
+        permit.filter(|_| intake.slot_taken())
     }
 
     /// How `plan` compares with the saga already begun under `saga_id`, if any. When it is
@@ -623,13 +626,8 @@ impl Agent for ExecutorAgent {
 
     async fn cancel(&self, task: TaskHandle) -> Result<Task, A2AError> {
         // A plan still waiting for a slot has done nothing: it is dropped, not unwound.
-        let queued = self
-            .queued
-            .lock()
-            .ok()
-            .and_then(|mut queued| queued.remove(task.id()));
-        if let Some(waiting) = queued {
-            waiting.cancel();
+        // One being begun is canceled once its saga is live, below.
+        if self.taking_in.cancel(task.id()).await {
             let text = "canceled while it waited for a saga slot: nothing ran";
             return task
                 .set_status(TaskState::Canceled, Some(agent_message(text, None)))

@@ -17,5 +17,6 @@ pub mod saga;
 pub mod service;
 pub mod slots;
 pub mod state;
+pub mod taking_in;
 
 pub use error::{Error, Result};

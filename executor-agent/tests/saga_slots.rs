@@ -1,7 +1,8 @@
 //! Saga slots in the executor as an A2A agent: accepted plans beyond `max_running_sagas`
 //! wait with their tasks `SUBMITTED` and run in the order they came; a saga waiting for a
 //! person gives its slot back; a waiting plan can be canceled, and one left waiting at a
-//! stop is taken in at the next start.
+//! stop is taken in at the next start. A cancel while a plan's saga is being begun waits
+//! for the saga, and unwinds it.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_host::sdk::{SendMessageConfiguration, Task, TaskState};
-use agent_host::{OutboundCall, SqliteTaskStore, TaskManager};
+use agent_host::{AgentClient, OutboundCall, SqliteTaskStore, TaskManager};
 use common::*;
 use executor_agent::agent::{Executor, ExecutorConfig};
 use executor_agent::journal::Journal;
@@ -51,7 +52,7 @@ async fn send_now(setup: &Harness, plan: Value) -> Task {
     }
 }
 
-async fn task(setup: &Harness, id: &str) -> Task {
+async fn task_of(setup: &Harness, id: &str) -> Task {
     setup
         .client
         .get_task(&OutboundCall::default(), id)
@@ -126,7 +127,7 @@ async fn beyond_the_slots_plans_wait_submitted_and_run_one_after_another_in_orde
     until_waiting(&setup, 2).await;
 
     for waiting in [&second, &third] {
-        let task = task(&setup, &waiting.id).await;
+        let task = task_of(&setup, &waiting.id).await;
         assert_eq!(task.status.state, TaskState::Submitted, "{:?}", task.status);
     }
     assert_eq!(
@@ -141,7 +142,7 @@ async fn beyond_the_slots_plans_wait_submitted_and_run_one_after_another_in_orde
     release_the_sandbox(&setup);
     until_finished(&setup, 3).await;
     for id in [&first.id, &second.id, &third.id] {
-        assert_eq!(task(&setup, id).await.status.state, TaskState::Completed);
+        assert_eq!(task_of(&setup, id).await.status.state, TaskState::Completed);
     }
     // One saga at a time, in the order the plans came: each saga's six effects together.
     let sagas: Vec<String> = effects_in_order(&setup.logs)
@@ -204,7 +205,7 @@ async fn a_plan_canceled_while_it_waits_for_a_slot_never_runs() {
     assert_eq!(next.status.state, TaskState::Completed);
     assert_eq!(calls_of(&setup, "sg_canceled"), 0);
     assert!(setup.journal.load("sg_canceled").await.unwrap().is_none());
-    let after = task(&setup, &waiting.id).await;
+    let after = task_of(&setup, &waiting.id).await;
     assert_eq!(after.status.state, TaskState::Canceled);
 }
 
@@ -224,7 +225,7 @@ async fn a_plan_left_waiting_at_a_stop_is_taken_in_at_the_next_start() {
         "nothing waits for the plan with no slot: {left:?}"
     );
     assert_eq!(
-        task(&setup, &waiting.id).await.status.state,
+        task_of(&setup, &waiting.id).await.status.state,
         TaskState::Submitted
     );
     assert!(setup.journal.load("sg_waiting").await.unwrap().is_none());
@@ -265,5 +266,47 @@ async fn a_plan_left_waiting_at_a_stop_is_taken_in_at_the_next_start() {
             .filter(|k| k.starts_with(&format!("{saga}:")))
             .collect();
         assert_eq!(keys.len(), 6, "{saga}: every effect once: {keys:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_while_the_saga_is_being_begun_waits_for_it_and_unwinds_it() {
+    let setup = Harness::start(&[]).await;
+    setup.journal.hold_begins();
+    let task = send_now(&setup, plan(&setup, "sg_canceled_early")).await;
+    setup.journal.begin_reached.notified().await;
+
+    let cancel = {
+        let (client, id) = (AgentClient::new(&setup.url).unwrap(), task.id.clone());
+        tokio::spawn(async move { client.cancel_task(&OutboundCall::default(), &id).await })
+    };
+    let mut waiting = setup.executor.taking_in().watch_cancels_waiting();
+    tokio::time::timeout(WAIT, waiting.wait_for(|n| *n == 1))
+        .await
+        .expect("the cancel waits for the saga being begun")
+        .unwrap();
+    assert_eq!(
+        task_of(&setup, &task.id).await.status.state,
+        TaskState::Submitted,
+        "not canceled while its saga is about to run"
+    );
+    setup.journal.begin_release.notify_one();
+
+    let canceled = cancel.await.unwrap().unwrap();
+    assert_eq!(
+        canceled.status.state,
+        TaskState::Canceled,
+        "{:?}",
+        canceled.status
+    );
+    // Whatever the saga did before the cancel reached it is undone.
+    for (agent, log) in &setup.logs {
+        let effects = log.lock().unwrap().effects.clone();
+        let done = effects
+            .iter()
+            .filter(|(k, _)| !k.ends_with(":undo"))
+            .count();
+        let undone = effects.len() - done;
+        assert_eq!(done, undone, "{agent}: {effects:?}");
     }
 }

@@ -501,6 +501,11 @@ pub struct FlakyJournal<J> {
     pub refused: tokio::sync::Notify,
     /// How many sagas were marked finished.
     pub finishes: tokio::sync::watch::Sender<u32>,
+    /// Set by `hold_begins`: each `begin` is notified on `begin_reached`, then waits for
+    /// `begin_release`.
+    holds_begins: std::sync::atomic::AtomicBool,
+    pub begin_reached: tokio::sync::Notify,
+    pub begin_release: tokio::sync::Notify,
 }
 
 impl<J> FlakyJournal<J> {
@@ -511,7 +516,15 @@ impl<J> FlakyJournal<J> {
             failing: Mutex::new(failing),
             refused: tokio::sync::Notify::new(),
             finishes: tokio::sync::watch::Sender::new(0),
+            holds_begins: Default::default(),
+            begin_reached: tokio::sync::Notify::new(),
+            begin_release: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Holds every `begin` from now on until `begin_release` is notified.
+    pub fn hold_begins(&self) {
+        self.holds_begins.store(true, Ordering::SeqCst);
     }
 
     /// Fails every append from now on.
@@ -523,6 +536,10 @@ impl<J> FlakyJournal<J> {
 #[async_trait::async_trait]
 impl<J: Journal> Journal for FlakyJournal<J> {
     async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> executor_agent::Result<()> {
+        if self.holds_begins.load(Ordering::SeqCst) {
+            self.begin_reached.notify_one();
+            self.begin_release.notified().await;
+        }
         self.inner.begin(header, first).await
     }
 
