@@ -509,6 +509,15 @@ impl Executor {
     async fn slot_for(&self, task: &TaskHandle, intake: &Intake) -> Option<Permit> {
         let canceled = intake.waiting();
         let ahead = self.slots.waiting();
+        // Whoever watches the task learns why nothing happens yet (a task canceled
+        // meanwhile has ended, and keeps its end).
+        let text = format!(
+            "waiting for a saga slot: all {} are taken, {ahead} plan(s) waiting before this one",
+            self.slots.limit()
+        );
+        let _ = task
+            .set_status(TaskState::Submitted, Some(agent_message(text, None)))
+            .await;
         if ahead == 0 {
             tracing::info!(
                 task = task.id(),

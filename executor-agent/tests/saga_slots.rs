@@ -126,9 +126,12 @@ async fn beyond_the_slots_plans_wait_submitted_and_run_one_after_another_in_orde
     let third = send_now(&setup, plan(&setup, "sg_third")).await;
     until_waiting(&setup, 2).await;
 
-    for waiting in [&second, &third] {
+    for (waiting, ahead) in [(&second, 0), (&third, 1)] {
         let task = task_of(&setup, &waiting.id).await;
         assert_eq!(task.status.state, TaskState::Submitted, "{:?}", task.status);
+        let shown = format!("{:?}", task.status.message);
+        let why = format!("waiting for a saga slot: all 1 are taken, {ahead} plan(s) waiting");
+        assert!(shown.contains(&why), "{shown}");
     }
     assert_eq!(
         calls_of(&setup, "sg_second") + calls_of(&setup, "sg_third"),
