@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_host::sdk::{
-    Message, Part, PartContent, Role, SendMessageRequest, SendMessageResponse, Task, TaskState,
-    new_message_id,
+    Message, Part, PartContent, Role, SendMessageConfiguration, SendMessageRequest,
+    SendMessageResponse, Task, TaskState, new_message_id,
 };
 use agent_host::{AgentClient, OutboundCall};
 use async_trait::async_trait;
@@ -192,7 +192,14 @@ impl Invoker for A2aInvoker {
         };
         let request = SendMessageRequest {
             message,
-            configuration: None,
+            // The answer is read from the task's status and artifact: its history (our own
+            // message, echoed, and the tool's progress) would only be decoded and dropped.
+            configuration: Some(SendMessageConfiguration {
+                accepted_output_modes: None,
+                task_push_notification_config: None,
+                history_length: Some(0),
+                return_immediately: None,
+            }),
             metadata: None,
             tenant: None,
         };
