@@ -577,7 +577,8 @@ async fn a_saga_that_waits_for_a_person_says_so_in_the_log() {
     let data = tempfile::tempdir().unwrap();
     // Past the pivot, the mailer never answers: the saga stops for a person.
     let (cards, _logs) = start_tools(&[("email.send", Fault::Hang)], &world.platform).await;
-    let mut executor = Executor::start(&world, data.path(), None);
+    let slots = ["--max-running-sagas", "1"];
+    let mut executor = Executor::start_logging(&world, data.path(), None, "warn", &slots);
     register(&executor, &cards).await;
     let task = submit(&world, &executor).await;
     assert_eq!(
@@ -585,6 +586,16 @@ async fn a_saga_that_waits_for_a_person_says_so_in_the_log() {
         TaskState::InputRequired,
         "{:?}",
         task.status
+    );
+    let metrics = reqwest::get(format!("{}/metrics", executor.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.lines().any(|l| l == "sagaplane_saga_slots 1"),
+        "the flag sets the slots: {metrics}"
     );
     let line = tokio::time::timeout(STUCK, executor.line_saying("waits for a person"))
         .await
