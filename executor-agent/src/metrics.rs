@@ -94,36 +94,41 @@ impl Default for Metrics {
             "Tool calls answered, by agent and outcome (succeeded, failed, unknown)",
             metrics.calls.clone(),
         );
-        r.register(
-            "sagas_live",
-            "Sagas with a driver: running, or paused for a person",
-            metrics.live.clone(),
-        );
-        r.register(
-            "sagas_running",
-            "Sagas holding a saga slot: acting, not waiting for a person",
-            metrics.running.clone(),
-        );
-        r.register(
-            "sagas_waiting_for_a_slot",
-            "Accepted sagas waiting for a free saga slot (their tasks SUBMITTED)",
-            metrics.waiting_for_a_slot.clone(),
-        );
-        r.register(
-            "saga_slots",
-            "How many sagas may act at once (--max-running-sagas)",
-            metrics.slots.clone(),
-        );
-        r.register(
-            "sagas_waiting_for_a_person",
-            "Sagas whose task is INPUT_REQUIRED: an escalation or an approval",
-            metrics.waiting.clone(),
-        );
-        r.register(
-            "state_file_writable",
-            "1 when the state file's last write landed, 0 when it was refused (a full disk)",
-            metrics.writable.clone(),
-        );
+        let gauges = [
+            (
+                "sagas_live",
+                "Sagas with a driver: running, or paused for a person",
+                &metrics.live,
+            ),
+            (
+                "sagas_running",
+                "Sagas holding a saga slot: acting, not waiting for a person",
+                &metrics.running,
+            ),
+            (
+                "sagas_waiting_for_a_slot",
+                "Accepted sagas waiting for a free saga slot (their tasks SUBMITTED)",
+                &metrics.waiting_for_a_slot,
+            ),
+            (
+                "saga_slots",
+                "How many sagas may act at once (--max-running-sagas)",
+                &metrics.slots,
+            ),
+            (
+                "sagas_waiting_for_a_person",
+                "Sagas whose task is INPUT_REQUIRED: an escalation or an approval",
+                &metrics.waiting,
+            ),
+            (
+                "state_file_writable",
+                "1 when the state file's last write landed, 0 when it was refused (a full disk)",
+                &metrics.writable,
+            ),
+        ];
+        for (name, help, gauge) in gauges {
+            r.register(name, help, gauge.clone());
+        }
         metrics
     }
 }
