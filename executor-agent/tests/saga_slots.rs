@@ -1,7 +1,8 @@
 //! Saga slots in the executor as an A2A agent: accepted plans beyond `max_running_sagas`
 //! wait with their tasks `SUBMITTED` and run in the order they came; a saga waiting for a
 //! person gives its slot back; a waiting plan can be canceled, and one left waiting at a
-//! stop is taken in at the next start. A cancel while a plan's saga is being begun waits
+//! stop is taken in at the next start; a saga a person answered gets the next slot
+//! ahead of new plans. A cancel while a plan's saga is being begun waits
 //! for the saga, and unwinds it.
 
 mod common;
@@ -86,8 +87,13 @@ fn release_the_sandbox(setup: &Harness) {
 }
 
 async fn wait_until_the_sandbox_holds(setup: &Harness) {
+    wait_until_the_sandbox_applied(setup, 1).await;
+}
+
+/// Waits until the sandbox has applied `n` effects (the last of them may be held).
+async fn wait_until_the_sandbox_applied(setup: &Harness, n: usize) {
     let applied = setup.log("sandbox").applied.clone();
-    while setup.log("sandbox").effects.is_empty() {
+    while setup.log("sandbox").effects.len() < n {
         applied.notified().await;
     }
 }
@@ -181,6 +187,61 @@ async fn a_saga_waiting_for_a_person_gives_its_slot_to_the_next() {
         resolved.status
     );
     assert_eq!(setup.executor.slots().in_use(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_answered_by_a_person_gets_the_next_slot_before_a_plan_that_waited_longer() {
+    // One slot. The mailer declines its first call, so the first saga pauses after the
+    // pivot, its mail not sent, and gives its slot back. The sandbox holds its first two calls: the first
+    // saga's is let go at once, the second saga's is held while it keeps the slot.
+    let faults = [
+        ("sandbox.provision", Fault::ApplyThenHold(2)),
+        ("email.send", Fault::DeclineTimes(1)),
+    ];
+    let setup = Harness::start_with(&faults, WAIT.as_millis() as u64, 1).await;
+    release_the_sandbox(&setup);
+    let paused = setup.send(plan(&setup, "sg_answered"), None).await;
+    assert_eq!(paused.status.state, TaskState::InputRequired);
+
+    send_now(&setup, plan(&setup, "sg_holding")).await;
+    wait_until_the_sandbox_applied(&setup, 2).await;
+    send_now(&setup, plan(&setup, "sg_new")).await;
+    until_waiting(&setup, 1).await;
+
+    // The person answers while the only slot is taken: the answered saga waits too,
+    // after the new plan came, and must still go first.
+    let answer = {
+        let (client, id) = (AgentClient::new(&setup.url).unwrap(), paused.id.clone());
+        tokio::spawn(async move {
+            let request = data_message(json!({"resolution": "retry"}), Some(&id));
+            client.send(&OutboundCall::default(), &request).await
+        })
+    };
+    until_waiting(&setup, 2).await;
+    assert_eq!(calls_of(&setup, "sg_new"), 0);
+
+    release_the_sandbox(&setup);
+    match answer.await.unwrap() {
+        Ok(agent_host::sdk::SendMessageResponse::Task(task)) => {
+            assert_eq!(task.status.state, TaskState::Completed, "{:?}", task.status);
+        }
+        other => panic!("expected the answered saga's task, got {other:?}"),
+    }
+    until_finished(&setup, 3).await;
+    // The answered saga's mail, sent on the retry, came before any effect of the plan
+    // that waited longer for the slot.
+    let sagas: Vec<String> = effects_in_order(&setup.logs)
+        .iter()
+        .map(|key| key.split(':').next().unwrap().to_owned())
+        .collect();
+    let answered_last = sagas.iter().rposition(|s| s == "sg_answered").unwrap();
+    let new_first = sagas.iter().position(|s| s == "sg_new").unwrap();
+    assert!(answered_last < new_first, "{sagas:?}");
+    assert_eq!(
+        sagas.iter().filter(|s| *s == "sg_answered").count(),
+        6,
+        "{sagas:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
