@@ -356,6 +356,62 @@ impl Executor {
     }
 }
 
+impl Executor {
+    /// What a saga's path holds at the least, without the executor: its (steps + 1)
+    /// durable journal writes (the header with the first intent; then each result with
+    /// the next intent; the last result) and its six calls, in sequence, with the same
+    /// journal and the same HTTP clients. A new saga id each run; the plan and its spec
+    /// are built before the clock starts.
+    pub(crate) async fn write_ahead_directly(&self) -> Duration {
+        let saga_id = self.new_saga_id();
+        let (plan, spec) = self.spec(&saga_id);
+        let invocations = forward_invocations(spec.clone());
+        let header = SagaHeader {
+            saga_id: saga_id.clone(),
+            plan_version: 1,
+            task_id: "t".into(),
+            context_id: "c".into(),
+            plan,
+            spec,
+        };
+        let trace_id = trace_id(&saga_id);
+        let started = Instant::now();
+        let first = Entry::Intent(invocations[0].clone());
+        self.journal
+            .inner
+            .begin(&header, std::slice::from_ref(&first))
+            .await
+            .expect("begin");
+        for (i, invocation) in invocations.iter().enumerate() {
+            let context = CallContext {
+                saga_id: saga_id.clone(),
+                step_id: header.spec.steps[i].id.clone(),
+                caused_by: None,
+                trace_id: trace_id.clone(),
+            };
+            let outcome = self.direct_invoker.invoke(invocation, &context).await;
+            self.calls_answered.fetch_add(1, Ordering::Relaxed);
+            assert!(
+                matches!(outcome, CallOutcome::Succeeded { .. }),
+                "{outcome:?}"
+            );
+            let mut entries = vec![Entry::Event(Event::Result {
+                target: invocation.target,
+                attempt: invocation.attempt,
+                outcome,
+                now_ms: 0,
+            })];
+            entries.extend(invocations.get(i + 1).cloned().map(Entry::Intent));
+            self.journal
+                .inner
+                .append(&saga_id, &entries)
+                .await
+                .expect("append");
+        }
+        started.elapsed()
+    }
+}
+
 /// The forward invocations the engine decides for `spec` when every call succeeds with
 /// the tool agents' fixed results (the pure engine, no I/O).
 fn forward_invocations(spec: SagaSpec) -> Vec<Invocation> {

@@ -4,7 +4,10 @@
 //! current with a status update and the `saga-ledger` artifact per step transition), both
 //! in the executor's one state file with one group commit.
 //! Prints throughput, added latency per step against calling the same tool agents
-//! directly, fsyncs (group commits) per step, and executor CPU per step.
+//! directly, fsyncs (group commits) per step, and executor CPU per step; and one saga
+//! alone against its (steps + 1) durable journal writes and six calls, priced two ways:
+//! from a write timed back to back, and as the same writes and calls made in sequence
+//! without the executor, paired run by run.
 //!
 //! The tool agents are the A2A SDK's JSON-RPC binding in front of a minimal handler, on
 //! their own runtime whose threads are named `tool-agent`, so the CPU they use can be read
@@ -172,6 +175,10 @@ pub(crate) struct Alone {
     pub(crate) direct: Vec<Duration>,
     /// Per pair: (saga − direct) / 6.
     pub(crate) added_per_step: Vec<Duration>,
+    /// The saga's durable writes and calls in sequence without the executor, one per run
+    /// (`Executor::write_ahead_directly`), and per run the saga's time over it.
+    pub(crate) write_ahead: Vec<Duration>,
+    pub(crate) over_write_ahead: Vec<f64>,
     pub(crate) commits: Commits,
     /// Summed over the sagas: where the driver waited, and the CPU the sagas used.
     pub(crate) waited: Waited,
@@ -179,13 +186,15 @@ pub(crate) struct Alone {
 }
 
 async fn alone(executor: &Arc<Executor>, route: Route, runs: usize) -> Alone {
-    let commits_before = Commits::now();
+    let mut commits = Commits(0);
     let (mut saga, mut direct, mut added_per_step) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut write_ahead, mut over_write_ahead) = (Vec::new(), Vec::new());
     let mut waited = Waited::default();
     let mut cpu = CpuUsed::default();
     for _ in 0..runs {
         let runner = executor.clone();
         let (cpu_before, waited_before) = (sample_cpu(), executor.stopwatches.read());
+        let commits_before = Commits::now();
         let started = Instant::now();
         tokio::spawn(async move { runner.run_saga(route).await })
             .await
@@ -203,16 +212,25 @@ async fn alone(executor: &Arc<Executor>, route: Route, runs: usize) -> Alone {
             .await
             .expect("direct calls");
         let direct_time = started.elapsed();
+        // The saga's commits only: the direct calls write nothing, and the saga's finish
+        // mark (off its path) has landed during them.
+        commits.0 += Commits::now().since(commits_before).0;
+        let runner = executor.clone();
+        let bare = tokio::spawn(async move { runner.write_ahead_directly().await })
+            .await
+            .expect("the write-ahead sequence");
+        write_ahead.push(bare);
+        over_write_ahead.push(saga_time.as_secs_f64() / bare.as_secs_f64());
         saga.push(saga_time);
         direct.push(direct_time);
         added_per_step.push(saga_time.saturating_sub(direct_time) / STEPS as u32);
     }
-    // The saga's commits only: the direct calls write nothing.
-    let commits = Commits::now().since(commits_before);
     Alone {
         saga,
         direct,
         added_per_step,
+        write_ahead,
+        over_write_ahead,
         commits,
         waited,
         cpu,
