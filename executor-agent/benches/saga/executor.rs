@@ -357,23 +357,29 @@ impl Executor {
 }
 
 impl Executor {
+    /// The header of a new saga journaled without an A2A task.
+    pub(crate) fn untasked_header(&self) -> SagaHeader {
+        let saga_id = self.new_saga_id();
+        let (plan, spec) = self.spec(&saga_id);
+        SagaHeader {
+            saga_id,
+            plan_version: 1,
+            task_id: "t".into(),
+            context_id: "c".into(),
+            plan,
+            spec,
+        }
+    }
+
     /// What a saga's path holds at the least, without the executor: its (steps + 1)
     /// durable journal writes (the header with the first intent; then each result with
     /// the next intent; the last result) and its six calls, in sequence, with the same
     /// journal and the same HTTP clients. A new saga id each run; the plan and its spec
     /// are built before the clock starts.
     pub(crate) async fn write_ahead_directly(&self) -> Duration {
-        let saga_id = self.new_saga_id();
-        let (plan, spec) = self.spec(&saga_id);
-        let invocations = forward_invocations(spec.clone());
-        let header = SagaHeader {
-            saga_id: saga_id.clone(),
-            plan_version: 1,
-            task_id: "t".into(),
-            context_id: "c".into(),
-            plan,
-            spec,
-        };
+        let header = self.untasked_header();
+        let saga_id = header.saga_id.clone();
+        let invocations = forward_invocations(header.spec.clone());
         let trace_id = trace_id(&saga_id);
         let started = Instant::now();
         let first = Entry::Intent(invocations[0].clone());

@@ -240,16 +240,8 @@ async fn alone(executor: &Arc<Executor>, route: Route, runs: usize) -> Alone {
 /// The time of one durable write when nothing else is writing: a journal append of an
 /// intent, and a task-store put of a saga's task as it stands mid-run.
 async fn single_writes(executor: &Arc<Executor>) -> (Vec<Duration>, Vec<Duration>) {
-    let saga_id = executor.new_saga_id();
-    let (plan, spec) = executor.spec(&saga_id);
-    let header = SagaHeader {
-        saga_id: saga_id.clone(),
-        plan_version: 1,
-        task_id: "t".into(),
-        context_id: "c".into(),
-        plan,
-        spec,
-    };
+    let header = executor.untasked_header();
+    let saga_id = header.saga_id.clone();
     executor
         .journal
         .inner
