@@ -375,12 +375,13 @@ impl Executor {
     /// durable journal writes (the header with the first intent; then each result with
     /// the next intent; the last result) and its six calls, in sequence, with the same
     /// journal and the same HTTP clients. A new saga id each run; the plan and its spec
-    /// are built before the clock starts.
-    pub(crate) async fn write_ahead_directly(&self) -> Duration {
+    /// are built before the clock starts. Returns the sequence's time, and each write's.
+    pub(crate) async fn write_ahead_directly(&self) -> (Duration, Vec<Duration>) {
         let header = self.untasked_header();
         let saga_id = header.saga_id.clone();
         let invocations = forward_invocations(header.spec.clone());
         let trace_id = trace_id(&saga_id);
+        let mut writes = Vec::with_capacity(invocations.len() + 1);
         let started = Instant::now();
         let first = Entry::Intent(invocations[0].clone());
         self.journal
@@ -388,6 +389,7 @@ impl Executor {
             .begin(&header, std::slice::from_ref(&first))
             .await
             .expect("begin");
+        writes.push(started.elapsed());
         for (i, invocation) in invocations.iter().enumerate() {
             let context = CallContext {
                 saga_id: saga_id.clone(),
@@ -408,13 +410,15 @@ impl Executor {
                 now_ms: 0,
             })];
             entries.extend(invocations.get(i + 1).cloned().map(Entry::Intent));
+            let write = Instant::now();
             self.journal
                 .inner
                 .append(&saga_id, &entries)
                 .await
                 .expect("append");
+            writes.push(write.elapsed());
         }
-        started.elapsed()
+        (started.elapsed(), writes)
     }
 }
 

@@ -179,6 +179,8 @@ pub(crate) struct Alone {
     /// (`Executor::write_ahead_directly`), and per run the saga's time over it.
     pub(crate) write_ahead: Vec<Duration>,
     pub(crate) over_write_ahead: Vec<f64>,
+    /// Each journal append of those sequences (the first write, with the header, apart).
+    pub(crate) appends_in_sequence: Vec<Duration>,
     pub(crate) commits: Commits,
     /// Summed over the sagas: where the driver waited, and the CPU the sagas used.
     pub(crate) waited: Waited,
@@ -189,6 +191,7 @@ async fn alone(executor: &Arc<Executor>, route: Route, runs: usize) -> Alone {
     let mut commits = Commits(0);
     let (mut saga, mut direct, mut added_per_step) = (Vec::new(), Vec::new(), Vec::new());
     let (mut write_ahead, mut over_write_ahead) = (Vec::new(), Vec::new());
+    let mut appends_in_sequence = Vec::new();
     let mut waited = Waited::default();
     let mut cpu = CpuUsed::default();
     for _ in 0..runs {
@@ -216,9 +219,10 @@ async fn alone(executor: &Arc<Executor>, route: Route, runs: usize) -> Alone {
         // mark (off its path) has landed during them.
         commits.0 += Commits::now().since(commits_before).0;
         let runner = executor.clone();
-        let bare = tokio::spawn(async move { runner.write_ahead_directly().await })
+        let (bare, writes) = tokio::spawn(async move { runner.write_ahead_directly().await })
             .await
             .expect("the write-ahead sequence");
+        appends_in_sequence.extend(writes.into_iter().skip(1));
         write_ahead.push(bare);
         over_write_ahead.push(saga_time.as_secs_f64() / bare.as_secs_f64());
         saga.push(saga_time);
@@ -231,6 +235,7 @@ async fn alone(executor: &Arc<Executor>, route: Route, runs: usize) -> Alone {
         added_per_step,
         write_ahead,
         over_write_ahead,
+        appends_in_sequence,
         commits,
         waited,
         cpu,
