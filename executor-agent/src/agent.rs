@@ -440,7 +440,7 @@ impl Executor {
                 if self.checked(&saga_id, &plan, &task).await?.is_none() {
                     return Ok(());
                 }
-                match self.slot_for(&task, &intake).await {
+                match self.slot_for(&saga_id, &plan, &task, &intake).await {
                     Some(permit) => permit,
                     None => return Ok(()),
                 }
@@ -505,8 +505,32 @@ impl Executor {
 
     /// A slot for the accepted plan of `task`, once one is free; `None` if the task was
     /// canceled meanwhile (the cancel ended it) or the executor stops (the task stays
-    /// `SUBMITTED`, and the next start takes its plan in again).
-    async fn slot_for(&self, task: &TaskHandle, intake: &Intake) -> Option<Permit> {
+    /// `SUBMITTED`, and the next start takes its plan in again), or if the same saga
+    /// already waits on another task (`task` was answered: pointed at that task when the
+    /// plan is the same, refused with `PLAN_CONFLICT` when it differs).
+    async fn slot_for(
+        &self,
+        saga_id: &str,
+        plan: &Value,
+        task: &TaskHandle,
+        intake: &Intake,
+    ) -> Option<Permit> {
+        if let Err(held) = intake.hold(saga_id, plan) {
+            match compare_with_accepted(&held.plan, plan) {
+                Resubmission::Identical => {
+                    let how = "already waits for a saga slot";
+                    self.point_to(task, &held.task_id, how).await;
+                    return None;
+                }
+                Resubmission::Conflict(violation) => {
+                    self.reject(task, &[violation]).await;
+                    return None;
+                }
+                // Another version of the saga: it meets the first when it begins, as it
+                // would a saga already begun.
+                Resubmission::Unrelated => {}
+            }
+        }
         let canceled = intake.waiting();
         let ahead = self.slots.waiting();
         // Whoever watches the task learns why nothing happens yet (a task canceled
@@ -550,16 +574,19 @@ impl Executor {
         };
         let compared = compare_with_accepted(&accepted.plan, plan);
         if compared == Resubmission::Identical && accepted.task_id != task.id() {
-            let text = format!(
-                "the same plan already runs as task {}: follow that task",
-                accepted.task_id
-            );
-            let data = json!({"existingTaskId": accepted.task_id});
-            let _ = task
-                .set_status(TaskState::Rejected, Some(agent_message(text, Some(data))))
-                .await;
+            self.point_to(task, &accepted.task_id, "already runs").await;
         }
         Ok(Some(compared))
+    }
+
+    /// Ends `task`, whose plan is the same as the one on `existing`, pointing at that
+    /// task: the plan runs once. `how` says what the plan does there.
+    async fn point_to(&self, task: &TaskHandle, existing: &str, how: &str) {
+        let text = format!("the same plan {how} as task {existing}: follow that task");
+        let data = json!({"existingTaskId": existing});
+        let _ = task
+            .set_status(TaskState::Rejected, Some(agent_message(text, Some(data))))
+            .await;
     }
 }
 
@@ -608,6 +635,14 @@ impl Agent for ExecutorAgent {
         {
             return Ok(Reply::Existing {
                 task_id: accepted.task_id,
+            });
+        }
+        // The same plan sent again while it waits for a slot, not begun yet.
+        if let Some(held) = self.taking_in.held(saga_id)
+            && compare_with_accepted(&held.plan, &plan) == Resubmission::Identical
+        {
+            return Ok(Reply::Existing {
+                task_id: held.task_id,
             });
         }
         Ok(Reply::Task)

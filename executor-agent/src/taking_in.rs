@@ -1,11 +1,14 @@
 //! Plans being taken in: from their task's creation until their saga is live (or the
 //! plan is answered otherwise). A cancel that arrives meanwhile must not mark the task
 //! canceled while its saga is about to begin: it drops a plan that still waits for a
-//! slot, and otherwise waits until the saga is live, to cancel it there.
+//! slot, and otherwise waits until the saga is live, to cancel it there. A plan waiting
+//! for a slot holds its saga id, as a begun saga does in the journal, so that the same
+//! plan sent again is pointed at its task instead of waiting a second time.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -18,10 +21,24 @@ enum Stage {
     Starting(watch::Receiver<()>),
 }
 
-/// Every plan being taken in, by task id.
+#[derive(Debug, Default)]
+struct Plans {
+    /// Every plan being taken in, by task id.
+    stages: HashMap<String, Stage>,
+    /// The plans that waited for a slot and are not begun yet, by saga id.
+    by_saga: HashMap<String, Held>,
+}
+
+/// A plan holding its saga id while it waits for a slot (and until its saga is begun).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Held {
+    pub task_id: String,
+    pub plan: Value,
+}
+
 #[derive(Debug, Default)]
 pub struct TakingIn {
-    plans: Mutex<HashMap<String, Stage>>,
+    plans: Mutex<Plans>,
     /// How many cancels wait for a saga being begun.
     cancels_waiting: watch::Sender<usize>,
 }
@@ -31,6 +48,8 @@ pub struct TakingIn {
 pub struct Intake {
     owner: Arc<TakingIn>,
     task_id: String,
+    /// The saga id this plan holds, once it waited for a slot.
+    holds: Mutex<Option<String>>,
     done: watch::Sender<()>,
 }
 
@@ -42,14 +61,23 @@ impl TakingIn {
         Intake {
             owner: self.clone(),
             task_id: task_id.to_owned(),
+            holds: Mutex::new(None),
             done,
         }
     }
 
+    /// The lock is held for a map operation at a time, so a poisoned one is taken as is.
+    fn plans(&self) -> MutexGuard<'_, Plans> {
+        self.plans.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn set(&self, task_id: &str, stage: Stage) {
-        if let Ok(mut plans) = self.plans.lock() {
-            plans.insert(task_id.to_owned(), stage);
-        }
+        self.plans().stages.insert(task_id.to_owned(), stage);
+    }
+
+    /// The plan that holds `saga_id` while it waits for a slot, if any.
+    pub fn held(&self, saga_id: &str) -> Option<Held> {
+        self.plans().by_saga.get(saga_id).cloned()
     }
 
     /// For a cancel of `task_id`: `true` if it dropped the plan, which waited for a slot
@@ -58,17 +86,16 @@ impl TakingIn {
     pub async fn cancel(&self, task_id: &str) -> bool {
         loop {
             let mut starting = {
-                let Ok(mut plans) = self.plans.lock() else {
-                    return false;
-                };
-                match plans.remove(task_id) {
+                let mut plans = self.plans();
+                match plans.stages.remove(task_id) {
                     None => return false,
                     Some(Stage::Waiting(token)) => {
                         token.cancel();
                         return true;
                     }
                     Some(Stage::Starting(watched)) => {
-                        plans.insert(task_id.to_owned(), Stage::Starting(watched.clone()));
+                        let stage = Stage::Starting(watched.clone());
+                        plans.stages.insert(task_id.to_owned(), stage);
                         watched
                     }
                 }
@@ -88,6 +115,25 @@ impl TakingIn {
 }
 
 impl Intake {
+    /// The plan (of `saga_id`) is to wait for a slot: it holds the saga id from now on.
+    /// `Err` with the plan that holds it already, on another task.
+    pub fn hold(&self, saga_id: &str, plan: &Value) -> Result<(), Held> {
+        let mut plans = self.owner.plans();
+        match plans.by_saga.get(saga_id) {
+            Some(other) if other.task_id != self.task_id => Err(other.clone()),
+            Some(_) => Ok(()),
+            None => {
+                let held = Held {
+                    task_id: self.task_id.clone(),
+                    plan: plan.clone(),
+                };
+                plans.by_saga.insert(saga_id.to_owned(), held);
+                *self.holds.lock().unwrap_or_else(|p| p.into_inner()) = Some(saga_id.to_owned());
+                Ok(())
+            }
+        }
+    }
+
     /// The plan waits for a slot; the token is cancelled if a cancel drops it.
     pub fn waiting(&self) -> CancellationToken {
         let token = CancellationToken::new();
@@ -95,14 +141,14 @@ impl Intake {
         token
     }
 
-    /// The wait is over with a slot: `false` if a cancel dropped the plan first.
+    /// The wait is over with a slot: `false` if a cancel dropped the plan first. The
+    /// plan holds its saga id until it drops, by when the journal holds it.
     pub fn slot_taken(&self) -> bool {
-        let Ok(mut plans) = self.owner.plans.lock() else {
-            return false;
-        };
-        match plans.get(&self.task_id) {
+        let mut plans = self.owner.plans();
+        match plans.stages.get(&self.task_id) {
             Some(Stage::Waiting(_)) => {
-                plans.insert(self.task_id.clone(), Stage::Starting(self.done.subscribe()));
+                let stage = Stage::Starting(self.done.subscribe());
+                plans.stages.insert(self.task_id.clone(), stage);
                 true
             }
             _ => false,
@@ -112,14 +158,23 @@ impl Intake {
 
 impl Drop for Intake {
     fn drop(&mut self) {
-        if let Ok(mut plans) = self.owner.plans.lock() {
-            plans.remove(&self.task_id);
+        let holds = self
+            .holds
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let mut plans = self.owner.plans();
+        plans.stages.remove(&self.task_id);
+        if let Some(saga_id) = holds {
+            plans.by_saga.remove(&saga_id);
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[tokio::test]
@@ -152,5 +207,42 @@ mod tests {
             !cancel.await.unwrap(),
             "then finds it live: not dropped here"
         );
+    }
+
+    #[test]
+    fn a_saga_id_is_held_by_the_first_plan_to_wait_until_its_intake_drops() {
+        let taking_in = Arc::new(TakingIn::default());
+        let (plan, other_plan) = (json!({"sagaId": "sg_1", "n": 1}), json!({"n": 2}));
+        let first = taking_in.start("t1");
+        assert_eq!(taking_in.held("sg_1"), None);
+        first.hold("sg_1", &plan).unwrap();
+        first.hold("sg_1", &plan).unwrap();
+        let holder = Held {
+            task_id: "t1".into(),
+            plan: plan.clone(),
+        };
+        assert_eq!(taking_in.held("sg_1"), Some(holder.clone()));
+
+        let second = taking_in.start("t2");
+        assert_eq!(second.hold("sg_1", &other_plan), Err(holder.clone()));
+        second.hold("sg_2", &other_plan).unwrap();
+        drop(second);
+        assert_eq!(taking_in.held("sg_2"), None);
+        assert_eq!(
+            taking_in.held("sg_1"),
+            Some(holder),
+            "a plan refused the saga id does not free it"
+        );
+
+        let _token = first.waiting();
+        assert!(first.slot_taken());
+        assert!(
+            taking_in.held("sg_1").is_some(),
+            "held while its saga is begun"
+        );
+        drop(first);
+        assert_eq!(taking_in.held("sg_1"), None);
+        let third = taking_in.start("t3");
+        third.hold("sg_1", &other_plan).unwrap();
     }
 }

@@ -1,8 +1,8 @@
 //! Saga slots in the executor as an A2A agent: accepted plans beyond `max_running_sagas`
 //! wait with their tasks `SUBMITTED` and run in the order they came; a saga waiting for a
 //! person gives its slot back; a waiting plan can be canceled, and one left waiting at a
-//! stop is taken in at the next start; a saga a person answered gets the next slot
-//! ahead of new plans. A cancel while a plan's saga is being begun waits
+//! stop is taken in at the next start, and one sent again gets its task back; a saga a
+//! person answered gets the next slot ahead of new plans. A cancel while a plan's saga is being begun waits
 //! for the saga, and unwinds it.
 
 mod common;
@@ -242,6 +242,42 @@ async fn a_saga_answered_by_a_person_gets_the_next_slot_before_a_plan_that_waite
         6,
         "{sagas:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_sent_again_while_it_waits_for_a_slot_gets_its_task_back() {
+    let setup = one_slot_held_at_the_sandbox().await;
+    send_now(&setup, plan(&setup, "sg_first")).await;
+    wait_until_the_sandbox_holds(&setup).await;
+    let waiting_plan = plan(&setup, "sg_waiting");
+    let waiting = send_now(&setup, waiting_plan.clone()).await;
+    until_waiting(&setup, 1).await;
+
+    // A client sending the plan again (after a timeout, say) gets the same task, and
+    // the plan does not wait a second time.
+    let again = send_now(&setup, waiting_plan).await;
+    assert_eq!(again.id, waiting.id);
+    assert_eq!(setup.executor.slots().waiting(), 1);
+    // The same saga with other content is refused at once, without waiting.
+    let later = chrono::Utc::now() + chrono::Duration::hours(2);
+    let refused =
+        tokio::time::timeout(WAIT, setup.send(plan_as(&setup, "sg_waiting", later), None))
+            .await
+            .expect("a conflicting plan is answered without waiting for a slot");
+    assert_eq!(refused.status.state, TaskState::Rejected);
+    let text = format!("{:?}", refused.status.message);
+    assert!(text.contains("PLAN_CONFLICT"), "{text}");
+    assert_eq!(setup.executor.slots().waiting(), 1);
+
+    release_the_sandbox(&setup);
+    until_finished(&setup, 2).await;
+    let task = task_of(&setup, &waiting.id).await;
+    assert_eq!(task.status.state, TaskState::Completed, "{:?}", task.status);
+    let keys: Vec<String> = effects_in_order(&setup.logs)
+        .into_iter()
+        .filter(|k| k.starts_with("sg_waiting:"))
+        .collect();
+    assert_eq!(keys.len(), 6, "every effect once: {keys:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
