@@ -109,11 +109,12 @@ impl Slots {
 
     /// A free slot, if there is one now (never while anyone waits).
     pub fn try_take(self: &Arc<Self>) -> Option<Permit> {
-        let mut lines = self.lines();
-        if lines.free == 0 {
-            return None;
-        }
-        lines.free -= 1;
+        self.take_free(&mut self.lines())
+    }
+
+    /// A free slot out of `lines`, if there is one.
+    fn take_free(self: &Arc<Self>, lines: &mut Lines) -> Option<Permit> {
+        lines.free = lines.free.checked_sub(1)?;
         Some(Permit {
             slots: Some(self.clone()),
         })
@@ -132,11 +133,8 @@ impl Slots {
     async fn wait_in_line(self: &Arc<Self>, begun: bool) -> Permit {
         let given = {
             let mut lines = self.lines();
-            if lines.free > 0 {
-                lines.free -= 1;
-                return Permit {
-                    slots: Some(self.clone()),
-                };
+            if let Some(permit) = self.take_free(&mut lines) {
+                return permit;
             }
             let (waiter, given) = oneshot::channel();
             lines.queue(waiter, begun, self.waiting());

@@ -6,7 +6,7 @@
 //! plan sent again is pointed at its task instead of waiting a second time.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::Value;
 use tokio::sync::watch;
@@ -49,7 +49,7 @@ pub struct Intake {
     owner: Arc<TakingIn>,
     task_id: String,
     /// The saga id this plan holds, once it waited for a slot.
-    holds: Mutex<Option<String>>,
+    holds: OnceLock<String>,
     done: watch::Sender<()>,
 }
 
@@ -61,7 +61,7 @@ impl TakingIn {
         Intake {
             owner: self.clone(),
             task_id: task_id.to_owned(),
-            holds: Mutex::new(None),
+            holds: OnceLock::new(),
             done,
         }
     }
@@ -128,7 +128,8 @@ impl Intake {
                     plan: plan.clone(),
                 };
                 plans.by_saga.insert(saga_id.to_owned(), held);
-                *self.holds.lock().unwrap_or_else(|p| p.into_inner()) = Some(saga_id.to_owned());
+                // A plan has one saga id, so it holds at most one.
+                let _ = self.holds.set(saga_id.to_owned());
                 Ok(())
             }
         }
@@ -158,15 +159,10 @@ impl Intake {
 
 impl Drop for Intake {
     fn drop(&mut self) {
-        let holds = self
-            .holds
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
         let mut plans = self.owner.plans();
         plans.stages.remove(&self.task_id);
-        if let Some(saga_id) = holds {
-            plans.by_saga.remove(&saga_id);
+        if let Some(saga_id) = self.holds.get() {
+            plans.by_saga.remove(saga_id);
         }
     }
 }

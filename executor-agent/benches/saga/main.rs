@@ -176,9 +176,8 @@ pub(crate) struct Alone {
     /// Per pair: (saga − direct) / 6.
     pub(crate) added_per_step: Vec<Duration>,
     /// The saga's durable writes and calls in sequence without the executor, one per run
-    /// (`Executor::write_ahead_directly`), and per run the saga's time over it.
+    /// (`Executor::write_ahead_directly`).
     pub(crate) write_ahead: Vec<Duration>,
-    pub(crate) over_write_ahead: Vec<f64>,
     /// Each journal append of those sequences (the first write, with the header, apart).
     pub(crate) appends_in_sequence: Vec<Duration>,
     pub(crate) commits: Commits,
@@ -190,7 +189,7 @@ pub(crate) struct Alone {
 async fn alone(executor: &Arc<Executor>, route: Route, runs: usize) -> Alone {
     let mut commits = Commits(0);
     let (mut saga, mut direct, mut added_per_step) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut write_ahead, mut over_write_ahead) = (Vec::new(), Vec::new());
+    let mut write_ahead = Vec::new();
     let mut appends_in_sequence = Vec::new();
     let mut waited = Waited::default();
     let mut cpu = CpuUsed::default();
@@ -224,7 +223,6 @@ async fn alone(executor: &Arc<Executor>, route: Route, runs: usize) -> Alone {
             .expect("the write-ahead sequence");
         appends_in_sequence.extend(writes.into_iter().skip(1));
         write_ahead.push(bare);
-        over_write_ahead.push(saga_time.as_secs_f64() / bare.as_secs_f64());
         saga.push(saga_time);
         direct.push(direct_time);
         added_per_step.push(saga_time.saturating_sub(direct_time) / STEPS as u32);
@@ -234,7 +232,6 @@ async fn alone(executor: &Arc<Executor>, route: Route, runs: usize) -> Alone {
         direct,
         added_per_step,
         write_ahead,
-        over_write_ahead,
         appends_in_sequence,
         commits,
         waited,
