@@ -19,7 +19,9 @@ pub mod tasks;
 pub use agent::{Agent, Reply, RequestContext, agent_message};
 pub use auth::{Caller, InboundAuth, JwtPolicy, mint_jwt};
 pub use card::{ServedCard, describe_auth, prepare_card};
-pub use client::{AgentClient, OutboundCall, baggage_header};
+pub use client::{
+    AgentClient, MAX_FETCHED_DOCUMENT_BYTES, OutboundCall, baggage_header, read_capped,
+};
 pub use error::{Error, Result};
 pub use server::{HostConfig, app, serve};
 pub use store::{MemoryTaskStore, SqliteTaskStore, TaskStore};

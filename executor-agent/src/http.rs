@@ -26,6 +26,62 @@ pub struct Admin {
     pub registry: Registry,
     /// Opens sessions with MCP servers to list their tools before registering them.
     pub mcp: Arc<McpInvoker>,
+    /// The hosts a registration may make the executor fetch from.
+    pub hosts: RegistrationHosts,
+}
+
+/// The hosts registrations may reach (`--allow-registration-host`): any, or a list of
+/// `host` (any port) and `host:port` entries.
+#[derive(Debug, Clone, Default)]
+pub struct RegistrationHosts {
+    allowed: Option<Vec<String>>,
+}
+
+impl RegistrationHosts {
+    /// Any host (the default; the executor logs that it is so).
+    pub fn any() -> Self {
+        Self { allowed: None }
+    }
+
+    /// Only these entries (`host` or `host:port`, compared without case).
+    pub fn only(entries: impl IntoIterator<Item = String>) -> Self {
+        Self {
+            allowed: Some(
+                entries
+                    .into_iter()
+                    .map(|e| e.to_ascii_lowercase())
+                    .collect(),
+            ),
+        }
+    }
+
+    pub fn is_any(&self) -> bool {
+        self.allowed.is_none()
+    }
+
+    /// Whether `url` may be fetched, or a sentence saying why not.
+    pub fn admits(&self, url: &str) -> std::result::Result<(), String> {
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(format!("{url:?} is not an http(s) URL"));
+        }
+        let Some(allowed) = &self.allowed else {
+            return Ok(());
+        };
+        let host = parsed.host_str().unwrap_or_default().to_ascii_lowercase();
+        let port = parsed.port_or_known_default().unwrap_or_default();
+        let with_port = format!("{host}:{port}");
+        if allowed
+            .iter()
+            .any(|entry| *entry == host || *entry == with_port)
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "registrations may not fetch from {with_port:?} (not among --allow-registration-host)"
+            ))
+        }
+    }
 }
 
 fn error(status: StatusCode, message: String) -> Response {
@@ -59,60 +115,95 @@ fn registered(result: crate::Result<RegisteredAgent>, caller: &Caller, what: &st
 }
 
 /// `POST /admin/cards`: the body is a signed agent card, or `{"url": BASE_URL}` to fetch
-/// the card from the agent's `/.well-known/agent-card.json`.
+/// the card from the agent's `/.well-known/agent-card.json` (no credential is sent, no
+/// redirect followed, at most `MAX_FETCHED_DOCUMENT_BYTES` read).
 async fn register(
     State(admin): State<Admin>,
     Extension(caller): Extension<Caller>,
     Json(body): Json<Value>,
 ) -> Response {
     let card = match body.get("url").and_then(Value::as_str) {
-        Some(url) if body.get("name").is_none() => match AgentClient::new(url) {
-            Ok(client) => match client.fetch_card().await {
-                Ok(card) => card,
-                Err(e) => {
-                    return error(
-                        StatusCode::BAD_GATEWAY,
-                        format!("cannot fetch the card: {e}"),
-                    );
-                }
-            },
-            Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
-        },
+        Some(url) if body.get("name").is_none() => {
+            if let Err(why) = admin.hosts.admits(url) {
+                return error(StatusCode::UNPROCESSABLE_ENTITY, why);
+            }
+            match AgentClient::new(url) {
+                Ok(client) => match client.fetch_card().await {
+                    Ok(card) => card,
+                    Err(e) => {
+                        tracing::warn!(url = ?url, error = ?e.to_string(), "cannot fetch a card to register");
+                        return error(
+                            StatusCode::BAD_GATEWAY,
+                            format!("cannot fetch the card: {e}"),
+                        );
+                    }
+                },
+                Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+            }
+        }
         _ => body,
     };
     registered(admin.registry.register(card).await, &caller, "card")
 }
 
-/// `POST /admin/mcp-servers`: `{"url": MCP_ENDPOINT, "manifest": SIGNED_MANIFEST}`. The
-/// executor opens a session with the server, lists its tools, and registers the server
-/// only if the manifest is curated and matches what the server declares.
+/// `POST /admin/mcp-servers`: `{"manifest": SIGNED_MANIFEST}`, optionally with `"url"`,
+/// which must then be the endpoint the manifest names. The manifest is verified first;
+/// only then does the executor open a session with the endpoint it names (with the
+/// credential of the agent it curates), list its tools, and register the server if they
+/// match. A peer's answer is never quoted back: the log has the reason.
 async fn register_mcp(
     State(admin): State<Admin>,
     Extension(caller): Extension<Caller>,
     Json(body): Json<Value>,
 ) -> Response {
-    let (Some(url), Some(manifest)) = (
-        body.get("url").and_then(Value::as_str),
-        body.get("manifest").filter(|m| m.is_object()),
-    ) else {
+    let Some(manifest) = body.get("manifest").filter(|m| m.is_object()) else {
         return error(
             StatusCode::BAD_REQUEST,
-            "the body must be {\"url\": MCP_ENDPOINT, \"manifest\": SIGNED_MANIFEST}".into(),
+            "the body must be {\"manifest\": SIGNED_MANIFEST} (and optionally \"url\": the endpoint it names)".into(),
         );
     };
-    let Some(agent) = manifest.get("agent").and_then(Value::as_str) else {
-        return error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "the manifest names no \"agent\"".into(),
-        );
+    let curated = match admin.registry.verify_manifest(manifest) {
+        Ok(curated) => curated,
+        Err(Error::Refused(why)) => return error(StatusCode::UNPROCESSABLE_ENTITY, why),
+        Err(e) => {
+            tracing::error!(error = ?e.to_string(), "manifest check failed");
+            return error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into());
+        }
     };
-    let listing = match admin.mcp.listing(agent, url).await {
+    match body.get("url") {
+        None => {}
+        Some(Value::String(url))
+            if url.trim_end_matches('/') == curated.url.trim_end_matches('/') => {}
+        Some(other) => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!(
+                    "the manifest names the endpoint {:?}, not {other}: the executor connects only to the endpoint the platform signed",
+                    curated.url
+                ),
+            );
+        }
+    }
+    if let Err(why) = admin.hosts.admits(&curated.url) {
+        return error(StatusCode::UNPROCESSABLE_ENTITY, why);
+    }
+    let listing = match admin.mcp.listing(&curated).await {
         Ok(listing) => listing,
-        Err(e) => return error(StatusCode::BAD_GATEWAY, e),
+        Err(why) => {
+            tracing::warn!(agent = ?curated.agent(), url = ?curated.url, error = ?why, "cannot list an MCP server's tools");
+            return error(
+                StatusCode::BAD_GATEWAY,
+                format!(
+                    "cannot list the tools of the MCP server at {:?} (the executor's log has the reason)",
+                    curated.url
+                ),
+            );
+        }
     };
-    let result = admin.registry.register_mcp(manifest.clone(), listing).await;
+    let agent = curated.agent().to_owned();
+    let result = admin.registry.register_mcp(curated, listing).await;
     if result.is_ok() {
-        admin.mcp.forget(agent).await;
+        admin.mcp.forget(&agent).await;
     }
     registered(result, &caller, "MCP server")
 }

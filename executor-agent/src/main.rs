@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
+use executor_agent::http::RegistrationHosts;
 use executor_agent::report::{GATHER_PROGRESS, MAX_GATHER};
 use executor_agent::service::{Settings, build};
 
@@ -88,6 +89,10 @@ struct Args {
     #[arg(long, default_value_t = DEFAULT_MAX_RUNNING_SAGAS, value_name = "N",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     max_running_sagas: usize,
+    /// A host (`NAME`, any port) or `NAME:PORT` that `POST /admin/cards {"url": …}` and
+    /// MCP registrations may fetch from. Repeatable; without it, any host (logged at start).
+    #[arg(long = "allow-registration-host", value_name = "HOST[:PORT]")]
+    allow_registration_hosts: Vec<String>,
     /// Crash-test fault injection: stop after this many durable journal writes.
     #[arg(long, hide = true)]
     pause_after_journal_writes: Option<u64>,
@@ -199,6 +204,11 @@ async fn main() -> anyhow::Result<()> {
             pause_after_journal_writes: args.pause_after_journal_writes,
             gather_progress: Duration::from_millis(args.gather_progress_ms),
             max_running_sagas: args.max_running_sagas,
+            registration_hosts: if args.allow_registration_hosts.is_empty() {
+                RegistrationHosts::any()
+            } else {
+                RegistrationHosts::only(args.allow_registration_hosts)
+            },
         },
         shutdown.clone(),
     )?;

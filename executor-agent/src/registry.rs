@@ -94,6 +94,24 @@ pub struct McpListing {
     pub tools: Vec<Value>,
 }
 
+/// An MCP manifest whose signature and endpoint checked out; the only thing the executor
+/// opens an MCP session from.
+#[derive(Debug, Clone)]
+pub struct CuratedManifest {
+    pub manifest: McpManifest,
+    /// The endpoint the manifest names (`server.url`).
+    pub url: String,
+    /// The platform key that signed it.
+    pub signed_by: String,
+}
+
+impl CuratedManifest {
+    /// The agent id the manifest curates the server as.
+    pub fn agent(&self) -> &str {
+        &self.manifest.agent
+    }
+}
+
 /// The registry: verified cards in memory, persisted through group commit.
 #[derive(Debug, Clone)]
 pub struct Registry {
@@ -149,7 +167,7 @@ impl Registry {
         for (url, manifest, tools) in servers {
             accepted.push(
                 serde_json::from_str(&manifest)
-                    .and_then(|m| Ok((m, serde_json::from_str(&tools)?)))
+                    .and_then(|m: Value| Ok((m, serde_json::from_str(&tools)?)))
                     .map_err(|e| e.to_string())
                     .and_then(|(manifest, tools)| {
                         let listing = McpListing {
@@ -158,7 +176,8 @@ impl Registry {
                             tools,
                         };
                         registry
-                            .check_mcp(manifest, listing)
+                            .verify_manifest(&manifest)
+                            .and_then(|curated| registry.check_mcp(curated, listing))
                             .map_err(|e| e.to_string())
                     }),
             );
@@ -201,21 +220,59 @@ impl Registry {
         })
     }
 
-    /// Verifies an MCP manifest against what the server listed: trusted signature, the
-    /// server it names, and every curated tool's class and pinned recovery declaration.
-    /// `listing.server_name` is checked when given (registration), not when reloading.
-    pub fn check_mcp(&self, manifest: Value, listing: McpListing) -> Result<RegisteredAgent> {
+    /// Verifies an MCP manifest on its own, before anything is sent to its server: a
+    /// trusted signature, a well-formed manifest, and the endpoint it names. Only a
+    /// manifest that passes may decide where the executor sends a tool's credential.
+    pub fn verify_manifest(&self, manifest: &Value) -> Result<CuratedManifest> {
         let signed_by = self
             .platform_keys
-            .verify(&manifest)
+            .verify(manifest)
             .map_err(|e| Error::Refused(format!("the MCP manifest is not curated: {e}")))?;
-        let manifest = McpManifest::parse(&manifest).map_err(|e| Error::Refused(e.to_string()))?;
+        let parsed = McpManifest::parse(manifest).map_err(|e| Error::Refused(e.to_string()))?;
+        let url = parsed.server.url.clone().ok_or_else(|| {
+            Error::Refused(
+                "the MCP manifest names no server.url: the endpoint the executor sends the \
+                 tool's credential to must be signed with the manifest"
+                    .into(),
+            )
+        })?;
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(Error::Refused(format!(
+                "the MCP manifest's server.url {url:?} is not an http(s) URL"
+            )));
+        }
+        Ok(CuratedManifest {
+            manifest: parsed,
+            url,
+            signed_by,
+        })
+    }
+
+    /// Checks a verified manifest against what its server listed: the server it names,
+    /// and every curated tool's class and pinned recovery declaration.
+    /// `listing.server_name` is checked when given (registration), not when reloading.
+    pub fn check_mcp(
+        &self,
+        curated: CuratedManifest,
+        listing: McpListing,
+    ) -> Result<RegisteredAgent> {
+        let CuratedManifest {
+            manifest,
+            url,
+            signed_by,
+        } = curated;
+        if listing.url != url {
+            return Err(Error::Refused(format!(
+                "the tools were listed at {:?}, but the manifest names {url:?}",
+                listing.url
+            )));
+        }
         if let Some(name) = &listing.server_name
             && *name != manifest.server.name
         {
             return Err(Error::Refused(format!(
-                "the manifest is for the MCP server {:?}, but {} is {name:?}",
-                manifest.server.name, listing.url
+                "the manifest is for the MCP server {:?}, but {url} is {name:?}",
+                manifest.server.name
             )));
         }
         let declarations = manifest
@@ -224,7 +281,7 @@ impl Registry {
         Ok(RegisteredAgent {
             name: manifest.agent.clone(),
             signed_by,
-            url: Some(listing.url),
+            url: Some(url),
             kind: AgentKind::Mcp {
                 manifest,
                 tools: listing.tools,
@@ -259,10 +316,10 @@ impl Registry {
     /// server listed; durable when it returns.
     pub async fn register_mcp(
         &self,
-        manifest: Value,
+        curated: CuratedManifest,
         listing: McpListing,
     ) -> Result<RegisteredAgent> {
-        let agent = self.check_mcp(manifest, listing)?;
+        let agent = self.check_mcp(curated, listing)?;
         self.persist(&agent).await?;
         Ok(agent)
     }

@@ -48,6 +48,8 @@ pub struct Settings {
     pub gather_progress: Duration,
     /// How many sagas may act at once (`agent::DEFAULT_MAX_RUNNING_SAGAS` by default).
     pub max_running_sagas: usize,
+    /// The hosts a registration may make the executor fetch a card or a tool list from.
+    pub registration_hosts: crate::http::RegistrationHosts,
 }
 
 /// A built executor, ready to serve.
@@ -147,7 +149,16 @@ pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service>
         },
         tasks.clone(),
     );
-    let admin = crate::http::Admin { registry, mcp };
+    if settings.registration_hosts.is_any() {
+        tracing::info!(
+            "registrations may fetch cards and MCP tool lists from any host; restrict them with --allow-registration-host"
+        );
+    }
+    let admin = crate::http::Admin {
+        registry,
+        mcp,
+        hosts: settings.registration_hosts,
+    };
     let router = agent_host::app(&host, Arc::new(ExecutorAgent(executor.clone())), tasks)
         .merge(crate::http::routes(admin, admin_auth, planner_auth))
         .merge(crate::http::metrics_routes(executor.clone()));

@@ -37,6 +37,7 @@ async fn server() -> Server {
     let state = executor_agent::http::Admin {
         registry,
         mcp: Arc::default(),
+        hosts: Default::default(),
     };
     let routes = executor_agent::http::routes(state, admin, InboundAuth::Jwt(Arc::new(policy)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -74,22 +74,42 @@ fn manifest(harness: &Harness, listing: &McpListing, recovery: bool) -> Value {
     let mut manifest = json!({
         "agent": MCP_AGENT,
         "description": "The checkout MCP server",
-        "server": {"name": SERVER_NAME},
+        "server": {"name": SERVER_NAME, "url": listing.url},
         "tools": tools
     });
     harness.platform.sign_in_place(&mut manifest).unwrap();
     manifest
 }
 
+/// What the shop lists, read as a registration reads it: from the endpoint a verified
+/// (probe) manifest names, with the credential of the agent it curates.
+async fn list(harness: &Harness, shop: &RunningCheckout) -> McpListing {
+    let mut probe = json!({
+        "agent": MCP_AGENT,
+        "server": {"name": SERVER_NAME, "url": shop.mcp_url},
+        "tools": {"reserve_inventory": {"class": "retriable", "idempotent": true}}
+    });
+    harness.platform.sign_in_place(&mut probe).unwrap();
+    let curated = harness.registry.verify_manifest(&probe).unwrap();
+    harness.mcp.listing(&curated).await.unwrap()
+}
+
+/// Registers a manifest as the admin route does: verified first, then checked against
+/// `listing`.
+async fn register_signed(
+    harness: &Harness,
+    manifest: Value,
+    listing: McpListing,
+) -> executor_agent::Result<executor_agent::registry::RegisteredAgent> {
+    let curated = harness.registry.verify_manifest(&manifest)?;
+    harness.registry.register_mcp(curated, listing).await
+}
+
 /// Registers the shop with a manifest made from what it lists now.
 async fn register(harness: &Harness, shop: &RunningCheckout, recovery: bool) {
-    let listing = harness.mcp.listing(MCP_AGENT, &shop.mcp_url).await.unwrap();
+    let listing = list(harness, shop).await;
     let manifest = manifest(harness, &listing, recovery);
-    harness
-        .registry
-        .register_mcp(manifest, listing)
-        .await
-        .unwrap();
+    register_signed(harness, manifest, listing).await.unwrap();
 }
 
 fn step(id: &str, agent: &str, skill: &str, args: Value, harness: &Harness) -> Value {
@@ -326,15 +346,13 @@ async fn without_recovery_metadata_the_effects_stay_and_a_person_is_asked() {
 async fn a_server_whose_declaration_changed_after_signing_is_refused() {
     let harness = Harness::start(&[]).await;
     let shop = start_shop(RecoveryMode::Both).await;
-    let listing = harness.mcp.listing(MCP_AGENT, &shop.mcp_url).await.unwrap();
+    let listing = list(&harness, &shop).await;
     let signed = manifest(&harness, &listing, true);
 
     // At registration: the server already declares something else.
     shop.switches().set_variant(RecoveryVariant::Altered);
-    let changed = harness.mcp.listing(MCP_AGENT, &shop.mcp_url).await.unwrap();
-    let refused = harness
-        .registry
-        .register_mcp(signed.clone(), changed)
+    let changed = list(&harness, &shop).await;
+    let refused = register_signed(&harness, signed.clone(), changed)
         .await
         .unwrap_err();
     assert!(
@@ -345,11 +363,7 @@ async fn a_server_whose_declaration_changed_after_signing_is_refused() {
 
     // After registration: the executor checks again before its first call, and calls nothing.
     shop.switches().set_variant(RecoveryVariant::Curated);
-    harness
-        .registry
-        .register_mcp(signed, listing)
-        .await
-        .unwrap();
+    register_signed(&harness, signed, listing).await.unwrap();
     shop.switches().set_variant(RecoveryVariant::Altered);
     let steps = vec![
         reserve(&harness, "s0"),
@@ -371,7 +385,7 @@ async fn a_server_whose_declaration_changed_after_signing_is_refused() {
 async fn a_manifest_signed_by_an_unknown_key_or_naming_another_server_is_refused() {
     let harness = Harness::start(&[]).await;
     let shop = start_shop(RecoveryMode::Both).await;
-    let listing = harness.mcp.listing(MCP_AGENT, &shop.mcp_url).await.unwrap();
+    let listing = list(&harness, &shop).await;
     assert_eq!(listing.server_name.as_deref(), Some(SERVER_NAME));
     let session = McpSession::connect(
         &shop.mcp_url,
@@ -389,9 +403,7 @@ async fn a_manifest_signed_by_an_unknown_key_or_naming_another_server_is_refused
     let mut forged = manifest(&harness, &listing, true);
     let stranger = shared_types::SigningIdentity::from_seed([99; 32], Some("stranger".into()));
     stranger.sign_in_place(&mut forged).unwrap();
-    let refused = harness
-        .registry
-        .register_mcp(forged, listing.clone())
+    let refused = register_signed(&harness, forged, listing.clone())
         .await
         .unwrap_err();
     assert!(refused.to_string().contains("not curated"), "{refused}");
@@ -399,9 +411,7 @@ async fn a_manifest_signed_by_an_unknown_key_or_naming_another_server_is_refused
     let mut elsewhere = manifest(&harness, &listing, true);
     elsewhere["server"]["name"] = json!("some-other-server");
     harness.platform.sign_in_place(&mut elsewhere).unwrap();
-    let refused = harness
-        .registry
-        .register_mcp(elsewhere, listing)
+    let refused = register_signed(&harness, elsewhere, listing)
         .await
         .unwrap_err();
     assert!(

@@ -4,96 +4,12 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
 use agent_host::sdk::{SendMessageResponse, Task, TaskState};
 use agent_host::{AgentClient, OutboundCall, mint_jwt};
+use common::served::*;
 use common::*;
-use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
-use executor_agent::report::GATHER_PROGRESS;
-use executor_agent::service::{Settings, build};
 use serde_json::Value;
-use shared_types::{SigningIdentity, TrustStore};
-use tokio_util::sync::CancellationToken;
-
-const ADMIN_TOKEN: &str = "admin-token-for-security-tests";
-
-struct Served {
-    url: String,
-    planner: SigningIdentity,
-    logs: HashMap<String, Arc<Mutex<ToolLog>>>,
-    shutdown: CancellationToken,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
-
-async fn serve() -> Served {
-    let dir = tempfile::tempdir().unwrap();
-    let platform = SigningIdentity::from_seed([41; 32], Some("platform".into()));
-    let planner = SigningIdentity::from_seed([42; 32], Some("planner-1".into()));
-    let mut platform_keys = TrustStore::new();
-    platform_keys.add_jwk(&platform.public_jwk()).unwrap();
-    let (cards, logs) = start_tools(&[], &platform).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let shutdown = CancellationToken::new();
-    let service = build(
-        Settings {
-            data_dir: dir.path().join("data"),
-            executor_id: "executor".into(),
-            public_url: url.clone(),
-            platform_keys,
-            planners: vec![("planner-1".into(), planner.public_jwk())],
-            admin_token: ADMIN_TOKEN.into(),
-            credentials: AGENTS
-                .iter()
-                .map(|a| (a.to_string(), TOOL_TOKEN.to_owned()))
-                .collect(),
-            pause_after_journal_writes: None,
-            gather_progress: GATHER_PROGRESS,
-            max_running_sagas: DEFAULT_MAX_RUNNING_SAGAS,
-        },
-        shutdown.clone(),
-    )
-    .unwrap();
-    tokio::spawn(agent_host::serve(
-        listener,
-        service.router,
-        shutdown.clone(),
-    ));
-    let http = reqwest::Client::new();
-    for card in &cards {
-        let response = http
-            .post(format!("{url}/admin/cards"))
-            .bearer_auth(ADMIN_TOKEN)
-            .json(card)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 201);
-    }
-    Served {
-        url,
-        planner,
-        logs,
-        shutdown,
-        _dir: dir,
-    }
-}
-
-fn calls_seen(served: &Served) -> usize {
-    served
-        .logs
-        .values()
-        .map(|l| l.lock().unwrap().calls.len())
-        .sum()
-}
+use shared_types::SigningIdentity;
 
 async fn send(served: &Served, bearer: Option<String>, plan: Value) -> agent_host::Result<Task> {
     let call = OutboundCall {

@@ -53,6 +53,7 @@ async fn executor_with(
             pause_after_journal_writes: None,
             gather_progress: GATHER_PROGRESS,
             max_running_sagas: DEFAULT_MAX_RUNNING_SAGAS,
+            registration_hosts: Default::default(),
         },
         shutdown.clone(),
     )

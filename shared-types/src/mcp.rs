@@ -118,6 +118,10 @@ pub fn declared_recovery(tool: &Value) -> Result<Option<Value>, String> {
 pub struct ManifestServer {
     /// The server's `serverInfo.name`, checked when the executor connects.
     pub name: String,
+    /// The server's MCP endpoint. Signed with the rest, because it is the one address the
+    /// executor sends the tool's credential to; the executor refuses a manifest without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// One curated tool: its class and timing (as an agent card's skill declaration has

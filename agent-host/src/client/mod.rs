@@ -123,6 +123,32 @@ fn percent_encode(value: &str) -> String {
     out
 }
 
+/// The largest document (an agent card, an MCP tool list) read from another agent.
+pub const MAX_FETCHED_DOCUMENT_BYTES: usize = 1024 * 1024;
+
+/// Reads a response body of at most `max` bytes, refusing a longer one as soon as it is
+/// announced (`Content-Length`) or has arrived, so that a peer cannot make us hold more.
+pub async fn read_capped(
+    mut response: reqwest::Response,
+    max: usize,
+) -> std::result::Result<Vec<u8>, String> {
+    let too_long = || format!("the answer is longer than {max} bytes");
+    if response
+        .content_length()
+        .is_some_and(|announced| announced > max as u64)
+    {
+        return Err(too_long());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > max {
+            return Err(too_long());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// A client for one agent's JSON-RPC endpoint.
 pub struct AgentClient {
     base_url: String,
@@ -147,8 +173,11 @@ impl std::fmt::Debug for AgentClient {
 impl AgentClient {
     /// `base_url` is the agent's JSON-RPC interface URL (its card's `supportedInterfaces`).
     pub fn new(base_url: &str) -> Result<Self> {
+        // No redirects: a call carries a credential meant for this agent alone, and a card
+        // fetched for registration must come from the address that was asked for.
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| Error::Config(format!("cannot build an HTTP client: {e}")))?;
         let base_url = base_url.trim_end_matches('/').to_owned();
@@ -298,12 +327,16 @@ impl AgentClient {
             .map_err(|e| Error::Transport(format!("cannot fetch {url}: {e}")))?;
         if !response.status().is_success() {
             return Err(Error::Transport(format!(
-                "{url} answered {}",
-                response.status()
+                "{url} answered {}{}",
+                response.status(),
+                if response.status().is_redirection() {
+                    " (redirects are not followed)"
+                } else {
+                    ""
+                }
             )));
         }
-        let bytes = response
-            .bytes()
+        let bytes = read_capped(response, MAX_FETCHED_DOCUMENT_BYTES)
             .await
             .map_err(|e| Error::Transport(format!("cannot read {url}: {e}")))?;
         shared_types::json::parse_strict_bytes(&bytes)

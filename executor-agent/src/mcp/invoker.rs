@@ -10,7 +10,7 @@ use serde_json::Value;
 use shared_types::mcp::McpManifest;
 
 use super::{McpCallContext, McpSession};
-use crate::registry::{AgentKind, McpListing, RegisteredAgent};
+use crate::registry::{AgentKind, CuratedManifest, McpListing, RegisteredAgent};
 use crate::saga::{CallOutcome, Invocation};
 
 /// How long opening a session and listing tools may take.
@@ -33,10 +33,13 @@ impl McpInvoker {
         }
     }
 
-    /// Looks at a server before it is registered as `agent`: its name and raw tool list.
-    pub async fn listing(&self, agent: &str, url: &str) -> Result<McpListing, String> {
-        let session =
-            McpSession::connect(url, self.credentials.get(agent).cloned(), CONNECT_TIMEOUT).await?;
+    /// Looks at a server before it is registered: its name and raw tool list, read from
+    /// the endpoint the verified manifest names, with the credential of the agent it
+    /// curates. Nothing else decides where a credential goes.
+    pub async fn listing(&self, curated: &CuratedManifest) -> Result<McpListing, String> {
+        let url = curated.url.as_str();
+        let credential = self.credentials.get(curated.agent()).cloned();
+        let session = McpSession::connect(url, credential, CONNECT_TIMEOUT).await?;
         let tools = session.list_tools().await;
         let server_name = session.server_name();
         session.close().await;

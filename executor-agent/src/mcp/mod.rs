@@ -24,6 +24,9 @@ use shared_types::mcp::SAGA_META_KEY;
 use crate::saga::CallOutcome;
 use transport::{RawResults, SagaHttpClient};
 
+/// The largest answer to one MCP request (or one event of a stream) that is read.
+const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+
 /// JSON-RPC errors that prove the server refused a call before running the tool: parse
 /// error, invalid request, unknown method, invalid params (MCP's answer to an unknown tool).
 const REFUSED_BEFORE_ANY_EFFECT: [i32; 4] = [-32700, -32600, -32601, -32602];
@@ -74,14 +77,21 @@ impl McpSession {
         bearer: Option<String>,
         timeout: Duration,
     ) -> Result<Self, String> {
+        // No redirects: the credential is for the endpoint the curated manifest names.
         let http = reqwest::Client::builder()
             .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
         let client = SagaHttpClient::new(http);
         let raw = client.raw_results();
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
         config.auth_header = bearer;
+        // A tool's answer is bounded like every document read from a peer.
+        let config = config
+            .max_json_response_size(MAX_RESPONSE_BYTES)
+            .max_sse_event_size(MAX_RESPONSE_BYTES)
+            .max_error_response_size(4 * 1024);
         let transport = StreamableHttpClientTransport::with_client(client, config);
         let lifecycle = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],

@@ -19,6 +19,9 @@ use serde_json::Value;
 
 type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
 
+/// The largest `tools/list` answer read (the document a manifest is checked against).
+const MAX_TOOL_LIST_BYTES: usize = agent_host::MAX_FETCHED_DOCUMENT_BYTES;
+
 /// Raw `tools/list` results by JSON-RPC request id (its JSON text).
 pub type RawResults = Arc<Mutex<HashMap<String, Value>>>;
 
@@ -126,7 +129,10 @@ impl SagaHttpClient {
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.starts_with("application/json"));
-        let body = response.text().await.map_err(StreamableHttpError::Client)?;
+        let body = agent_host::read_capped(response, MAX_TOOL_LIST_BYTES)
+            .await
+            .map_err(|why| StreamableHttpError::UnexpectedServerResponse(why.into()))?;
+        let body = String::from_utf8_lossy(&body);
         let answer = messages_in(&body, is_json)
             .into_iter()
             .find(|m| m.get("id") == Some(&id) && m.get("method").is_none())

@@ -115,6 +115,9 @@ async fn start(
         1,
     )
     .await?;
+    // The endpoint is signed with the manifest: the only address the executor sends the
+    // shop's credential to.
+    manifest["server"]["url"] = json!(mcp_url);
     platform
         .sign_in_place(&mut manifest)
         .map_err(|e| Failure::unusable(e.to_string()))?;

@@ -1,0 +1,248 @@
+//! Registration attacked over HTTP, against a running executor: an admin request may make
+//! the executor fetch a card or list an MCP server, so whoever holds the admin token (or
+//! steals it) must not be able to steer a tool's credential, a redirect or an oversize
+//! document at it. Each hostile endpoint here is a real server on loopback that records
+//! every request it is sent.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use common::TOOL_TOKEN;
+use common::served::*;
+use executor_agent::http::RegistrationHosts;
+use serde_json::{Value, json};
+
+/// What a hostile endpoint was sent: the path and the `Authorization` header, if any.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    path: String,
+    authorization: Option<String>,
+}
+
+/// How a hostile endpoint answers every request.
+#[derive(Clone)]
+enum Answer {
+    /// 500 with a body the executor must not quote.
+    Error(&'static str),
+    /// 302 to another address.
+    Redirect(String),
+    /// 200 with a JSON document of about this many bytes.
+    Huge(usize),
+}
+
+#[derive(Clone)]
+struct Catcher {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    answer: Answer,
+}
+
+async fn catch(State(catcher): State<Catcher>, request: Request) -> Response {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    catcher.seen.lock().unwrap().push(Seen {
+        path: request.uri().path().to_owned(),
+        authorization,
+    });
+    match catcher.answer {
+        Answer::Error(body) => (StatusCode::INTERNAL_SERVER_ERROR, body).into_response(),
+        Answer::Redirect(to) => {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::LOCATION, to.parse().unwrap());
+            (StatusCode::FOUND, headers).into_response()
+        }
+        Answer::Huge(bytes) => {
+            let filler = "x".repeat(bytes);
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                json!({"name": "huge", "filler": filler}).to_string(),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// Starts a hostile endpoint; returns its base URL and what it is sent.
+async fn catcher(answer: Answer) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let app = Router::new().fallback(catch).with_state(Catcher {
+        seen: seen.clone(),
+        answer,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, seen)
+}
+
+async fn admin_post(served: &Served, path: &str, body: &Value) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(format!("{}{path}", served.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// A manifest curating `agent`'s MCP server at `url`, signed by the platform key the
+/// executor trusts.
+fn signed_manifest(served: &Served, agent: &str, url: &str) -> Value {
+    let mut manifest = json!({
+        "agent": agent,
+        "server": {"name": "checkout-mcp", "url": url},
+        "tools": {"charge_payment": {"class": "retriable", "idempotent": true}}
+    });
+    served.platform.sign_in_place(&mut manifest).unwrap();
+    manifest
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsigned_manifest_makes_the_executor_send_nothing_anywhere() {
+    let served = serve().await;
+    let (url, seen) = catcher(Answer::Error("not an MCP server")).await;
+    let (status, body) = admin_post(
+        &served,
+        "/admin/mcp-servers",
+        &json!({"url": format!("{url}/mcp"), "manifest": {"agent": "payments",
+            "server": {"name": "x", "url": format!("{url}/mcp")},
+            "tools": {"charge": {"class": "retriable"}}}}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("not curated"), "{body}");
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_manifest_sends_the_credential_only_to_the_endpoint_it_names() {
+    let served = serve().await;
+    let (named, named_seen) = catcher(Answer::Error("SECRET-PEER-TEXT")).await;
+    let (other, other_seen) = catcher(Answer::Error("SECRET-PEER-TEXT")).await;
+    let manifest = signed_manifest(&served, "payments", &format!("{named}/mcp"));
+
+    // Another URL beside a signed manifest: refused before anything is sent.
+    let (status, body) = admin_post(
+        &served,
+        "/admin/mcp-servers",
+        &json!({"url": format!("{other}/mcp"), "manifest": manifest}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("the manifest names the endpoint"), "{body}");
+    assert!(other_seen.lock().unwrap().is_empty());
+    assert!(named_seen.lock().unwrap().is_empty());
+
+    // A manifest without an endpoint: refused, nothing sent.
+    let mut unnamed = json!({"agent": "payments", "server": {"name": "checkout-mcp"},
+        "tools": {"charge_payment": {"class": "retriable"}}});
+    served.platform.sign_in_place(&mut unnamed).unwrap();
+    let (status, body) = admin_post(
+        &served,
+        "/admin/mcp-servers",
+        &json!({"url": format!("{other}/mcp"), "manifest": unnamed}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("server.url"), "{body}");
+    assert!(other_seen.lock().unwrap().is_empty());
+
+    // The endpoint the platform signed gets the credential of the agent it curates, and
+    // its answer is not quoted back.
+    let (status, body) = admin_post(
+        &served,
+        "/admin/mcp-servers",
+        &json!({"manifest": manifest}),
+    )
+    .await;
+    assert_eq!(status, 502, "{body}");
+    assert!(!body.contains("SECRET-PEER-TEXT"), "{body}");
+    let seen = named_seen.lock().unwrap().clone();
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter().all(|s| s.path == "/mcp"
+            && s.authorization.as_deref() == Some(&format!("Bearer {TOOL_TOKEN}"))),
+        "{seen:?}"
+    );
+    assert!(other_seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_fetches_follow_no_redirect() {
+    let served = serve().await;
+    let (target, target_seen) = catcher(Answer::Error("elsewhere")).await;
+    let (card_url, card_seen) = catcher(Answer::Redirect(format!(
+        "{target}/.well-known/agent-card.json"
+    )))
+    .await;
+    let (status, body) = admin_post(&served, "/admin/cards", &json!({"url": card_url})).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("redirects are not followed"), "{body}");
+    assert_eq!(card_seen.lock().unwrap().len(), 1);
+
+    let (mcp_url, mcp_seen) = catcher(Answer::Redirect(format!("{target}/mcp"))).await;
+    let manifest = signed_manifest(&served, "payments", &format!("{mcp_url}/mcp"));
+    let (status, body) = admin_post(
+        &served,
+        "/admin/mcp-servers",
+        &json!({"manifest": manifest}),
+    )
+    .await;
+    assert_eq!(status, 502, "{body}");
+    assert!(!mcp_seen.lock().unwrap().is_empty());
+    assert!(
+        target_seen.lock().unwrap().is_empty(),
+        "a redirect was followed: {:?}",
+        target_seen.lock().unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversize_card_is_refused_without_reading_it_whole() {
+    let served = serve().await;
+    let (url, _) = catcher(Answer::Huge(4 * 1024 * 1024)).await;
+    let (status, body) = admin_post(&served, "/admin/cards", &json!({"url": url})).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("longer than 1048576 bytes"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registrations_reach_only_the_allowed_hosts() {
+    let served = serve_with(RegistrationHosts::only(["localhost".to_owned()])).await;
+    let (url, seen) = catcher(Answer::Error("should not be reached")).await;
+    let (status, body) = admin_post(&served, "/admin/cards", &json!({"url": url})).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("--allow-registration-host"), "{body}");
+    let manifest = signed_manifest(&served, "payments", &format!("{url}/mcp"));
+    let (status, body) = admin_post(
+        &served,
+        "/admin/mcp-servers",
+        &json!({"manifest": manifest}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(seen.lock().unwrap().is_empty());
+
+    // The same server under an allowed name is fetched.
+    let port = url.rsplit(':').next().unwrap();
+    let (status, body) = admin_post(
+        &served,
+        "/admin/cards",
+        &json!({"url": format!("http://localhost:{port}")}),
+    )
+    .await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
