@@ -392,14 +392,16 @@ impl Executor {
             )),
         };
         if let Err(e) = outcome {
+            let text = match e {
+                Error::Refused(_) | Error::Spec(_) => format!("the plan could not be run: {e}"),
+                // What the journal or the disk said is for the operator, not the caller.
+                Error::Journal(_) => {
+                    tracing::error!(task = ?task.id(), error = ?e.to_string(), "a plan could not be run");
+                    "the plan could not be run: the executor failed to record it (its log has the reason, under this task's id)".to_owned()
+                }
+            };
             let _ = task
-                .set_status(
-                    TaskState::Failed,
-                    Some(agent_message(
-                        format!("the plan could not be run: {e}"),
-                        None,
-                    )),
-                )
+                .set_status(TaskState::Failed, Some(agent_message(text, None)))
                 .await;
         }
     }
@@ -464,6 +466,10 @@ impl Executor {
                 // The same plan, sent again, may have begun on another task meanwhile.
                 Err(e) => match self.already_runs(&saga_id, &header.plan, &task).await? {
                     Some(Resubmission::Identical) => return Ok(()),
+                    Some(Resubmission::Conflict(violation)) => {
+                        self.reject(&task, &[violation]).await;
+                        return Ok(());
+                    }
                     _ => return Err(e),
                 },
             };
@@ -487,10 +493,14 @@ impl Executor {
         let validator = PlanValidator::new(catalog.clone(), self.config.planner_keys.clone())
             .map_err(|e| Error::Refused(e.to_string()))?;
         let mut conflict = None;
-        match self.already_runs(saga_id, plan, task).await? {
-            Some(Resubmission::Identical) => return Ok(None),
-            Some(Resubmission::Conflict(v)) => conflict = Some(v),
-            _ => {}
+        // Only a plan a trusted planner signed is compared with the sagas there are: an
+        // unverified one learns nothing of them, and gets no task but its own.
+        if self.config.planner_keys.verify(plan).is_ok() {
+            match self.already_runs(saga_id, plan, task).await? {
+                Some(Resubmission::Identical) => return Ok(None),
+                Some(Resubmission::Conflict(v)) => conflict = Some(v),
+                _ => {}
+            }
         }
         let report = validator.validate(plan, chrono::Utc::now());
         let mut violations = report.violations;
@@ -526,8 +536,6 @@ impl Executor {
                     self.reject(task, &[violation]).await;
                     return None;
                 }
-                // Another version of the saga: it meets the first when it begins, as it
-                // would a saga already begun.
                 Resubmission::Unrelated => {}
             }
         }
@@ -630,6 +638,11 @@ impl Agent for ExecutorAgent {
             .get("sagaId")
             .and_then(Value::as_str)
             .unwrap_or_default();
+        // An existing task is answered only to a plan a trusted planner signed; anything
+        // else gets a task of its own, which validation then refuses.
+        if self.config.planner_keys.verify(&plan).is_err() {
+            return Ok(Reply::Task);
+        }
         if let Ok(Some(accepted)) = self.config.journal.header(saga_id).await
             && compare_with_accepted(&accepted.plan, &plan) == Resubmission::Identical
         {

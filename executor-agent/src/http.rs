@@ -96,7 +96,7 @@ fn error(status: StatusCode, message: String) -> Response {
 fn registered(result: crate::Result<RegisteredAgent>, caller: &Caller, what: &str) -> Response {
     match result {
         Ok(agent) => {
-            tracing::info!(agent = %agent.name, by = %caller.id, "{what} registered");
+            tracing::info!(agent = ?agent.name, by = ?caller.id, "{what} registered");
             (
                 StatusCode::CREATED,
                 Json(

@@ -4,42 +4,11 @@
 
 mod common;
 
-use agent_host::sdk::{SendMessageResponse, Task, TaskState};
-use agent_host::{AgentClient, OutboundCall, mint_jwt};
+use agent_host::mint_jwt;
+use agent_host::sdk::TaskState;
 use common::served::*;
-use common::*;
 use serde_json::Value;
 use shared_types::SigningIdentity;
-
-async fn send(served: &Served, bearer: Option<String>, plan: Value) -> agent_host::Result<Task> {
-    let call = OutboundCall {
-        bearer,
-        ..OutboundCall::default()
-    };
-    let client = AgentClient::new(&served.url).unwrap();
-    match client.send(&call, &data_message(plan, None)).await? {
-        SendMessageResponse::Task(task) => Ok(task),
-        other => panic!("expected a task, got {other:?}"),
-    }
-}
-
-/// The reason of a request refused with 401.
-fn refusal(result: agent_host::Result<Task>) -> String {
-    match result {
-        Err(agent_host::Error::Protocol(e)) if e.code == 401 => e.message,
-        other => panic!("expected a 401, got {other:?}"),
-    }
-}
-
-fn planner_jwt(served: &Served, audience: &str) -> Option<String> {
-    Some(mint_jwt(&served.planner, "planner-1", audience, 60).unwrap())
-}
-
-fn signed_by(who: &SigningIdentity, path: &str) -> Value {
-    let mut plan = read(path);
-    who.sign_in_place(&mut plan).unwrap();
-    plan
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_planner_jwt_for_this_executor_may_submit_a_plan() {

@@ -318,7 +318,7 @@ fn log_stops(shown: &[Command], saga: &Saga, task_id: &str) {
     for command in shown {
         match command {
             Command::Pause { reason } => tracing::warn!(
-                saga = %saga.spec.saga_id, task = %task_id, %reason,
+                saga = %saga.spec.saga_id, task = %task_id, ?reason,
                 "the saga waits for a person: answer on its task with a resolution (sagaplane task resolve)"
             ),
             Command::Finish { ending, .. } => tracing::debug!(

@@ -11,7 +11,11 @@ use executor_agent::service::{Settings, build};
 use shared_types::{SigningIdentity, TrustStore};
 use tokio_util::sync::CancellationToken;
 
-use super::{AGENTS, TOOL_TOKEN, ToolLog, start_tools};
+use agent_host::sdk::{SendMessageResponse, Task};
+use agent_host::{AgentClient, OutboundCall, mint_jwt};
+use serde_json::Value;
+
+use super::{AGENTS, TOOL_TOKEN, ToolLog, data_message, read, start_tools};
 
 pub const ADMIN_TOKEN: &str = "admin-token-for-security-tests";
 
@@ -20,6 +24,8 @@ pub struct Served {
     pub planner: SigningIdentity,
     pub platform: SigningIdentity,
     pub logs: HashMap<String, Arc<Mutex<ToolLog>>>,
+    /// The signed cards registered, in `AGENTS` order.
+    pub cards: Vec<serde_json::Value>,
     pub shutdown: CancellationToken,
     _dir: tempfile::TempDir,
 }
@@ -87,6 +93,7 @@ pub async fn serve_with(hosts: RegistrationHosts) -> Served {
         planner,
         platform,
         logs,
+        cards,
         shutdown,
         _dir: dir,
     }
@@ -98,4 +105,38 @@ pub fn calls_seen(served: &Served) -> usize {
         .values()
         .map(|l| l.lock().unwrap().calls.len())
         .sum()
+}
+
+pub async fn send(
+    served: &Served,
+    bearer: Option<String>,
+    plan: Value,
+) -> agent_host::Result<Task> {
+    let call = OutboundCall {
+        bearer,
+        ..OutboundCall::default()
+    };
+    let client = AgentClient::new(&served.url).unwrap();
+    match client.send(&call, &data_message(plan, None)).await? {
+        SendMessageResponse::Task(task) => Ok(task),
+        other => panic!("expected a task, got {other:?}"),
+    }
+}
+
+/// The reason of a request refused with 401.
+pub fn refusal(result: agent_host::Result<Task>) -> String {
+    match result {
+        Err(agent_host::Error::Protocol(e)) if e.code == 401 => e.message,
+        other => panic!("expected a 401, got {other:?}"),
+    }
+}
+
+pub fn planner_jwt(served: &Served, audience: &str) -> Option<String> {
+    Some(mint_jwt(&served.planner, "planner-1", audience, 60).unwrap())
+}
+
+pub fn signed_by(who: &SigningIdentity, path: &str) -> Value {
+    let mut plan = read(path);
+    who.sign_in_place(&mut plan).unwrap();
+    plan
 }

@@ -699,22 +699,35 @@ fn sort_violations(violations: &mut [Violation], plan: Option<&Plan>) {
     violations.sort_by_key(|v| (position(v), v.code));
 }
 
-/// How a received plan relates to one already accepted with the same saga id and version.
+/// How a received plan relates to one already accepted with the same saga id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resubmission {
     /// Same content (signatures aside): return the existing task.
     Identical,
-    /// Same `sagaId` and `planVersion`, different content.
+    /// Same `sagaId`, and different content or another `planVersion`.
     Conflict(Violation),
-    /// Another saga or another version.
+    /// Another saga.
     Unrelated,
 }
 
 /// Compares a received plan with an accepted one (`PLAN_CONFLICT`).
 pub fn compare_with_accepted(accepted: &Value, received: &Value) -> Resubmission {
-    let identity = |v: &Value| (v.get("sagaId").cloned(), v.get("planVersion").cloned());
-    if identity(accepted) != identity(received) {
+    if accepted.get("sagaId") != received.get("sagaId") {
         return Resubmission::Unrelated;
+    }
+    let saga = received.get("sagaId").unwrap_or(&Value::Null);
+    let (was, is) = (accepted.get("planVersion"), received.get("planVersion"));
+    if was != is {
+        // A saga id carries one plan for good: its steps' idempotency keys name the saga,
+        // not the version, so a second version would reuse the first one's keys.
+        return Resubmission::Conflict(Violation {
+            code: ViolationCode::PlanConflict,
+            step: None,
+            message: format!(
+                "saga {saga} already has a plan (version {}); a saga id carries one plan for good, so sign the new plan under a new sagaId",
+                was.unwrap_or(&Value::Null)
+            ),
+        });
     }
     match (signing_payload(accepted), signing_payload(received)) {
         (Ok(a), Ok(b)) if a == b => Resubmission::Identical,
@@ -722,9 +735,8 @@ pub fn compare_with_accepted(accepted: &Value, received: &Value) -> Resubmission
             code: ViolationCode::PlanConflict,
             step: None,
             message: format!(
-                "saga {} version {} was already accepted with different content; submit a new planVersion",
-                received.get("sagaId").unwrap_or(&Value::Null),
-                received.get("planVersion").unwrap_or(&Value::Null)
+                "saga {saga} version {} was already accepted with different content; sign the new plan under a new sagaId",
+                is.unwrap_or(&Value::Null)
             ),
         }),
     }

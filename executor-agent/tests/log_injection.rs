@@ -1,0 +1,79 @@
+//! Text from a plan cannot forge a record of the executor's log: a pointer carrying a
+//! newline and a whole fake record reaches the log of a running executor (through the
+//! same writer the binaries log with) as one escaped line.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use agent_host::process::OneRecordPerLine;
+use agent_host::sdk::TaskState;
+use common::served::*;
+use serde_json::json;
+
+const FORGED: &str = "2026-12-01T00:00:00.000000Z  INFO executor_agent::http: card registered agent=\"payments\" by=\"admin\"";
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newline_in_a_pointer_does_not_forge_a_log_record() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    tracing_subscriber::fmt()
+        .with_writer(move || OneRecordPerLine::new(writer.clone(), false))
+        .with_ansi(false)
+        .init();
+    let served = serve().await;
+
+    // The sandbox's card declares no output schema (allowed, with a warning), so the
+    // pointer can only fail when the saga binds it, after the pivot: a person is asked.
+    let mut card = served.cards[2].clone();
+    card.as_object_mut().unwrap().remove("signatures");
+    let skills = card
+        .pointer_mut("/capabilities/extensions/0/params/skills")
+        .unwrap();
+    skills["sandbox.provision"]
+        .as_object_mut()
+        .unwrap()
+        .remove("outputSchema");
+    served.platform.sign_in_place(&mut card).unwrap();
+    let registered = reqwest::Client::new()
+        .post(format!("{}/admin/cards", served.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&card)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 201);
+
+    let mut plan = common::read("examples/plans/supplier-onboarding.json");
+    plan["steps"][5]["args"]["login"] = json!(format!("$steps.s2.response.body#/login\n{FORGED}"));
+    served.planner.sign_in_place(&mut plan).unwrap();
+    let task = send(&served, planner_jwt(&served, "executor"), plan)
+        .await
+        .unwrap();
+    assert_eq!(task.status.state, TaskState::InputRequired, "{task:?}");
+
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        log.lines().all(|line| !line.starts_with(FORGED)),
+        "a forged record:\n{log}"
+    );
+    let pause = log
+        .lines()
+        .find(|l| l.contains("the saga waits for a person"))
+        .unwrap_or_else(|| panic!("no pause in the log:\n{log}"));
+    assert!(pause.contains("login\\n2026-12-01T00:00:00"), "{pause}");
+}
