@@ -141,10 +141,18 @@ fn resubmission_of_the_same_plan_is_identical() {
         compare_with_accepted(&accepted, &again),
         Resubmission::Identical
     );
+    // A saga id carries one plan: another version is a conflict that says what to do.
     let mut next = example();
     next["planVersion"] = json!(2);
+    let Resubmission::Conflict(v) = compare_with_accepted(&accepted, &next) else {
+        panic!("another version of a saga must conflict");
+    };
+    assert_eq!(v.code, ViolationCode::PlanConflict);
+    assert!(v.message.contains("new sagaId"), "{}", v.message);
+    let mut other = example();
+    other["sagaId"] = json!("sg_another");
     assert_eq!(
-        compare_with_accepted(&accepted, &next),
+        compare_with_accepted(&accepted, &other),
         Resubmission::Unrelated
     );
 }
