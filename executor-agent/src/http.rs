@@ -5,7 +5,7 @@
 
 use agent_host::auth::{InboundAuth, authenticate};
 use agent_host::{AgentClient, Caller};
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
@@ -19,6 +19,7 @@ use crate::agent::Executor;
 use crate::error::Error;
 use crate::mcp::invoker::McpInvoker;
 use crate::registry::{RegisteredAgent, Registry};
+use crate::registry_history::Registration;
 
 /// What the admin routes work with.
 #[derive(Debug, Clone)]
@@ -92,26 +93,81 @@ fn error(status: StatusCode, message: String) -> Response {
         .into_response()
 }
 
-/// The answer to a registration.
-fn registered(result: crate::Result<RegisteredAgent>, caller: &Caller, what: &str) -> Response {
+/// The answer to a registration, and its line in the log: a change to what may be undone
+/// is a warning, because it applies to the sagas accepted from now on only.
+fn registered(
+    result: crate::Result<(RegisteredAgent, Registration)>,
+    caller: &Caller,
+    what: &str,
+) -> Response {
     match result {
-        Ok(agent) => {
-            tracing::info!(agent = ?agent.name, by = ?caller.id, "{what} registered");
+        Ok((agent, registration)) => {
+            let summary: Vec<String> = registration
+                .changes
+                .iter()
+                .map(|c| format!("{} {}", c.skill, c.change))
+                .collect();
+            match registration.kind.as_str() {
+                "first" => {
+                    tracing::info!(agent = ?agent.name, by = ?caller.id, signed_by = ?agent.signed_by, "{what} registered")
+                }
+                "unchanged" => {
+                    tracing::info!(agent = ?agent.name, by = ?caller.id, "{what} registered again, declarations unchanged")
+                }
+                _ if registration
+                    .changes
+                    .iter()
+                    .any(|c| c.alters_reversibility()) =>
+                {
+                    tracing::warn!(agent = ?agent.name, by = ?caller.id, changes = ?summary,
+                        "{what} registered again with changed reversibility; sagas already accepted keep the declarations they were accepted with")
+                }
+                _ => {
+                    tracing::info!(agent = ?agent.name, by = ?caller.id, changes = ?summary, "{what} registered again with changed declarations")
+                }
+            }
             (
                 StatusCode::CREATED,
                 Json(
                     json!({"name": agent.name, "signedBy": agent.signed_by, "url": agent.url,
-                    "skills": agent.declarations.skills.keys().collect::<Vec<_>>()}),
+                    "skills": agent.declarations.skills.keys().collect::<Vec<_>>(),
+                    "registration": registration}),
                 ),
             )
                 .into_response()
         }
         Err(Error::Refused(reason)) => error(StatusCode::UNPROCESSABLE_ENTITY, reason),
         Err(e) => {
-            tracing::error!(error = %e, "registration failed");
+            tracing::error!(error = ?e.to_string(), "registration failed");
             error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
         }
     }
+}
+
+/// `GET /admin/registry-history[?agent=NAME][&limit=N]`: the newest registrations first
+/// (at most 1,000; 100 by default), each with who made it, when, and what it changed.
+async fn history(State(admin): State<Admin>, Query(query): Query<HistoryQuery>) -> Response {
+    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let registry = admin.registry.clone();
+    let agent = query.agent;
+    let read = tokio::task::spawn_blocking(move || registry.history(agent.as_deref(), limit)).await;
+    match read {
+        Ok(Ok(registrations)) => Json(json!({"registrations": registrations})).into_response(),
+        Ok(Err(e)) => {
+            tracing::error!(error = ?e.to_string(), "registry history failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
+        }
+        Err(e) => {
+            tracing::error!(error = ?e.to_string(), "registry history failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
+        }
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct HistoryQuery {
+    agent: Option<String>,
+    limit: Option<u32>,
 }
 
 /// `POST /admin/cards`: the body is a signed agent card, or `{"url": BASE_URL}` to fetch
@@ -143,7 +199,11 @@ async fn register(
         }
         _ => body,
     };
-    registered(admin.registry.register(card).await, &caller, "card")
+    registered(
+        admin.registry.register(card, &caller.id).await,
+        &caller,
+        "card",
+    )
 }
 
 /// `POST /admin/mcp-servers`: `{"manifest": SIGNED_MANIFEST}`, optionally with `"url"`,
@@ -201,7 +261,10 @@ async fn register_mcp(
         }
     };
     let agent = curated.agent().to_owned();
-    let result = admin.registry.register_mcp(curated, listing).await;
+    let result = admin
+        .registry
+        .register_mcp(curated, listing, &caller.id)
+        .await;
     if result.is_ok() {
         admin.mcp.forget(&agent).await;
     }
@@ -250,6 +313,7 @@ pub fn routes(admin: Admin, admin_auth: InboundAuth, planners: InboundAuth) -> R
     let admin_routes = Router::new()
         .route("/admin/cards", post(register))
         .route("/admin/mcp-servers", post(register_mcp))
+        .route("/admin/registry-history", get(history))
         .layer(from_fn_with_state(admin_auth, authenticate))
         .with_state(admin);
     let catalog_routes = Router::new()

@@ -12,6 +12,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod recovery;
 pub mod registry;
+pub mod registry_history;
 pub mod report;
 pub mod saga;
 pub mod service;

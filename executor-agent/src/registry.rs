@@ -17,6 +17,7 @@ use shared_types::mcp::McpManifest;
 use shared_types::{Catalog, CatalogAgent, TrustStore};
 
 use crate::error::{Error, Result};
+use crate::registry_history::{self, Registration};
 
 /// One curated agent.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,6 +138,7 @@ impl Registry {
              CREATE TABLE IF NOT EXISTS mcp_servers (name TEXT PRIMARY KEY, url TEXT NOT NULL,
                manifest TEXT NOT NULL, tools TEXT NOT NULL);",
         )?;
+        db.prepare(registry_history::SCHEMA)?;
         let reader = open_connection(db.path(), "registry")?;
         let unreadable = |e: rusqlite::Error| Error::Journal(e.to_string());
         let cards: Vec<String> = reader
@@ -305,11 +307,12 @@ impl Registry {
         self.generation.load(Ordering::SeqCst)
     }
 
-    /// Registers (or replaces) a card once it checks out; durable when it returns.
-    pub async fn register(&self, card: Value) -> Result<RegisteredAgent> {
+    /// Registers (or replaces) a card once it checks out, on behalf of `by`; durable, with
+    /// its record in the history, when it returns.
+    pub async fn register(&self, card: Value, by: &str) -> Result<(RegisteredAgent, Registration)> {
         let agent = self.check(card)?;
-        self.persist(&agent).await?;
-        Ok(agent)
+        let registration = self.persist(&agent, by).await?;
+        Ok((agent, registration))
     }
 
     /// Registers (or replaces) an MCP server once its manifest checks out against what the
@@ -318,13 +321,37 @@ impl Registry {
         &self,
         curated: CuratedManifest,
         listing: McpListing,
-    ) -> Result<RegisteredAgent> {
+        by: &str,
+    ) -> Result<(RegisteredAgent, Registration)> {
         let agent = self.check_mcp(curated, listing)?;
-        self.persist(&agent).await?;
-        Ok(agent)
+        let registration = self.persist(&agent, by).await?;
+        Ok((agent, registration))
     }
 
-    async fn persist(&self, agent: &RegisteredAgent) -> Result<()> {
+    /// The newest registrations first (at most `limit`), of `agent` or of every agent.
+    pub fn history(&self, agent: Option<&str>, limit: u32) -> Result<Vec<Registration>> {
+        let reader = open_connection(self.db.path(), "registry")?;
+        registry_history::read(&reader, agent, limit).map_err(|e| Error::Journal(e.to_string()))
+    }
+
+    async fn persist(&self, agent: &RegisteredAgent, by: &str) -> Result<Registration> {
+        let before = self.agent(&agent.name);
+        let changes = registry_history::diff(
+            before.as_deref().map(|a| &a.declarations),
+            &agent.declarations,
+        );
+        let kind = match (&before, changes.is_empty()) {
+            (None, _) => "first",
+            (Some(_), true) => "unchanged",
+            (Some(_), false) => "changed",
+        };
+        let registration = Registration {
+            at_ms: chrono::Utc::now().timestamp_millis(),
+            agent: agent.name.clone(),
+            by: by.to_owned(),
+            kind: kind.to_owned(),
+            changes,
+        };
         let row = match &agent.kind {
             AgentKind::A2a { card } => Row::Card {
                 name: agent.name.clone(),
@@ -337,8 +364,15 @@ impl Registry {
                 tools: to_text(tools)?,
             }),
         };
-        self.db.submit(move |tx| upsert(tx, &row)).await?;
-        self.insert(agent.clone())
+        let record = registration.clone();
+        self.db
+            .submit(move |tx| {
+                upsert(tx, &row)?;
+                registry_history::record(tx, &record)
+            })
+            .await?;
+        self.insert(agent.clone())?;
+        Ok(registration)
     }
 
     /// The catalog of every registered agent's declarations (no endpoints, no secrets).

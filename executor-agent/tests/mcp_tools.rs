@@ -102,7 +102,11 @@ async fn register_signed(
     listing: McpListing,
 ) -> executor_agent::Result<executor_agent::registry::RegisteredAgent> {
     let curated = harness.registry.verify_manifest(&manifest)?;
-    harness.registry.register_mcp(curated, listing).await
+    let (agent, _) = harness
+        .registry
+        .register_mcp(curated, listing, "test")
+        .await?;
+    Ok(agent)
 }
 
 /// Registers the shop with a manifest made from what it lists now.

@@ -246,3 +246,110 @@ async fn registrations_reach_only_the_allowed_hosts() {
     assert_eq!(status, 502, "{body}");
     assert_eq!(seen.lock().unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_declaration_is_on_the_record_and_spares_the_sagas_already_accepted() {
+    use common::Fault;
+    // The saga is held at the compliance check, then the pivot declines: everything
+    // before it is unwound with the compensations the plan was accepted with.
+    let served = serve_faulty(
+        RegistrationHosts::any(),
+        &[
+            ("compliance.check", Fault::ApplyThenHold(1)),
+            ("payments.capture", Fault::Decline),
+        ],
+    )
+    .await;
+    let plan = signed_by(&served.planner, "examples/plans/supplier-onboarding.json");
+    let jwt = planner_jwt(&served, "executor");
+    let held = served.logs["compliance-registry"]
+        .lock()
+        .unwrap()
+        .applied
+        .clone();
+    let url = served.url.clone();
+    let running = tokio::spawn(async move {
+        let client = agent_host::AgentClient::new(&url).unwrap();
+        let call = agent_host::OutboundCall {
+            bearer: jwt,
+            ..Default::default()
+        };
+        client.send(&call, &common::data_message(plan, None)).await
+    });
+    held.notified().await;
+
+    // Meanwhile the vendor registry is registered again: its create can no longer be undone.
+    let mut card = served.cards[0].clone();
+    card.as_object_mut().unwrap().remove("signatures");
+    let create = card
+        .pointer_mut("/capabilities/extensions/0/params/skills/vendor.create")
+        .unwrap();
+    create["class"] = json!("irreversible");
+    for member in ["compensation", "undoTtlSeconds"] {
+        create.as_object_mut().unwrap().remove(member);
+    }
+    served.platform.sign_in_place(&mut card).unwrap();
+    let (status, body) = admin_post(&served, "/admin/cards", &card).await;
+    assert_eq!(status, 201, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["registration"]["kind"], "changed", "{answer}");
+    assert!(
+        answer["registration"]["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["skill"] == "vendor.create"
+                && c["change"] == "class"
+                && c["old"] == "compensable"
+                && c["new"] == "irreversible"),
+        "{answer}"
+    );
+
+    served.logs["compliance-registry"]
+        .lock()
+        .unwrap()
+        .release
+        .notify_one();
+    let task = running.await.unwrap().unwrap();
+    let agent_host::sdk::SendMessageResponse::Task(task) = task else {
+        panic!("expected a task");
+    };
+    assert_eq!(
+        task.status.state,
+        agent_host::sdk::TaskState::Failed,
+        "{:?}",
+        task.status
+    );
+    let effects = served.logs["vendor-registry"]
+        .lock()
+        .unwrap()
+        .effects
+        .clone();
+    assert!(
+        effects.iter().any(|(_, skill)| skill == "vendor.archive"),
+        "the vendor was not archived: {effects:?}"
+    );
+
+    // The history says who changed what, and when.
+    let history: Value = reqwest::Client::new()
+        .get(format!(
+            "{}/admin/registry-history?agent=vendor-registry",
+            served.url
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let registrations = history["registrations"].as_array().unwrap();
+    assert_eq!(registrations.len(), 2, "{history}");
+    assert_eq!(registrations[0]["kind"], "changed");
+    assert_eq!(registrations[0]["by"], "admin");
+    assert_eq!(registrations[1]["kind"], "first");
+    let anonymous = reqwest::get(format!("{}/admin/registry-history", served.url))
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+}

@@ -641,7 +641,7 @@ impl Harness {
         let (cards, logs) = start_tools_timed(faults, &platform, timeout_ms).await;
         let mut credentials = HashMap::new();
         for (agent, card) in AGENTS.iter().zip(cards) {
-            registry.register(card).await.unwrap();
+            registry.register(card, "test").await.unwrap();
             credentials.insert(agent.to_string(), TOOL_TOKEN.to_owned());
         }
         credentials.insert(MCP_AGENT.to_owned(), TOOL_TOKEN.to_owned());

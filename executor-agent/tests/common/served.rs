@@ -15,7 +15,7 @@ use agent_host::sdk::{SendMessageResponse, Task};
 use agent_host::{AgentClient, OutboundCall, mint_jwt};
 use serde_json::Value;
 
-use super::{AGENTS, TOOL_TOKEN, ToolLog, data_message, read, start_tools};
+use super::{AGENTS, Fault, TOOL_TOKEN, ToolLog, data_message, read, start_tools};
 
 pub const ADMIN_TOKEN: &str = "admin-token-for-security-tests";
 
@@ -43,12 +43,17 @@ pub async fn serve() -> Served {
 
 /// `serve`, with registrations restricted to `hosts`.
 pub async fn serve_with(hosts: RegistrationHosts) -> Served {
+    serve_faulty(hosts, &[]).await
+}
+
+/// `serve_with`, with `faults` injected in the tool agents.
+pub async fn serve_faulty(hosts: RegistrationHosts, faults: &[(&str, Fault)]) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let platform = SigningIdentity::from_seed([41; 32], Some("platform".into()));
     let planner = SigningIdentity::from_seed([42; 32], Some("planner-1".into()));
     let mut platform_keys = TrustStore::new();
     platform_keys.add_jwk(&platform.public_jwk()).unwrap();
-    let (cards, logs) = start_tools(&[], &platform).await;
+    let (cards, logs) = start_tools(faults, &platform).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = CancellationToken::new();
