@@ -221,7 +221,14 @@ async fn an_mcp_server_is_registered_with_a_signed_manifest_and_refused_once_it_
         .await
         .unwrap();
 
-    let manifest = root().join("examples/checkout-mcp/manifest.json");
+    // The curator names the endpoint in the manifest before signing it.
+    let mut template: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("examples/checkout-mcp/manifest.json")).unwrap(),
+    )
+    .unwrap();
+    template["server"]["url"] = serde_json::json!(shop.mcp_url);
+    let manifest = dir.path().join("manifest.json");
+    write_json(&manifest, &template);
     let key = write_json(&dir.path().join("platform.jwk"), &platform.private_jwk());
     let trust = write_json(&dir.path().join("platform.pub.jwk"), &platform.public_jwk());
     let signed = p(&dir.path().join("signed.json")).to_owned();
@@ -242,7 +249,10 @@ async fn an_mcp_server_is_registered_with_a_signed_manifest_and_refused_once_it_
     let out = cli(args(&["cards", "verify", &signed, "--trust", &trust]), None).await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        stdout(&out).contains("MCP manifest for shop (server \"checkout-mcp\", 5 tools)"),
+        stdout(&out).contains(&format!(
+            "MCP manifest for shop (server \"checkout-mcp\" at {}, 5 tools)",
+            shop.mcp_url
+        )),
         "{}",
         stdout(&out)
     );

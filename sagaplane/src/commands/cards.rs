@@ -38,17 +38,19 @@ pub enum CardsCommand {
     /// executor (admin token from SAGAPLANE_ADMIN_TOKEN or --admin-token-file).
     Register {
         /// The signed card file (or use --url, or --mcp with --manifest).
-        #[arg(required_unless_present_any = ["url", "mcp"], conflicts_with_all = ["url", "mcp"])]
+        #[arg(required_unless_present_any = ["url", "manifest"], conflicts_with_all = ["url", "manifest"])]
         card: Option<PathBuf>,
         /// The agent's base URL: the executor fetches its /.well-known/agent-card.json.
         #[arg(long, conflicts_with = "mcp")]
         url: Option<String>,
-        /// An MCP server's endpoint (streamable HTTP): the executor lists its tools and
-        /// checks them against --manifest.
+        /// An MCP server's endpoint (streamable HTTP); it must be the `server.url` the
+        /// signed --manifest names, the only address the executor sends the tool's
+        /// credential to. Optional: the manifest's own is used.
         #[arg(long, value_name = "URL", requires = "manifest")]
         mcp: Option<String>,
-        /// The signed manifest curating the MCP server's tools.
-        #[arg(long, value_name = "FILE", requires = "mcp")]
+        /// The signed manifest curating an MCP server's tools: the executor lists the
+        /// tools at the endpoint it names and checks them against it.
+        #[arg(long, value_name = "FILE", conflicts_with = "url")]
         manifest: Option<PathBuf>,
         /// The executor's base URL.
         #[arg(long)]
@@ -80,8 +82,11 @@ pub fn run(command: CardsCommand) -> Result<(), Failure> {
         } => {
             let token = executor_api::admin_token(admin_token_file.as_deref())?;
             let registered = match (card, url, mcp, manifest) {
-                (_, _, Some(mcp), Some(manifest)) => {
-                    let body = json!({"url": mcp, "manifest": read_json(&manifest)?});
+                (_, _, mcp, Some(manifest)) => {
+                    let mut body = json!({"manifest": read_json(&manifest)?});
+                    if let Some(mcp) = mcp {
+                        body["url"] = json!(mcp);
+                    }
                     executor_api::register_mcp(&executor, &token, &body)?
                 }
                 (Some(card), _, _, _) => {
@@ -91,9 +96,7 @@ pub fn run(command: CardsCommand) -> Result<(), Failure> {
                     executor_api::register(&executor, &token, &json!({ "url": url }))?
                 }
                 _ => {
-                    return Err(Failure::unusable(
-                        "give a card file, --url, or --mcp with --manifest",
-                    ));
+                    return Err(Failure::unusable("give a card file, --url, or --manifest"));
                 }
             };
             let skills: Vec<&str> = registered["skills"]
@@ -123,8 +126,14 @@ fn describe(path: &Path) -> Result<String, Failure> {
     let bad = |e: shared_types::Error| Failure::rejected(format!("{}: {e}", path.display()));
     if is_manifest(&document) {
         let manifest = McpManifest::parse(&document).map_err(bad)?;
+        let Some(url) = &manifest.server.url else {
+            return Err(Failure::rejected(format!(
+                "{}: the MCP manifest names no server.url: the endpoint the executor sends the tool's credential to is signed with the manifest",
+                path.display()
+            )));
+        };
         Ok(format!(
-            "MCP manifest for {} (server {:?}, {} tools)",
+            "MCP manifest for {} (server {:?} at {url}, {} tools)",
             manifest.agent,
             manifest.server.name,
             manifest.tools.len()
