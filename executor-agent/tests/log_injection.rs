@@ -1,6 +1,7 @@
 //! Text from a plan cannot forge a record of the executor's log: a pointer carrying a
 //! newline and a whole fake record reaches the log of a running executor (through the
-//! same writer the binaries log with) as one escaped line.
+//! same writer the binaries log with) as one escaped line, and the task's status quotes
+//! it escaped.
 
 mod common;
 
@@ -65,6 +66,19 @@ async fn a_newline_in_a_pointer_does_not_forge_a_log_record() {
         .await
         .unwrap();
     assert_eq!(task.status.state, TaskState::InputRequired, "{task:?}");
+    // The task's status quotes the plan's text escaped, too.
+    let status = task
+        .status
+        .message
+        .iter()
+        .flat_map(|m| &m.parts)
+        .filter_map(|p| match &p.content {
+            agent_host::sdk::PartContent::Text(text) => Some(text.clone()),
+            _ => None,
+        })
+        .collect::<String>();
+    assert!(status.contains("login\\n2026-12-01"), "{status}");
+    assert!(!status.contains('\n'), "{status}");
 
     let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     assert!(
@@ -75,5 +89,9 @@ async fn a_newline_in_a_pointer_does_not_forge_a_log_record() {
         .lines()
         .find(|l| l.contains("the saga waits for a person"))
         .unwrap_or_else(|| panic!("no pause in the log:\n{log}"));
-    assert!(pause.contains("login\\n2026-12-01T00:00:00"), "{pause}");
+    // The forged text is inside the pause's own record, not a record of its own.
+    assert!(
+        pause.contains("#/login\\") && pause.contains("INFO executor_agent::http: card registered"),
+        "{pause}"
+    );
 }

@@ -234,8 +234,9 @@ impl fmt::Debug for EvalContext<'_> {
 }
 
 /// An expression that could not be resolved: the binding is unavailable, never defaulted.
+/// Shown quoted and escaped: it is the plan's text, and reaches task statuses and logs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{expr} is unresolved: {reason}")]
+#[error("{expr:?} is unresolved: {reason}")]
 pub struct Unresolved {
     pub expr: String,
     pub reason: String,
@@ -254,10 +255,9 @@ impl Expr {
         };
         let lookup = |doc: Option<&Value>, pointer: &JsonPointer, what: &str| match doc {
             None => Err(unresolved(&format!("no {what} in this context"))),
-            Some(doc) => pointer
-                .resolve(doc)
-                .cloned()
-                .ok_or_else(|| unresolved(&format!("{what} has nothing at '{pointer}'"))),
+            Some(doc) => pointer.resolve(doc).cloned().ok_or_else(|| {
+                unresolved(&format!("{what} has nothing at {:?}", pointer.to_string()))
+            }),
         };
         match &self.source {
             Source::SagaId => text(ctx.saga_id, "saga id"),
