@@ -43,3 +43,125 @@ pub fn python() -> PathBuf {
     );
     venv
 }
+
+/// `sagaplane demo --serve` with its agents up: what it printed before "agents up", read
+/// with a bounded wait. Dropping it stops the demo (SIGTERM; it then stops every agent).
+pub struct Served {
+    child: std::process::Child,
+    /// Every line printed up to and including "agents up; …".
+    pub lines: Vec<String>,
+    pub planner: String,
+    pub executor: String,
+    /// The run's folder (keys, tokens, credentials, data, logs).
+    pub folder: PathBuf,
+}
+
+impl Served {
+    /// Starts `sagaplane demo --serve` with `args` and waits (at most `wait`) until it
+    /// says its agents are up.
+    pub fn start(args: &[&str], wait: std::time::Duration) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new(sagaplane())
+            .args(["demo", "--serve"])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("sagaplane demo --serve starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let (sender, receiver) = std::sync::mpsc::channel();
+        // Keeps reading to the end, so the demo can always print.
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = sender.send(line);
+            }
+        });
+        let deadline = std::time::Instant::now() + wait;
+        let mut lines = Vec::new();
+        let mut served = Self {
+            child,
+            lines: Vec::new(),
+            planner: String::new(),
+            executor: String::new(),
+            folder: PathBuf::new(),
+        };
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = receiver.recv_timeout(left).unwrap_or_else(|_| {
+                panic!(
+                    "demo --serve did not say its agents were up within {wait:?}; it printed:\n{}",
+                    lines.join("\n")
+                )
+            });
+            let up = line.starts_with("agents up");
+            lines.push(line);
+            if up {
+                break;
+            }
+        }
+        let after = |prefix: &str| {
+            lines
+                .iter()
+                .find_map(|l| l.strip_prefix(prefix))
+                .map(|rest| {
+                    rest.split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .unwrap_or_else(|| panic!("no line starting {prefix:?} in:\n{}", lines.join("\n")))
+        };
+        served.planner = after("planner listening on ");
+        served.executor = after("executor listening on ");
+        served.folder = PathBuf::from(after("demo folder: "));
+        served.lines = lines;
+        served
+    }
+
+    /// The printed command line that starts with `sagaplane <words>`, as arguments.
+    pub fn command(&self, words: &str) -> Vec<String> {
+        let line = self
+            .lines
+            .iter()
+            .map(|l| l.trim())
+            .find(|l| l.starts_with(&format!("sagaplane {words} ")))
+            .unwrap_or_else(|| {
+                panic!("no `sagaplane {words}` printed:\n{}", self.lines.join("\n"))
+            });
+        split_shell_words(line)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// Splits a printed command line at spaces outside double quotes (what the demo prints).
+fn split_shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ' ' if !quoted => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}

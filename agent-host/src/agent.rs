@@ -9,6 +9,10 @@ use crate::tasks::TaskHandle;
 /// any value a client sends under this name is removed first.
 pub const CALLER_HEADER: &str = "x-sagaplane-caller";
 
+/// Task metadata: the caller that created the task, recorded by the hosting layer when
+/// the agent scopes its tasks to their callers (`Agent::scopes_tasks_to_callers`).
+pub const OWNER_METADATA: &str = "owner";
+
 /// What the agent learns about the request a message came with.
 #[derive(Debug, Clone, Default)]
 pub struct RequestContext {
@@ -62,6 +66,15 @@ pub trait Agent: Send + Sync + 'static {
     /// Works on the task. Runs on its own tokio task, and may outlive the request; it
     /// reports progress through `task` and should leave the task terminal or interrupted.
     async fn run(&self, ctx: RequestContext, task: TaskHandle, message: Message);
+
+    /// Whether each task belongs to the caller that created it: the hosting layer then
+    /// records that caller in the task's metadata (`OWNER_METADATA`) and answers every
+    /// other caller's GetTask, SubscribeToTask, CancelTask and message continuing the
+    /// task with TaskNotFound, and lists only the caller's own tasks. The default: every
+    /// authenticated caller sees every task.
+    fn scopes_tasks_to_callers(&self) -> bool {
+        false
+    }
 
     /// Cancels a task that is not terminal. The default marks it canceled at once.
     async fn cancel(&self, task: TaskHandle) -> Result<Task, A2AError> {

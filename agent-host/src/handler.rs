@@ -9,7 +9,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, Reply, RequestContext};
+use crate::agent::{Agent, OWNER_METADATA, Reply, RequestContext};
 use crate::sdk;
 use crate::sdk::{
     A2AError, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Message,
@@ -17,7 +17,7 @@ use crate::sdk::{
     SubscribeToTaskRequest, Task, TaskState, TaskStatus, is_interrupted, is_terminal,
     new_context_id, new_task_id,
 };
-use crate::store::TaskQuery;
+use crate::store::{TaskQuery, owner_of};
 use crate::tasks::{Subscription, TaskHandle, TaskManager};
 
 const DEFAULT_PAGE_SIZE: usize = 50;
@@ -52,7 +52,7 @@ impl<A: Agent> HostHandler<A> {
         let existing = match message.task_id.as_deref().filter(|id| !id.is_empty()) {
             None => None,
             Some(id) => {
-                let task = self.get(id).await?;
+                let task = self.get_for(&ctx.caller, id).await?;
                 if is_terminal(&task.status.state) {
                     return Err(A2AError::unsupported_operation(format!(
                         "task {id} is {:?} and accepts no more messages",
@@ -79,7 +79,7 @@ impl<A: Agent> HostHandler<A> {
                     .tasks
                     .subscribe(&task_id)
                     .map_err(crate::Error::into_a2a)?;
-                let task = self.get(&task_id).await?;
+                let task = self.get_for(&ctx.caller, &task_id).await?;
                 return Ok(Started::Existing {
                     task: Box::new(task),
                     events,
@@ -116,7 +116,13 @@ impl<A: Agent> HostHandler<A> {
                     },
                     artifacts: None,
                     history: Some(vec![first]),
-                    metadata: None,
+                    metadata: self.agent.scopes_tasks_to_callers().then(|| {
+                        [(
+                            OWNER_METADATA.to_owned(),
+                            serde_json::Value::String(ctx.caller.clone()),
+                        )]
+                        .into()
+                    }),
                 };
                 self.tasks
                     .create(task)
@@ -145,6 +151,23 @@ impl<A: Agent> HostHandler<A> {
             .await
             .map_err(crate::Error::into_a2a)?
             .ok_or_else(|| A2AError::task_not_found(id))
+    }
+
+    /// The task, if `caller` may see it: when the agent scopes tasks to their callers,
+    /// another caller's task is not found, exactly as a task that does not exist.
+    async fn get_for(&self, caller: &str, id: &str) -> Result<Task, A2AError> {
+        let task = self.get(id).await?;
+        if self.agent.scopes_tasks_to_callers() && owner_of(&task) != Some(caller) {
+            return Err(A2AError::task_not_found(id));
+        }
+        Ok(task)
+    }
+
+    /// The owner a listing is limited to, when the agent scopes tasks to their callers.
+    fn owner_filter(&self, params: &ServiceParams) -> Option<String> {
+        self.agent
+            .scopes_tasks_to_callers()
+            .then(|| RequestContext::from_params(params).caller)
     }
 
     /// The live stream of a task: a snapshot first, then each event until the task is
@@ -349,7 +372,11 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
         }
     }
 
-    async fn get_task(&self, _: &ServiceParams, req: GetTaskRequest) -> Result<Task, A2AError> {
+    async fn get_task(
+        &self,
+        params: &ServiceParams,
+        req: GetTaskRequest,
+    ) -> Result<Task, A2AError> {
         if let Some(length) = req.history_length
             && length < 0
         {
@@ -357,12 +384,16 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
                 "historyLength must not be negative",
             ));
         }
-        Ok(trim_history(self.get(&req.id).await?, req.history_length))
+        let caller = RequestContext::from_params(params).caller;
+        Ok(trim_history(
+            self.get_for(&caller, &req.id).await?,
+            req.history_length,
+        ))
     }
 
     async fn list_tasks(
         &self,
-        _: &ServiceParams,
+        params: &ServiceParams,
         req: ListTasksRequest,
     ) -> Result<ListTasksResponse, A2AError> {
         let limit = match req.page_size {
@@ -391,6 +422,7 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
             context_id: req.context_id.clone().filter(|c| !c.is_empty()),
             state: req.status.clone().filter(|s| *s != TaskState::Unspecified),
             updated_after: req.status_timestamp_after,
+            owner: self.owner_filter(params),
             offset,
             limit,
         };
@@ -426,10 +458,11 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
 
     async fn cancel_task(
         &self,
-        _: &ServiceParams,
+        params: &ServiceParams,
         req: CancelTaskRequest,
     ) -> Result<Task, A2AError> {
-        let task = self.get(&req.id).await?;
+        let caller = RequestContext::from_params(params).caller;
+        let task = self.get_for(&caller, &req.id).await?;
         if task.status.state == TaskState::Canceled {
             Ok(task)
         } else if is_terminal(&task.status.state) {
@@ -443,14 +476,15 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
 
     async fn subscribe_to_task(
         &self,
-        _: &ServiceParams,
+        params: &ServiceParams,
         req: SubscribeToTaskRequest,
     ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>, A2AError> {
+        let caller = RequestContext::from_params(params).caller;
         let events = self
             .tasks
             .subscribe(&req.id)
             .map_err(crate::Error::into_a2a)?;
-        let task = self.get(&req.id).await?;
+        let task = self.get_for(&caller, &req.id).await?;
         if is_terminal(&task.status.state) {
             return Err(A2AError::unsupported_operation(format!(
                 "task {} is already in a terminal state; use GetTask",

@@ -16,7 +16,7 @@ pub mod server;
 pub mod store;
 pub mod tasks;
 
-pub use agent::{Agent, Reply, RequestContext, agent_message};
+pub use agent::{Agent, OWNER_METADATA, Reply, RequestContext, agent_message};
 pub use auth::{Caller, InboundAuth, JwtPolicy, mint_jwt};
 pub use card::{ServedCard, describe_auth, prepare_card};
 pub use client::{

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use shared_types::{PlanValidator, SigningIdentity, TrustStore};
+use shared_types::{Money, PlanValidator, SigningIdentity, TrustStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{PlanBackend, PlanRequest, describe_violations};
@@ -32,7 +32,7 @@ pub const PLAN_ARTIFACT: &str = "plan";
 pub const META_SAGA_ID: &str = "sagaId";
 /// Task metadata: the executor's task id, once the executor took the plan.
 pub const META_EXECUTOR_TASK_ID: &str = "executorTaskId";
-/// Task metadata: the executor's base URL (where to answer an INPUT_REQUIRED).
+/// Task metadata: the executor's base URL (where an approver answers while this task is AUTH_REQUIRED).
 pub const META_EXECUTOR_URL: &str = "executorUrl";
 /// Task metadata: the executor task's last state, as on the wire.
 pub const META_EXECUTOR_STATE: &str = "executorState";
@@ -55,6 +55,9 @@ pub struct PlannerConfig {
     pub templates: Templates,
     /// Stops following executor tasks (they are picked up again by `recover`).
     pub shutdown: CancellationToken,
+    /// The most any plan of this planner may spend, in one currency: a goal asking for
+    /// more, or in another currency, is refused before anything is submitted.
+    pub max_spend: Money,
 }
 
 /// Where one of the planner's tasks stands, for cancellation.
@@ -169,6 +172,55 @@ impl Planner {
         self.live.lock().ok()?.get(task_id).cloned()
     }
 
+    /// Refuses a goal whose `maxSpend` the planner's policy does not allow (checked
+    /// before the catalog is read).
+    fn check_goal_spend(&self, goal: &Goal) -> Result<()> {
+        let cap = &self.config.max_spend;
+        let Some(asked) = &goal.max_spend else {
+            return Ok(());
+        };
+        if asked.currency != cap.currency {
+            return Err(Error::Unsatisfiable(format!(
+                "maxSpend is in {}, but this planner plans spending in {} only",
+                asked.currency, cap.currency
+            )));
+        }
+        if asked.amount_minor > cap.amount_minor {
+            return Err(Error::Unsatisfiable(format!(
+                "maxSpend {} is above this planner's limit of {}",
+                asked.amount_minor.get(),
+                cap
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses a composed plan whose mandate the planner's policy does not allow. The
+    /// mandate bounds the plan's spend (the validator checked that), so this bounds what
+    /// the executor may spend for it, whichever backend drafted it.
+    fn check_plan_spend(&self, plan: &Value) -> Result<()> {
+        let cap = &self.config.max_spend;
+        let mandate: Money = serde_json::from_value(plan["mandate"]["maxSpend"].clone())
+            .map_err(|e| Error::Defect(format!("the plan's mandate cannot be read: {e}")))?;
+        if mandate.amount_minor.get() == 0 {
+            return Ok(());
+        }
+        if mandate.currency != cap.currency {
+            return Err(Error::Unsatisfiable(format!(
+                "the plan spends in {}, but this planner plans spending in {} only",
+                mandate.currency, cap.currency
+            )));
+        }
+        if mandate.amount_minor > cap.amount_minor {
+            return Err(Error::Unsatisfiable(format!(
+                "the plan would spend up to {}, over this planner's limit of {}",
+                mandate.amount_minor.get(),
+                cap
+            )));
+        }
+        Ok(())
+    }
+
     /// Composes, signs and checks a plan for `goal`; returns it as JSON.
     async fn compose(&self, goal: &Goal) -> Result<Value> {
         let catalog = self.config.executor.catalog().await?;
@@ -195,6 +247,7 @@ impl Planner {
             .await?;
         let mut value = serde_json::to_value(&plan)
             .map_err(|e| Error::Defect(format!("the plan does not serialise: {e}")))?;
+        self.check_plan_spend(&value)?;
         self.config
             .identity
             .sign_in_place(&mut value)
@@ -214,6 +267,7 @@ impl Planner {
         let (text, data) = goal_parts(message);
         let goal = Goal::parse(&text, data.as_ref(), &self.config.templates)
             .map_err(Error::Unsatisfiable)?;
+        self.check_goal_spend(&goal)?;
         logged(
             task,
             task.set_status(
@@ -412,6 +466,7 @@ impl Planner {
             TaskState::Submitted,
             TaskState::Working,
             TaskState::InputRequired,
+            TaskState::AuthRequired,
         ] {
             let mut offset = 0;
             loop {
@@ -500,6 +555,12 @@ impl std::ops::Deref for PlannerAgent {
 
 #[async_trait]
 impl Agent for PlannerAgent {
+    /// A goal's task is its sender's: another caller can neither see it nor cancel it
+    /// (the planner would cancel the executor's task with its own authority).
+    fn scopes_tasks_to_callers(&self) -> bool {
+        true
+    }
+
     async fn accept(
         &self,
         _: &RequestContext,
@@ -507,15 +568,17 @@ impl Agent for PlannerAgent {
         task: Option<&Task>,
     ) -> Result<Reply, A2AError> {
         if let Some(task) = task {
+            // Nothing is recorded on the task: the refusal comes before the message is.
             let hint = match metadata_str(task, META_EXECUTOR_TASK_ID) {
                 Some(id) => format!(
-                    "; answer on the executor's task {id} at {}",
+                    "; a planner never decides: an approver answers on the executor's task {id} at {}",
                     self.config.executor.url()
                 ),
                 None => String::new(),
             };
-            return Err(A2AError::invalid_params(format!(
-                "a planner task takes no further messages{hint}"
+            return Err(A2AError::unsupported_operation(format!(
+                "planner task {} takes no further messages{hint}",
+                task.id
             )));
         }
         let (text, data) = goal_parts(message);

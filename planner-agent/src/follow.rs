@@ -2,9 +2,12 @@
 //! planner's own task, a dropped stream re-attached (GetTask, then SubscribeToTask), and
 //! the planner's task ended as the executor's ends: COMPLETED, FAILED (with
 //! `metadata.outcome` copied), CANCELED or REJECTED (with the violations). While the
-//! executor's task waits for a person, the planner's task shows INPUT_REQUIRED (pointing
-//! at the executor's task, where the answer goes) and keeps following, so it moves on
-//! when the executor's task does.
+//! executor's task waits for a person, the planner's task shows AUTH_REQUIRED: A2A's
+//! state for a task that waits for authorization from someone other than its client.
+//! The decision is an approver's, on the executor's task (a planner never decides,
+//! DESIGN.md §12), so its status names that task and where it is, and the planner
+//! keeps following it and moves on when it does. INPUT_REQUIRED would invite the client
+//! to answer here, which the planner refuses.
 
 use agent_host::TaskHandle;
 use agent_host::sdk::{A2AError, Message, PartContent, StreamResponse, Task, TaskState};
@@ -116,11 +119,11 @@ pub(crate) async fn finish(planner: &Planner, task: &TaskHandle, ended: &Task) {
                 " with a data part {\"resolution\": \"approve\" | \"retry\" | \"resolved-manually\" | \"compensate\"}".to_owned()
             };
             (
-                TaskState::InputRequired,
+                TaskState::AuthRequired,
                 agent_message(
                     format!(
-                        "the executor needs a person to decide on its task {id} at {url}{said}\n\
-                         Answer on the executor's task {id} (SendMessage{how}); this planner task takes no answers, and moves on when the executor's task does."
+                        "waiting for an approver: the executor's task {id} at {url} needs a person's decision{said}\n\
+                         An approver answers on the executor's task {id} (SendMessage{how}). A planner never decides: this task takes no answer, and moves on when the executor's task does."
                     ),
                     Some(json!({"executorTaskId": id, "executorUrl": url})),
                 ),

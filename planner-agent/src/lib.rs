@@ -17,10 +17,17 @@
 //!    `executorTaskId` and `executorUrl`, says so in a WORKING status message, relays every
 //!    executor status update as a WORKING update with the same text, and ends as the
 //!    executor's task ends: COMPLETED; FAILED or CANCELED with `outcome` copied; REJECTED
-//!    with the executor's violations (text and data part); or INPUT_REQUIRED, naming the
-//!    executor's task on which the person must answer. The planner's task stops there and
-//!    refuses further messages (the decision belongs to the executor's task). Metadata
-//!    `executorState` holds the executor task's last state.
+//!    with the executor's violations (text and data part); or, while the executor's task
+//!    waits for a person, AUTH_REQUIRED, naming the executor's task and URL on which an
+//!    approver must answer. The planner's task refuses every further message, changing
+//!    nothing (a planner never decides), and moves on when the executor's task does.
+//!    Metadata `executorState` holds the executor task's last state.
+//!
+//! Every caller is authenticated (`Settings::auth`), and a task is its sender's: another
+//! caller's GetTask, SubscribeToTask and CancelTask find no such task, and ListTasks
+//! lists only the caller's own. A goal is planned within the spending policy
+//! (`Settings::max_spend`): a `maxSpend` above it or in another currency, or a plan that
+//! would spend more, ends REJECTED before anything is submitted.
 //!
 //! A goal that cannot be planned (no template, a required input nobody provides, no skill
 //! for the outcome, parameters that fail a schema or a mandate that is too small) ends

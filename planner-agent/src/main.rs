@@ -4,14 +4,15 @@
 //! optionally, a model endpoint.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use agent_host::InboundAuth;
+use agent_host::{InboundAuth, JwtPolicy};
 use anyhow::{Context, bail};
 use clap::Parser;
 use planner_agent::service::{Settings, build};
 use planner_agent::{LlmConfig, Templates};
-use shared_types::{Jwk, SigningIdentity};
+use shared_types::{AmountMinor, Currency, Jwk, Money, SigningIdentity};
 use tokio_util::sync::CancellationToken;
 
 /// Environment variable holding the bearer token clients must present.
@@ -23,8 +24,8 @@ const LLM_KEY_ENV: &str = "SAGAPLANE_LLM_API_KEY";
 #[command(
     version,
     about = "Sagaplane planner: turns goals into signed plans and submits them to the executor",
-    after_help = "Environment:\n  SAGAPLANE_PLANNER_TOKEN   bearer token clients must present (at least 16 characters); \
-                  without it the planner is open and may only listen on a loopback address\n  \
+    after_help = "Environment:\n  SAGAPLANE_PLANNER_TOKEN   bearer token callers must present (at least 16 characters), \
+                  instead of --caller-token-file\n  \
                   SAGAPLANE_LLM_API_KEY     API key of the model endpoint (with --llm-url)\n  \
                   RUST_LOG                  log filter (default: info)"
 )]
@@ -58,35 +59,123 @@ struct Args {
     /// How long to wait for the model's answer, in seconds.
     #[arg(long, default_value_t = 120)]
     llm_timeout_seconds: u64,
+    /// Callers present the bearer token in FILE (at least 16 characters); they are
+    /// named NAME (default `user`), and a goal's task is its sender's.
+    #[arg(long, value_name = "[NAME=]FILE", conflicts_with = "callers")]
+    caller_token_file: Option<String>,
+    /// A trusted caller: EdDSA JWTs from ISSUER (default: the key's `kid`) signed by
+    /// this key, for the audience of the planner's id. Repeatable; each issuer sees and
+    /// cancels only the goals it sent.
+    #[arg(long = "caller", value_name = "[ISSUER=]PUB.jwk")]
+    callers: Vec<String>,
+    /// Serve anyone, unauthenticated (local experiments only: loopback, and logged).
+    #[arg(long, conflicts_with_all = ["caller_token_file", "callers"])]
+    open: bool,
+    /// The most one plan may spend: integer minor units and an ISO 4217 currency, as
+    /// `100000:EUR` (1000.00 EUR). A goal over it, or in another currency, is REJECTED.
+    #[arg(long, value_name = "AMOUNT_MINOR:CURRENCY", value_parser = parse_max_spend)]
+    max_spend: Money,
+}
+
+/// `100000:EUR` → 100000 EUR minor units.
+fn parse_max_spend(text: &str) -> Result<Money, String> {
+    let (amount, currency) = text.split_once(':').ok_or_else(|| {
+        format!("expected AMOUNT_MINOR:CURRENCY such as 100000:EUR, found {text:?}")
+    })?;
+    let amount: u64 = amount
+        .trim()
+        .parse()
+        .map_err(|_| format!("{amount:?} is not a whole number of minor units"))?;
+    Ok(Money {
+        currency: Currency::new(currency.trim())?,
+        amount_minor: AmountMinor::new(amount)?,
+    })
 }
 
 fn read_identity(path: &Path) -> anyhow::Result<SigningIdentity> {
+    let jwk = read_jwk(path)?;
+    SigningIdentity::from_jwk(&jwk).with_context(|| format!("{}", path.display()))
+}
+
+fn read_jwk(path: &Path) -> anyhow::Result<Jwk> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let value = shared_types::json::parse_strict(&text)
         .with_context(|| format!("{} is not JSON", path.display()))?;
-    let jwk: Jwk = serde_json::from_value(value)
-        .with_context(|| format!("{} is not a JSON Web Key", path.display()))?;
-    SigningIdentity::from_jwk(&jwk).with_context(|| format!("{}", path.display()))
+    serde_json::from_value(value)
+        .with_context(|| format!("{} is not a JSON Web Key", path.display()))
 }
 
-/// A static bearer token when one is set; otherwise open, and only on loopback.
-fn inbound_auth(address: std::net::SocketAddr) -> anyhow::Result<InboundAuth> {
-    match std::env::var(TOKEN_ENV) {
-        Ok(token) if !token.is_empty() => {
-            if token.len() < 16 {
-                bail!("{TOKEN_ENV} must be at least 16 characters");
-            }
-            Ok(InboundAuth::StaticBearer {
-                name: "user".into(),
-                token,
-            })
-        }
-        _ if address.ip().is_loopback() => Ok(InboundAuth::Open),
-        _ => bail!(
-            "without {TOKEN_ENV} the planner is open to anyone who can reach it, so it listens only on a loopback address; set {TOKEN_ENV} to listen on {address}"
-        ),
+/// `[ISSUER=]PUB.jwk`: the issuer defaults to the key's kid.
+fn trusted_caller(spec: &str) -> anyhow::Result<(String, Jwk)> {
+    let (issuer, path) = match spec.split_once('=') {
+        Some((issuer, path)) if !issuer.is_empty() => (Some(issuer.to_owned()), path),
+        _ => (None, spec),
+    };
+    let jwk = read_jwk(Path::new(path))?;
+    let issuer = match (issuer, &jwk.kid) {
+        (Some(issuer), _) => issuer,
+        (None, Some(kid)) => kid.clone(),
+        (None, None) => bail!("{path} has no kid: name its issuer as ISSUER={path}"),
+    };
+    Ok((issuer, jwk))
+}
+
+fn static_token(name: String, token: String, from: &str) -> anyhow::Result<InboundAuth> {
+    if token.len() < 16 {
+        bail!("the token from {from} must be at least 16 characters");
     }
+    Ok(InboundAuth::StaticBearer { name, token })
+}
+
+/// How callers authenticate: a static token (file or environment), trusted JWT issuers,
+/// or, only with `--open` and only on loopback, nobody.
+fn inbound_auth(
+    args: &Args,
+    planner_id: &str,
+    address: std::net::SocketAddr,
+) -> anyhow::Result<InboundAuth> {
+    if let Some(spec) = &args.caller_token_file {
+        let (name, path) = match spec.split_once('=') {
+            Some((name, path)) if !name.is_empty() => (name.to_owned(), path),
+            _ => ("user".to_owned(), spec.as_str()),
+        };
+        let token = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {path}"))?
+            .trim()
+            .to_owned();
+        return static_token(name, token, path);
+    }
+    if !args.callers.is_empty() {
+        let issuers = args
+            .callers
+            .iter()
+            .map(|spec| trusted_caller(spec))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let policy = JwtPolicy::new(planner_id, &issuers).context("--caller")?;
+        return Ok(InboundAuth::Jwt(Arc::new(policy)));
+    }
+    if let Ok(token) = std::env::var(TOKEN_ENV)
+        && !token.is_empty()
+        && !args.open
+    {
+        return static_token("user".into(), token, TOKEN_ENV);
+    }
+    if args.open {
+        if !address.ip().is_loopback() {
+            bail!(
+                "--open serves anyone who can reach the planner, so it listens only on a loopback address, not {address}"
+            );
+        }
+        tracing::warn!(
+            %address,
+            "--open: the planner serves ANY local caller without authentication; anyone on this machine can send goals and cancel them"
+        );
+        return Ok(InboundAuth::Open);
+    }
+    bail!(
+        "the planner authenticates its callers: pass --caller-token-file FILE (or set {TOKEN_ENV}), or --caller PUB.jwk for EdDSA JWTs; --open serves anyone on loopback, for local experiments"
+    )
 }
 
 #[tokio::main]
@@ -95,7 +184,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
 
     let identity = read_identity(&args.key)?;
-    let llm = match (args.llm_url, args.llm_model) {
+    let llm = match (args.llm_url.clone(), args.llm_model.clone()) {
         (Some(base_url), Some(model)) => Some(LlmConfig {
             base_url,
             model,
@@ -109,24 +198,28 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let address = listener.local_addr()?;
-    let auth = inbound_auth(address)?;
-    let public_url = args.url.unwrap_or_else(|| format!("http://{address}"));
+    let auth = inbound_auth(&args, identity.kid(), address)?;
+    let public_url = args
+        .url
+        .clone()
+        .unwrap_or_else(|| format!("http://{address}"));
 
     let shutdown = CancellationToken::new();
     let service = build(
         Settings {
-            data_dir: Some(args.data),
+            data_dir: Some(args.data.clone()),
             identity,
             executor_url: args.executor,
             executor_id: args.executor_id,
             public_url: public_url.clone(),
             auth,
+            max_spend: args.max_spend.clone(),
             llm,
             templates: Templates::builtin(),
         },
         shutdown.clone(),
     )?;
-    tracing::info!(planner = %service.planner.id(), "planner ready");
+    tracing::info!(planner = %service.planner.id(), max_spend = %args.max_spend, "planner ready");
     let resumed = service.planner.recover().await?;
     if resumed > 0 {
         tracing::info!(tasks = resumed, "resuming interrupted planner tasks");

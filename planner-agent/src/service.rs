@@ -12,7 +12,7 @@ use agent_host::{
 };
 use axum::Router;
 use serde_json::{Value, json};
-use shared_types::SigningIdentity;
+use shared_types::{Money, SigningIdentity};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Planner, PlannerAgent, PlannerConfig};
@@ -35,7 +35,10 @@ pub struct Settings {
     pub executor_id: String,
     /// The base URL clients reach the planner at (written into its card).
     pub public_url: String,
+    /// Who may send goals; each task is then its sender's.
     pub auth: InboundAuth,
+    /// The most one plan may spend (see `PlannerConfig::max_spend`).
+    pub max_spend: Money,
     /// A model to ask for drafts; `None` plans with the deterministic rules.
     pub llm: Option<LlmConfig>,
     pub templates: Templates,
@@ -72,7 +75,7 @@ pub fn planner_card(planner_id: &str, backend: &str) -> Value {
         "skills": [{
             "id": "plan-and-execute",
             "name": "Plan and execute a goal",
-            "description": "Send the goal as a text part, optionally with a data part of parameters (the data part wins). The task carries the signed plan as artifact `plan` and the executor's task id in metadata `executorTaskId`, relays the executor's progress, and ends as the executor's task ends (INPUT_REQUIRED: answer on the executor's task). `dryRun: true` returns the signed plan without submitting it. A goal that cannot be planned is REJECTED with what is missing.",
+            "description": "Send the goal as a text part, optionally with a data part of parameters (the data part wins). The task carries the signed plan as artifact `plan` and the executor's task id in metadata `executorTaskId`, relays the executor's progress, and ends as the executor's task ends (AUTH_REQUIRED while it waits for an approver, who answers on the executor's task named in the status; this task takes no answer). `dryRun: true` returns the signed plan without submitting it. A goal that cannot be planned, or that would spend more than this planner's limit, is REJECTED with the reason.",
             "tags": ["planning", "saga"],
             "examples": [
                 "Onboard supplier ACME GmbH, contact ops@acme.example, setup fee 120 EUR",
@@ -131,6 +134,7 @@ pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service>
             backend,
             templates: settings.templates,
             shutdown,
+            max_spend: settings.max_spend,
         },
         tasks.clone(),
     );

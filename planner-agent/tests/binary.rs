@@ -1,5 +1,6 @@
 //! The `planner-agent` binary: it prints where it listens, serves its signed card, stops
-//! on SIGTERM, refuses to listen openly beyond loopback, and refuses bad keys.
+//! on SIGTERM, authenticates its callers unless told `--open` (and then only on
+//! loopback), needs a spending policy, and refuses bad keys.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -23,6 +24,9 @@ fn it_serves_its_card_and_stops_on_sigterm() {
             "127.0.0.1:0",
             "--executor",
             "http://127.0.0.1:9",
+            "--max-spend",
+            "100000:EUR",
+            "--open",
         ])
         .arg("--data")
         .arg(dir.path())
@@ -55,7 +59,7 @@ fn it_serves_its_card_and_stops_on_sigterm() {
     assert_eq!(card["skills"][0]["id"], "plan-and-execute");
     assert_eq!(card["supportedInterfaces"][0]["url"], url.as_str());
     assert!(card["signatures"].is_array(), "the card is signed");
-    assert!(card.get("securitySchemes").is_none(), "open on loopback");
+    assert!(card.get("securitySchemes").is_none(), "--open on loopback");
     assert!(dir.path().join("tasks.db").exists());
 
     let status = Command::new("kill")
@@ -71,7 +75,13 @@ fn it_serves_its_card_and_stops_on_sigterm() {
 fn it_will_not_listen_openly_beyond_loopback_or_sign_with_a_public_key() {
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(BINARY)
-        .args(["--listen", "0.0.0.0:0"])
+        .args([
+            "--listen",
+            "0.0.0.0:0",
+            "--open",
+            "--max-spend",
+            "100000:EUR",
+        ])
         .arg("--data")
         .arg(dir.path())
         .args(["--key", &key()])
@@ -80,11 +90,12 @@ fn it_will_not_listen_openly_beyond_loopback_or_sign_with_a_public_key() {
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("SAGAPLANE_PLANNER_TOKEN"), "{stderr}");
+    assert!(stderr.contains("loopback"), "{stderr}");
 
     let public = key().replace("test-planner.jwk", "test-planner.pub.jwk");
     let output = Command::new(BINARY)
         .args(["--listen", "127.0.0.1:0", "--key", &public])
+        .args(["--open", "--max-spend", "100000:EUR"])
         .arg("--data")
         .arg(dir.path())
         .output()
@@ -92,4 +103,114 @@ fn it_will_not_listen_openly_beyond_loopback_or_sign_with_a_public_key() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("private key"), "{stderr}");
+}
+
+/// Finding 3 of issue 19: without a way to authenticate callers, or without a spending
+/// policy, the planner does not start (it used to serve anyone on loopback).
+#[test]
+fn it_needs_caller_authentication_and_a_spending_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let output = Command::new(BINARY)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--executor",
+                "http://127.0.0.1:9",
+            ])
+            .arg("--data")
+            .arg(dir.path())
+            .args(["--key", &key()])
+            .args(extra)
+            .env_remove("SAGAPLANE_PLANNER_TOKEN")
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{extra:?} started");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = run(&["--max-spend", "100000:EUR"]);
+    assert!(
+        stderr.contains("--caller-token-file") && stderr.contains("--caller"),
+        "{stderr}"
+    );
+    let stderr = run(&["--open"]);
+    assert!(stderr.contains("--max-spend"), "{stderr}");
+    let stderr = run(&["--open", "--max-spend", "1000 EUR"]);
+    assert!(stderr.contains("AMOUNT_MINOR:CURRENCY"), "{stderr}");
+    let short = dir.path().join("short-token");
+    std::fs::write(&short, "short\n").unwrap();
+    let stderr = run(&[
+        "--max-spend",
+        "100000:EUR",
+        "--caller-token-file",
+        short.to_str().unwrap(),
+    ]);
+    assert!(stderr.contains("at least 16 characters"), "{stderr}");
+}
+
+/// With `--caller-token-file`, the card says so and a request without the token is 401.
+#[test]
+fn a_caller_token_file_protects_every_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("caller-token");
+    std::fs::write(&token, "a-caller-token-0123456789\n").unwrap();
+    let mut child = Command::new(BINARY)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--executor",
+            "http://127.0.0.1:9",
+        ])
+        .args(["--max-spend", "100000:EUR", "--caller-token-file"])
+        .arg(&token)
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .args(["--key", &key()])
+        .env_remove("SAGAPLANE_PLANNER_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().trim_start_matches("listening on ").to_owned();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (card, refused, served) = runtime.block_on(async {
+        let http = reqwest::Client::new();
+        let card: serde_json::Value = http
+            .get(format!("{url}/.well-known/agent-card.json"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let body =
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}});
+        let refused = http
+            .post(&url)
+            .header("A2A-Version", "1.0")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        let served = http
+            .post(&url)
+            .header("A2A-Version", "1.0")
+            .bearer_auth("a-caller-token-0123456789")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        (card, refused, served)
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(card.get("securitySchemes").is_some(), "{card}");
+    assert_eq!(refused, 401);
+    assert_eq!(served, 200);
 }

@@ -159,13 +159,16 @@ async fn the_executors_ending_is_mirrored() {
     assert_eq!(data["violations"][0]["code"], json!("MANDATE_EXCEEDED"));
 }
 
+/// Finding 17 of issue 19: the executor's wait for a person shows on the planner's task
+/// as AUTH_REQUIRED (someone else must authorize), naming where the approver answers, and
+/// an answer sent to the planner's task is refused without changing it.
 #[tokio::test]
-async fn input_required_points_the_person_at_the_executors_task() {
+async fn a_wait_for_a_person_is_auth_required_and_names_the_executors_task() {
     let identity = planner_identity();
     let executor = FakeExecutor::start(Script::Escalate, &identity).await;
     let planner = start_planner(&executor.url, identity, None, "executor").await;
     let task = send(&planner.client, SUPPLIER_GOAL, None).await;
-    assert_eq!(task.status.state, TaskState::InputRequired);
+    assert_eq!(task.status.state, TaskState::AuthRequired);
     let executor_task = metadata(&task, "executorTaskId").unwrap();
     let text = status_text(&task);
     assert!(text.contains(executor_task.as_str().unwrap()), "{text}");
@@ -174,6 +177,10 @@ async fn input_required_points_the_person_at_the_executors_task() {
         "{text}"
     );
     assert!(text.contains(&executor.url), "{text}");
+    assert!(
+        text.contains("approver") && text.contains("never decides"),
+        "{text}"
+    );
 
     // The planner's task takes no answers: they belong on the executor's task.
     let mut answer = goal_request("", Some(json!({"resolution": "compensate"})));
@@ -189,6 +196,21 @@ async fn input_required_points_the_person_at_the_executors_task() {
             .contains(executor_task.as_str().unwrap()),
         "{refused}"
     );
+    let after = planner
+        .client
+        .get_task(&OutboundCall::default(), &task.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        after.status, task.status,
+        "the refused answer changed nothing"
+    );
+    assert_eq!(
+        after.history.as_ref().map(Vec::len),
+        task.history.as_ref().map(Vec::len),
+        "the refused answer is not recorded"
+    );
+    assert_eq!(executor.plans().len(), 1);
 }
 
 #[tokio::test]

@@ -108,10 +108,13 @@ fn interrupted(plan: Option<&Value>, metadata: &[(&str, Value)]) -> Task {
             }]
         }),
         history: None,
+        // The sender's, as the hosting layer records it (an open planner's callers are
+        // all "anonymous").
         metadata: Some(
             metadata
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.clone()))
+                .chain([("owner".to_owned(), json!("anonymous"))])
                 .collect::<HashMap<_, _>>(),
         ),
     }

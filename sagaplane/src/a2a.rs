@@ -19,6 +19,10 @@ pub struct Credentials {
     /// Static bearer token (also from SAGAPLANE_TOKEN).
     #[arg(long, env = "SAGAPLANE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Read the static bearer token from this file instead (it stays out of the
+    /// process list and the shell's history).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["token", "jwt_key"])]
+    pub token_file: Option<PathBuf>,
     /// Sign a short-lived JWT with this private key (its kid is the issuer) instead.
     #[arg(long, value_name = "KEY.jwk", conflicts_with = "token")]
     pub jwt_key: Option<PathBuf>,
@@ -30,6 +34,16 @@ pub struct Credentials {
 impl Credentials {
     /// A call context with a fresh credential (a JWT is good for one request only).
     pub fn call(&self) -> Result<OutboundCall, Failure> {
+        if let Some(path) = &self.token_file {
+            let token = crate::input::read_text(path)?.trim().to_owned();
+            if token.is_empty() {
+                return Err(Failure::unusable(format!("{} is empty", path.display())));
+            }
+            return Ok(OutboundCall {
+                bearer: Some(token),
+                ..OutboundCall::default()
+            });
+        }
         let bearer = match (&self.token, &self.jwt_key) {
             (Some(token), _) => Some(token.clone()),
             (None, Some(path)) => {

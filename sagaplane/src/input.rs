@@ -47,6 +47,24 @@ pub fn read_json(path: &Path) -> Result<Value, Failure> {
     })
 }
 
+/// Reads a small text file (a token): at most 4 KiB, UTF-8.
+pub fn read_text(path: &Path) -> Result<String, Failure> {
+    const MAX_TEXT_BYTES: u64 = 4096;
+    let shown = path.display();
+    let file =
+        File::open(path).map_err(|e| Failure::unusable(format!("cannot open {shown}: {e}")))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TEXT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Failure::unusable(format!("cannot read {shown}: {e}")))?;
+    if bytes.len() as u64 > MAX_TEXT_BYTES {
+        return Err(Failure::unusable(format!(
+            "{shown} is over {MAX_TEXT_BYTES} bytes; a token file holds one token"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| Failure::unusable(format!("{shown} is not UTF-8")))
+}
+
 /// serde_json appends " at line L column C"; the CLI puts the position up front instead.
 fn strip_position(message: &str) -> &str {
     message

@@ -51,7 +51,7 @@ fn the_baseline_leaves_the_effects_and_recovery_undoes_them_in_reverse() {
     let baseline = &summary["baseline"];
     assert_eq!(
         baseline["task"]["status"]["state"],
-        "TASK_STATE_INPUT_REQUIRED"
+        "TASK_STATE_AUTH_REQUIRED"
     );
     assert_eq!(
         tools(&baseline["ledger"]),

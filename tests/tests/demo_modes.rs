@@ -130,9 +130,11 @@ fn a_declined_capture_unwinds_before_the_pivot() {
 }
 
 /// An escalation past the pivot: the executor waited for a person (INPUT_REQUIRED), the
-/// demo answered `resolved-manually`, and the saga completed; nothing was undone.
+/// planner's task meanwhile for an approver (AUTH_REQUIRED), the demo answered
+/// `resolved-manually` on the executor's task, and the saga completed; nothing was undone.
 fn assert_escalated_then_completed(text: &str, summary: &Value) {
     assert!(text.contains("INPUT_REQUIRED"), "{text}");
+    assert!(text.contains("AUTH_REQUIRED"), "{text}");
     assert!(text.contains("a person answers"), "{text}");
     for task in ["executorTask", "plannerTask"] {
         assert_eq!(state(&summary[task]), "TASK_STATE_COMPLETED", "{task}");

@@ -1,50 +1,21 @@
-//! A goal sent to the planner with the official Python A2A SDK client (a client we did
-//! not write) runs the whole supplier saga: the demo's agents as real processes, the
-//! planner's task followed by the SDK's stream to COMPLETED.
+//! Goals sent to the planner with the official Python A2A SDK client (a client we did not
+//! write), the demo's agents as real processes: one runs the whole supplier saga to
+//! COMPLETED; one waits for a person, which the client sees as AUTH_REQUIRED naming the
+//! executor's task, and its answer on the planner's task is refused without effect.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
+use std::time::Duration;
 
-use sagaplane_e2e::{python, sagaplane, workspace_root};
+use sagaplane_e2e::{Served, python, workspace_root};
 use serde_json::Value;
 
-/// `sagaplane demo --serve`, stopped with SIGTERM (it then stops every agent it started).
-struct Served(std::process::Child);
+const GOAL: &str = "Onboard supplier ACME GmbH, contact ops@acme.example, setup fee 120 EUR";
 
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
-#[test]
-fn a_goal_from_the_python_sdk_completes_the_saga() {
-    let mut child = Command::new(sagaplane())
-        .args(["demo", "--serve"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("sagaplane demo --serve starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let served = Served(child);
-    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
-    let planner = lines
-        .find_map(|line| {
-            line.strip_prefix("planner listening on ")
-                .map(str::to_owned)
-        })
-        .expect("the demo prints the planner's address");
-    // Keep reading, so the demo can always print.
-    std::thread::spawn(move || lines.for_each(drop));
-
-    let script = workspace_root().join("tests/interop/python/send_goal.py");
+/// Runs a script of `tests/interop/python` with `args`; returns the JSON it printed.
+fn run_python(script: &str, args: &[&str]) -> Value {
     let output = Command::new(python())
-        .arg(script)
-        .arg(&planner)
-        .arg("Onboard supplier ACME GmbH, contact ops@acme.example, setup fee 120 EUR")
+        .arg(workspace_root().join("tests/interop/python").join(script))
+        .args(args)
         .output()
         .expect("python runs");
     assert!(
@@ -52,7 +23,17 @@ fn a_goal_from_the_python_sdk_completes_the_saga() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let seen: Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    serde_json::from_slice(&output.stdout).expect("one JSON object")
+}
+
+#[test]
+fn a_goal_from_the_python_sdk_completes_the_saga() {
+    let served = Served::start(&[], Duration::from_secs(300));
+    let token = served.folder.join("planner-token");
+    let seen = run_python(
+        "send_goal.py",
+        &[&served.planner, GOAL, token.to_str().unwrap()],
+    );
     assert_eq!(seen["final"], "TASK_STATE_COMPLETED", "{seen}");
     assert_eq!(seen["states"][0], "TASK_STATE_SUBMITTED", "{seen}");
     assert_eq!(
@@ -65,5 +46,44 @@ fn a_goal_from_the_python_sdk_completes_the_saga() {
     }
     assert!(seen["executorTaskId"].is_string(), "{seen}");
     assert_eq!(seen["artifacts"], serde_json::json!(["plan"]));
-    drop(served);
+}
+
+/// Finding 17 of issue 19: the capture's outcome is unknown, so the executor's saga
+/// waits for a person at the pivot.
+#[test]
+fn a_python_sdk_client_sees_auth_required_and_its_answer_on_the_planner_is_refused() {
+    let served = Served::start(&["--fail-at", "capture-unknown"], Duration::from_secs(300));
+    let token = served.folder.join("planner-token");
+    let seen = run_python(
+        "answer_paused_goal.py",
+        &[&served.planner, GOAL, token.to_str().unwrap()],
+    );
+    assert_eq!(seen["paused"], "TASK_STATE_AUTH_REQUIRED", "{seen}");
+    assert_eq!(
+        seen["states"].as_array().unwrap().last().unwrap(),
+        "TASK_STATE_AUTH_REQUIRED",
+        "{seen}"
+    );
+    assert!(
+        !seen["states"].to_string().contains("INPUT_REQUIRED"),
+        "the planner's task never invites input: {seen}"
+    );
+    let executor_task = seen["executorTaskId"].as_str().expect("executorTaskId");
+    let text = seen["pausedText"].as_str().unwrap();
+    for needed in [
+        executor_task,
+        served.executor.as_str(),
+        "approver",
+        "never decides",
+    ] {
+        assert!(text.contains(needed), "{needed:?} missing from {text:?}");
+    }
+    let refused = seen["refused"].as_str().expect("the answer was refused");
+    assert!(
+        refused.contains("takes no further messages") && refused.contains(executor_task),
+        "{refused}"
+    );
+    assert_eq!(seen["after"], "TASK_STATE_AUTH_REQUIRED", "{seen}");
+    assert_eq!(seen["afterText"], seen["pausedText"], "{seen}");
+    assert_eq!(seen["historyAfter"], seen["historyBefore"], "{seen}");
 }

@@ -65,6 +65,12 @@ impl TaskStore for MemoryTaskStore {
             .filter(|(_, t)| query.state.as_ref().is_none_or(|s| &t.status.state == s))
             .filter(|(_, t)| {
                 query
+                    .owner
+                    .as_deref()
+                    .is_none_or(|o| super::owner_of(t) == Some(o))
+            })
+            .filter(|(_, t)| {
+                query
                     .updated_after
                     .is_none_or(|after| updated_at(t) > after)
             })

@@ -20,6 +20,8 @@ pub struct TaskQuery {
     pub context_id: Option<String>,
     pub state: Option<TaskState>,
     pub updated_after: Option<DateTime<Utc>>,
+    /// Only the tasks whose metadata names this owner (`agent::OWNER_METADATA`).
+    pub owner: Option<String>,
     /// Rows to skip (the decoded page token).
     pub offset: usize,
     pub limit: usize,
@@ -52,6 +54,14 @@ pub trait TaskStore: Send + Sync + 'static {
 /// The task's last status change, used to order and filter listings.
 pub(crate) fn updated_at(task: &Task) -> DateTime<Utc> {
     task.status.timestamp.unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// The owner a task's metadata names, if any.
+pub(crate) fn owner_of(task: &Task) -> Option<&str> {
+    task.metadata
+        .as_ref()?
+        .get(crate::agent::OWNER_METADATA)?
+        .as_str()
 }
 
 /// The wire name of a state, as stored.

@@ -200,6 +200,11 @@ fn list_filter(query: &TaskQuery) -> (String, Vec<rusqlite::types::Value>) {
         conditions.push("state = ?");
         values.push(Value::Text(state_name(state)));
     }
+    if let Some(owner) = &query.owner {
+        // Read from the stored task itself: a filter of the rows the index chose.
+        conditions.push("json_extract(body, '$.metadata.owner') = ?");
+        values.push(Value::Text(owner.clone()));
+    }
     if let Some(after) = query.updated_after {
         conditions.push("updated_ms > ?");
         values.push(Value::Integer(after.timestamp_millis()));

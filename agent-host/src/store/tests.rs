@@ -104,6 +104,48 @@ async fn behaves_like_a_store(store: Arc<dyn TaskStore>) {
     assert_eq!(page.total, 3);
 }
 
+/// A listing limited to an owner counts and returns that owner's tasks only.
+async fn lists_by_owner(store: Arc<dyn TaskStore>) {
+    for (id, owner, second) in [
+        ("o1", Some("alice"), 1),
+        ("o2", Some("bob"), 2),
+        ("o3", None, 3),
+    ] {
+        let mut t = task(id, "c", TaskState::Working, second);
+        t.metadata = owner.map(|o| {
+            [(
+                crate::agent::OWNER_METADATA.to_owned(),
+                serde_json::json!(o),
+            )]
+            .into()
+        });
+        store.put(&t).await.unwrap();
+    }
+    for (owner, want) in [("alice", vec!["o1"]), ("bob", vec!["o2"]), ("eve", vec![])] {
+        let page = store
+            .list(&TaskQuery {
+                owner: Some(owner.into()),
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let ids: Vec<&str> = page.tasks.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(ids, want, "{owner}");
+        assert_eq!(page.total, want.len(), "{owner}");
+    }
+}
+
+#[tokio::test]
+async fn both_stores_list_by_owner() {
+    lists_by_owner(Arc::new(MemoryTaskStore::new())).await;
+    let dir = tempfile::tempdir().unwrap();
+    lists_by_owner(Arc::new(
+        SqliteTaskStore::open(&dir.path().join("tasks.db")).unwrap(),
+    ))
+    .await;
+}
+
 #[tokio::test]
 async fn memory_store() {
     behaves_like_a_store(Arc::new(MemoryTaskStore::new())).await;

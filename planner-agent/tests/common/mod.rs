@@ -286,6 +286,11 @@ pub async fn start_planner(
     start_with(executor_url, identity, data_dir, executor_id, None).await
 }
 
+/// The test planners' spending policy: 1000.00 EUR per plan.
+pub fn policy_cap() -> shared_types::Money {
+    serde_json::from_value(json!({"currency": "EUR", "amountMinor": 100_000})).unwrap()
+}
+
 /// Starts a planner; with `llm`, it asks that model for drafts.
 pub async fn start_with(
     executor_url: &str,
@@ -293,6 +298,26 @@ pub async fn start_with(
     data_dir: Option<PathBuf>,
     executor_id: &str,
     llm: Option<planner_agent::LlmConfig>,
+) -> RunningPlanner {
+    start_full(
+        executor_url,
+        identity,
+        data_dir,
+        executor_id,
+        llm,
+        InboundAuth::Open,
+    )
+    .await
+}
+
+/// Starts a planner whose callers authenticate with `auth`.
+pub async fn start_full(
+    executor_url: &str,
+    identity: SigningIdentity,
+    data_dir: Option<PathBuf>,
+    executor_id: &str,
+    llm: Option<planner_agent::LlmConfig>,
+    auth: InboundAuth,
 ) -> RunningPlanner {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -304,7 +329,8 @@ pub async fn start_with(
             executor_url: executor_url.to_owned(),
             executor_id: executor_id.to_owned(),
             public_url: url.clone(),
-            auth: InboundAuth::Open,
+            auth,
+            max_spend: policy_cap(),
             llm,
             templates: Templates::builtin(),
         },

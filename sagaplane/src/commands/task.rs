@@ -259,7 +259,7 @@ pub fn send(
         }
         print!("{}", describe(&task));
         println!(
-            "follow it with: sagaplane task watch --agent {planner} {}",
+            "follow it with: sagaplane task watch --agent {planner} {} (with the same credentials)",
             task.id
         );
         Ok(())

@@ -150,7 +150,7 @@ async fn start(
 async fn checkout_once(stack: &Stack, clock: &Clock) -> Result<Run, Failure> {
     let planner = client(stack.planner.url())?;
     let request = crate::commands::goal_message(GOAL, Some(goal_data()));
-    let open = agent_host::OutboundCall::default();
+    let open = stack.planner.call();
     let mut events = planner
         .stream(&open, &request)
         .await
@@ -185,11 +185,7 @@ fn problems(run: &Run, recovery: bool) -> Vec<String> {
     let (want_state, want_hold, want_payment) = if recovery {
         (TaskState::Failed, Hold::Released, PaymentStatus::Refunded)
     } else {
-        (
-            TaskState::InputRequired,
-            Hold::Held,
-            PaymentStatus::Captured,
-        )
+        (TaskState::AuthRequired, Hold::Held, PaymentStatus::Captured)
     };
     if run.task.status.state != want_state {
         problems.push(format!(

@@ -86,11 +86,30 @@ fn random_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
-/// Creates a run's work folder with fresh platform and planner keys in it (private and
-/// public JWKs): the keys the demo's agents are started with.
+/// The planner's spending policy in the demo: 1000.00 EUR per plan.
+pub const DEMO_MAX_SPEND: &str = "100000:EUR";
+
+/// The file in a run's folder holding the bearer token the planner's callers present.
+pub const PLANNER_TOKEN_FILE: &str = "planner-token";
+
+/// Creates `work` readable by its owner only (0700, as it is created; it must not exist
+/// yet, so nobody else's folder is used), and its parents if missing.
+fn private_folder(work: &Path) -> Result<(), Failure> {
+    let cannot =
+        |e: std::io::Error| Failure::unusable(format!("cannot create {}: {e}", work.display()));
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    if let Some(parent) = work.parent() {
+        builder.recursive(true).create(parent).map_err(cannot)?;
+    }
+    builder.recursive(false).create(work).map_err(cannot)
+}
+
+/// Creates a run's work folder (0700) with fresh platform and planner keys in it
+/// (private and public JWKs, 0600): the keys the demo's agents are started with.
 fn demo_keys(work: &Path) -> Result<(SigningIdentity, SigningIdentity), Failure> {
-    std::fs::create_dir_all(work)
-        .map_err(|e| Failure::unusable(format!("cannot create {}: {e}", work.display())))?;
+    private_folder(work)?;
     let generate = |kid: &str| {
         SigningIdentity::generate(Some(kid.into()))
             .map_err(|e| Failure::unusable(format!("cannot generate a key: {e}")))
@@ -104,10 +123,23 @@ fn demo_keys(work: &Path) -> Result<(SigningIdentity, SigningIdentity), Failure>
     Ok((platform, planner_key))
 }
 
+/// Writes `value` as JSON to a file readable by its owner only (0600 as it is created:
+/// the demo's files are keys, tokens and credentials, or hold what the agents did).
 fn write(path: &Path, value: &impl serde::Serialize) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| Failure::unusable(format!("cannot encode {}: {e}", path.display())))?;
-    std::fs::write(path, text)
+    write_private(path, &text)
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
         .map_err(|e| Failure::unusable(format!("cannot write {}: {e}", path.display())))
 }
 
@@ -194,10 +226,14 @@ fn executor_args(work: &Path) -> Vec<String> {
     ]
 }
 
-/// Starts the planner (key `work/planner.jwk`, no tool credentials) for `executor_url`.
+/// Starts the planner (key `work/planner.jwk`, no tool credentials) for `executor_url`,
+/// with a fresh caller token in `work/planner-token` (0600) and the demo's spending
+/// policy. The process presents that token when the demo calls it (`Process::call`).
 async fn start_planner(bin: &Path, work: &Path, executor_url: &str) -> Result<Process, Failure> {
     let path = |name: &str| work.join(name).display().to_string();
-    Process::start(
+    let token = random_token();
+    write_private(&work.join(PLANNER_TOKEN_FILE), &format!("{token}\n"))?;
+    let planner = Process::start(
         "planner",
         bin,
         &[
@@ -209,12 +245,17 @@ async fn start_planner(bin: &Path, work: &Path, executor_url: &str) -> Result<Pr
             path("planner.jwk"),
             "--executor".into(),
             executor_url.to_owned(),
+            "--caller-token-file".into(),
+            path(PLANNER_TOKEN_FILE),
+            "--max-spend".into(),
+            DEMO_MAX_SPEND.into(),
         ],
         &[],
         &work.join("planner.log"),
         1,
     )
-    .await
+    .await?;
+    Ok(planner.with_bearer(token))
 }
 
 /// Starts the tool agents, the executor and the planner; registers the tools' cards.
@@ -346,12 +387,7 @@ pub fn run(options: Options) -> Result<(), Failure> {
         let clock = Clock(Instant::now());
         let mut running = start(fail_at, build, &clock).await?;
         if serve {
-            println!("planner listening on {}", running.planner.url());
-            println!("executor listening on {}", running.executor_url());
-            println!(
-                "try: sagaplane send --planner {} --watch \"{GOAL}\"   (Ctrl-C stops everything)",
-                running.planner.url()
-            );
+            print!("{}", serving_help(&running));
             agent_host::process::interrupted().await;
             let work = running.work.clone();
             running.stop().await;
@@ -369,6 +405,34 @@ pub fn run(options: Options) -> Result<(), Failure> {
     })
 }
 
+/// What `demo --serve` prints once every agent is up: the run's folder and the commands
+/// that use its keys and tokens.
+fn serving_help(running: &Running) -> String {
+    let work = running.work.display();
+    let planner = running.planner.url();
+    let executor = running.executor_url();
+    let token = format!("--token-file {work}/{PLANNER_TOKEN_FILE}");
+    let approver = format!("--jwt-key {work}/planner.jwk --audience executor");
+    format!(
+        "planner listening on {planner}\n\
+         executor listening on {executor}\n\
+         demo folder: {work}   (mode 0700: keys, tokens, credentials, data and logs)\n\
+         \n\
+         send a goal (the planner's policy: --max-spend {DEMO_MAX_SPEND}, 1000.00 EUR per goal):\n  \
+         sagaplane send --planner {planner} {token} --watch \"{GOAL}\"\n\
+         follow the planner's task:\n  \
+         sagaplane task watch --agent {planner} {token} PLANNER_TASK\n\
+         the executor's task (its id is the planner task's executorTaskId):\n  \
+         sagaplane task get --agent {executor} {approver} EXECUTOR_TASK\n  \
+         sagaplane task watch --agent {executor} {approver} EXECUTOR_TASK\n  \
+         sagaplane task list --agent {executor} {approver} --state input-required\n\
+         answer a saga that waits for a person (on the executor's task):\n  \
+         sagaplane task resolve --agent {executor} {approver} EXECUTOR_TASK approve|retry|resolved-manually|compensate\n\
+         logs: {work}/planner.log, {work}/executor.log, {work}/tools.log\n\
+         agents up; Ctrl-C stops everything\n"
+    )
+}
+
 /// Sends the goal, shows the saga, answers an escalation, prints the ledgers.
 async fn saga(
     running: &mut Running,
@@ -381,7 +445,7 @@ async fn saga(
     let planner = client(running.planner.url())?;
     let request = crate::commands::goal_message(GOAL, None);
     let mut events = planner
-        .stream(&agent_host::OutboundCall::default(), &request)
+        .stream(&running.planner.call(), &request)
         .await
         .map_err(|e| crate::a2a::failure("the planner refused the goal", e))?;
     let mut planner_task = None;
@@ -410,7 +474,7 @@ async fn saga(
         return Err(Failure::unusable("the planner answered without a task"));
     };
     let planned = planner
-        .get_task(&agent_host::OutboundCall::default(), &planner_task)
+        .get_task(&running.planner.call(), &planner_task)
         .await
         .map_err(|e| crate::a2a::failure("cannot read the planner's task", e))?;
     let executor_task = planned
@@ -437,7 +501,10 @@ async fn saga(
         .await
         .map_err(|e| crate::a2a::failure("cannot read the executor's task", e))?;
     if task.status.state == TaskState::InputRequired {
-        clock.say("a person answers the escalation on the executor's task: resolved-manually");
+        clock.say(&format!(
+            "{:<15} the executor's task {executor_task} waits for a person; a person answers the escalation there: resolved-manually",
+            state_name(&task.status.state)
+        ));
         let answer = crate::commands::resolution_message(&executor_task, "resolved-manually");
         executor
             .send(&running.as_planner()?, &answer)
@@ -466,7 +533,7 @@ async fn saga(
         }
     }
     // The planner follows the executor's task on its own: wait for it to see the end.
-    let open = agent_host::OutboundCall::default();
+    let open = running.planner.call();
     let mut planned = planner
         .get_task(&open, &planner_task)
         .await
@@ -506,4 +573,37 @@ async fn saga(
         write(path, &outcome)?;
     }
     verdict(&task, &problems)
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    /// Finding 13 of issue 19: the run's folder is 0700 and every secret in it 0600 from
+    /// the moment it exists, and a folder that already exists is not used.
+    #[test]
+    fn the_run_folder_and_its_secrets_are_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("runs").join("run-1");
+        demo_keys(&work).unwrap();
+        write(&work.join("credentials.json"), &json!({"payments": "t"})).unwrap();
+        write_private(&work.join(PLANNER_TOKEN_FILE), "token\n").unwrap();
+        assert_eq!(mode(&work), 0o700);
+        assert_eq!(mode(&dir.path().join("runs")), 0o700);
+        for secret in [
+            "platform.jwk",
+            "planner.jwk",
+            "credentials.json",
+            PLANNER_TOKEN_FILE,
+        ] {
+            assert_eq!(mode(&work.join(secret)), 0o600, "{secret}");
+        }
+        assert!(demo_keys(&work).is_err(), "an existing folder is refused");
+    }
 }

@@ -75,6 +75,8 @@ pub struct Process {
     child: Child,
     /// What it printed as `<label> listening on <url>`, in order (label may be empty).
     pub urls: Vec<(String, String)>,
+    /// The bearer token its callers present, when it wants one.
+    bearer: Option<String>,
 }
 
 impl Process {
@@ -88,9 +90,11 @@ impl Process {
         log: &Path,
         expect_urls: usize,
     ) -> Result<Self, Failure> {
-        let stderr = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).append(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let stderr = options
             .open(log)
             .map_err(|e| Failure::unusable(format!("cannot open {}: {e}", log.display())))?;
         let mut child = Command::new(program)
@@ -132,7 +136,25 @@ impl Process {
         }
         // Keep draining stdout so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Ok(Self { child, urls })
+        Ok(Self {
+            child,
+            urls,
+            bearer: None,
+        })
+    }
+
+    /// The same process, whose callers present `token`.
+    pub fn with_bearer(mut self, token: String) -> Self {
+        self.bearer = Some(token);
+        self
+    }
+
+    /// How to call this process: with its bearer token, if it wants one.
+    pub fn call(&self) -> agent_host::OutboundCall {
+        agent_host::OutboundCall {
+            bearer: self.bearer.clone(),
+            ..agent_host::OutboundCall::default()
+        }
     }
 
     pub fn url(&self) -> &str {

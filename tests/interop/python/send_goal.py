@@ -1,7 +1,9 @@
 """Sends a goal to Sagaplane's planner with the official Python A2A SDK (`a2a-sdk`), a
 client we did not write, and follows the planner's task to its end.
 
-Usage: send_goal.py PLANNER_URL GOAL
+Usage: send_goal.py PLANNER_URL GOAL [TOKEN_FILE]
+
+With TOKEN_FILE, every request carries `Authorization: Bearer <its content>`.
 
 Prints one JSON object with what the client saw; the Rust test asserts on it.
 """
@@ -11,12 +13,26 @@ import json
 import sys
 import uuid
 
+import httpx
 from a2a.client import ClientConfig, create_client
 from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
 
 
-async def main(url: str, goal: str) -> dict:
-    client = await create_client(url, client_config=ClientConfig(streaming=True))
+def authenticated(token_file: str | None) -> httpx.AsyncClient | None:
+    """An HTTP client that presents the bearer token in `token_file` on every request."""
+    if token_file is None:
+        return None
+    with open(token_file, encoding="utf-8") as f:
+        token = f.read().strip()
+    # As long as a saga may take here; the default of 5 s would end a stream early.
+    return httpx.AsyncClient(
+        headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}, timeout=httpx.Timeout(120.0)
+    )
+
+
+async def main(url: str, goal: str, token_file: str | None = None) -> dict:
+    config = ClientConfig(streaming=True, httpx_client=authenticated(token_file))
+    client = await create_client(url, client_config=config)
     request = SendMessageRequest(
         message=Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=goal)])
     )
@@ -44,4 +60,4 @@ async def main(url: str, goal: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(sys.argv[1], sys.argv[2]))))
+    print(json.dumps(asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None))))
