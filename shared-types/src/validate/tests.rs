@@ -222,9 +222,10 @@ fn mandate_checks_currency_and_worst_case_path() {
         codes(&v.validate(&signed(plan), now())),
         vec![ViolationCode::MandateExpired]
     );
-    // A fee bound at run time cannot be bounded by the mandate.
+    // An amount bound at run time cannot be bounded by the mandate (a member s3's
+    // outputSchema declares, so that this is the only violation).
     let mut plan = example();
-    plan["steps"][4]["args"]["amountMinor"] = json!("$steps.s3.response.body#/fee");
+    plan["steps"][4]["args"]["amountMinor"] = json!("$steps.s3.response.body#/reference");
     assert_eq!(
         codes(&v.validate(&signed(plan), now())),
         vec![ViolationCode::MandateExceeded]
@@ -440,5 +441,387 @@ fn contradictory_cards_are_refused_with_the_reason() {
         bad.pointer_mut(parent).unwrap()[key] = value.clone();
         let err = Catalog::default().add_card(&bad).unwrap_err().to_string();
         assert!(err.contains(reason), "{pointer}: {err}");
+    }
+}
+
+/// The example plan with one argument of one step replaced.
+fn with_arg(step: usize, name: &str, value: Value) -> Value {
+    let mut plan = example();
+    plan["steps"][step]["args"][name] = value;
+    plan
+}
+
+#[test]
+fn a_misspelt_member_of_an_earlier_result_is_a_bad_reference_naming_what_exists() {
+    // s5 (email.send, after the pivot) reads s2's login: misspelt, it was found only once
+    // the payment was captured.
+    let plan = with_arg(5, "login", json!("$steps.s2.response.body#/logn"));
+    let report = validator().validate(&signed(plan), now());
+    assert_eq!(codes(&report), vec![ViolationCode::BadReference]);
+    let violation = &report.violations[0];
+    assert_eq!(violation.step.as_deref(), Some("s5"));
+    for needle in [
+        "'/login'",
+        "#/logn",
+        "step s2",
+        "\"logn\"",
+        "\"login\"",
+        "\"tenantId\"",
+    ] {
+        assert!(
+            violation.message.contains(needle),
+            "{needle} in {}",
+            violation.message
+        );
+    }
+    // Templates count too.
+    let plan = with_arg(5, "login", json!("user {$steps.s2.response.body#/logn}"));
+    let report = validator().validate(&signed(plan), now());
+    assert_eq!(codes(&report), vec![ViolationCode::BadReference]);
+    // The right member, whole or in a template, passes.
+    for value in [
+        json!("$steps.s2.response.body#/login"),
+        json!("user {$steps.s2.response.body#/login} of {$steps.s0.response.body#/vendorId}"),
+    ] {
+        let report = validator().validate(&signed(with_arg(5, "login", value)), now());
+        assert_eq!(report.violations, vec![]);
+    }
+    // Deeper than a declared string, or into the whole result, is checked as well.
+    let plan = with_arg(5, "login", json!("$steps.s2.response.body#/login/first"));
+    let report = validator().validate(&signed(plan), now());
+    assert_eq!(codes(&report), vec![ViolationCode::BadReference]);
+    assert!(
+        report.violations[0].message.contains("is a string"),
+        "{}",
+        report.violations[0].message
+    );
+}
+
+/// A validator over the demo cards, with `skill`'s declaration changed by `edit`.
+fn validator_with(
+    agent: &str,
+    skill: &str,
+    edit: impl FnOnce(&mut SkillDeclaration),
+) -> PlanValidator {
+    let mut catalog = supplier_catalog();
+    edit(
+        catalog
+            .agents
+            .get_mut(agent)
+            .unwrap()
+            .skills
+            .get_mut(skill)
+            .unwrap(),
+    );
+    let mut trust = TrustStore::new();
+    trust.add_jwk(&planner().public_jwk()).unwrap();
+    PlanValidator::new(catalog, trust).unwrap()
+}
+
+#[test]
+fn pointers_into_a_result_without_an_output_schema_are_not_checked() {
+    let validator = validator_with("sandbox", "sandbox.provision", |d| d.output_schema = None);
+    let plan = with_arg(5, "login", json!("$steps.s2.response.body#/logn"));
+    assert_eq!(validator.validate(&signed(plan), now()).violations, vec![]);
+}
+
+#[test]
+fn nested_and_array_pointers_follow_the_output_schema() {
+    let validator = validator_with("sandbox", "sandbox.provision", |d| {
+        d.output_schema = Some(json!({
+            "type": "object",
+            "properties": {
+                "tenantId": {"type": "string"},
+                "login": {"type": "string"},
+                "admin": {"type": "object", "properties": {"login": {"type": "string"}}},
+                "hosts": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}}
+            }
+        }))
+    });
+    let verdict = |pointer: &str| {
+        let plan = with_arg(
+            5,
+            "login",
+            json!(format!("$steps.s2.response.body#{pointer}")),
+        );
+        validator.validate(&signed(plan), now()).violations
+    };
+    for good in [
+        "/admin/login",
+        "/hosts/0/name",
+        "/hosts/12/name",
+        "/hosts",
+        "/admin",
+        "",
+    ] {
+        assert_eq!(verdict(good), vec![], "{good}");
+    }
+    for (bad, says) in [
+        ("/admin/logn", "under '/admin'"),
+        ("/hosts/0/nam", "under '/hosts/0'"),
+        ("/hosts/first/name", "not an index"),
+        ("/hosts/-/name", "'-'"),
+    ] {
+        let violations = verdict(bad);
+        assert_eq!(violations.len(), 1, "{bad}: {violations:?}");
+        assert_eq!(violations[0].code, ViolationCode::BadReference);
+        assert!(
+            violations[0].message.contains(says),
+            "{bad}: {}",
+            violations[0].message
+        );
+    }
+}
+
+#[test]
+fn the_compensation_that_will_run_must_read_what_the_schemas_declare() {
+    // A curated card whose undo reads a member its result does not declare is refused...
+    let mut card = read(&root().join("agent-cards/vendor-registry.json"));
+    card["capabilities"]["extensions"][0]["params"]["skills"]["vendor.create"]["compensation"]["args"]
+        ["vendorId"] = json!("$response.body#/vendorid");
+    let err = Catalog::default().add_card(&card).unwrap_err().to_string();
+    assert!(
+        err.contains("vendorid") && err.contains("\"vendorId\""),
+        "{err}"
+    );
+    // ... and a catalog assembled otherwise gets BAD_REFERENCE on the step it undoes.
+    let validator = validator_with("vendor-registry", "vendor.create", |d| {
+        if let Some(c) = d.compensation.as_mut() {
+            c.args = json!({"vendorId": "$response.body#/vendorid"});
+        }
+    });
+    let mut plan = example();
+    plan["steps"][0]["compensation"]["args"] = json!({"vendorId": "$response.body#/vendorid"});
+    let report = validator.validate(&signed(plan), now());
+    assert_eq!(codes(&report), vec![ViolationCode::BadReference]);
+    assert_eq!(report.violations[0].step.as_deref(), Some("s0"));
+    // Its $request.body and the spend read the input schema.
+    let mut card = read(&root().join("agent-cards/budget.json"));
+    let reserve = &mut card["capabilities"]["extensions"][0]["params"]["skills"]["budget.reserve"];
+    reserve["compensation"]["argsWhenUnknown"] =
+        json!({"forwardKey": "$step.idempotencyKey", "v": "$request.body#/vendor"});
+    let err = Catalog::default().add_card(&card).unwrap_err().to_string();
+    assert!(
+        err.contains("argsWhenUnknown") && err.contains("inputSchema"),
+        "{err}"
+    );
+    let mut card = read(&root().join("agent-cards/budget.json"));
+    let reserve = &mut card["capabilities"]["extensions"][0]["params"]["skills"]["budget.reserve"];
+    reserve["spend"] =
+        json!({"amountMinor": "$request.body#/amount", "currency": "$request.body#/currency"});
+    let err = Catalog::default().add_card(&card).unwrap_err().to_string();
+    assert!(
+        err.contains("spend.amountMinor") && err.contains("\"amountMinor\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn registration_warns_of_bound_from_skills_without_an_output_schema() {
+    for (name, agent) in &supplier_catalog().agents {
+        assert_eq!(
+            crate::catalog::registration_warnings(agent),
+            Vec::<String>::new(),
+            "{name}"
+        );
+    }
+    let mut catalog = supplier_catalog();
+    let budget = catalog.agents.get_mut("budget").unwrap();
+    for declaration in budget.skills.values_mut() {
+        declaration.output_schema = None;
+    }
+    // budget.release is only an undo: nothing binds from it.
+    let warnings = crate::catalog::registration_warnings(budget);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].starts_with("budget.reserve declares no outputSchema"));
+    budget
+        .skills
+        .get_mut("budget.reserve")
+        .unwrap()
+        .output_schema = Some(json!({"type": "object"}));
+    let warnings = crate::catalog::registration_warnings(budget);
+    assert!(warnings[0].contains("admits any member"), "{warnings:?}");
+}
+
+mod pointer_walk {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::expr::{JsonPointer, check_pointer, escape_token};
+
+    fn check(schema: &Value, pointer: &str) -> Result<(), String> {
+        check_pointer(schema, &JsonPointer::parse(pointer).unwrap()).map_err(|d| d.to_string())
+    }
+
+    #[test]
+    fn additional_properties_decide_undeclared_members() {
+        let listed = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        assert!(check(&listed, "/a").is_ok());
+        assert!(check(&listed, "/b").is_err(), "listed members are the list");
+        let open = json!({"type": "object", "properties": {"a": {}}, "additionalProperties": true});
+        assert!(check(&open, "/b/anything/below").is_ok());
+        let typed = json!({"type": "object", "additionalProperties": {
+            "type": "object", "properties": {"id": {"type": "string"}}}});
+        assert!(check(&typed, "/any/id").is_ok());
+        assert!(check(&typed, "/any/idd").is_err());
+        let closed = json!({"type": "object", "additionalProperties": false});
+        assert!(
+            check(&closed, "/a")
+                .unwrap_err()
+                .contains("declared there: none")
+        );
+        // An object that lists no member declares no shape: unchecked, like no schema.
+        assert!(check(&json!({"type": "object"}), "/a/b").is_ok());
+        assert!(check(&json!({}), "/a").is_ok());
+        assert!(check(&json!(true), "/a").is_ok());
+        assert!(check(&json!(false), "/a").is_err());
+        assert!(
+            check(
+                &json!({"type": "object", "patternProperties": {"^x": {}}}),
+                "/xy"
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn escaped_tokens_match_the_member_names_they_stand_for() {
+        let schema = json!({"type": "object", "properties": {"a/b": {"type": "object",
+            "properties": {"m~n": {"type": "string"}}}}});
+        assert!(check(&schema, "/a~1b/m~0n").is_ok());
+        assert!(check(&schema, "/a/b").is_err());
+        let err = check(&schema, "/a~1b/m~1n").unwrap_err();
+        assert!(
+            err.contains("\"m/n\"") && err.contains("\"m~n\"") && err.contains("'/a~1b'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn arrays_take_indices_within_their_items() {
+        let tuple = json!({"type": "array", "prefixItems": [{"type": "string"},
+            {"type": "object", "properties": {"id": {}}}], "items": false});
+        assert!(check(&tuple, "/1/id").is_ok());
+        assert!(check(&tuple, "/0/id").unwrap_err().contains("is a string"));
+        assert!(
+            check(&tuple, "/2")
+                .unwrap_err()
+                .contains("declares no element 2")
+        );
+        assert!(check(&tuple, "/01").unwrap_err().contains("not an index"));
+        assert!(
+            check(&json!({"type": "array"}), "/5/x").is_ok(),
+            "items unconstrained"
+        );
+        let draft7 = json!({"items": [{"type": "integer"}], "additionalItems": {"type": "object",
+            "properties": {"x": {}}}});
+        assert!(check(&draft7, "/3/x").is_ok());
+        assert!(check(&draft7, "/3/y").is_err());
+    }
+
+    #[test]
+    fn refs_and_branches_are_followed() {
+        let schema = json!({
+            "$defs": {"party": {"type": "object", "properties": {"name": {"type": "string"}}}},
+            "type": "object",
+            "properties": {
+                "buyer": {"$ref": "#/$defs/party"},
+                "either": {"oneOf": [
+                    {"type": "object", "properties": {"card": {}}},
+                    {"type": "object", "properties": {"iban": {}}}
+                ]},
+                "both": {"allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]},
+                "self": {"$ref": "#"}
+            }
+        });
+        assert!(check(&schema, "/buyer/name").is_ok());
+        assert!(
+            check(&schema, "/buyer/nme")
+                .unwrap_err()
+                .contains("\"name\"")
+        );
+        assert!(check(&schema, "/either/card").is_ok());
+        assert!(check(&schema, "/either/iban").is_ok());
+        let err = check(&schema, "/either/bic").unwrap_err();
+        assert!(err.contains("\"card\", \"iban\""), "{err}");
+        assert!(check(&schema, "/both/b").is_ok());
+        assert!(check(&schema, "/self/self/buyer/name").is_ok());
+        assert!(check(&schema, "/self/self/buyr").is_err());
+        // A cycle of references that consumes no token ends.
+        assert!(
+            check(
+                &json!({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}),
+                "/x"
+            )
+            .is_err()
+        );
+        // A reference outside the schema cannot be followed: unchecked.
+        assert!(check(&json!({"$ref": "https://example.com/s.json"}), "/x").is_ok());
+    }
+
+    /// A nested object schema whose member names are arbitrary, including `~` and `/`.
+    fn arb_schema() -> impl Strategy<Value = Value> {
+        let leaf = Just(json!({"type": "string"}));
+        leaf.prop_recursive(4, 48, 5, |inner| {
+            proptest::collection::btree_map("[a-z~/ ]{1,6}", inner, 1..5).prop_map(|members| {
+                json!({"type": "object", "properties": Value::Object(members.into_iter().collect())})
+            })
+        })
+    }
+
+    /// A path of member names the schema declares, chosen by `choices`.
+    fn declared_path(schema: &Value, choices: &[prop::sample::Index]) -> Vec<String> {
+        let mut path = Vec::new();
+        let mut here = schema;
+        for choice in choices {
+            let Some(members) = here.get("properties").and_then(Value::as_object) else {
+                break;
+            };
+            let names: Vec<&String> = members.keys().collect();
+            let name = choice.get(&names);
+            path.push((*name).clone());
+            here = &members[name.as_str()];
+        }
+        path
+    }
+
+    fn pointer_of(path: &[String]) -> JsonPointer {
+        let text: String = path
+            .iter()
+            .map(|t| format!("/{}", escape_token(t)))
+            .collect();
+        JsonPointer::parse(&text).unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// A pointer written from the schema's own member names passes; changing any one
+        /// name into one its object does not declare fails there, naming the real ones.
+        #[test]
+        fn declared_paths_pass_and_a_changed_name_fails_where_it_changed(
+            schema in arb_schema(),
+            choices in proptest::collection::vec(any::<prop::sample::Index>(), 1..5),
+            at in any::<prop::sample::Index>(),
+            suffix in "[a-z~/]{1,3}",
+        ) {
+            let path = declared_path(&schema, &choices);
+            prop_assume!(!path.is_empty());
+            prop_assert!(check_pointer(&schema, &pointer_of(&path)).is_ok(), "{path:?}");
+
+            let k = at.index(path.len());
+            let mut parent = &schema;
+            for name in &path[..k] {
+                parent = &parent["properties"][name.as_str()];
+            }
+            let siblings = parent["properties"].as_object().unwrap();
+            let mut changed = path.clone();
+            changed[k] = format!("{}{suffix}", path[k]);
+            prop_assume!(!siblings.contains_key(&changed[k]));
+            let divergence = check_pointer(&schema, &pointer_of(&changed)).unwrap_err();
+            prop_assert_eq!(divergence.at, pointer_of(&path[..k]));
+            prop_assert_eq!(&divergence.token, &changed[k]);
+            prop_assert!(divergence.declared.contains(&path[k]));
+        }
     }
 }
