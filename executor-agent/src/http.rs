@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
+use shared_types::catalog::registration_warnings;
 
 use std::sync::Arc;
 
@@ -41,11 +42,17 @@ fn registered(result: crate::Result<RegisteredAgent>, caller: &Caller, what: &st
     match result {
         Ok(agent) => {
             tracing::info!(agent = %agent.name, by = %caller.id, "{what} registered");
+            // Accepted, but pointers into these skills' results go unchecked (finding 5).
+            let warnings = registration_warnings(&agent.declarations);
+            for warning in &warnings {
+                tracing::warn!(agent = ?agent.name, warning = ?warning, "{what} registered with a warning");
+            }
             (
                 StatusCode::CREATED,
                 Json(
                     json!({"name": agent.name, "signedBy": agent.signed_by, "url": agent.url,
-                    "skills": agent.declarations.skills.keys().collect::<Vec<_>>()}),
+                    "skills": agent.declarations.skills.keys().collect::<Vec<_>>(),
+                    "warnings": warnings}),
                 ),
             )
                 .into_response()
