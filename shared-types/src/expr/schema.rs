@@ -7,13 +7,15 @@
 //! schema lists `properties` and says nothing of `additionalProperties`, the list is what
 //! the skill declares it returns, and a member outside it is refused. A pointer may leave
 //! the declared shape only where the schema says so: `additionalProperties` `true` or a
-//! schema, `patternProperties` (not matched here: any member passes, unchecked below), a
-//! schema with no structural keyword at all (`{}`, `true`), an object schema that lists no
-//! member, an array without `items`, or a `$ref` that is not local. Past such a point the
-//! rest of the pointer is unchecked, as it is for a skill without an `outputSchema`.
+//! schema, `patternProperties` (not matched here: any member passes, unchecked below),
+//! `true`, an array without `items`, or a `$ref` that is not local; or where nothing at
+//! that place declares any member (`{}`, an object schema that lists none). Past such a
+//! point the rest of the pointer is unchecked, as it is for a skill without an
+//! `outputSchema`.
 //!
 //! `allOf`, `anyOf`, `oneOf`, `then` and `else` are read as alternatives: a token passes
-//! when any branch declares it. `$ref` is followed within the schema (`#` and `#/…`).
+//! when any branch declares it, and a branch that declares no member (`{"required": …}`,
+//! `{"type": "object"}`) adds none. `$ref` is followed within the schema (`#`, `#/…`).
 //! Array tokens are indices; `-` (the element after the last) can never be read.
 
 use std::collections::BTreeSet;
@@ -24,8 +26,8 @@ use serde_json::Value;
 use super::JsonPointer;
 use super::pointer::array_index;
 
-/// Keywords that say what shape an instance has; a schema with none of them constrains
-/// no member (it may still be a wrapper around branches).
+/// Keywords that say what shape an instance has; a schema with none of them declares no
+/// member (it may still be a wrapper around branches, which are read on their own).
 const STRUCTURAL: [&str; 7] = [
     "type",
     "properties",
@@ -110,15 +112,22 @@ pub fn check_pointer(schema: &Value, pointer: &JsonPointer) -> Result<(), Diverg
         let mut next = Vec::new();
         let mut declared = BTreeSet::new();
         let mut instead = BTreeSet::new();
+        let mut spoke = false;
         for node in nodes {
             match step(node, token) {
                 Step::Unchecked => return Ok(()),
+                Step::Silent => continue,
                 Step::Into(schemas) => next.extend(schemas),
                 Step::NoMember(names) => declared.extend(names),
                 Step::Not(kind) => {
                     instead.insert(kind);
                 }
             }
+            spoke = true;
+        }
+        if !spoke {
+            // Nothing here declares any member: as unchecked as no schema.
+            return Ok(());
         }
         if next.is_empty() {
             return Err(Divergence {
@@ -135,8 +144,12 @@ pub fn check_pointer(schema: &Value, pointer: &JsonPointer) -> Result<(), Diverg
 
 /// What one (expanded) schema says about one token.
 enum Step<'s> {
-    /// Nothing to check against from here on.
+    /// Nothing to check against from here on: the schema admits any member here.
     Unchecked,
+    /// Says nothing about members (`{}`, `{"required": …}`, an object that lists none):
+    /// adds nothing where other schemas at the same place declare members, and leaves
+    /// the rest unchecked where none does.
+    Silent,
     /// The token is declared; the value under it has these schemas.
     Into(Vec<&'s Value>),
     /// An object that does not declare the token; these are the members it does declare.
@@ -146,48 +159,34 @@ enum Step<'s> {
 }
 
 /// The schemas that apply at one place: each schema, the targets of its local `$ref`s
-/// and its branches, recursively, each once. A wrapper (branches or `$ref` and no
-/// structural keyword of its own) stands only for what it wraps. `None`: something there
-/// cannot be checked (`true`, a non-local `$ref`, or too many subschemas).
+/// and its branches, recursively, each once. `None`: something there admits anything
+/// (`true`), cannot be followed (a `$ref` outside the schema), or there are too many.
 fn expand<'s>(root: &'s Value, schemas: &[&'s Value]) -> Option<Vec<&'s Value>> {
     let mut out: Vec<&'s Value> = Vec::new();
-    let mut seen: Vec<*const Value> = Vec::new();
     let mut pending: Vec<&'s Value> = schemas.to_vec();
     while let Some(schema) = pending.pop() {
-        let address: *const Value = schema;
-        if seen.contains(&address) {
+        if out.iter().any(|seen| std::ptr::eq(*seen, schema)) {
             continue;
         }
-        seen.push(address);
-        if seen.len() > MAX_NODES {
+        if out.len() >= MAX_NODES {
             return None;
         }
+        out.push(schema);
         let object = match schema {
             Value::Bool(true) => return None,
             Value::Object(object) => object,
-            // `false` (nothing is valid) and non-schemas declare nothing.
+            // `false` (nothing is valid) and non-schemas declare that no member exists.
             _ => continue,
         };
-        let mut wraps = false;
         if let Some(reference) = object.get("$ref") {
-            wraps = true;
             pending.push(resolve_local(root, reference)?);
         }
         for keyword in BRANCHES {
             match object.get(keyword) {
-                Some(Value::Array(branches)) => {
-                    wraps = true;
-                    pending.extend(branches);
-                }
-                Some(branch @ (Value::Object(_) | Value::Bool(_))) => {
-                    wraps = true;
-                    pending.push(branch);
-                }
+                Some(Value::Array(branches)) => pending.extend(branches),
+                Some(branch @ (Value::Object(_) | Value::Bool(_))) => pending.push(branch),
                 _ => {}
             }
-        }
-        if !wraps || STRUCTURAL.iter().any(|k| object.contains_key(*k)) {
-            out.push(schema);
         }
     }
     Some(out)
@@ -204,7 +203,7 @@ fn step<'s>(schema: &'s Value, token: &str) -> Step<'s> {
         return Step::NoMember(Vec::new());
     };
     if !STRUCTURAL.iter().any(|k| object.contains_key(*k)) {
-        return Step::Unchecked;
+        return Step::Silent;
     }
     let types: Option<Vec<&str>> = match object.get("type") {
         Some(Value::String(t)) => Some(vec![t.as_str()]),
@@ -224,6 +223,8 @@ fn step<'s>(schema: &'s Value, token: &str) -> Step<'s> {
     if is_object {
         match object_member(object, token) {
             Member::Unchecked => return Step::Unchecked,
+            Member::Silent if !is_array => return Step::Silent,
+            Member::Silent => {}
             Member::Into(schema) => into.push(schema),
             Member::Undeclared(names) => declared = names,
         }
@@ -231,6 +232,7 @@ fn step<'s>(schema: &'s Value, token: &str) -> Step<'s> {
     if is_array {
         match array_item(object, token) {
             Member::Unchecked => return Step::Unchecked,
+            Member::Silent => {}
             Member::Into(schema) => into.push(schema),
             Member::Undeclared(_) => {}
         }
@@ -260,6 +262,7 @@ fn step<'s>(schema: &'s Value, token: &str) -> Step<'s> {
 
 enum Member<'s> {
     Unchecked,
+    Silent,
     Into(&'s Value),
     Undeclared(Vec<&'s str>),
 }
@@ -278,8 +281,8 @@ fn object_member<'s>(object: &'s serde_json::Map<String, Value>, token: &str) ->
             return Member::Into(&object["additionalProperties"]);
         }
         Some(_) => return Member::Unchecked,
-        // Declared members are the list; an object that lists none declares no shape.
-        None if properties.is_none_or(|p| p.is_empty()) => return Member::Unchecked,
+        // Declared members are the list; an object that lists none declares nothing.
+        None if properties.is_none_or(|p| p.is_empty()) => return Member::Silent,
         None => {}
     }
     Member::Undeclared(properties.map_or_else(Vec::new, |p| p.keys().map(String::as_str).collect()))
