@@ -275,7 +275,7 @@ impl PlanValidator {
                 );
             }
             let args = &step.args;
-            references::check_step(step, i, &positions, &declarations, &mut push);
+            references::check_step(&plan.steps, i, &positions, &declarations, &mut push);
             if let Some(declaration) = declaration {
                 check_reversibility(step, declaration, &mut push);
                 self.check_args(step, args, &mut push);

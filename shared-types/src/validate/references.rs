@@ -13,15 +13,16 @@ use crate::reversibility::SkillDeclaration;
 
 use super::ViolationCode;
 
-/// Checks every expression of `step` (at `index` in the plan). `positions` maps step ids
+/// Checks every expression of the step at `index` of `steps`. `positions` maps step ids
 /// to their index; `declarations` are the registry's, by plan position.
 pub(super) fn check_step(
-    step: &Step,
+    steps: &[Step],
     index: usize,
     positions: &BTreeMap<&str, usize>,
     declarations: &[Option<&SkillDeclaration>],
     push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
 ) {
+    let step = &steps[index];
     let mut problems = Vec::new();
     let walked = expr::for_each_expr(&step.args, &mut |at, e| {
         match &e.source {
@@ -44,8 +45,9 @@ pub(super) fn check_step(
                 };
                 if let Err(divergence) = expr::check_pointer(schema, pointer) {
                     problems.push(format!(
-                        "argument '{at}' uses {:?}, but the outputSchema of step {target}'s skill does not declare it: {divergence}",
-                        e.to_string()
+                        "argument '{at}' uses {:?}, but the outputSchema of {} (step {target}) does not declare it: {divergence}",
+                        e.to_string(),
+                        steps[j].skill
                     ));
                 }
             }

@@ -463,7 +463,7 @@ fn a_misspelt_member_of_an_earlier_result_is_a_bad_reference_naming_what_exists(
     for needle in [
         "'/login'",
         "#/logn",
-        "step s2",
+        "sandbox.provision (step s2)",
         "\"logn\"",
         "\"login\"",
         "\"tenantId\"",
