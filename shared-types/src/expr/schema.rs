@@ -220,11 +220,11 @@ fn step<'s>(schema: &'s Value, token: &str) -> Step<'s> {
     };
     let mut into = Vec::new();
     let mut declared = Vec::new();
+    let mut object_silent = false;
     if is_object {
         match object_member(object, token) {
             Member::Unchecked => return Step::Unchecked,
-            Member::Silent if !is_array => return Step::Silent,
-            Member::Silent => {}
+            Member::Silent => object_silent = true,
             Member::Into(schema) => into.push(schema),
             Member::Undeclared(names) => declared = names,
         }
@@ -239,6 +239,9 @@ fn step<'s>(schema: &'s Value, token: &str) -> Step<'s> {
     }
     if !into.is_empty() {
         return Step::Into(into);
+    }
+    if object_silent {
+        return Step::Silent;
     }
     if is_object {
         return Step::NoMember(declared);
