@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
+use shared_types::catalog::registration_warnings;
 
 use std::sync::Arc;
 
@@ -102,6 +103,11 @@ fn registered(
 ) -> Response {
     match result {
         Ok((agent, registration)) => {
+            // Accepted, but pointers into these skills' results go unchecked.
+            let warnings = registration_warnings(&agent.declarations);
+            for warning in &warnings {
+                tracing::warn!(agent = ?agent.name, warning = ?warning, "{what} registered with a warning");
+            }
             let summary: Vec<String> = registration
                 .changes
                 .iter()
@@ -131,7 +137,7 @@ fn registered(
                 Json(
                     json!({"name": agent.name, "signedBy": agent.signed_by, "url": agent.url,
                     "skills": agent.declarations.skills.keys().collect::<Vec<_>>(),
-                    "registration": registration}),
+                    "registration": registration, "warnings": warnings}),
                 ),
             )
                 .into_response()

@@ -121,3 +121,48 @@ pub fn agent_from_card(card: &Value) -> Result<(String, CatalogAgent)> {
         },
     ))
 }
+
+/// What a curator should know about an accepted agent without it being refused: each
+/// skill whose result others may bind from (every skill a plan may call, that is every
+/// one that is not only the undo of another, and every one whose undo reads its
+/// response) but whose `outputSchema` is missing or names no member, so that pointers
+/// into its result cannot be checked before the first effect. One sentence each.
+pub fn registration_warnings(agent: &CatalogAgent) -> Vec<String> {
+    let undo_only = |skill: &str| {
+        agent
+            .skills
+            .values()
+            .any(|d| d.compensation.as_ref().is_some_and(|c| c.skill == skill))
+    };
+    let undo_reads_response = |declaration: &SkillDeclaration| {
+        let mut reads = false;
+        if let Some(comp) = &declaration.compensation {
+            let _ = crate::expr::for_each_expr(&comp.args, &mut |_, e| {
+                reads |= matches!(e.source, crate::expr::Source::ResponseBody(_));
+            });
+        }
+        reads
+    };
+    // A member no schema would declare: if it passes, any misspelt one does too.
+    let probe = crate::expr::JsonPointer::from_tokens(["\u{0}"]);
+    let mut out = Vec::new();
+    for (skill, declaration) in &agent.skills {
+        if undo_only(skill) && !undo_reads_response(declaration) {
+            continue;
+        }
+        match &declaration.output_schema {
+            None => out.push(format!(
+                "{skill} declares no outputSchema: pointers into its result \
+                 ($steps.<id>.response.body#/…, $response.body#/…) cannot be checked before the first effect"
+            )),
+            Some(schema) if crate::expr::check_pointer(schema, &probe).is_ok() => {
+                out.push(format!(
+                    "{skill}'s outputSchema admits any member at the top level: pointers into its result \
+                     cannot be checked before the first effect"
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    out
+}

@@ -231,6 +231,45 @@ impl SkillDeclaration {
                 out.push(format!("{skill}'s {field} is not a valid JSON Schema: {e}"));
             }
         }
+        out.extend(self.reference_problems(skill));
+        out
+    }
+
+    /// Pointers of this declaration's own bindings that leave what its schemas declare:
+    /// the compensation's `$response.body` against `outputSchema`, its `$request.body`
+    /// (also in `argsWhenUnknown`) and the spend's against `inputSchema`. Without the
+    /// schema, nothing is checked. Such an undo could not be bound when it is needed.
+    pub fn reference_problems(&self, skill: &str) -> Vec<String> {
+        let mut bindings: Vec<(&str, &Value)> = Vec::new();
+        if let Some(comp) = &self.compensation {
+            bindings.push(("compensation.args", &comp.args));
+            if let Some(unknown) = &comp.args_when_unknown {
+                bindings.push(("compensation.argsWhenUnknown", unknown));
+            }
+        }
+        if let Some(spend) = &self.spend {
+            bindings.push(("spend.amountMinor", &spend.amount_minor));
+            bindings.push(("spend.currency", &spend.currency));
+        }
+        let mut out = Vec::new();
+        for (field, args) in bindings {
+            // Parse errors are reported by the binding checks above.
+            let _ = expr::for_each_expr(args, &mut |at, e| {
+                let (schema, which, pointer) = match &e.source {
+                    Source::ResponseBody(p) => (&self.output_schema, "outputSchema", p),
+                    Source::RequestBody(p) => (&self.input_schema, "inputSchema", p),
+                    _ => return,
+                };
+                if let Some(schema) = schema
+                    && let Err(divergence) = expr::check_pointer(schema, pointer)
+                {
+                    out.push(format!(
+                        "{skill}'s {field} at '{at}' reads {:?}, which {skill}'s {which} does not declare: {divergence}",
+                        e.to_string()
+                    ));
+                }
+            });
+        }
         out
     }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::Subcommand;
 use serde_json::{Value, json};
 use shared_types::SigningIdentity;
-use shared_types::catalog::agent_from_card;
+use shared_types::catalog::{agent_from_card, registration_warnings};
 use shared_types::mcp::McpManifest;
 
 use super::plan::verify_signed;
@@ -66,10 +66,9 @@ pub fn run(command: CardsCommand) -> Result<(), Failure> {
         CardsCommand::Sign { card, key, out } => sign(&card, &key, out.as_deref()),
         CardsCommand::Verify { card, trust } => {
             let kid = verify_signed(&card, &read_trust(&trust)?)?;
-            println!(
-                "verified: {} is signed by trusted key {kid}",
-                describe(&card)?
-            );
+            let (what, warnings) = describe(&card)?;
+            println!("verified: {what} is signed by trusted key {kid}");
+            warn(warnings.iter().map(String::as_str));
             Ok(())
         }
         CardsCommand::Register {
@@ -110,6 +109,13 @@ pub fn run(command: CardsCommand) -> Result<(), Failure> {
                 registered["url"].as_str().unwrap_or("no URL"),
                 skills.join(", ")
             );
+            warn(
+                registered["warnings"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str),
+            );
             Ok(())
         }
     }
@@ -120,8 +126,16 @@ fn is_manifest(document: &Value) -> bool {
     document.get("tools").is_some() && document.get("server").is_some()
 }
 
-/// Checks a card's or manifest's declarations; says what it is.
-fn describe(path: &Path) -> Result<String, Failure> {
+/// Warnings go to stderr: stdout may be the signed card.
+fn warn<'a>(warnings: impl Iterator<Item = &'a str>) {
+    for warning in warnings {
+        eprintln!("warning: {warning}");
+    }
+}
+
+/// Checks a card's or manifest's declarations; says what it is, and what a curator should
+/// know (a manifest's schemas come from its server, so its warnings come at registration).
+fn describe(path: &Path) -> Result<(String, Vec<String>), Failure> {
     let document = read_json(path)?;
     let bad = |e: shared_types::Error| Failure::rejected(format!("{}: {e}", path.display()));
     if is_manifest(&document) {
@@ -132,15 +146,21 @@ fn describe(path: &Path) -> Result<String, Failure> {
                 path.display()
             )));
         };
-        Ok(format!(
-            "MCP manifest for {} (server {:?} at {url}, {} tools)",
-            manifest.agent,
-            manifest.server.name,
-            manifest.tools.len()
+        Ok((
+            format!(
+                "MCP manifest for {} (server {:?} at {url}, {} tools)",
+                manifest.agent,
+                manifest.server.name,
+                manifest.tools.len()
+            ),
+            Vec::new(),
         ))
     } else {
         let (name, agent) = agent_from_card(&document).map_err(bad)?;
-        Ok(format!("agent card {name} ({} skills)", agent.skills.len()))
+        Ok((
+            format!("agent card {name} ({} skills)", agent.skills.len()),
+            registration_warnings(&agent),
+        ))
     }
 }
 
@@ -148,7 +168,8 @@ fn sign(path: &Path, key: &Path, out: Option<&Path>) -> Result<(), Failure> {
     let identity = SigningIdentity::from_jwk(&read_jwk(key)?)
         .map_err(|e| Failure::unusable(format!("{}: {e}", key.display())))?;
     // Refuse to attest declarations that contradict themselves.
-    describe(path).map_err(|e| Failure::unusable(e.message))?;
+    let (_, warnings) = describe(path).map_err(|e| Failure::unusable(e.message))?;
+    warn(warnings.iter().map(String::as_str));
     let mut card = read_json(path)?;
     identity
         .sign_in_place(&mut card)

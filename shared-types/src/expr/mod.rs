@@ -7,12 +7,14 @@
 //! ends at the first `}`, so a pointer used inside `{…}` cannot itself contain `}`.
 
 mod pointer;
+mod schema;
 
 use std::fmt;
 
 use serde_json::Value;
 
 pub use pointer::{JsonPointer, escape_token};
+pub use schema::{Divergence, check_pointer};
 
 use crate::error::{Error, Result};
 

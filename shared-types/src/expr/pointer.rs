@@ -73,7 +73,7 @@ impl JsonPointer {
 }
 
 /// Array indices are decimal digits without leading zeros ("0", "1", "10"; not "01", "-", "+1").
-fn array_index(token: &str) -> Option<usize> {
+pub(crate) fn array_index(token: &str) -> Option<usize> {
     let leading_zero = token.len() > 1 && token.starts_with('0');
     if token.is_empty() || leading_zero || !token.bytes().all(|b| b.is_ascii_digit()) {
         return None;

@@ -2,6 +2,7 @@
 //! and the trusted planner keys, before a single side effect. It reports all violations,
 //! in a deterministic order (plan-level first, then by step, then by code).
 
+mod references;
 mod timing;
 
 use std::collections::{BTreeMap, HashMap};
@@ -274,7 +275,7 @@ impl PlanValidator {
                 );
             }
             let args = &step.args;
-            self.check_references(step, args, i, &positions, &mut push);
+            references::check_step(&plan.steps, i, &positions, &declarations, &mut push);
             if let Some(declaration) = declaration {
                 check_reversibility(step, declaration, &mut push);
                 self.check_args(step, args, &mut push);
@@ -285,39 +286,6 @@ impl PlanValidator {
         check_undo_ttls(plan, &declarations, &self.catalog, &mut push);
         check_mandate(plan, &declarations, now, &mut push);
         out
-    }
-
-    fn check_references(
-        &self,
-        step: &Step,
-        args: &Value,
-        index: usize,
-        positions: &BTreeMap<&str, usize>,
-        push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
-    ) {
-        let mut problems = Vec::new();
-        let walked = expr::for_each_expr(args, &mut |at, e| {
-            match &e.source {
-            Source::StepResponseBody { step: target, .. } => match positions.get(target.as_str()) {
-                None => problems.push(format!("argument '{at}' uses {e}, but there is no step {target:?}")),
-                Some(&j) if j >= index => problems.push(format!(
-                    "argument '{at}' uses {e}, but step {target:?} does not run before this one"
-                )),
-                Some(_) => {}
-            },
-            Source::RequestBody(_) | Source::ResponseBody(_) => problems.push(format!(
-                "argument '{at}' uses {e}; plan arguments may read earlier steps ($steps.<id>.response.body), \
-                 $saga.id and $step.*, not the step's own request or response"
-            )),
-            Source::SagaId | Source::StepId | Source::StepIdempotencyKey => {}
-        }
-        });
-        if let Err((at, e)) = walked {
-            problems.push(format!("argument '{at}': {e}"));
-        }
-        for problem in problems {
-            push(ViolationCode::BadReference, Some(step), problem);
-        }
     }
 
     fn check_args(

@@ -230,9 +230,10 @@ fn mandate_checks_currency_and_worst_case_path() {
         codes(&v.validate(&signed(plan), now())),
         vec![ViolationCode::MandateExpired]
     );
-    // A fee bound at run time cannot be bounded by the mandate.
+    // An amount bound at run time cannot be bounded by the mandate (a member s3's
+    // outputSchema declares, so that this is the only violation).
     let mut plan = example();
-    plan["steps"][4]["args"]["amountMinor"] = json!("$steps.s3.response.body#/fee");
+    plan["steps"][4]["args"]["amountMinor"] = json!("$steps.s3.response.body#/reference");
     assert_eq!(
         codes(&v.validate(&signed(plan), now())),
         vec![ViolationCode::MandateExceeded]
@@ -450,3 +451,204 @@ fn contradictory_cards_are_refused_with_the_reason() {
         assert!(err.contains(reason), "{pointer}: {err}");
     }
 }
+
+/// The example plan with one argument of one step replaced.
+fn with_arg(step: usize, name: &str, value: Value) -> Value {
+    let mut plan = example();
+    plan["steps"][step]["args"][name] = value;
+    plan
+}
+
+#[test]
+fn a_misspelt_member_of_an_earlier_result_is_a_bad_reference_naming_what_exists() {
+    // s5 (email.send, after the pivot) reads s2's login: misspelt, it was found only once
+    // the payment was captured.
+    let plan = with_arg(5, "login", json!("$steps.s2.response.body#/logn"));
+    let report = validator().validate(&signed(plan), now());
+    assert_eq!(codes(&report), vec![ViolationCode::BadReference]);
+    let violation = &report.violations[0];
+    assert_eq!(violation.step.as_deref(), Some("s5"));
+    for needle in [
+        "'/login'",
+        "#/logn",
+        "sandbox.provision (step s2)",
+        "\"logn\"",
+        "\"login\"",
+        "\"tenantId\"",
+    ] {
+        assert!(
+            violation.message.contains(needle),
+            "{needle} in {}",
+            violation.message
+        );
+    }
+    // Templates count too.
+    let plan = with_arg(5, "login", json!("user {$steps.s2.response.body#/logn}"));
+    let report = validator().validate(&signed(plan), now());
+    assert_eq!(codes(&report), vec![ViolationCode::BadReference]);
+    // The right member, whole or in a template, passes.
+    for value in [
+        json!("$steps.s2.response.body#/login"),
+        json!("user {$steps.s2.response.body#/login} of {$steps.s0.response.body#/vendorId}"),
+    ] {
+        let report = validator().validate(&signed(with_arg(5, "login", value)), now());
+        assert_eq!(report.violations, vec![]);
+    }
+    // Deeper than a declared string, or into the whole result, is checked as well.
+    let plan = with_arg(5, "login", json!("$steps.s2.response.body#/login/first"));
+    let report = validator().validate(&signed(plan), now());
+    assert_eq!(codes(&report), vec![ViolationCode::BadReference]);
+    assert!(
+        report.violations[0].message.contains("is a string"),
+        "{}",
+        report.violations[0].message
+    );
+}
+
+/// A validator over the demo cards, with `skill`'s declaration changed by `edit`.
+fn validator_with(
+    agent: &str,
+    skill: &str,
+    edit: impl FnOnce(&mut SkillDeclaration),
+) -> PlanValidator {
+    let mut catalog = supplier_catalog();
+    edit(
+        catalog
+            .agents
+            .get_mut(agent)
+            .unwrap()
+            .skills
+            .get_mut(skill)
+            .unwrap(),
+    );
+    let mut trust = TrustStore::new();
+    trust.add_jwk(&planner().public_jwk()).unwrap();
+    PlanValidator::new(catalog, trust).unwrap()
+}
+
+#[test]
+fn pointers_into_a_result_without_an_output_schema_are_not_checked() {
+    let validator = validator_with("sandbox", "sandbox.provision", |d| d.output_schema = None);
+    let plan = with_arg(5, "login", json!("$steps.s2.response.body#/logn"));
+    assert_eq!(validator.validate(&signed(plan), now()).violations, vec![]);
+}
+
+#[test]
+fn nested_and_array_pointers_follow_the_output_schema() {
+    let validator = validator_with("sandbox", "sandbox.provision", |d| {
+        d.output_schema = Some(json!({
+            "type": "object",
+            "properties": {
+                "tenantId": {"type": "string"},
+                "login": {"type": "string"},
+                "admin": {"type": "object", "properties": {"login": {"type": "string"}}},
+                "hosts": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}}
+            }
+        }))
+    });
+    let verdict = |pointer: &str| {
+        let plan = with_arg(
+            5,
+            "login",
+            json!(format!("$steps.s2.response.body#{pointer}")),
+        );
+        validator.validate(&signed(plan), now()).violations
+    };
+    for good in [
+        "/admin/login",
+        "/hosts/0/name",
+        "/hosts/12/name",
+        "/hosts",
+        "/admin",
+        "",
+    ] {
+        assert_eq!(verdict(good), vec![], "{good}");
+    }
+    for (bad, says) in [
+        ("/admin/logn", "under '/admin'"),
+        ("/hosts/0/nam", "under '/hosts/0'"),
+        ("/hosts/first/name", "not an index"),
+        ("/hosts/-/name", "'-'"),
+    ] {
+        let violations = verdict(bad);
+        assert_eq!(violations.len(), 1, "{bad}: {violations:?}");
+        assert_eq!(violations[0].code, ViolationCode::BadReference);
+        assert!(
+            violations[0].message.contains(says),
+            "{bad}: {}",
+            violations[0].message
+        );
+    }
+}
+
+#[test]
+fn the_compensation_that_will_run_must_read_what_the_schemas_declare() {
+    // A curated card whose undo reads a member its result does not declare is refused...
+    let mut card = read(&root().join("agent-cards/vendor-registry.json"));
+    card["capabilities"]["extensions"][0]["params"]["skills"]["vendor.create"]["compensation"]["args"]
+        ["vendorId"] = json!("$response.body#/vendorid");
+    let err = Catalog::default().add_card(&card).unwrap_err().to_string();
+    assert!(
+        err.contains("vendorid") && err.contains("\"vendorId\""),
+        "{err}"
+    );
+    // ... and a catalog assembled otherwise gets BAD_REFERENCE on the step it undoes.
+    let validator = validator_with("vendor-registry", "vendor.create", |d| {
+        if let Some(c) = d.compensation.as_mut() {
+            c.args = json!({"vendorId": "$response.body#/vendorid"});
+        }
+    });
+    let mut plan = example();
+    plan["steps"][0]["compensation"]["args"] = json!({"vendorId": "$response.body#/vendorid"});
+    let report = validator.validate(&signed(plan), now());
+    assert_eq!(codes(&report), vec![ViolationCode::BadReference]);
+    assert_eq!(report.violations[0].step.as_deref(), Some("s0"));
+    // Its $request.body and the spend read the input schema.
+    let mut card = read(&root().join("agent-cards/budget.json"));
+    let reserve = &mut card["capabilities"]["extensions"][0]["params"]["skills"]["budget.reserve"];
+    reserve["compensation"]["argsWhenUnknown"] =
+        json!({"forwardKey": "$step.idempotencyKey", "v": "$request.body#/vendor"});
+    let err = Catalog::default().add_card(&card).unwrap_err().to_string();
+    assert!(
+        err.contains("argsWhenUnknown") && err.contains("inputSchema"),
+        "{err}"
+    );
+    let mut card = read(&root().join("agent-cards/budget.json"));
+    let reserve = &mut card["capabilities"]["extensions"][0]["params"]["skills"]["budget.reserve"];
+    reserve["spend"] =
+        json!({"amountMinor": "$request.body#/amount", "currency": "$request.body#/currency"});
+    let err = Catalog::default().add_card(&card).unwrap_err().to_string();
+    assert!(
+        err.contains("spend.amountMinor") && err.contains("\"amountMinor\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn registration_warns_of_bound_from_skills_without_an_output_schema() {
+    for (name, agent) in &supplier_catalog().agents {
+        assert_eq!(
+            crate::catalog::registration_warnings(agent),
+            Vec::<String>::new(),
+            "{name}"
+        );
+    }
+    let mut catalog = supplier_catalog();
+    let budget = catalog.agents.get_mut("budget").unwrap();
+    for declaration in budget.skills.values_mut() {
+        declaration.output_schema = None;
+    }
+    // budget.release is only an undo: nothing binds from it.
+    let warnings = crate::catalog::registration_warnings(budget);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].starts_with("budget.reserve declares no outputSchema"));
+    budget
+        .skills
+        .get_mut("budget.reserve")
+        .unwrap()
+        .output_schema = Some(json!({"type": "object"}));
+    let warnings = crate::catalog::registration_warnings(budget);
+    assert!(warnings[0].contains("admits any member"), "{warnings:?}");
+}
+
+mod pointer_walk;
