@@ -186,11 +186,14 @@ impl JwtPolicy {
         if claims.jti.is_empty() || claims.jti.len() > MAX_JTI_BYTES {
             return refused(&format!("its jti must be 1 to {MAX_JTI_BYTES} bytes"));
         }
-        let admission = self
-            .seen
-            .lock()
-            .map_err(|_| "replay cache poisoned".to_owned())?
-            .admit(issuer, &claims.jti, claims.exp, now);
+        // A poisoned lock means a panic mid-update: refuse rather than trust the cache,
+        // and say so in the log only.
+        let Ok(mut seen) = self.seen.lock() else {
+            tracing::error!("the JWT replay cache is poisoned; refusing tokens");
+            return refused("it cannot be checked against replays now");
+        };
+        let admission = seen.admit(issuer, &claims.jti, claims.exp, now);
+        drop(seen);
         match admission {
             Admission::Fresh => Ok(claims.iss),
             Admission::Replayed => refused("its jti was already used"),
