@@ -12,15 +12,18 @@ use shared_types::SigningIdentity;
 
 use crate::auth::InboundAuth;
 use crate::error::{Error, Result};
+use crate::modes::InputModes;
 
 pub const AGENT_CARD_PATH: &str = "/.well-known/agent-card.json";
 
-/// A card ready to serve: its bytes and validators, computed once.
+/// A card ready to serve: its bytes and validators, computed once, and the input modes
+/// it declares (which the handler enforces).
 #[derive(Debug, Clone)]
 pub struct ServedCard {
     body: Arc<[u8]>,
     etag: HeaderValue,
     last_modified: HeaderValue,
+    input_modes: InputModes,
 }
 
 impl ServedCard {
@@ -46,7 +49,13 @@ impl ServedCard {
             body: body.into(),
             etag,
             last_modified,
+            input_modes: InputModes::from_card(card),
         })
+    }
+
+    /// The media types the card says the agent takes.
+    pub fn input_modes(&self) -> &InputModes {
+        &self.input_modes
     }
 }
 

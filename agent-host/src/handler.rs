@@ -10,6 +10,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, OWNER_METADATA, Reply, RequestContext};
+use crate::modes::InputModes;
 use crate::sdk;
 use crate::sdk::{
     A2AError, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Message,
@@ -28,6 +29,8 @@ pub struct HostHandler<A: Agent> {
     agent: Arc<A>,
     tasks: Arc<TaskManager>,
     shutdown: CancellationToken,
+    /// What parts the agent takes (from its card); any, until `accepting` says.
+    input_modes: InputModes,
 }
 
 impl<A: Agent> HostHandler<A> {
@@ -36,7 +39,14 @@ impl<A: Agent> HostHandler<A> {
             agent,
             tasks,
             shutdown,
+            input_modes: InputModes::default(),
         }
+    }
+
+    /// Refuses messages with parts of other media types than `modes` (ContentTypeNotSupported).
+    pub fn accepting(mut self, modes: InputModes) -> Self {
+        self.input_modes = modes;
+        self
     }
 
     /// Opens the task a message belongs to (a new one, or the one it continues) and
@@ -49,6 +59,7 @@ impl<A: Agent> HostHandler<A> {
     ) -> Result<Started, A2AError> {
         let ctx = RequestContext::from_params(params);
         let message = validate_message(req.message)?;
+        self.input_modes.check(&message)?;
         let existing = match message.task_id.as_deref().filter(|id| !id.is_empty()) {
             None => None,
             Some(id) => {

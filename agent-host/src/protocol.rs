@@ -37,7 +37,7 @@ fn supported(version: Option<&HeaderValue>) -> Result<(), String> {
 }
 
 /// The JSON-RPC binding lives at `POST /`; everything else under the A2A routes is REST.
-fn is_jsonrpc(request: &Request) -> bool {
+pub(crate) fn is_jsonrpc(request: &Request) -> bool {
     request.method() == Method::POST && request.uri().path() == "/"
 }
 
@@ -61,13 +61,7 @@ pub async fn require_version(request: Request, next: Next) -> Response {
     };
     if is_jsonrpc(&request) {
         // JSON-RPC errors echo the request id, which is in the body.
-        let body = to_bytes(request.into_body(), INSPECT_LIMIT)
-            .await
-            .unwrap_or_default();
-        let id = serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|v| v.get("id").cloned())
-            .unwrap_or(Value::Null);
+        let id = jsonrpc_request_id(request.into_body()).await;
         jsonrpc_error(id, -32009, "VERSION_NOT_SUPPORTED", &message)
     } else {
         rest_error(
@@ -90,6 +84,103 @@ fn is_json(content_type: &HeaderValue) -> bool {
         .to_ascii_lowercase();
     essence == "application/json"
         || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// The `id` of a JSON-RPC request, for an error answered before the SDK reads the body.
+/// The body is read up to `ID_READ_LIMIT` bytes and for at most `ID_READ_TIMEOUT`, and
+/// only the `id` member is built (the rest is skipped without allocating). A body that
+/// cannot be read or parsed, or an id that is not a string or a number, gives `null`,
+/// as JSON-RPC 2.0 asks when the id cannot be determined.
+pub(crate) async fn jsonrpc_request_id(body: Body) -> Value {
+    let read = tokio::time::timeout(ID_READ_TIMEOUT, to_bytes(body, ID_READ_LIMIT)).await;
+    let Ok(Ok(bytes)) = read else {
+        return Value::Null;
+    };
+    serde_json::from_slice::<Envelope>(&bytes)
+        .map(|envelope| envelope.id.0)
+        .unwrap_or(Value::Null)
+}
+
+/// The most read of a body to find its id: the hosting layer's body limit (1 MiB).
+const ID_READ_LIMIT: usize = 1024 * 1024;
+/// The longest wait for that body: a client that stops sending mid-body gets its error
+/// (with a null id) instead of holding the request open.
+const ID_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A JSON-RPC request as far as its id.
+#[derive(serde::Deserialize)]
+struct Envelope {
+    #[serde(default)]
+    id: RequestId,
+}
+
+/// A JSON-RPC id: a string, a number or null; anything else is skipped and reads as null.
+#[derive(Default)]
+struct RequestId(Value);
+
+impl<'de> serde::Deserialize<'de> for RequestId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(RequestIdVisitor)
+    }
+}
+
+struct RequestIdVisitor;
+
+impl<'de> serde::de::Visitor<'de> for RequestIdVisitor {
+    type Value = RequestId;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON-RPC id")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RequestId, E> {
+        Ok(RequestId(Value::String(v.to_owned())))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RequestId, E> {
+        Ok(RequestId(json!(v)))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RequestId, E> {
+        Ok(RequestId(json!(v)))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<RequestId, E> {
+        Ok(RequestId(
+            serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number),
+        ))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<RequestId, E> {
+        Ok(RequestId::default())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<RequestId, E> {
+        Ok(RequestId::default())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<RequestId, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(RequestId::default())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<RequestId, A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(RequestId::default())
+    }
+}
+
+/// `google.rpc.ErrorInfo` for `reason` without a timestamp, for answers that must not
+/// differ from one request to the next.
+pub(crate) fn unstamped_error_info(reason: &str) -> Value {
+    json!({
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": reason,
+        "domain": "a2a-protocol.org",
+    })
 }
 
 fn error_info(reason: &str) -> Value {
@@ -188,4 +279,31 @@ pub async fn rest_responses(request: Request, next: Next) -> Response {
         return Response::from_parts(parts, Body::from(value.to_string()));
     }
     Response::from_parts(parts, Body::from(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_stops_arriving_gives_a_null_id() {
+        let stalled = futures::stream::pending::<Result<Bytes, std::io::Error>>();
+        let id = jsonrpc_request_id(Body::from_stream(stalled)).await;
+        assert_eq!(id, Value::Null);
+    }
+
+    #[tokio::test]
+    async fn only_string_and_number_ids_are_echoed() {
+        let id = |body: &'static str| jsonrpc_request_id(Body::from(body));
+        assert_eq!(id(r#"{"id": "a", "method": "x"}"#).await, json!("a"));
+        assert_eq!(id(r#"{"method": "x", "id": 1.5}"#).await, json!(1.5));
+        assert_eq!(id(r#"{"id": true}"#).await, Value::Null);
+        assert_eq!(id(r#"{"id": [1]}"#).await, Value::Null);
+        assert_eq!(
+            id(r#"{"id": 1, "id": 2}"#).await,
+            Value::Null,
+            "duplicate id"
+        );
+        assert_eq!(id(r#"{"method": "x"}"#).await, Value::Null);
+    }
 }

@@ -49,7 +49,10 @@ impl HostConfig {
 /// health probes (open), and both A2A bindings (authenticated).
 pub fn app<A: Agent>(config: &HostConfig, agent: Arc<A>, tasks: Arc<TaskManager>) -> Router {
     let health = health_router(tasks.store().clone(), config.shutdown.clone());
-    let handler = Arc::new(HostHandler::new(agent, tasks, config.shutdown.clone()));
+    let handler = Arc::new(
+        HostHandler::new(agent, tasks, config.shutdown.clone())
+            .accepting(config.card.input_modes().clone()),
+    );
     let a2a = sdk::jsonrpc_router(handler.clone())
         .merge(sdk::rest_router(handler))
         .layer(from_fn(rest_responses))

@@ -162,12 +162,12 @@ async fn jwt_authentication() {
         (
             "untrusted issuer",
             Some(mint_jwt(&stranger, "stranger", "executor", 60).unwrap()),
-            "not trusted",
+            "not signed by an issuer this agent trusts",
         ),
         (
             "forged key",
             Some(mint_jwt(&stranger, "planner@local", "executor", 60).unwrap()),
-            "refused",
+            "not signed by an issuer this agent trusts",
         ),
         (
             "expired",

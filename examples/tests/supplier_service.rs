@@ -44,7 +44,7 @@ async fn every_route_but_the_card_needs_the_bearer_token() {
             .expect_err("refused without the token");
         match error {
             sagaplane_examples::supplier::SupplierError::Host(agent_host::Error::Protocol(e)) => {
-                assert_eq!(e.code, 401, "{e:?}")
+                assert_eq!(e.code, agent_host::auth::UNAUTHENTICATED_CODE, "{e:?}")
             }
             other => panic!("expected a 401, got {other:?}"),
         }

@@ -25,13 +25,23 @@ use crate::saga::{CallOutcome, Invocation, Target};
 
 /// Error codes that prove the tool refused the request before doing anything: JSON-RPC's
 /// parse error, invalid request, unknown method and invalid params; A2A's unsupported
-/// operation, content type, extension and version errors; and the hosting layer's 401
-/// (the credential was refused before any handler ran). Every other error (internal
+/// operation, content type, extension and version errors; and the hosting layer's
+/// unauthenticated error (the credential was refused before any handler ran: `-31401`,
+/// and `401` from agents on an older hosting layer). Every other error (internal
 /// errors, `-32000`-range server errors, a JSON-RPC error carried by an HTTP 5xx, which
 /// the SDK's transport passes on without looking at the status) proves nothing, so the
 /// call's outcome is unknown.
-const REFUSED_BEFORE_ANY_EFFECT: [i32; 9] = [
-    -32700, -32600, -32601, -32602, -32004, -32005, -32008, -32009, 401,
+const REFUSED_BEFORE_ANY_EFFECT: [i32; 10] = [
+    -32700,
+    -32600,
+    -32601,
+    -32602,
+    -32004,
+    -32005,
+    -32008,
+    -32009,
+    agent_host::auth::UNAUTHENTICATED_CODE,
+    401,
 ];
 
 /// The saga context that travels with every call.

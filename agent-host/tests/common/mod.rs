@@ -94,9 +94,18 @@ pub async fn start_signed(
     auth: InboundAuth,
     signer: Option<&shared_types::SigningIdentity>,
 ) -> Running {
+    start_card(auth, card(), signer).await
+}
+
+/// Like `start_signed`, serving `card` (whose interfaces are pointed at the address).
+pub async fn start_card(
+    auth: InboundAuth,
+    card: Value,
+    signer: Option<&shared_types::SigningIdentity>,
+) -> Running {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let card = prepare_card(agent_host::describe_auth(card(), &auth), &url, signer).unwrap();
+    let card = prepare_card(agent_host::describe_auth(card, &auth), &url, signer).unwrap();
     let config = HostConfig::new(ServedCard::new(&card).unwrap(), auth);
     let router = agent_host::app(
         &config,

@@ -128,10 +128,12 @@ pub async fn send(
     }
 }
 
-/// The reason of a request refused with 401.
+/// The reason of a request refused as unauthenticated (HTTP 401).
 pub fn refusal(result: agent_host::Result<Task>) -> String {
     match result {
-        Err(agent_host::Error::Protocol(e)) if e.code == 401 => e.message,
+        Err(agent_host::Error::Protocol(e)) if e.code == agent_host::auth::UNAUTHENTICATED_CODE => {
+            e.message
+        }
         other => panic!("expected a 401, got {other:?}"),
     }
 }
