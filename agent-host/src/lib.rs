@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod auth;
+pub mod body_check;
 pub mod card;
 pub mod client;
 pub mod error;
@@ -18,9 +19,10 @@ pub mod tasks;
 
 pub use agent::{Agent, Reply, RequestContext, agent_message};
 pub use auth::{Caller, InboundAuth, JwtPolicy, mint_jwt};
+pub use body_check::BodyLimits;
 pub use card::{ServedCard, describe_auth, prepare_card};
 pub use client::{AgentClient, OutboundCall, baggage_header};
 pub use error::{Error, Result};
-pub use server::{HostConfig, app, serve};
+pub use server::{ConnectionLimits, HostConfig, app, app_with, serve, serve_with};
 pub use store::{MemoryTaskStore, SqliteTaskStore, TaskStore};
 pub use tasks::{Subscription, TaskHandle, TaskManager};
