@@ -6,6 +6,8 @@ pub mod agent;
 pub mod auth;
 pub mod body_check;
 pub mod card;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod client;
 pub mod error;
 pub mod handler;

@@ -33,8 +33,13 @@ use crate::tasks::TaskManager;
 
 /// Default cap on request bodies, on every route of an agent.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
-/// Default cap on requests being handled at once by one agent (card and probes aside).
+/// Default cap on requests being handled at once by one agent (card and probes aside):
+/// the largest body the scan lets through costs about 10 MiB while the SDK holds it.
 pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 32;
+/// Default for `ConnectionLimits::max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default for `ConnectionLimits::header_read_timeout`.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How one agent is served.
 #[derive(Debug, Clone)]
@@ -95,14 +100,18 @@ pub fn app_with<A: Agent>(
         .layer(in_flight.clone())
         .layer(from_fn(require_version))
         .layer(from_fn_with_state(config.auth.clone(), authenticate));
+    // The A2A routes merge last: of routers with default fallbacks the last one's is
+    // kept, so that an unknown path meets the A2A routes' authentication, as before.
     card_router(config.card.clone())
         .merge(health)
-        .merge(a2a)
         .merge(extra.layer(in_flight))
+        .merge(a2a)
+        // The limit inside the timeout: its error reaches the extractors unwrapped, so
+        // that they answer 413.
+        .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
         .layer(RequestBodyTimeoutLayer::new(
             config.body_limits.read_timeout,
         ))
-        .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
 }
 
 /// How one listener holds its connections.
@@ -129,8 +138,8 @@ impl Default for ConnectionLimits {
     /// served; requests beyond the request cap wait on their connection.
     fn default() -> Self {
         Self {
-            header_read_timeout: Duration::from_secs(10),
-            max_connections: 1024,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }

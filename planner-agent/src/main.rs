@@ -9,7 +9,7 @@ use std::time::Duration;
 use agent_host::InboundAuth;
 use anyhow::{Context, bail};
 use clap::Parser;
-use planner_agent::service::{Settings, build};
+use planner_agent::service::{Settings, build_with};
 use planner_agent::{LlmConfig, Templates};
 use shared_types::{Jwk, SigningIdentity};
 use tokio_util::sync::CancellationToken;
@@ -58,6 +58,8 @@ struct Args {
     /// How long to wait for the model's answer, in seconds.
     #[arg(long, default_value_t = 120)]
     llm_timeout_seconds: u64,
+    #[command(flatten)]
+    serving: agent_host::cli::ServingArgs,
 }
 
 fn read_identity(path: &Path) -> anyhow::Result<SigningIdentity> {
@@ -113,7 +115,7 @@ async fn main() -> anyhow::Result<()> {
     let public_url = args.url.unwrap_or_else(|| format!("http://{address}"));
 
     let shutdown = CancellationToken::new();
-    let service = build(
+    let service = build_with(
         Settings {
             data_dir: Some(args.data),
             identity,
@@ -125,6 +127,7 @@ async fn main() -> anyhow::Result<()> {
             templates: Templates::builtin(),
         },
         shutdown.clone(),
+        args.serving.max_concurrent_requests,
     )?;
     tracing::info!(planner = %service.planner.id(), "planner ready");
     let resumed = service.planner.recover().await?;
@@ -133,6 +136,7 @@ async fn main() -> anyhow::Result<()> {
     }
     tokio::spawn(agent_host::process::shutdown_on_signal(shutdown.clone()));
     println!("listening on {public_url}");
-    agent_host::serve(listener, service.router, shutdown).await?;
+    let limits = args.serving.connection_limits();
+    agent_host::serve_with(listener, service.router, shutdown, limits).await?;
     Ok(())
 }
