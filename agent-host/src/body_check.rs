@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -374,16 +374,21 @@ pub async fn check_body(
             "request body refused by the scan"
         );
         let message = refusal.to_string();
-        return if jsonrpc {
-            jsonrpc_error(request_id(&bytes), -32602, refusal.reason(), &message)
-        } else {
-            rest_error(
-                StatusCode::BAD_REQUEST,
-                "INVALID_ARGUMENT",
-                refusal.reason(),
-                &message,
-            )
-        };
+        if jsonrpc {
+            return jsonrpc_error(request_id(&bytes), -32602, refusal.reason(), &message);
+        }
+        let mut response = rest_error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_ARGUMENT",
+            refusal.reason(),
+            &message,
+        );
+        // As `protocol::rest_responses` answers every other HTTP+JSON error.
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return response;
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await

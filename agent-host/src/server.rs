@@ -81,8 +81,9 @@ pub fn app<A: Agent>(config: &HostConfig, agent: Arc<A>, tasks: Arc<TaskManager>
 /// cap on requests in flight with the A2A routes.
 ///
 /// Order on an A2A request: the body limit (413 on `Content-Length` alone), then
-/// authentication (headers only), the version check, a turn under the request cap, and
-/// the body scan; only then does the SDK read the body.
+/// authentication (headers only), a turn under the request cap, and the body scan;
+/// only then is the body parsed, by the version check (for the id it echoes) and the
+/// SDK.
 pub fn app_with<A: Agent>(
     config: &HostConfig,
     agent: Arc<A>,
@@ -95,10 +96,10 @@ pub fn app_with<A: Agent>(
     let in_flight = GlobalConcurrencyLimitLayer::new(config.max_concurrent_requests.max(1));
     let a2a = sdk::jsonrpc_router(handler.clone())
         .merge(sdk::rest_router(handler))
-        .layer(from_fn_with_state(config.body_limits, check_body))
         .layer(from_fn(rest_responses))
-        .layer(in_flight.clone())
         .layer(from_fn(require_version))
+        .layer(from_fn_with_state(config.body_limits, check_body))
+        .layer(in_flight.clone())
         .layer(from_fn_with_state(config.auth.clone(), authenticate));
     // The A2A routes merge last: of routers with default fallbacks the last one's is
     // kept, so that an unknown path meets the A2A routes' authentication, as before.

@@ -418,3 +418,50 @@ async fn shutdown_lets_the_request_in_flight_finish_and_ends_streams() {
         .unwrap();
     assert_eq!(stored_tasks(&served.store).await, 1);
 }
+
+#[tokio::test]
+async fn the_scan_comes_before_the_version_check_reads_the_body() {
+    let served = serve(InboundAuth::Open, |_| {}, ConnectionLimits::default()).await;
+    // Without A2A-Version the version check parses the body for the id it echoes: the
+    // scan must have bounded that body first.
+    let zeros = format!(r#"{{"data":[{}0]}}"#, "0,".repeat(479_999));
+    let response = reqwest::Client::new()
+        .post(format!("{}/", served.url))
+        .header("Content-Type", "application/json")
+        .body(send_message_rpc("v-1", &zeros))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["id"], "v-1", "{}", shown(&body));
+    assert_eq!(
+        reason(&body["error"]["data"]),
+        "REQUEST_LIMIT_EXCEEDED",
+        "{}",
+        shown(&body)
+    );
+    // Within the limits, the missing header is what is refused, as before.
+    let response = reqwest::Client::new()
+        .post(format!("{}/", served.url))
+        .header("Content-Type", "application/json")
+        .body(send_message_rpc("v-2", r#"{"text":"complete"}"#))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32009, "{}", shown(&body));
+    assert_eq!(body["id"], "v-2");
+    // The HTTP+JSON refusal is served as `application/json`, as every other error there.
+    let response = reqwest::Client::new()
+        .post(format!("{}/message:send", served.url))
+        .header("A2A-Version", "1.0")
+        .header("Content-Type", "application/json")
+        .body(send_message_rest(r#"{"data":{"a":1,"a":2}}"#))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    assert_eq!(stored_tasks(&served.store).await, 0);
+    served.shutdown.cancel();
+}
