@@ -4,7 +4,10 @@
 
 pub mod agent;
 pub mod auth;
+pub mod body_check;
 pub mod card;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod client;
 pub mod error;
 pub mod handler;
@@ -20,11 +23,12 @@ pub mod tasks;
 
 pub use agent::{Agent, OWNER_METADATA, Reply, RequestContext, agent_message};
 pub use auth::{Caller, InboundAuth, JwtPolicy, mint_jwt};
+pub use body_check::BodyLimits;
 pub use card::{ServedCard, describe_auth, prepare_card};
 pub use client::{
     AgentClient, MAX_FETCHED_DOCUMENT_BYTES, OutboundCall, baggage_header, read_capped,
 };
 pub use error::{Error, Result};
-pub use server::{HostConfig, app, serve};
+pub use server::{ConnectionLimits, HostConfig, app, app_with, serve, serve_with};
 pub use store::{MemoryTaskStore, SqliteTaskStore, TaskStore};
 pub use tasks::{Subscription, TaskHandle, TaskManager};

@@ -25,6 +25,8 @@ struct Args {
     /// SQLite file for tasks (default: in memory).
     #[arg(long)]
     store: Option<PathBuf>,
+    #[command(flatten)]
+    serving: agent_host::cli::ServingArgs,
 }
 
 struct TckAgent;
@@ -180,7 +182,8 @@ async fn main() -> anyhow::Result<()> {
         None => Arc::new(MemoryTaskStore::new()),
     };
     let card = prepare_card(card(), &format!("http://{address}"), None)?;
-    let config = HostConfig::new(ServedCard::new(&card)?, InboundAuth::Open);
+    let mut config = HostConfig::new(ServedCard::new(&card)?, InboundAuth::Open);
+    config.max_concurrent_requests = args.serving.max_concurrent_requests;
     let router = agent_host::app(&config, Arc::new(TckAgent), TaskManager::new(store));
     let shutdown = config.shutdown.clone();
     let on_signal = shutdown.clone();
@@ -189,6 +192,7 @@ async fn main() -> anyhow::Result<()> {
         on_signal.cancel();
     });
     println!("listening on http://{address}");
-    agent_host::serve(listener, router, shutdown).await?;
+    let limits = args.serving.connection_limits();
+    agent_host::serve_with(listener, router, shutdown, limits).await?;
     Ok(())
 }

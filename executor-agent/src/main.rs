@@ -12,7 +12,7 @@ use clap::Parser;
 use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
 use executor_agent::http::RegistrationHosts;
 use executor_agent::report::{GATHER_PROGRESS, MAX_GATHER};
-use executor_agent::service::{Settings, build};
+use executor_agent::service::{Settings, build_with};
 
 /// See the dependency's note in Cargo.toml: the hot path allocates a lot, briefly.
 #[global_allocator]
@@ -93,6 +93,8 @@ struct Args {
     /// MCP registrations may fetch from. Repeatable; without it, any host (logged at start).
     #[arg(long = "allow-registration-host", value_name = "HOST[:PORT]")]
     allow_registration_hosts: Vec<String>,
+    #[command(flatten)]
+    serving: agent_host::cli::ServingArgs,
     /// Crash-test fault injection: stop after this many durable journal writes.
     #[arg(long, hide = true)]
     pause_after_journal_writes: Option<u64>,
@@ -192,7 +194,7 @@ async fn main() -> anyhow::Result<()> {
     let public_url = args.url.unwrap_or_else(|| format!("http://{address}"));
 
     let shutdown = CancellationToken::new();
-    let service = build(
+    let service = build_with(
         Settings {
             data_dir: args.data.clone(),
             executor_id: args.id,
@@ -211,6 +213,7 @@ async fn main() -> anyhow::Result<()> {
             },
         },
         shutdown.clone(),
+        args.serving.max_concurrent_requests,
     )?;
     let (resumed, taken_in) = service.executor.recover().await?;
     if resumed > 0 {
@@ -235,7 +238,8 @@ async fn main() -> anyhow::Result<()> {
         ));
     }
     println!("listening on {public_url}");
-    agent_host::serve(listener, service.router, shutdown).await?;
+    let limits = args.serving.connection_limits();
+    agent_host::serve_with(listener, service.router, shutdown, limits).await?;
     drain(&service.executor, Duration::from_secs(args.drain_secs)).await;
     Ok(())
 }

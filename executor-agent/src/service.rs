@@ -97,6 +97,20 @@ pub fn executor_card(executor_id: &str) -> Value {
 /// Opens the stores, builds the executor and its routes. Call `Executor::recover` on the
 /// result before serving, so unfinished sagas resume.
 pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service> {
+    build_with(
+        settings,
+        shutdown,
+        agent_host::server::DEFAULT_MAX_CONCURRENT_REQUESTS,
+    )
+}
+
+/// `build`, handling at most `max_concurrent_requests` requests at once (A2A, admin,
+/// catalog and metrics together).
+pub fn build_with(
+    settings: Settings,
+    shutdown: CancellationToken,
+    max_concurrent_requests: usize,
+) -> Result<Service> {
     std::fs::create_dir_all(&settings.data_dir).map_err(|e| {
         Error::Journal(format!(
             "cannot create the data directory {}: {e}",
@@ -134,6 +148,7 @@ pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service>
         .map_err(|e| Error::Refused(format!("the executor's card: {e}")))?;
     let mut host = HostConfig::new(card, planner_auth.clone());
     host.shutdown = shutdown.clone();
+    host.max_concurrent_requests = max_concurrent_requests;
 
     let mcp = Arc::new(McpInvoker::new(settings.credentials.clone()));
     let executor = Executor::new(
@@ -159,8 +174,14 @@ pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service>
         mcp,
         hosts: settings.registration_hosts,
     };
-    let router = agent_host::app(&host, Arc::new(ExecutorAgent(executor.clone())), tasks)
-        .merge(crate::http::routes(admin, admin_auth, planner_auth))
+    // The admin API, the catalog and the metrics come under the same body limit as A2A.
+    let routes = crate::http::routes(admin, admin_auth, planner_auth)
         .merge(crate::http::metrics_routes(executor.clone()));
+    let router = agent_host::app_with(
+        &host,
+        Arc::new(ExecutorAgent(executor.clone())),
+        tasks,
+        routes,
+    );
     Ok(Service { router, executor })
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use agent_host::{InboundAuth, JwtPolicy};
 use anyhow::{Context, bail};
 use clap::Parser;
-use planner_agent::service::{Settings, build};
+use planner_agent::service::{Settings, build_with};
 use planner_agent::{LlmConfig, Templates};
 use shared_types::{AmountMinor, Currency, Jwk, Money, SigningIdentity};
 use tokio_util::sync::CancellationToken;
@@ -75,6 +75,8 @@ struct Args {
     /// `100000:EUR` (1000.00 EUR). A goal over it, or in another currency, is REJECTED.
     #[arg(long, value_name = "AMOUNT_MINOR:CURRENCY", value_parser = parse_max_spend)]
     max_spend: Money,
+    #[command(flatten)]
+    serving: agent_host::cli::ServingArgs,
 }
 
 /// `100000:EUR` → 100000 EUR minor units.
@@ -205,7 +207,7 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| format!("http://{address}"));
 
     let shutdown = CancellationToken::new();
-    let service = build(
+    let service = build_with(
         Settings {
             data_dir: Some(args.data.clone()),
             identity,
@@ -218,6 +220,7 @@ async fn main() -> anyhow::Result<()> {
             templates: Templates::builtin(),
         },
         shutdown.clone(),
+        args.serving.max_concurrent_requests,
     )?;
     tracing::info!(planner = %service.planner.id(), max_spend = %args.max_spend, "planner ready");
     let resumed = service.planner.recover().await?;
@@ -226,6 +229,7 @@ async fn main() -> anyhow::Result<()> {
     }
     tokio::spawn(agent_host::process::shutdown_on_signal(shutdown.clone()));
     println!("listening on {public_url}");
-    agent_host::serve(listener, service.router, shutdown).await?;
+    let limits = args.serving.connection_limits();
+    agent_host::serve_with(listener, service.router, shutdown, limits).await?;
     Ok(())
 }

@@ -90,6 +90,19 @@ pub fn planner_card(planner_id: &str, backend: &str) -> Value {
 /// Opens the task store, builds the planner and its routes. Call `Planner::recover` on
 /// the result before serving, so interrupted tasks resume.
 pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service> {
+    build_with(
+        settings,
+        shutdown,
+        agent_host::server::DEFAULT_MAX_CONCURRENT_REQUESTS,
+    )
+}
+
+/// `build`, handling at most `max_concurrent_requests` requests at once.
+pub fn build_with(
+    settings: Settings,
+    shutdown: CancellationToken,
+    max_concurrent_requests: usize,
+) -> Result<Service> {
     let store: Arc<dyn TaskStore> = match &settings.data_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| {
@@ -126,6 +139,7 @@ pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service>
         .map_err(|e| Error::Config(format!("the planner's card: {e}")))?;
     let mut host = HostConfig::new(card, settings.auth);
     host.shutdown = shutdown.clone();
+    host.max_concurrent_requests = max_concurrent_requests;
 
     let planner = Planner::new(
         PlannerConfig {

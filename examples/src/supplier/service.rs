@@ -195,8 +195,8 @@ pub async fn start(
         .route("/faults", get(get_faults).put(put_faults))
         .route_layer(from_fn_with_state(auth, authenticate))
         .with_state(admin);
-    let router = agent_host::app(&config, tool, tasks)
-        .merge(extra)
+    // The ledger and fault switches come under the same body limit as A2A.
+    let router = agent_host::app_with(&config, tool, tasks, extra)
         .layer(from_fn_with_state(transport, unavailable));
     let server = tokio::spawn(agent_host::serve(listener, router, shutdown));
     Ok(RunningTool {
