@@ -21,7 +21,7 @@ use shared_types::{Jwk, SigningIdentity};
 
 use crate::agent::CALLER_HEADER;
 use crate::error::{Error, Result};
-use crate::protocol::{is_jsonrpc, jsonrpc_request_id, unstamped_error_info};
+use crate::protocol::{is_jsonrpc, unauthenticated_request_id, unstamped_error_info};
 use crate::replay::{Admission, ReplayCache};
 
 /// Clock skew tolerated on `exp`, `nbf` and `iat`, in seconds.
@@ -250,7 +250,7 @@ struct Unauthenticated {
 async fn unauthorized(request: Request, refusal: Unauthenticated) -> Response {
     let info = unstamped_error_info("UNAUTHENTICATED");
     let body = if is_jsonrpc(&request) {
-        let id = jsonrpc_request_id(request.into_body()).await;
+        let id = unauthenticated_request_id(request.into_body()).await;
         json!({"jsonrpc": "2.0", "id": id, "error": {
             "code": UNAUTHENTICATED_CODE, "message": refusal.message, "data": [info]}})
     } else {

@@ -92,7 +92,23 @@ fn is_json(content_type: &HeaderValue) -> bool {
 /// cannot be read or parsed, or an id that is not a string or a number, gives `null`,
 /// as JSON-RPC 2.0 asks when the id cannot be determined.
 pub(crate) async fn jsonrpc_request_id(body: Body) -> Value {
-    let read = tokio::time::timeout(ID_READ_TIMEOUT, to_bytes(body, ID_READ_LIMIT)).await;
+    request_id_within(body, ID_READ_LIMIT, ID_READ_TIMEOUT).await
+}
+
+/// `jsonrpc_request_id` for a caller who has not authenticated: such a request may make
+/// the agent hold no more than `UNAUTHENTICATED_ID_READ_LIMIT` bytes, for no longer than
+/// `UNAUTHENTICATED_ID_READ_TIMEOUT`; a longer or slower body answers with a null id.
+pub(crate) async fn unauthenticated_request_id(body: Body) -> Value {
+    request_id_within(
+        body,
+        UNAUTHENTICATED_ID_READ_LIMIT,
+        UNAUTHENTICATED_ID_READ_TIMEOUT,
+    )
+    .await
+}
+
+async fn request_id_within(body: Body, limit: usize, timeout: std::time::Duration) -> Value {
+    let read = tokio::time::timeout(timeout, to_bytes(body, limit)).await;
     let Ok(Ok(bytes)) = read else {
         return Value::Null;
     };
@@ -106,6 +122,12 @@ const ID_READ_LIMIT: usize = 1024 * 1024;
 /// The longest wait for that body: a client that stops sending mid-body gets its error
 /// (with a null id) instead of holding the request open.
 const ID_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The most of an unauthenticated body read to find its id (a request's id comes with its
+/// envelope, and a JSON-RPC 401 with a null id is still a well-formed answer).
+const UNAUTHENTICATED_ID_READ_LIMIT: usize = 64 * 1024;
+/// The longest wait for that body.
+const UNAUTHENTICATED_ID_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A JSON-RPC request as far as its id.
 #[derive(serde::Deserialize)]

@@ -280,12 +280,22 @@ async fn a_jsonrpc_401_is_a_jsonrpc_error_that_echoes_the_id() {
                 "reason": "UNAUTHENTICATED", "domain": "a2a-protocol.org"}])
         );
     }
-    // The id is read wherever it stands, past a large params member.
-    let late_id = format!(
-        r#"{{"jsonrpc":"2.0","method":"SendMessage","params":{{"pad":"{}"}},"id":"late"}}"#,
-        "x".repeat(512 * 1024)
+    // The id is read wherever it stands in the first 64 KiB; an unauthenticated caller
+    // cannot make the agent read more to find it.
+    let late_id = |pad: usize| {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"SendMessage","params":{{"pad":"{}"}},"id":"late"}}"#,
+            "x".repeat(pad)
+        )
+    };
+    assert_eq!(
+        jsonrpc(url, late_id(60 * 1024), None).await.json()["id"],
+        "late"
     );
-    assert_eq!(jsonrpc(url, late_id, None).await.json()["id"], "late");
+    assert_eq!(
+        jsonrpc(url, late_id(512 * 1024), None).await.json()["id"],
+        Value::Null
+    );
     // Bodies whose id cannot be read: null.
     let unreadable = [
         "{not json".to_owned(),

@@ -250,8 +250,8 @@ async fn an_unauthenticated_request_is_refused_before_its_body_is_read() {
         token: "a-static-token-of-some-length".into(),
     };
     let served = serve(auth, |_| {}, ConnectionLimits::default()).await;
-    // The head announces a body that never comes: only a server that answers from the
-    // headers answers at all.
+    // The head announces a body that never comes: the server answers from the headers,
+    // after waiting at most a second for the first 64 KiB that could hold the id.
     let head = "POST / HTTP/1.1\r\nHost: x\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\n\
                 Content-Length: 900000\r\nConnection: close\r\n\r\n";
     let answer = answer_to_head(served.addr, head).await;

@@ -123,14 +123,8 @@ async fn the_admin_api_has_the_same_body_limit_as_a2a() {
     let served = serve().await;
     let mut card = read("examples/plans/supplier-onboarding.json");
     card["padding"] = json!("x".repeat(1536 * 1024));
-    let response = reqwest::Client::new()
-        .post(format!("{}/admin/cards", served.url))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&card)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 413, "{:?}", response.text().await);
+    let (status, body) = admin_post(&served, "/admin/cards", &card).await;
+    assert_eq!(status, 413, "{body}");
     // Sent without a length up front, the body is cut off at the same limit.
     let chunks =
         futures::stream::iter((0..24).map(|_| Ok::<_, std::io::Error>(vec![b' '; 64 * 1024])));

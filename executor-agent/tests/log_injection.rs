@@ -50,14 +50,8 @@ async fn a_newline_in_a_pointer_does_not_forge_a_log_record() {
         .unwrap()
         .remove("outputSchema");
     served.platform.sign_in_place(&mut card).unwrap();
-    let registered = reqwest::Client::new()
-        .post(format!("{}/admin/cards", served.url))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&card)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(registered.status(), 201);
+    let (status, body) = admin_post(&served, "/admin/cards", &card).await;
+    assert_eq!(status, 201, "{body}");
 
     let mut plan = common::read("examples/plans/supplier-onboarding.json");
     plan["steps"][5]["args"]["login"] = json!(format!("$steps.s2.response.body#/login\n{FORGED}"));

@@ -82,17 +82,6 @@ async fn catcher(answer: Answer) -> (String, Arc<Mutex<Vec<Seen>>>) {
     (url, seen)
 }
 
-async fn admin_post(served: &Served, path: &str, body: &Value) -> (u16, String) {
-    let response = reqwest::Client::new()
-        .post(format!("{}{path}", served.url))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.text().await.unwrap())
-}
-
 /// A manifest curating `agent`'s MCP server at `url`, signed by the platform key the
 /// executor trusts.
 fn signed_manifest(served: &Served, agent: &str, url: &str) -> Value {

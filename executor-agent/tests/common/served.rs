@@ -147,3 +147,15 @@ pub fn signed_by(who: &SigningIdentity, path: &str) -> Value {
     who.sign_in_place(&mut plan).unwrap();
     plan
 }
+
+/// `POST` of `body` to one of the executor's admin routes; the status and the body.
+pub async fn admin_post(served: &Served, path: &str, body: &Value) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(format!("{}{path}", served.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
