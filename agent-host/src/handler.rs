@@ -145,11 +145,15 @@ impl<A: Agent> HostHandler<A> {
             .tasks
             .subscribe(handle.id())
             .map_err(crate::Error::into_a2a)?;
+        // The task as it stands before the agent starts: a stream begins with it, and every
+        // change the agent makes then arrives as an event (the subscription is older).
+        let first = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
         let agent = self.agent.clone();
         let run_handle = handle.clone();
         let run = tokio::spawn(async move { agent.run(ctx, run_handle, message).await });
         Ok(Started::Task {
             handle,
+            first: Box::new(first),
             events,
             run,
         })
@@ -223,6 +227,8 @@ enum Started {
     },
     Task {
         handle: TaskHandle,
+        /// The task before the agent started on it.
+        first: Box<Task>,
         events: Subscription,
         run: tokio::task::JoinHandle<()>,
     },
@@ -339,12 +345,12 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
             ))),
             Started::Task {
                 handle,
+                first,
                 events,
                 run,
             } => {
                 if !immediately {
-                    let first = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
-                    let mut stream = self.follow(first, events, Some(run));
+                    let mut stream = self.follow(*first, events, Some(run));
                     while stream.next().await.is_some() {}
                 }
                 let task = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
@@ -373,13 +379,8 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
                 }
             }
             Started::Task {
-                handle,
-                events,
-                run,
-            } => {
-                let first = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
-                Ok(self.follow(first, events, Some(run)))
-            }
+                first, events, run, ..
+            } => Ok(self.follow(*first, events, Some(run))),
         }
     }
 
