@@ -1,3 +1,5 @@
+//! Unit tests of the body scan: its limits and its I-JSON checks.
+
 use super::*;
 
 fn limits() -> BodyLimits {
