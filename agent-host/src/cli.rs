@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::server::{
     ConnectionLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS,
-    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS, Serving,
 };
 
 /// How many connections and requests one listener takes, and how long it waits for a
@@ -30,6 +30,14 @@ pub struct ServingArgs {
 }
 
 impl ServingArgs {
+    /// The connection limits and the request cap together.
+    pub fn serving(&self) -> Serving {
+        Serving {
+            connections: self.connection_limits(),
+            max_concurrent_requests: self.max_concurrent_requests,
+        }
+    }
+
     pub fn connection_limits(&self) -> ConnectionLimits {
         ConnectionLimits {
             header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),

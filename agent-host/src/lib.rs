@@ -29,6 +29,6 @@ pub use client::{
     AgentClient, MAX_FETCHED_DOCUMENT_BYTES, OutboundCall, baggage_header, read_capped,
 };
 pub use error::{Error, Result};
-pub use server::{ConnectionLimits, HostConfig, app, app_with, serve, serve_with};
+pub use server::{ConnectionLimits, HostConfig, Serving, app, app_with, serve, serve_with};
 pub use store::{MemoryTaskStore, SqliteTaskStore, TaskStore};
 pub use tasks::{Subscription, TaskHandle, TaskManager};

@@ -38,6 +38,23 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 32;
 /// Default for `ConnectionLimits::max_connections`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// How one agent serves: its listener's connections, and its requests in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Serving {
+    pub connections: ConnectionLimits,
+    /// Requests handled at once (`HostConfig::max_concurrent_requests`).
+    pub max_concurrent_requests: usize,
+}
+
+impl Default for Serving {
+    fn default() -> Self {
+        Self {
+            connections: ConnectionLimits::default(),
+            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+        }
+    }
+}
 /// Default for `ConnectionLimits::header_read_timeout`.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -51,6 +51,8 @@ struct Args {
     /// binding then cannot be resolved).
     #[arg(long, default_value_t = ReceiptMode::Full)]
     receipt: ReceiptMode,
+    #[command(flatten)]
+    serving: agent_host::cli::ServingArgs,
 }
 
 fn token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
@@ -85,6 +87,7 @@ async fn main() -> anyhow::Result<()> {
             shipment: args.shipment,
             receipt: args.receipt,
         },
+        serving: args.serving.serving(),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

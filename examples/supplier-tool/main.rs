@@ -53,6 +53,8 @@ struct Args {
     /// Folder of the curated cards (`<agent>.json`).
     #[arg(long, default_value_os_t = sagaplane_examples::agent_cards_dir())]
     cards: PathBuf,
+    #[command(flatten)]
+    serving: agent_host::cli::ServingArgs,
 }
 
 fn token(file: Option<&Path>) -> anyhow::Result<String> {
@@ -108,6 +110,7 @@ async fn main() -> anyhow::Result<()> {
             token,
             signer,
             faults,
+            serving: args.serving.serving(),
         };
         start_all(settings, args.listen, shutdown.clone()).await?
     } else {
@@ -134,6 +137,7 @@ async fn main() -> anyhow::Result<()> {
             token,
             signer,
             faults,
+            serving: args.serving.serving(),
         };
         vec![start(settings, listener, shutdown.clone()).await?]
     };

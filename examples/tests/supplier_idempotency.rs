@@ -321,6 +321,7 @@ async fn the_plan_runs_through_all_six_agents_and_unwinds_by_resource_id() {
         token: TOKEN.into(),
         signer: None,
         faults: Vec::new(),
+        serving: Default::default(),
     };
     let tools = start_all(settings, "127.0.0.1:0".parse().unwrap(), shutdown.clone())
         .await

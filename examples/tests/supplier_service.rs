@@ -318,3 +318,40 @@ async fn the_binary_refuses_unusable_settings() {
     let error = run(&["--agent", "all", "--fail-at", "somewhere"], Some(TOKEN));
     assert!(error.contains("--fail-at"), "{error}");
 }
+
+/// The binary takes the serving flags every agent takes: with a 1 s header-read
+/// timeout, a connection that sends half a request head is closed.
+#[tokio::test]
+async fn the_binary_cuts_off_a_half_sent_head_after_its_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_supplier-tool"))
+        .args(["--agent", "budget", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.path().join("data"))
+        .args(["--header-read-timeout-secs", "1", "--max-connections", "8"])
+        .env("SUPPLIER_TOOL_TOKEN", TOKEN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines.next_line().await.unwrap().expect("its address");
+    let (_, url) = line.split_once(" listening on ").expect(&line);
+    let address = url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream
+        .write_all(b"POST / HTTP/1.1\r\nHost: x\r\nA2A-Ver")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    // Well before the default timeout (10 s) would close it: the flag was taken.
+    let closed =
+        tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    assert!(
+        closed.is_ok(),
+        "the half-sent head still held its connection after 5 s"
+    );
+    child.kill().await.unwrap();
+}

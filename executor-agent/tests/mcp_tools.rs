@@ -31,6 +31,7 @@ async fn start_shop(recovery: RecoveryMode) -> RunningCheckout {
             recovery,
             ..Switches::default()
         },
+        ..CheckoutSettings::default()
     };
     checkout::start(settings, listener, CancellationToken::new())
         .await

@@ -44,6 +44,8 @@ pub struct CheckoutSettings {
     pub token: Option<String>,
     /// The switches at start.
     pub switches: Switches,
+    /// Its listener's connection limits and requests in flight.
+    pub serving: agent_host::Serving,
 }
 
 impl std::fmt::Debug for CheckoutSettings {
@@ -52,6 +54,7 @@ impl std::fmt::Debug for CheckoutSettings {
             .field("data_dir", &self.data_dir)
             .field("token", &self.token.as_ref().map(|_| "…"))
             .field("switches", &self.switches)
+            .field("serving", &self.serving)
             .finish()
     }
 }
@@ -146,8 +149,17 @@ pub async fn start(
                 .route("/faults", get(get_faults).put(put_faults))
                 .with_state(admin),
         )
+        // Requests in flight are capped as on every agent, once authenticated.
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
+            settings.serving.max_concurrent_requests.max(1),
+        ))
         .layer(from_fn_with_state(auth, authenticate));
-    let server = tokio::spawn(agent_host::serve(listener, router, shutdown));
+    let server = tokio::spawn(agent_host::serve_with(
+        listener,
+        router,
+        shutdown,
+        settings.serving.connections,
+    ));
     Ok(RunningCheckout {
         mcp_url: format!("{url}/mcp"),
         url,

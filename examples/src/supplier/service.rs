@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use agent_host::auth::authenticate;
 use agent_host::{
-    HostConfig, InboundAuth, ServedCard, SqliteTaskStore, TaskManager, describe_auth, prepare_card,
+    HostConfig, InboundAuth, ServedCard, Serving, SqliteTaskStore, TaskManager, describe_auth,
+    prepare_card,
 };
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -48,6 +49,8 @@ pub struct ToolSettings {
     pub signer: Option<SigningIdentity>,
     /// Faults set at start, each on one of this agent's skills.
     pub faults: Vec<(String, FaultMode)>,
+    /// Its listener's connection limits and requests in flight.
+    pub serving: Serving,
 }
 
 impl std::fmt::Debug for ToolSettings {
@@ -72,6 +75,7 @@ impl ToolSettings {
             token: token.to_owned(),
             signer: None,
             faults: Vec::new(),
+            serving: Serving::default(),
         }
     }
 }
@@ -85,6 +89,8 @@ pub struct SuiteSettings {
     pub token: String,
     pub signer: Option<SigningIdentity>,
     pub faults: Vec<(String, FaultMode)>,
+    /// Each agent's listener's connection limits and requests in flight.
+    pub serving: Serving,
 }
 
 impl std::fmt::Debug for SuiteSettings {
@@ -180,6 +186,7 @@ pub async fn start(
     let tasks = TaskManager::new(Arc::new(store));
     let mut config = HostConfig::new(ServedCard::new(&card)?, auth.clone());
     config.shutdown = shutdown.clone();
+    config.max_concurrent_requests = settings.serving.max_concurrent_requests;
 
     let admin = Admin {
         ledger: tool.ledger.clone(),
@@ -198,7 +205,12 @@ pub async fn start(
     // The ledger and fault switches come under the same body limit as A2A.
     let router = agent_host::app_with(&config, tool, tasks, extra)
         .layer(from_fn_with_state(transport, unavailable));
-    let server = tokio::spawn(agent_host::serve(listener, router, shutdown));
+    let server = tokio::spawn(agent_host::serve_with(
+        listener,
+        router,
+        shutdown,
+        settings.serving.connections,
+    ));
     Ok(RunningTool {
         agent,
         url,
@@ -248,6 +260,7 @@ pub async fn start_all(
             token: settings.token.clone(),
             signer: settings.signer.clone(),
             faults,
+            serving: settings.serving,
         };
         running.push(start(one, listener, shutdown.clone()).await?);
     }
