@@ -35,9 +35,19 @@ enum Answer {
     Huge(usize),
 }
 
+/// Every request one hostile endpoint was sent, in order.
+#[derive(Clone, Default)]
+struct Sent(Arc<Mutex<Vec<Seen>>>);
+
+impl Sent {
+    fn all(&self) -> Vec<Seen> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
 #[derive(Clone)]
 struct Catcher {
-    seen: Arc<Mutex<Vec<Seen>>>,
+    seen: Sent,
     answer: Answer,
 }
 
@@ -47,7 +57,7 @@ async fn catch(State(catcher): State<Catcher>, request: Request) -> Response {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    catcher.seen.lock().unwrap().push(Seen {
+    catcher.seen.0.lock().unwrap().push(Seen {
         path: request.uri().path().to_owned(),
         authorization,
     });
@@ -70,8 +80,8 @@ async fn catch(State(catcher): State<Catcher>, request: Request) -> Response {
 }
 
 /// Starts a hostile endpoint; returns its base URL and what it is sent.
-async fn catcher(answer: Answer) -> (String, Arc<Mutex<Vec<Seen>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
+async fn catcher(answer: Answer) -> (String, Sent) {
+    let seen = Sent::default();
     let app = Router::new().fallback(catch).with_state(Catcher {
         seen: seen.clone(),
         answer,
@@ -108,11 +118,7 @@ async fn an_unsigned_manifest_makes_the_executor_send_nothing_anywhere() {
     .await;
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("not curated"), "{body}");
-    assert!(
-        seen.lock().unwrap().is_empty(),
-        "{:?}",
-        seen.lock().unwrap()
-    );
+    assert_eq!(seen.all(), []);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,8 +137,8 @@ async fn a_signed_manifest_sends_the_credential_only_to_the_endpoint_it_names() 
     .await;
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("the manifest names the endpoint"), "{body}");
-    assert!(other_seen.lock().unwrap().is_empty());
-    assert!(named_seen.lock().unwrap().is_empty());
+    assert_eq!(other_seen.all(), []);
+    assert_eq!(named_seen.all(), []);
 
     // A manifest without an endpoint: refused, nothing sent.
     let mut unnamed = json!({"agent": "payments", "server": {"name": "checkout-mcp"},
@@ -146,7 +152,7 @@ async fn a_signed_manifest_sends_the_credential_only_to_the_endpoint_it_names() 
     .await;
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("server.url"), "{body}");
-    assert!(other_seen.lock().unwrap().is_empty());
+    assert_eq!(other_seen.all(), []);
 
     // The endpoint the platform signed gets the credential of the agent it curates, and
     // its answer is not quoted back.
@@ -158,14 +164,14 @@ async fn a_signed_manifest_sends_the_credential_only_to_the_endpoint_it_names() 
     .await;
     assert_eq!(status, 502, "{body}");
     assert!(!body.contains("SECRET-PEER-TEXT"), "{body}");
-    let seen = named_seen.lock().unwrap().clone();
+    let seen = named_seen.all();
     assert!(!seen.is_empty());
     assert!(
         seen.iter().all(|s| s.path == "/mcp"
             && s.authorization.as_deref() == Some(&format!("Bearer {TOOL_TOKEN}"))),
         "{seen:?}"
     );
-    assert!(other_seen.lock().unwrap().is_empty());
+    assert_eq!(other_seen.all(), []);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,7 +185,7 @@ async fn registration_fetches_follow_no_redirect() {
     let (status, body) = admin_post(&served, "/admin/cards", &json!({"url": card_url})).await;
     assert_eq!(status, 502, "{body}");
     assert!(body.contains("redirects are not followed"), "{body}");
-    assert_eq!(card_seen.lock().unwrap().len(), 1);
+    assert_eq!(card_seen.all().len(), 1);
 
     let (mcp_url, mcp_seen) = catcher(Answer::Redirect(format!("{target}/mcp"))).await;
     let manifest = signed_manifest(&served, "payments", &format!("{mcp_url}/mcp"));
@@ -190,12 +196,8 @@ async fn registration_fetches_follow_no_redirect() {
     )
     .await;
     assert_eq!(status, 502, "{body}");
-    assert!(!mcp_seen.lock().unwrap().is_empty());
-    assert!(
-        target_seen.lock().unwrap().is_empty(),
-        "a redirect was followed: {:?}",
-        target_seen.lock().unwrap()
-    );
+    assert!(!mcp_seen.all().is_empty());
+    assert_eq!(target_seen.all(), [], "a redirect was followed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,7 +224,7 @@ async fn registrations_reach_only_the_allowed_hosts() {
     )
     .await;
     assert_eq!(status, 422, "{body}");
-    assert!(seen.lock().unwrap().is_empty());
+    assert_eq!(seen.all(), []);
 
     // The same server under an allowed name is fetched.
     let port = url.rsplit(':').next().unwrap();
@@ -233,7 +235,7 @@ async fn registrations_reach_only_the_allowed_hosts() {
     )
     .await;
     assert_eq!(status, 502, "{body}");
-    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert_eq!(seen.all().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
