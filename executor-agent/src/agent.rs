@@ -24,6 +24,7 @@ use crate::driver::{Control, Start, begin, drive};
 use crate::error::{Error, Result};
 use crate::invoke::{A2aInvoker, Endpoint, Invoker, ToolInvoker};
 use crate::journal::{Journal, SagaHeader};
+use crate::mandates::{MandateBook, MandateHold, Revoked};
 use crate::mcp::invoker::McpInvoker;
 use crate::metrics::{CountedInvoker, Metrics, Now};
 use crate::recovery::replay;
@@ -39,6 +40,9 @@ use crate::taking_in::{Intake, TakingIn};
 pub struct ExecutorConfig {
     pub registry: Registry,
     pub planner_keys: TrustStore,
+    /// The principals' mandates: whose are honoured, what they reserved, which were
+    /// revoked.
+    pub mandates: MandateBook,
     pub journal: Arc<dyn Journal>,
     /// The executor's credential for each tool agent, by agent name.
     pub credentials: HashMap<String, String>,
@@ -64,6 +68,8 @@ pub const DEFAULT_MAX_RUNNING_SAGAS: usize = 1024;
 struct Live {
     control: mpsc::Sender<Control>,
     stops: watch::Receiver<u64>,
+    /// The principal's key and the mandate's id the saga runs under.
+    mandate: Option<(String, String)>,
 }
 
 pub struct Executor {
@@ -272,8 +278,20 @@ impl Executor {
             TaskReporter::start(task.clone(), metadata, self.config.gather_progress);
         let stops = reporting.stops();
         let mut first_stop = stops.clone();
+        let mandate = saga
+            .spec
+            .mandate
+            .as_ref()
+            .map(|h| (h.principal_key.clone(), h.mandate_id.clone()));
         if let Ok(mut live) = self.live.lock() {
-            live.insert(task.id().to_owned(), Live { control, stops });
+            live.insert(
+                task.id().to_owned(),
+                Live {
+                    control,
+                    stops,
+                    mandate,
+                },
+            );
         }
         // A cancel that waited for the saga to start finds it live now.
         drop(intake);
@@ -313,6 +331,57 @@ impl Executor {
         let _ = first_stop.changed().await;
     }
 
+    /// Records a principal's signed revocation; every running saga under that mandate
+    /// then unwinds unless past its pivot (as on expiry). Returns what was revoked and
+    /// how many running sagas were told.
+    pub async fn revoke(&self, document: &Value) -> Result<(Revoked, usize)> {
+        let revoked = self.config.mandates.revoke(document).await?;
+        tracing::info!(
+            principal_key = ?revoked.principal_key,
+            mandate = ?revoked.mandate_id,
+            "a principal revoked a mandate: new plans under it are refused, its sagas before their pivot unwind"
+        );
+        let key = (revoked.principal_key.clone(), revoked.mandate_id.clone());
+        let told = self
+            .tell_revoked_under(|mandate| mandate == Some(&key))
+            .await;
+        Ok((revoked, told))
+    }
+
+    /// Tells the running sagas whose task id passes `which` that their mandate was revoked.
+    async fn tell_revoked(&self, which: impl Fn(&str) -> bool) -> usize {
+        self.tell(|id, _| which(id)).await
+    }
+
+    async fn tell_revoked_under(&self, which: impl Fn(Option<&(String, String)>) -> bool) -> usize {
+        self.tell(|_, mandate| which(mandate)).await
+    }
+
+    async fn tell(&self, which: impl Fn(&str, Option<&(String, String)>) -> bool) -> usize {
+        let controls: Vec<mpsc::Sender<Control>> = self
+            .live
+            .lock()
+            .map(|live| {
+                live.iter()
+                    .filter(|(id, l)| which(id, l.mandate.as_ref()))
+                    .map(|(_, l)| l.control.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut told = 0;
+        for control in controls {
+            if control.send(Control::MandateRevoked).await.is_ok() {
+                told += 1;
+            }
+        }
+        told
+    }
+
+    /// The executor's account of a mandate (see `MandateBook::show`).
+    pub async fn mandate(&self, mandate_id: &str) -> Result<Value> {
+        self.config.mandates.show(mandate_id).await
+    }
+
     /// Resumes every unfinished saga from the journal, and takes in again every plan
     /// whose task was created but whose saga never reached the journal (call once at
     /// start). Returns how many sagas it resumed and how many plans it took in again.
@@ -328,9 +397,21 @@ impl Executor {
             let recovered = replay(header.spec.clone(), &entries, now);
             let task = self.tasks.handle(&header.task_id, &header.context_id);
             let saga = recovered.saga.clone();
+            // A revocation recorded before the saga heard of it (the process stopped in
+            // between) is told again.
+            let revoked = match &header.spec.mandate {
+                Some(hold) => {
+                    self.config
+                        .mandates
+                        .is_revoked(&hold.principal_key, &hold.mandate_id)
+                        .await?
+                }
+                None => false,
+            };
             self.metrics.saga_resumed();
             let me = self.clone();
             self.drivers.spawn(async move {
+                let task_id = task.id().to_owned();
                 me.launch(
                     task,
                     saga,
@@ -339,7 +420,10 @@ impl Executor {
                     None,
                     None,
                 )
-                .await
+                .await;
+                if revoked {
+                    me.tell_revoked(|id| id == task_id).await;
+                }
             });
         }
         let orphans = self.submitted_but_not_begun(&begun).await?;
@@ -391,9 +475,15 @@ impl Executor {
                 "the task's first message has no plan".into(),
             )),
         };
+        if let Err(Error::Mandate(violation)) = &outcome {
+            self.reject(&task, std::slice::from_ref(violation)).await;
+            return;
+        }
         if let Err(e) = outcome {
             let text = match e {
-                Error::Refused(_) | Error::Spec(_) => format!("the plan could not be run: {e}"),
+                Error::Refused(_) | Error::Spec(_) | Error::Mandate(_) => {
+                    format!("the plan could not be run: {e}")
+                }
                 // What the journal or the disk said is for the operator, not the caller.
                 Error::Journal(_) => {
                     tracing::error!(task = ?task.id(), error = ?e.to_string(), "a plan could not be run");
@@ -463,6 +553,11 @@ impl Executor {
         let (saga, start) =
             match begin(self.config.journal.as_ref(), &header, Saga::new(spec)).await {
                 Ok(begun) => begun,
+                // Its mandate cannot cover it, or was revoked: nothing was written.
+                Err(Error::Mandate(violation)) => {
+                    self.reject(&task, &[violation]).await;
+                    return Ok(());
+                }
                 // The same plan, sent again, may have begun on another task meanwhile.
                 Err(e) => match self.already_runs(&saga_id, &header.plan, &task).await? {
                     Some(Resubmission::Identical) => return Ok(()),
@@ -491,7 +586,8 @@ impl Executor {
     ) -> Result<Option<(Plan, SagaSpec)>> {
         let catalog = self.config.registry.catalog()?;
         let validator = PlanValidator::new(catalog.clone(), self.config.planner_keys.clone())
-            .map_err(|e| Error::Refused(e.to_string()))?;
+            .map_err(|e| Error::Refused(e.to_string()))?
+            .with_principals(self.config.mandates.principals().clone());
         let mut conflict = None;
         // Only a plan a trusted planner signed is compared with the sagas there are: an
         // unverified one learns nothing of them, and gets no task but its own.
@@ -509,7 +605,28 @@ impl Executor {
             self.reject(task, &violations).await;
             return Ok(None);
         };
-        let spec = SagaSpec::new(&typed, &catalog)?;
+        let mut spec = SagaSpec::new(&typed, &catalog)?;
+        // A valid plan's mandate verified: its principal's grant is what the saga holds.
+        if let (Some(principal_key), Some(raw)) = (report.mandate_signer, plan.get("mandate")) {
+            let mandates = &self.config.mandates;
+            if mandates
+                .is_revoked(&principal_key, &typed.mandate.mandate_id)
+                .await?
+            {
+                let violation = Violation {
+                    code: shared_types::ViolationCode::MandateRevoked,
+                    step: None,
+                    message: format!(
+                        "mandate {:?} was revoked by its principal; ask for a new one",
+                        typed.mandate.mandate_id
+                    ),
+                };
+                self.reject(task, &[violation]).await;
+                return Ok(None);
+            }
+            let spends = validator.step_spends(&typed);
+            spec.mandate = Some(MandateHold::of(&typed, raw, &principal_key, spends));
+        }
         Ok(Some((typed, spec)))
     }
 

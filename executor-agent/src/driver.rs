@@ -53,6 +53,8 @@ pub enum Control {
     Resolve(Resolution),
     /// Answered with `Err(reason)` when the saga can no longer be canceled.
     Cancel(oneshot::Sender<std::result::Result<(), String>>),
+    /// The principal revoked the saga's mandate.
+    MandateRevoked,
 }
 
 /// Milliseconds since the Unix epoch: the only clock the saga sees, given as event data.
@@ -159,8 +161,9 @@ pub async fn drive(
             // shown, recovery shows the end again and marks it then.
             if reporter.settled().await {
                 let (journal, saga_id) = (journal.clone(), saga_id.clone());
+                let spent = crate::mandates::spent_minor(&saga);
                 tokio::spawn(async move {
-                    if let Err(e) = journal.finish(&saga_id).await {
+                    if let Err(e) = journal.finish(&saga_id, spent).await {
                         tracing::warn!(saga = %saga_id, error = %e, "cannot mark the saga finished");
                     }
                 });
@@ -190,6 +193,7 @@ pub async fn drive(
                     pending_cancel = Some(reply);
                     Event::Cancel { now_ms: now_ms() }
                 }
+                Control::MandateRevoked => Event::MandateRevoked { now_ms: now_ms() },
             },
             else => return Ok(saga.phase),
         };

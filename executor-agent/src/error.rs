@@ -9,6 +9,9 @@ pub enum Error {
     /// A card or request refused, with the reason to show the caller.
     #[error("{0}")]
     Refused(String),
+    /// A plan refused at acceptance for its mandate's state (revoked, exhausted).
+    #[error("{}: {}", .0.code, .0.message)]
+    Mandate(shared_types::Violation),
     /// A plan could not become a saga.
     #[error("{0}")]
     Spec(#[from] crate::saga::SpecError),

@@ -11,7 +11,12 @@ use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 
+use std::sync::{Arc, Mutex};
+
+use shared_types::Violation;
+
 use crate::error::{Error, Result};
+use crate::mandates::{self, MandateHold};
 use crate::saga::{Event, Invocation, SagaSpec};
 
 /// One journal entry.
@@ -40,14 +45,17 @@ pub struct SagaHeader {
 /// lease per saga) implements the same trait.
 #[async_trait]
 pub trait Journal: Send + Sync + 'static {
-    /// Records a new saga with the entries of its first step, as one durable write.
-    /// Durable when it returns.
+    /// Records a new saga with the entries of its first step, as one durable write that
+    /// also reserves the plan's worst case against its mandate (`Error::Mandate` when the
+    /// mandate cannot cover it, or was revoked: nothing is then written). Durable when
+    /// it returns.
     async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<()>;
     /// Appends entries, in order, as one durable write: all of them or none. Durable
     /// when it returns; concurrent appends share an fsync.
     async fn append(&self, saga_id: &str, entries: &[Entry]) -> Result<()>;
-    /// Marks a saga finished (it needs no recovery).
-    async fn finish(&self, saga_id: &str) -> Result<()>;
+    /// Marks a saga finished (it needs no recovery), and settles its mandate's
+    /// reservation at `spent_minor`, what it really spent.
+    async fn finish(&self, saga_id: &str, spent_minor: u64) -> Result<()>;
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>>;
     /// Sagas not finished: the ones to resume after a restart.
     async fn unfinished(&self) -> Result<Vec<String>>;
@@ -77,20 +85,19 @@ enum Write {
         body: String,
         first: Option<String>,
         at_ms: i64,
+        hold: Option<MandateHold>,
+        /// Set when the mandate refused the saga (then nothing was written).
+        refused: Arc<Mutex<Option<Violation>>>,
     },
     /// The entries of one append, as one row: a JSON array.
-    Append {
-        saga_id: String,
-        body: String,
-    },
+    Append { saga_id: String, body: String },
     Finish {
         saga_id: String,
         at_ms: i64,
+        spent_minor: u64,
     },
     /// Sagas forgotten: their entries and headers.
-    Forget {
-        saga_ids: Vec<String>,
-    },
+    Forget { saga_ids: Vec<String> },
 }
 
 fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
@@ -100,7 +107,27 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
             body,
             first,
             at_ms,
+            hold,
+            refused,
         } => {
+            // Run again alone when a write it shared a transaction with failed: what the
+            // last run found is what holds.
+            if let Ok(mut refused) = refused.lock() {
+                *refused = None;
+            }
+            // A saga begun already keeps its reservation; the insert below then fails.
+            let begun = tx
+                .prepare_cached("SELECT 1 FROM sagas WHERE saga_id = ?1")?
+                .exists([saga_id])?;
+            if let Some(hold) = hold
+                && !begun
+                && let Some(violation) = mandates::reserve(tx, saga_id, hold, *at_ms)?
+            {
+                if let Ok(mut refused) = refused.lock() {
+                    *refused = Some(violation);
+                }
+                return Ok(());
+            }
             // `finished_ms` holds the begin time until the saga finishes: a time the same
             // size as the one `finish` writes, so finishing rewrites the row in place
             // instead of the whole header behind it.
@@ -118,9 +145,15 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
         Write::Append { saga_id, body } => tx
             .prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
             .execute(params![saga_id, body]),
-        Write::Finish { saga_id, at_ms } => tx
-            .prepare_cached("UPDATE sagas SET finished = 1, finished_ms = ?2 WHERE saga_id = ?1")?
-            .execute(params![saga_id, at_ms]),
+        Write::Finish {
+            saga_id,
+            at_ms,
+            spent_minor,
+        } => {
+            mandates::settle(tx, saga_id, *spent_minor)?;
+            tx.prepare_cached("UPDATE sagas SET finished = 1, finished_ms = ?2 WHERE saga_id = ?1")?
+                .execute(params![saga_id, at_ms])
+        }
         Write::Forget { saga_ids } => {
             for saga_id in saga_ids {
                 // Only a finished saga is ever forgotten.
@@ -153,7 +186,8 @@ pub struct Forgettable {
 const FORGETTABLE: &str = "SELECT saga_id, json_extract(header, '$.taskId')
      FROM sagas INDEXED BY sagas_by_finish
      WHERE finished = 1 AND finished_ms < ?1
-       AND unixepoch(json_extract(header, '$.plan.mandate.expiresAt')) * 1000 < ?2
+       AND unixepoch(COALESCE(json_extract(header, '$.plan.mandate.notAfter'),
+                              json_extract(header, '$.plan.mandate.expiresAt'))) * 1000 < ?2
      ORDER BY finished_ms LIMIT ?3";
 
 /// The SQLite journal: tables in a `Database` (WAL, `synchronous=FULL`, group commit).
@@ -189,6 +223,8 @@ impl SqliteJournal {
              -- run (whose headers it would read through to reach `finished`).
              CREATE INDEX IF NOT EXISTS sagas_unfinished ON sagas (saga_id) WHERE finished = 0;",
         )?;
+        // The accepting and finishing writes reserve and settle mandates' budgets.
+        db.prepare(mandates::SCHEMA)?;
         add_finish_times(db)?;
         db.prepare(
             "CREATE INDEX IF NOT EXISTS sagas_by_finish ON sagas (finished_ms) WHERE finished = 1;",
@@ -250,13 +286,21 @@ impl Journal for SqliteJournal {
         } else {
             Some(encode(&first)?)
         };
+        let refused = Arc::new(Mutex::new(None));
         self.submit(Write::Begin {
             saga_id: header.saga_id.clone(),
             body,
             first,
             at_ms: chrono::Utc::now().timestamp_millis(),
+            hold: header.spec.mandate.clone(),
+            refused: refused.clone(),
         })
-        .await
+        .await?;
+        match refused.lock().map(|mut r| r.take()) {
+            Ok(Some(violation)) => Err(Error::Mandate(violation)),
+            Ok(None) => Ok(()),
+            Err(_) => Err(Error::Journal("the mandate check was interrupted".into())),
+        }
     }
 
     async fn append(&self, saga_id: &str, entries: &[Entry]) -> Result<()> {
@@ -269,10 +313,11 @@ impl Journal for SqliteJournal {
         .await
     }
 
-    async fn finish(&self, saga_id: &str) -> Result<()> {
+    async fn finish(&self, saga_id: &str, spent_minor: u64) -> Result<()> {
         self.submit(Write::Finish {
             saga_id: saga_id.to_owned(),
             at_ms: chrono::Utc::now().timestamp_millis(),
+            spent_minor,
         })
         .await
     }
@@ -406,8 +451,8 @@ impl<J: Journal> Journal for PauseAfterWrites<J> {
         Ok(())
     }
 
-    async fn finish(&self, saga_id: &str) -> Result<()> {
-        self.inner.finish(saga_id).await?;
+    async fn finish(&self, saga_id: &str, spent_minor: u64) -> Result<()> {
+        self.inner.finish(saga_id, spent_minor).await?;
         self.written("finish").await;
         Ok(())
     }

@@ -8,6 +8,8 @@ pub mod error;
 pub mod http;
 pub mod invoke;
 pub mod journal;
+pub mod mandate_routes;
+pub mod mandates;
 pub mod mcp;
 pub mod metrics;
 pub mod recovery;

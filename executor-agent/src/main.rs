@@ -54,6 +54,11 @@ struct Args {
     /// key authenticates the planner's JWTs and verifies its plans. Repeatable.
     #[arg(long = "planner", required = true, value_name = "[ISSUER=]PUB.jwk")]
     planners: Vec<String>,
+    /// Public key (JWK) of a principal (a person or organisation) whose signed mandates
+    /// plans may run under: the budget, window and scope no planner can raise. Repeatable;
+    /// never a planner's key.
+    #[arg(long = "principal", required = true, value_name = "PUB.jwk")]
+    principals: Vec<PathBuf>,
     /// JSON file `{"<agent name>": "<bearer token>", …}` with the tool credentials.
     #[arg(long)]
     credentials: Option<PathBuf>,
@@ -184,6 +189,11 @@ async fn main() -> anyhow::Result<()> {
         .iter()
         .map(|spec| planner(spec))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let principals = args
+        .principals
+        .iter()
+        .map(|path| read_jwk(path).with_context(|| format!("principal key {}", path.display())))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let credentials = credentials(args.credentials.as_deref())?;
     let admin_token = admin_token(args.admin_token_file.as_deref())?;
 
@@ -201,6 +211,7 @@ async fn main() -> anyhow::Result<()> {
             public_url: public_url.clone(),
             platform_keys,
             planners,
+            principals,
             admin_token,
             credentials,
             pause_after_journal_writes: args.pause_after_journal_writes,

@@ -107,6 +107,7 @@ fn event_time(event: &Event) -> i64 {
         | Event::TimerFired { now_ms, .. }
         | Event::Resolve { now_ms, .. }
         | Event::Cancel { now_ms }
+        | Event::MandateRevoked { now_ms }
         | Event::InFlightLost { now_ms, .. } => *now_ms,
     }
 }

@@ -36,6 +36,8 @@ pub struct Settings {
     pub platform_keys: TrustStore,
     /// Planners: issuer id and public key. The same keys are trusted to sign plans.
     pub planners: Vec<(String, Jwk)>,
+    /// Principals whose signed mandates plans may run under; never a planner's key.
+    pub principals: Vec<Jwk>,
     /// The bearer token of the admin API.
     pub admin_token: String,
     /// The executor's credential for each tool agent, by agent name.
@@ -134,6 +136,20 @@ pub fn build_with(
             .add_jwk(jwk)
             .map_err(|e| Error::Refused(format!("key of planner {issuer}: {e}")))?;
     }
+    let mut principal_keys = TrustStore::new();
+    for jwk in &settings.principals {
+        // A planner that is also a principal would grant itself its budget.
+        if let Some((issuer, _)) = settings.planners.iter().find(|(_, p)| p.x == jwk.x) {
+            return Err(Error::Refused(format!(
+                "principal key {} is also the key of planner {issuer}: a planner never signs its own mandate",
+                jwk.key_id()
+            )));
+        }
+        principal_keys
+            .add_jwk(jwk)
+            .map_err(|e| Error::Refused(format!("principal key {}: {e}", jwk.key_id())))?;
+    }
+    let mandates = crate::mandates::MandateBook::on(&db, principal_keys)?;
     let policy = JwtPolicy::new(settings.executor_id.clone(), &settings.planners)
         .map_err(|e| Error::Refused(e.to_string()))?;
     let planner_auth = InboundAuth::Jwt(Arc::new(policy));
@@ -155,6 +171,7 @@ pub fn build_with(
         ExecutorConfig {
             registry: registry.clone(),
             planner_keys,
+            mandates,
             journal,
             credentials: settings.credentials,
             mcp: mcp.clone(),
@@ -175,8 +192,9 @@ pub fn build_with(
         hosts: settings.registration_hosts,
     };
     // The admin API, the catalog and the metrics come under the same body limit as A2A.
-    let routes = crate::http::routes(admin, admin_auth, planner_auth)
-        .merge(crate::http::metrics_routes(executor.clone()));
+    let routes = crate::http::routes(admin, admin_auth.clone(), planner_auth)
+        .merge(crate::http::metrics_routes(executor.clone()))
+        .merge(crate::mandate_routes::routes(executor.clone(), admin_auth));
     let router = agent_host::app_with(
         &host,
         Arc::new(ExecutorAgent(executor.clone())),

@@ -123,3 +123,27 @@ pub fn catalog(executor: &str, key: &Path, audience: &str) -> Result<Catalog, Fa
     serde_json::from_value(value)
         .map_err(|e| Failure::unusable(format!("the executor's catalog is not a catalog: {e}")))
 }
+
+/// `POST /mandates/revocations` with a principal's signed revocation: its signature is
+/// its authority, so it needs no other credential.
+pub fn revoke_mandate(executor: &str, revocation: &Value) -> Result<Value, Failure> {
+    block_on(async {
+        let request = http()?
+            .post(format!("{}/mandates/revocations", base(executor)))
+            .json(revocation);
+        exchange(request, "revoke the mandate").await
+    })
+}
+
+/// `GET /admin/mandates/{id}`: budget, reserved, spent and the sagas under it.
+pub fn mandate(executor: &str, token: &str, mandate_id: &str) -> Result<Value, Failure> {
+    block_on(async {
+        let mut url = reqwest::Url::parse(&format!("{}/admin/mandates", base(executor)))
+            .map_err(|e| Failure::unusable(format!("bad executor URL {executor:?}: {e}")))?;
+        url.path_segments_mut()
+            .map_err(|()| Failure::unusable(format!("bad executor URL {executor:?}")))?
+            .push(mandate_id);
+        let request = http()?.get(url).bearer_auth(token);
+        exchange(request, "read the mandate").await
+    })
+}

@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod error;
 pub mod expr;
 pub mod json;
+pub mod mandate;
 pub mod mcp;
 pub mod money;
 pub mod plan;
@@ -16,8 +17,9 @@ pub mod validate;
 
 pub use catalog::{Catalog, CatalogAgent};
 pub use error::{Error, Result};
+pub use mandate::{Mandate, Revocation, ScopeEntry};
 pub use money::{AmountMinor, Currency, Money};
-pub use plan::{AuthoredBy, Mandate, Plan, Step};
+pub use plan::{AuthoredBy, Plan, Step};
 pub use reversibility::{
     Compensation, REVERSIBILITY_EXTENSION_URI, RetryPolicy, ReversibilityClass, SkillDeclaration,
 };

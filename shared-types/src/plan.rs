@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::money::Money;
+use crate::mandate::Mandate;
 use crate::reversibility::{Compensation, ReversibilityClass};
 use crate::signing::JwsSignature;
 
@@ -18,6 +18,7 @@ pub struct Plan {
     pub goal: String,
     pub created_at: DateTime<Utc>,
     pub authored_by: AuthoredBy,
+    /// The principal's grant the plan runs under, embedded with its signature.
     pub mandate: Mandate,
     /// Index of the first irreversible step; `null` when there is none.
     pub pivot_index: Option<usize>,
@@ -36,14 +37,6 @@ pub struct AuthoredBy {
     pub prompt_sha256: Option<String>,
     #[serde(default)]
     pub rejected_alternatives: Vec<Value>,
-}
-
-/// The spending authority the plan runs under.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Mandate {
-    pub max_spend: Money,
-    pub expires_at: DateTime<Utc>,
 }
 
 /// One step: a skill of a registered agent, with its arguments and the reversibility the

@@ -99,6 +99,9 @@ impl Saga {
                 self.on_resolution(resolution, now_ms, &mut out)
             }
             Event::Cancel { now_ms } => self.on_cancel(now_ms, &mut out),
+            Event::MandateRevoked { now_ms } => {
+                self.on_mandate_ended(Cause::MandateRevoked, "mandate revoked", now_ms, &mut out)
+            }
             Event::InFlightLost {
                 target,
                 attempt,
@@ -487,6 +490,10 @@ impl Saga {
                     Ending::Compensated,
                     "the mandate expired; every completed step was compensated",
                 ),
+                Cause::MandateRevoked => (
+                    Ending::Compensated,
+                    "the mandate was revoked; every completed step was compensated",
+                ),
             };
             self.finish(out, ending, reason);
             return;
@@ -556,18 +563,24 @@ impl Saga {
                 }
             }
             Timer::MandateExpiry => {
-                if matches!(self.phase, Phase::Done { .. } | Phase::Unwinding { .. })
-                    || self.past_no_return()
-                {
-                    return;
-                }
-                out.push(Command::Report {
-                    step: String::new(),
-                    what: "mandate expired".into(),
-                });
-                self.request_unwind(Cause::MandateExpired, now_ms, out);
+                self.on_mandate_ended(Cause::MandateExpired, "mandate expired", now_ms, out)
             }
         }
+    }
+
+    /// The mandate ended (expired or revoked): unwind, unless past the point of no return
+    /// (then the saga finishes) or already unwinding or done.
+    fn on_mandate_ended(&mut self, cause: Cause, what: &str, now_ms: i64, out: &mut Vec<Command>) {
+        if matches!(self.phase, Phase::Done { .. } | Phase::Unwinding { .. })
+            || self.past_no_return()
+        {
+            return;
+        }
+        out.push(Command::Report {
+            step: String::new(),
+            what: what.into(),
+        });
+        self.request_unwind(cause, now_ms, out);
     }
 
     fn pause_reason(&self) -> String {

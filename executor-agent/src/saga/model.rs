@@ -71,6 +71,10 @@ pub enum Event {
     Cancel {
         now_ms: i64,
     },
+    /// The principal revoked the saga's mandate: as its expiry, before the pivot.
+    MandateRevoked {
+        now_ms: i64,
+    },
     /// After a restart: the journaled invocation had no journaled result.
     InFlightLost {
         target: Target,
@@ -209,6 +213,7 @@ pub enum Cause {
     Failure,
     Canceled,
     MandateExpired,
+    MandateRevoked,
 }
 
 /// What a pause waits on.

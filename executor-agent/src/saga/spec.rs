@@ -54,6 +54,10 @@ pub struct SagaSpec {
     pub point_of_no_return: Option<usize>,
     /// The mandate's expiry, in ms since the Unix epoch.
     pub expires_at_ms: i64,
+    /// What the saga holds against its principal's mandate (absent in journals from
+    /// before mandates were principals' own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mandate: Option<crate::mandates::MandateHold>,
 }
 
 /// Why a plan cannot become a saga (it should have failed validation first).
@@ -121,7 +125,8 @@ impl SagaSpec {
             saga_id: plan.saga_id.clone(),
             steps,
             point_of_no_return,
-            expires_at_ms: plan.mandate.expires_at.timestamp_millis(),
+            expires_at_ms: plan.mandate.not_after.timestamp_millis(),
+            mandate: None,
         })
     }
 }

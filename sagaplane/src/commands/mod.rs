@@ -2,6 +2,7 @@
 
 mod cards;
 mod keys;
+mod mandate;
 mod plan;
 mod task;
 
@@ -41,6 +42,9 @@ enum Command {
     /// Sign, verify and register curated agent cards.
     #[command(subcommand)]
     Cards(cards::CardsCommand),
+    /// Sign, verify and revoke a principal's mandates; show one as an executor holds it.
+    #[command(subcommand)]
+    Mandate(mandate::MandateCommand),
     /// Send a goal to a planner agent.
     Send {
         /// The planner's URL.
@@ -91,6 +95,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Keygen { out, kid, force } => keys::keygen(&out, kid, force),
         Command::Plan(command) => plan::run(command),
         Command::Cards(command) => cards::run(command),
+        Command::Mandate(command) => mandate::run(command),
         Command::Send {
             planner,
             goal,

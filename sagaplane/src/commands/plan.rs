@@ -31,6 +31,10 @@ pub enum PlanCommand {
         /// Public key of a trusted planner (repeatable).
         #[arg(long = "trust", value_name = "PUB.jwk", required = true)]
         trust: Vec<PathBuf>,
+        /// Public key of a trusted principal, whose mandates are honoured (repeatable;
+        /// without one, every plan's mandate is refused MANDATE_UNTRUSTED).
+        #[arg(long = "principal", value_name = "PUB.jwk")]
+        principals: Vec<PathBuf>,
         /// Validate as of this RFC 3339 time instead of now.
         #[arg(long, value_name = "TIME")]
         at: Option<DateTime<Utc>>,
@@ -43,6 +47,9 @@ pub enum PlanCommand {
         plan: PathBuf,
         #[arg(long, value_name = "NAME.jwk")]
         key: PathBuf,
+        /// A principal's signed mandate to embed as the plan's `mandate` before signing.
+        #[arg(long, value_name = "MANDATE.json")]
+        mandate: Option<PathBuf>,
         /// Write here instead of stdout.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -63,6 +70,7 @@ pub fn run(command: PlanCommand) -> Result<(), Failure> {
             planner_key,
             audience,
             trust,
+            principals,
             at,
             json,
         } => {
@@ -76,22 +84,38 @@ pub fn run(command: PlanCommand) -> Result<(), Failure> {
             } else {
                 read_catalog_dir(Path::new(&catalog))?
             };
-            validate(&plan, catalog, &trust, at.unwrap_or_else(Utc::now), json)
+            let trust = Trusted {
+                planners: read_trust(&trust)?,
+                principals: read_trust(&principals)?,
+            };
+            validate(&plan, catalog, trust, at.unwrap_or_else(Utc::now), json)
         }
-        PlanCommand::Sign { plan, key, out } => sign(&plan, &key, out.as_deref()),
+        PlanCommand::Sign {
+            plan,
+            key,
+            mandate,
+            out,
+        } => sign(&plan, &key, mandate.as_deref(), out.as_deref()),
         PlanCommand::Verify { plan, trust } => verify(&plan, &read_trust(&trust)?),
     }
+}
+
+/// The keys a plan is validated against.
+struct Trusted {
+    planners: TrustStore,
+    principals: TrustStore,
 }
 
 fn validate(
     path: &Path,
     catalog: Catalog,
-    trust: &[PathBuf],
+    trust: Trusted,
     at: DateTime<Utc>,
     as_json: bool,
 ) -> Result<(), Failure> {
-    let validator = PlanValidator::new(catalog, read_trust(trust)?)
-        .map_err(|e| Failure::unusable(e.to_string()))?;
+    let validator = PlanValidator::new(catalog, trust.planners)
+        .map_err(|e| Failure::unusable(e.to_string()))?
+        .with_principals(trust.principals);
     let plan = read_json(path)?;
     let report = validator.validate(&plan, at);
     if as_json {
@@ -140,10 +164,21 @@ fn validate(
     }
 }
 
-fn sign(path: &Path, key: &Path, out: Option<&Path>) -> Result<(), Failure> {
+fn sign(
+    path: &Path,
+    key: &Path,
+    mandate: Option<&Path>,
+    out: Option<&Path>,
+) -> Result<(), Failure> {
     let identity = SigningIdentity::from_jwk(&read_jwk(key)?)
         .map_err(|e| Failure::unusable(format!("{}: {e}", key.display())))?;
     let mut plan = read_json(path)?;
+    if let Some(mandate) = mandate {
+        let grant = read_json(mandate)?;
+        if let Some(plan) = plan.as_object_mut() {
+            plan.insert("mandate".into(), grant);
+        }
+    }
     shared_types::Plan::from_value(&plan).map_err(|e| {
         Failure::unusable(format!(
             "{}: {}: {e}",

@@ -42,6 +42,10 @@ pub enum ViolationCode {
     ArgsInvalid,
     IdempotencyKeyMismatch,
     PlanConflict,
+    MandateUntrusted,
+    MandateScope,
+    MandateExhausted,
+    MandateRevoked,
 }
 
 impl ViolationCode {
@@ -63,10 +67,14 @@ impl ViolationCode {
             Self::ArgsInvalid => "ARGS_INVALID",
             Self::IdempotencyKeyMismatch => "IDEMPOTENCY_KEY_MISMATCH",
             Self::PlanConflict => "PLAN_CONFLICT",
+            Self::MandateUntrusted => "MANDATE_UNTRUSTED",
+            Self::MandateScope => "MANDATE_SCOPE",
+            Self::MandateExhausted => "MANDATE_EXHAUSTED",
+            Self::MandateRevoked => "MANDATE_REVOKED",
         }
     }
 
-    pub const ALL: [ViolationCode; 16] = [
+    pub const ALL: [ViolationCode; 20] = [
         Self::SignatureInvalid,
         Self::SignerUntrusted,
         Self::SchemaInvalid,
@@ -83,6 +91,10 @@ impl ViolationCode {
         Self::ArgsInvalid,
         Self::IdempotencyKeyMismatch,
         Self::PlanConflict,
+        Self::MandateUntrusted,
+        Self::MandateScope,
+        Self::MandateExhausted,
+        Self::MandateRevoked,
     ];
 }
 
@@ -106,6 +118,8 @@ pub struct Report {
     /// The typed plan, when the JSON typed at all.
     pub plan: Option<Plan>,
     pub violations: Vec<Violation>,
+    /// The key id of the principal whose signature on the plan's mandate verified.
+    pub mandate_signer: Option<String>,
 }
 
 impl Report {
@@ -118,6 +132,8 @@ impl Report {
 pub struct PlanValidator {
     catalog: Catalog,
     planner_keys: TrustStore,
+    /// The principals whose mandates are honoured; none until `with_principals`.
+    principal_keys: TrustStore,
     /// Compiled input schemas by agent, then skill.
     input_schemas: HashMap<String, HashMap<String, jsonschema::Validator>>,
 }
@@ -156,8 +172,31 @@ impl PlanValidator {
         Ok(Self {
             catalog,
             planner_keys,
+            principal_keys: TrustStore::new(),
             input_schemas,
         })
+    }
+
+    /// Honours mandates signed by these principals (without, every mandate is refused
+    /// `MANDATE_UNTRUSTED`).
+    pub fn with_principals(mut self, principal_keys: TrustStore) -> Self {
+        self.principal_keys = principal_keys;
+        self
+    }
+
+    /// What each step of `plan` spends at most, in the mandate's minor units (0 for a
+    /// step that spends nothing, or whose spend the validator refused).
+    pub fn step_spends(&self, plan: &Plan) -> Vec<u64> {
+        plan.steps
+            .iter()
+            .map(|step| {
+                let declaration = self.catalog.declaration(&step.agent, &step.skill);
+                match step_spend(step, declaration) {
+                    Some(Ok(m)) => m.amount_minor.get(),
+                    _ => 0,
+                }
+            })
+            .collect()
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -168,8 +207,9 @@ impl PlanValidator {
     /// then every semantic check. `now` is the validation time (the validator reads no clock).
     pub fn validate(&self, plan: &Value, now: DateTime<Utc>) -> Report {
         let mut violations = Vec::new();
+        let mut planner_kid = None;
         match self.planner_keys.verify(plan) {
-            Ok(_) => {}
+            Ok(kid) => planner_kid = Some(kid),
             Err(Error::SignerUntrusted { kids }) => violations.push(Violation {
                 code: ViolationCode::SignerUntrusted,
                 step: None,
@@ -192,10 +232,15 @@ impl PlanValidator {
         } else {
             Plan::from_value(plan)
         };
-        let plan = match typed {
-            Ok(plan) => {
-                violations.extend(self.check(&plan, now));
-                Some(plan)
+        let mut mandate_signer = None;
+        let typed = match typed {
+            Ok(typed) => {
+                violations.extend(self.check(&typed, now));
+                match self.check_grant(plan.get("mandate"), &typed, planner_kid.as_deref()) {
+                    Ok(signer) => mandate_signer = Some(signer),
+                    Err(v) => violations.push(v),
+                }
+                Some(typed)
             }
             Err(e) => {
                 violations.push(Violation {
@@ -206,8 +251,45 @@ impl PlanValidator {
                 None
             }
         };
-        sort_violations(&mut violations, plan.as_ref());
-        Report { plan, violations }
+        sort_violations(&mut violations, typed.as_ref());
+        Report {
+            plan: typed,
+            violations,
+            mandate_signer,
+        }
+    }
+
+    /// The principal's signature on the mandate as received, and that the plan's signer
+    /// is among its grantees: the principal's key id, or why the grant does not hold.
+    fn check_grant(
+        &self,
+        mandate: Option<&Value>,
+        plan: &Plan,
+        planner_kid: Option<&str>,
+    ) -> std::result::Result<String, Violation> {
+        let untrusted = |message: String| Violation {
+            code: ViolationCode::MandateUntrusted,
+            step: None,
+            message,
+        };
+        let mandate = mandate.ok_or_else(|| untrusted("the plan carries no mandate".into()))?;
+        let signer = crate::mandate::verify_grant(mandate, &self.principal_keys, &self.planner_keys)
+            .map_err(|why| {
+                untrusted(format!(
+                    "the mandate is not a principal's grant: {why}; ask the principal for a signed mandate"
+                ))
+            })?;
+        // An unsigned or untrusted plan is refused for that; it is no grantee of anything.
+        if let Some(kid) = planner_kid
+            && !plan.mandate.grantees.iter().any(|g| g == kid)
+        {
+            return Err(untrusted(format!(
+                "mandate {:?} is not granted to planner key {kid:?} (it is granted to {})",
+                plan.mandate.mandate_id,
+                plan.mandate.grantees.join(", ")
+            )));
+        }
+        Ok(signer)
     }
 
     /// Every check that does not involve the signature, on a typed plan.
@@ -533,14 +615,28 @@ fn check_mandate(
     push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
 ) {
     let mandate = &plan.mandate;
-    if mandate.expires_at <= now {
+    for problem in mandate.problems() {
+        push(
+            ViolationCode::SchemaInvalid,
+            None,
+            format!("the mandate: {problem}"),
+        );
+    }
+    let until = mandate.not_after.to_rfc3339();
+    if now < mandate.not_before {
         push(
             ViolationCode::MandateExpired,
             None,
             format!(
-                "the mandate expired at {}; ask for a new one",
-                mandate.expires_at.to_rfc3339()
+                "the mandate is valid from {} only; send the plan then",
+                mandate.not_before.to_rfc3339()
             ),
+        );
+    } else if mandate.not_after <= now {
+        push(
+            ViolationCode::MandateExpired,
+            None,
+            format!("the mandate expired at {until}; ask the principal for a new one"),
         );
     } else {
         let worst: u64 = declarations
@@ -549,46 +645,50 @@ fn check_mandate(
             .fold(0, u64::saturating_add);
         let ends = TimeDelta::try_milliseconds(i64::try_from(worst).unwrap_or(i64::MAX))
             .and_then(|d| now.checked_add_signed(d));
-        if ends.is_none_or(|end| end > mandate.expires_at) {
+        if ends.is_none_or(|end| end > mandate.not_after) {
             push(
                 ViolationCode::MandateExpired,
                 None,
                 format!(
-                    "the worst-case path takes {}, which ends after the mandate expires at {}",
-                    human_ms(worst),
-                    mandate.expires_at.to_rfc3339()
+                    "the worst-case path takes {}, which ends after the mandate expires at {until}",
+                    human_ms(worst)
                 ),
             );
         }
     }
 
+    // A skill the catalog lacks is refused for that (UNKNOWN_SKILL) alone.
+    for (step, _) in plan
+        .steps
+        .iter()
+        .zip(declarations)
+        .filter(|(_, d)| d.is_some())
+    {
+        if !mandate.allows(&step.agent, &step.skill) {
+            push(
+                ViolationCode::MandateScope,
+                Some(step),
+                format!(
+                    "mandate {:?} does not allow {} of agent {:?}; its scope is {}",
+                    mandate.mandate_id,
+                    step.skill,
+                    step.agent,
+                    scope_text(mandate)
+                ),
+            );
+        }
+    }
+
+    let cap = mandate.saga_cap();
+    let cap_name = if mandate.per_saga.is_some() {
+        "per-saga cap"
+    } else {
+        "budget"
+    };
     let mut total: u64 = 0;
     for (step, declaration) in plan.steps.iter().zip(declarations) {
-        let Some(spend) = declaration.and_then(|d| d.spend.as_ref()) else {
+        let Some(spent) = step_spend(step, *declaration) else {
             continue;
-        };
-        let request = &step.args;
-        let ctx = EvalContext {
-            request_body: Some(request),
-            ..EvalContext::default()
-        };
-        let spent = if bound_at_run_time(request, spend) {
-            Err("its spend depends on a value known only at run time, so the mandate cannot bound it".to_owned())
-        } else {
-            match (
-                expr::bind(&spend.amount_minor, &ctx),
-                expr::bind(&spend.currency, &ctx),
-            ) {
-                (Ok(a), Ok(c)) => serde_json::from_value::<Money>(
-                    serde_json::json!({"amountMinor": a, "currency": c}),
-                )
-                .map_err(|e| {
-                    format!("its spend is not an amount in minor units with a currency: {e}")
-                }),
-                (Err(e), _) | (_, Err(e)) => {
-                    Err(format!("its spend cannot be read from its arguments: {e}"))
-                }
-            }
         };
         match spent {
             Err(why) => push(
@@ -596,24 +696,24 @@ fn check_mandate(
                 Some(step),
                 format!("{}: {why}", step.skill),
             ),
-            Ok(m) if m.currency != mandate.max_spend.currency => push(
+            Ok(m) if m.currency != cap.currency => push(
                 ViolationCode::MandateExceeded,
                 Some(step),
                 format!(
                     "{} spends in {}, but the mandate is in {}",
-                    step.skill, m.currency, mandate.max_spend.currency
+                    step.skill, m.currency, cap.currency
                 ),
             ),
             Ok(m) => {
                 let before = total;
                 total = total.saturating_add(m.amount_minor.get());
-                let max = mandate.max_spend.amount_minor.get();
+                let max = cap.amount_minor.get();
                 if total > max && before <= max {
                     push(
                         ViolationCode::MandateExceeded,
                         Some(step),
                         format!(
-                            "spend reaches {total} {} minor units at this step, over the mandate's {max}",
+                            "spend reaches {total} {} minor units at this step, over the mandate's {cap_name} of {max}",
                             m.currency
                         ),
                     );
@@ -621,6 +721,49 @@ fn check_mandate(
             }
         }
     }
+}
+
+fn scope_text(mandate: &crate::mandate::Mandate) -> String {
+    let agents: Vec<String> = mandate
+        .scope
+        .iter()
+        .map(|s| format!("{}: {}", s.agent, s.skills.join(", ")))
+        .collect();
+    agents.join("; ")
+}
+
+/// What `step` spends at most, when its skill declares a spend: the amount, or why it
+/// cannot be known before the step runs.
+fn step_spend(
+    step: &Step,
+    declaration: Option<&SkillDeclaration>,
+) -> Option<std::result::Result<Money, String>> {
+    let spend = declaration.and_then(|d| d.spend.as_ref())?;
+    let request = &step.args;
+    let ctx = EvalContext {
+        request_body: Some(request),
+        ..EvalContext::default()
+    };
+    if bound_at_run_time(request, spend) {
+        return Some(Err(
+            "its spend depends on a value known only at run time, so the mandate cannot bound it"
+                .to_owned(),
+        ));
+    }
+    Some(
+        match (
+            expr::bind(&spend.amount_minor, &ctx),
+            expr::bind(&spend.currency, &ctx),
+        ) {
+            (Ok(a), Ok(c)) => serde_json::from_value::<Money>(
+                serde_json::json!({"amountMinor": a, "currency": c}),
+            )
+            .map_err(|e| format!("its spend is not an amount in minor units with a currency: {e}")),
+            (Err(e), _) | (_, Err(e)) => {
+                Err(format!("its spend cannot be read from its arguments: {e}"))
+            }
+        },
+    )
 }
 
 /// Whether a spend field reads an argument that is itself bound at run time

@@ -40,10 +40,30 @@ fn planner() -> SigningIdentity {
     SigningIdentity::from_jwk(&jwk).unwrap()
 }
 
+fn principal() -> SigningIdentity {
+    let jwk: Jwk =
+        serde_json::from_value(read(&root().join("examples/keys/test-principal.jwk"))).unwrap();
+    SigningIdentity::from_jwk(&jwk).unwrap()
+}
+
+pub(crate) fn principals() -> TrustStore {
+    let mut trust = TrustStore::new();
+    trust.add_jwk(&principal().public_jwk()).unwrap();
+    trust
+}
+
 fn validator() -> PlanValidator {
     let mut trust = TrustStore::new();
     trust.add_jwk(&planner().public_jwk()).unwrap();
-    PlanValidator::new(supplier_catalog(), trust).unwrap()
+    PlanValidator::new(supplier_catalog(), trust)
+        .unwrap()
+        .with_principals(principals())
+}
+
+/// The plan with its mandate signed again by the test principal, after a change to it.
+fn regranted(mut plan: Value) -> Value {
+    principal().sign_in_place(&mut plan["mandate"]).unwrap();
+    plan
 }
 
 fn now() -> DateTime<Utc> {
@@ -102,6 +122,19 @@ fn each_invalid_plan_trips_exactly_its_code() {
             serde_json::from_value(json!(name.replace('-', "_").to_uppercase())).unwrap();
         seen.push(expected);
         let plan = signed(read(&path));
+        // Budgets and revocations are the executor's state: each of these plans is valid on
+        // its own, and is refused there (executor-agent/tests/mandates.rs).
+        if matches!(
+            expected,
+            ViolationCode::MandateExhausted | ViolationCode::MandateRevoked
+        ) {
+            assert_eq!(
+                validator.validate(&plan, now()).violations,
+                vec![],
+                "{name}"
+            );
+            continue;
+        }
         if expected == ViolationCode::PlanConflict {
             let accepted = signed(example());
             let Resubmission::Conflict(v) = compare_with_accepted(&accepted, &plan) else {
@@ -208,7 +241,9 @@ fn undo_ttl_counts_the_steps_in_between() {
         .undo_ttl_seconds = Some(1);
     let mut trust = TrustStore::new();
     trust.add_jwk(&planner().public_jwk()).unwrap();
-    let validator = PlanValidator::new(catalog, trust).unwrap();
+    let validator = PlanValidator::new(catalog, trust)
+        .unwrap()
+        .with_principals(principals());
     let report = validator.validate(&signed(example()), now());
     assert_eq!(codes(&report), vec![ViolationCode::UndoTtlTooShort]);
     assert_eq!(report.violations[0].step.as_deref(), Some("s2"));
@@ -225,11 +260,17 @@ fn mandate_checks_currency_and_worst_case_path() {
     );
     // Expires one second from now: the worst-case path takes far longer.
     let mut plan = example();
-    plan["mandate"]["expiresAt"] = json!("2026-11-29T12:00:01Z");
+    plan["mandate"]["notAfter"] = json!("2026-11-29T12:00:01Z");
     assert_eq!(
-        codes(&v.validate(&signed(plan), now())),
+        codes(&v.validate(&signed(regranted(plan)), now())),
         vec![ViolationCode::MandateExpired]
     );
+    // Not valid yet.
+    let mut plan = example();
+    plan["mandate"]["notBefore"] = json!("2026-11-30T00:00:00Z");
+    let report = v.validate(&signed(regranted(plan)), now());
+    assert_eq!(codes(&report), vec![ViolationCode::MandateExpired]);
+    assert!(report.violations[0].message.contains("valid from"));
     // An amount bound at run time cannot be bounded by the mandate (a member s3's
     // outputSchema declares, so that this is the only violation).
     let mut plan = example();
@@ -258,6 +299,96 @@ fn a_plan_of_ten_thousand_steps_is_checked_quickly_enough_to_finish() {
     let report = validator().validate(&signed(plan), now());
     // 10,000 × 2 s × 3 attempts outlasts nothing here (the mandate is until 2099): valid.
     assert_eq!(report.violations, vec![]);
+}
+
+#[test]
+fn a_mandate_grants_only_what_its_principal_signed_to_whom_it_names() {
+    let v = validator();
+    let refused = |plan: Value| {
+        let report = v.validate(&plan, now());
+        assert!(report.mandate_signer.is_none() || !report.is_valid());
+        report.violations
+    };
+    let only = |violations: Vec<Violation>, code: ViolationCode, words: &str| {
+        assert_eq!(
+            violations.iter().map(|v| v.code).collect::<Vec<_>>(),
+            vec![code],
+            "{violations:#?}"
+        );
+        assert!(
+            violations[0].message.contains(words),
+            "{}",
+            violations[0].message
+        );
+    };
+    // The budget raised after the principal signed.
+    let mut raised = example();
+    raised["mandate"]["perSaga"]["amountMinor"] = json!(9_000_000);
+    only(
+        refused(signed(raised)),
+        ViolationCode::MandateUntrusted,
+        "does not match",
+    );
+    // Signed by the planner's own key.
+    let mut own = example();
+    planner().sign_in_place(&mut own["mandate"]).unwrap();
+    only(
+        refused(signed(own)),
+        ViolationCode::MandateUntrusted,
+        "planner key",
+    );
+    // A planner that is not a grantee.
+    let mut other = example();
+    other["mandate"]["grantees"] = json!(["someone-else"]);
+    only(
+        refused(signed(regranted(other))),
+        ViolationCode::MandateUntrusted,
+        "not granted to planner key \"test-planner\"",
+    );
+    // No principal trusted at all.
+    let untrusting = PlanValidator::new(supplier_catalog(), {
+        let mut t = TrustStore::new();
+        t.add_jwk(&planner().public_jwk()).unwrap();
+        t
+    })
+    .unwrap();
+    let violations = untrusting.validate(&signed(example()), now()).violations;
+    only(
+        violations,
+        ViolationCode::MandateUntrusted,
+        "not a trusted principal",
+    );
+    // Over the per-saga cap.
+    let mut capped = example();
+    capped["mandate"]["perSaga"]["amountMinor"] = json!(11_999);
+    only(
+        refused(signed(regranted(capped))),
+        ViolationCode::MandateExceeded,
+        "per-saga cap of 11999",
+    );
+    // A skill outside the scope: one violation, on its step.
+    let mut narrow = example();
+    narrow["mandate"]["scope"] = json!([
+        {"agent": "vendor-registry", "skills": ["vendor.create"]},
+        {"agent": "budget", "skills": ["budget.reserve"]},
+        {"agent": "sandbox", "skills": ["sandbox.provision"]},
+        {"agent": "compliance-registry", "skills": ["compliance.check"]},
+        {"agent": "payments", "skills": ["payments.capture"]}
+    ]);
+    let violations = refused(signed(regranted(narrow)));
+    assert_eq!(violations[0].step.as_deref(), Some("s5"));
+    only(
+        violations,
+        ViolationCode::MandateScope,
+        "does not allow email.send",
+    );
+    // And the whole example is a grant of test-principal's.
+    let report = v.validate(&signed(example()), now());
+    assert_eq!(report.mandate_signer.as_deref(), Some("test-principal"));
+    assert_eq!(
+        v.step_spends(report.plan.as_ref().unwrap()),
+        vec![0, 0, 0, 0, 12000, 0]
+    );
 }
 
 mod properties {
@@ -325,6 +456,39 @@ mod properties {
             prop_assert!(!report.is_valid());
         }
 
+        /// A mandate changed anywhere and signed again by the principal never panics the
+        /// validator, and every refusal comes with its reason; changed and not signed
+        /// again, it is never a grant.
+        #[test]
+        fn mutated_mandates_are_refused_with_a_reason(
+            (index, replacement) in (any::<prop::sample::Index>(), arb_json())
+        ) {
+            let mut plan = example();
+            let mut paths = Vec::new();
+            collect_paths(&plan["mandate"], String::new(), &mut paths);
+            let path = index.get(&paths).clone();
+            if path.starts_with("/signatures") {
+                return Ok(());
+            }
+            let before = plan["mandate"].clone();
+            if let Some(slot) = plan["mandate"].pointer_mut(&path) {
+                *slot = replacement;
+            }
+            let changed = plan["mandate"] != before;
+            let unsigned = validator().validate(&try_signed(plan.clone()), now());
+            if changed {
+                prop_assert!(!unsigned.is_valid());
+                prop_assert!(unsigned.mandate_signer.is_none());
+            }
+            if plan["mandate"].is_object() {
+                let _ = principal().sign_in_place(&mut plan["mandate"]);
+            }
+            let report = validator().validate(&try_signed(plan), now());
+            for v in &report.violations {
+                prop_assert!(!v.message.is_empty());
+            }
+        }
+
         /// A plan mutated anywhere never panics the validator; a signed, mutated plan
         /// is valid only if the mutation left it valid.
         #[test]
@@ -385,9 +549,9 @@ fn plans_and_declarations_round_trip_through_their_types() {
 #[test]
 fn typing_errors_name_the_field() {
     let mut plan = example();
-    plan["mandate"].as_object_mut().unwrap().remove("expiresAt");
+    plan["mandate"].as_object_mut().unwrap().remove("notAfter");
     let err = Plan::from_value(&plan).unwrap_err();
-    assert!(err.contains("expiresAt"), "{err}");
+    assert!(err.contains("notAfter"), "{err}");
     let mut plan = example();
     plan["steps"][0]["compensations"] = json!({});
     let err = Plan::from_value(&plan).unwrap_err();
@@ -523,7 +687,9 @@ fn validator_with(
     );
     let mut trust = TrustStore::new();
     trust.add_jwk(&planner().public_jwk()).unwrap();
-    PlanValidator::new(catalog, trust).unwrap()
+    PlanValidator::new(catalog, trust)
+        .unwrap()
+        .with_principals(principals())
 }
 
 #[test]

@@ -1,0 +1,382 @@
+//! The executor's account of principals' mandates (DESIGN.md §12): what each saga
+//! reserved against its mandate's budget, what it spent once it ended, and which
+//! mandates their principals revoked.
+//!
+//! A mandate is known by its principal's key and its id. Accepting a plan reserves its
+//! worst-case spend in the journal's accepting write (`reserve`, called inside it), so
+//! two plans that each fit but together do not are never both accepted, whatever their
+//! timing: the state file has one writer, and each write sees the ones before it. A
+//! saga's end writes what it really spent (`settle`, inside the journal's finishing
+//! write), giving back the rest.
+
+use agent_host::store::durable::{Database, Reader};
+use rusqlite::{OptionalExtension, Transaction, params};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use shared_types::mandate::Revocation;
+use shared_types::{Money, Plan, TrustStore, Violation, ViolationCode};
+
+use crate::error::{Error, Result};
+use crate::saga::Saga;
+use crate::saga::model::{Forward, Undo};
+
+/// What a saga holds against its mandate; kept in its spec, so in the journal header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MandateHold {
+    /// The key id of the principal that signed the mandate.
+    pub principal_key: String,
+    pub mandate_id: String,
+    pub principal: String,
+    pub budget: Money,
+    pub max_sagas: Option<u32>,
+    /// SHA-256 of the mandate's signed content: another document under the same id is
+    /// not the same mandate.
+    pub document_sha256: String,
+    /// The plan's worst-case spend, reserved at acceptance.
+    pub reserved_minor: u64,
+    /// What each step spends at most, by step position.
+    pub spend_minor: Vec<u64>,
+}
+
+impl MandateHold {
+    /// The hold of a validated plan signed under a mandate of `principal_key`.
+    pub fn of(
+        plan: &Plan,
+        raw_mandate: &Value,
+        principal_key: &str,
+        spend_minor: Vec<u64>,
+    ) -> Self {
+        let document = shared_types::signing::signing_payload(raw_mandate).unwrap_or_default();
+        Self {
+            principal_key: principal_key.to_owned(),
+            mandate_id: plan.mandate.mandate_id.clone(),
+            principal: plan.mandate.principal.clone(),
+            budget: plan.mandate.budget.clone(),
+            max_sagas: plan.mandate.max_sagas,
+            document_sha256: hex(&Sha256::digest(&document)),
+            reserved_minor: spend_minor.iter().fold(0, |a, b| a.saturating_add(*b)),
+            spend_minor,
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What an ended saga spent: each step that spends and took effect (or may have), unless
+/// its compensation undid it. A step whose outcome nobody knows counts as spent.
+pub fn spent_minor(saga: &Saga) -> u64 {
+    let Some(hold) = &saga.spec.mandate else {
+        return 0;
+    };
+    saga.records
+        .iter()
+        .zip(&hold.spend_minor)
+        .filter(|(record, _)| {
+            let took_effect = !matches!(
+                record.forward,
+                Forward::Pending | Forward::AwaitingApproval | Forward::Failed { .. }
+            );
+            let undone = matches!(record.undo, Undo::Done | Undo::NothingToUndo);
+            took_effect && !undone
+        })
+        .fold(0, |total, (_, spend)| total.saturating_add(*spend))
+}
+
+pub(crate) const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS mandates (
+         principal_key   TEXT NOT NULL,
+         mandate_id      TEXT NOT NULL,
+         document_sha256 TEXT NOT NULL,
+         principal       TEXT NOT NULL,
+         currency        TEXT NOT NULL,
+         budget_minor    INTEGER NOT NULL,
+         max_sagas       INTEGER,
+         PRIMARY KEY (principal_key, mandate_id)
+     );
+     CREATE TABLE IF NOT EXISTS mandate_reservations (
+         saga_id        TEXT PRIMARY KEY,
+         principal_key  TEXT NOT NULL,
+         mandate_id     TEXT NOT NULL,
+         reserved_minor INTEGER NOT NULL,
+         -- NULL while the saga runs; what it spent once it ended.
+         spent_minor    INTEGER,
+         at_ms          INTEGER NOT NULL
+     );
+     CREATE INDEX IF NOT EXISTS reservations_by_mandate
+         ON mandate_reservations (principal_key, mandate_id);
+     CREATE TABLE IF NOT EXISTS mandate_revocations (
+         principal_key TEXT NOT NULL,
+         mandate_id    TEXT NOT NULL,
+         revoked_at    TEXT NOT NULL,
+         document      TEXT NOT NULL,
+         PRIMARY KEY (principal_key, mandate_id)
+     );";
+
+fn refusal(code: ViolationCode, message: String) -> Violation {
+    Violation {
+        code,
+        step: None,
+        message,
+    }
+}
+
+/// Inside the write that accepts `saga_id`: refuses it (`Some`) when its mandate was
+/// revoked, is another document under a known id, or cannot cover its worst case; else
+/// reserves that worst case.
+pub(crate) fn reserve(
+    tx: &Transaction<'_>,
+    saga_id: &str,
+    hold: &MandateHold,
+    at_ms: i64,
+) -> rusqlite::Result<Option<Violation>> {
+    let key = params![hold.principal_key, hold.mandate_id];
+    let revoked = tx
+        .prepare_cached(
+            "SELECT 1 FROM mandate_revocations WHERE principal_key = ?1 AND mandate_id = ?2",
+        )?
+        .exists(key)?;
+    if revoked {
+        return Ok(Some(refusal(
+            ViolationCode::MandateRevoked,
+            format!(
+                "mandate {:?} was revoked by its principal; ask for a new one",
+                hold.mandate_id
+            ),
+        )));
+    }
+    tx.prepare_cached(
+        "INSERT OR IGNORE INTO mandates
+             (principal_key, mandate_id, document_sha256, principal, currency, budget_minor, max_sagas)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        hold.principal_key,
+        hold.mandate_id,
+        hold.document_sha256,
+        hold.principal,
+        hold.budget.currency.as_str(),
+        to_sql(hold.budget.amount_minor.get()),
+        hold.max_sagas,
+    ])?;
+    let known: String = tx
+        .prepare_cached(
+            "SELECT document_sha256 FROM mandates WHERE principal_key = ?1 AND mandate_id = ?2",
+        )?
+        .query_row(key, |row| row.get(0))?;
+    if known != hold.document_sha256 {
+        return Ok(Some(refusal(
+            ViolationCode::MandateUntrusted,
+            format!(
+                "principal key {:?} granted another mandate under the id {:?}; a mandate id names one grant",
+                hold.principal_key, hold.mandate_id
+            ),
+        )));
+    }
+    let (used, sagas): (i64, i64) = tx
+        .prepare_cached(
+            "SELECT COALESCE(SUM(COALESCE(spent_minor, reserved_minor)), 0), COUNT(*)
+             FROM mandate_reservations WHERE principal_key = ?1 AND mandate_id = ?2",
+        )?
+        .query_row(key, |row| Ok((row.get(0)?, row.get(1)?)))?;
+    if let Some(max) = hold.max_sagas
+        && sagas >= i64::from(max)
+    {
+        return Ok(Some(refusal(
+            ViolationCode::MandateExhausted,
+            format!(
+                "mandate {:?} allows {max} saga(s), and all have been run",
+                hold.mandate_id
+            ),
+        )));
+    }
+    let budget = hold.budget.amount_minor.get();
+    let remaining = budget.saturating_sub(u64::try_from(used).unwrap_or(u64::MAX));
+    if hold.reserved_minor > remaining {
+        return Ok(Some(refusal(
+            ViolationCode::MandateExhausted,
+            format!(
+                "mandate {:?} has {remaining} of its {budget} {} minor units left, and this plan may spend {}",
+                hold.mandate_id, hold.budget.currency, hold.reserved_minor
+            ),
+        )));
+    }
+    tx.prepare_cached(
+        "INSERT INTO mandate_reservations
+             (saga_id, principal_key, mandate_id, reserved_minor, spent_minor, at_ms)
+         VALUES (?1, ?2, ?3, ?4, NULL, ?5)",
+    )?
+    .execute(params![
+        saga_id,
+        hold.principal_key,
+        hold.mandate_id,
+        to_sql(hold.reserved_minor),
+        at_ms
+    ])?;
+    Ok(None)
+}
+
+/// Inside the write that finishes `saga_id`: what it spent replaces what it reserved.
+pub(crate) fn settle(tx: &Transaction<'_>, saga_id: &str, spent: u64) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE mandate_reservations SET spent_minor = MIN(?2, reserved_minor) WHERE saga_id = ?1",
+    )?
+    .execute(params![saga_id, to_sql(spent)])?;
+    Ok(())
+}
+
+/// Amounts are at most 2^53 - 1 (money's bound), so they fit SQLite's integers.
+fn to_sql(amount: u64) -> i64 {
+    i64::try_from(amount).unwrap_or(i64::MAX)
+}
+
+/// The mandates' tables, read and revoked through.
+#[derive(Debug, Clone)]
+pub struct MandateBook {
+    reader: Reader,
+    db: Database,
+    principals: TrustStore,
+}
+
+/// A verified revocation, recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revoked {
+    pub principal_key: String,
+    pub mandate_id: String,
+}
+
+impl MandateBook {
+    pub fn on(db: &Database, principals: TrustStore) -> Result<Self> {
+        db.prepare(SCHEMA)?;
+        Ok(Self {
+            reader: db.reader()?,
+            db: db.clone(),
+            principals,
+        })
+    }
+
+    pub fn principals(&self) -> &TrustStore {
+        &self.principals
+    }
+
+    /// Whether the principal `principal_key` revoked its mandate `mandate_id`.
+    pub async fn is_revoked(&self, principal_key: &str, mandate_id: &str) -> Result<bool> {
+        let key = (principal_key.to_owned(), mandate_id.to_owned());
+        let revoked = self
+            .reader
+            .read(move |conn| {
+                conn.prepare_cached(
+                    "SELECT 1 FROM mandate_revocations WHERE principal_key = ?1 AND mandate_id = ?2",
+                )?
+                .exists(params![key.0, key.1])
+            })
+            .await?;
+        Ok(revoked)
+    }
+
+    /// Verifies a principal's signed revocation and records it, durably. The signature
+    /// is its authority: it revokes only that principal's mandate of that id.
+    pub async fn revoke(&self, document: &Value) -> Result<Revoked> {
+        let principal_key = self.principals.verify(document).map_err(|e| {
+            Error::Refused(format!(
+                "the revocation is not signed by a trusted principal: {e}"
+            ))
+        })?;
+        let revocation = Revocation::from_value(document)
+            .map_err(|e| Error::Refused(format!("not a revocation: {e}")))?;
+        if !shared_types::expr::is_valid_id(&revocation.revoked_mandate_id) {
+            return Err(Error::Refused(
+                "revokedMandateId must be 1-64 of A-Z a-z 0-9 '_' '-'".into(),
+            ));
+        }
+        let text = document.to_string();
+        let (key, id, at) = (
+            principal_key.clone(),
+            revocation.revoked_mandate_id.clone(),
+            revocation.revoked_at.to_rfc3339(),
+        );
+        self.db
+            .submit(move |tx| {
+                tx.prepare_cached(
+                    "INSERT OR IGNORE INTO mandate_revocations
+                         (principal_key, mandate_id, revoked_at, document) VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![key, id, at, text])
+                .map(|_| ())
+            })
+            .await?;
+        Ok(Revoked {
+            principal_key,
+            mandate_id: revocation.revoked_mandate_id,
+        })
+    }
+
+    /// Every mandate by that id the executor holds (one per principal that granted
+    /// one): budget, reserved, spent, remaining and the sagas under it.
+    pub async fn show(&self, mandate_id: &str) -> Result<Value> {
+        let id = mandate_id.to_owned();
+        let shown = self
+            .reader
+            .read(move |conn| {
+                let mut mandates = Vec::new();
+                let mut statement = conn.prepare_cached(
+                    "SELECT principal_key, principal, currency, budget_minor, max_sagas
+                     FROM mandates WHERE mandate_id = ?1 ORDER BY principal_key",
+                )?;
+                let rows: Vec<(String, String, String, i64, Option<i64>)> = statement
+                    .query_map([&id], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                    })?
+                    .collect::<rusqlite::Result<_>>()?;
+                for (key, principal, currency, budget, max_sagas) in rows {
+                    let revoked_at: Option<String> = conn
+                        .prepare_cached(
+                            "SELECT revoked_at FROM mandate_revocations
+                             WHERE principal_key = ?1 AND mandate_id = ?2",
+                        )?
+                        .query_row(params![key, id], |r| r.get(0))
+                        .optional()?;
+                    let mut sagas = Vec::new();
+                    let (mut reserved, mut spent) = (0i64, 0i64);
+                    let mut statement = conn.prepare_cached(
+                        "SELECT saga_id, reserved_minor, spent_minor FROM mandate_reservations
+                         WHERE principal_key = ?1 AND mandate_id = ?2 ORDER BY at_ms, saga_id",
+                    )?;
+                    let mut rows = statement.query(params![key, id])?;
+                    while let Some(row) = rows.next()? {
+                        let (saga, held, settled): (String, i64, Option<i64>) =
+                            (row.get(0)?, row.get(1)?, row.get(2)?);
+                        match settled {
+                            Some(s) => spent = spent.saturating_add(s),
+                            None => reserved = reserved.saturating_add(held),
+                        }
+                        sagas.push(json!({
+                            "sagaId": saga,
+                            "state": if settled.is_some() { "ended" } else { "running" },
+                            "reservedMinor": held,
+                            "spentMinor": settled,
+                        }));
+                    }
+                    mandates.push(json!({
+                        "mandateId": id,
+                        "principal": principal,
+                        "principalKey": key,
+                        "currency": currency,
+                        "budgetMinor": budget,
+                        "maxSagas": max_sagas,
+                        "reservedMinor": reserved,
+                        "spentMinor": spent,
+                        "remainingMinor": budget.saturating_sub(reserved).saturating_sub(spent).max(0),
+                        "revoked": revoked_at.is_some(),
+                        "revokedAt": revoked_at,
+                        "sagas": sagas,
+                    }));
+                }
+                Ok(json!({ "mandates": mandates }))
+            })
+            .await?;
+        Ok(shown)
+    }
+}
