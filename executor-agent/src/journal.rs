@@ -85,7 +85,7 @@ enum Write {
         body: String,
         first: Option<String>,
         at_ms: i64,
-        hold: Option<MandateHold>,
+        hold: Option<Box<MandateHold>>,
         /// Set when the mandate refused the saga (then nothing was written).
         refused: Arc<Mutex<Option<Violation>>>,
     },
@@ -292,7 +292,7 @@ impl Journal for SqliteJournal {
             body,
             first,
             at_ms: chrono::Utc::now().timestamp_millis(),
-            hold: header.spec.mandate.clone(),
+            hold: header.spec.mandate.clone().map(Box::new),
             refused: refused.clone(),
         })
         .await?;

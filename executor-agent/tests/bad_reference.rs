@@ -32,7 +32,7 @@ async fn a_misspelt_pointer_after_the_pivot_is_rejected_before_any_call() {
         "$steps.s2.response.body#/login"
     );
     plan["steps"][5]["args"]["login"] = json!("$steps.s2.response.body#/logn");
-    setup.planner.sign_in_place(&mut plan).unwrap();
+    common::sign_plan(&setup.planner, &mut plan);
 
     let task = setup.send(plan, None).await;
     assert_eq!(task.status.state, TaskState::Rejected, "{:?}", task.status);

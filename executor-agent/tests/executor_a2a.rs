@@ -46,7 +46,7 @@ async fn a_valid_plan_runs_to_completion_and_a_resubmission_returns_the_same_tas
     assert_eq!(applied(&setup), 6, "and runs nothing again");
 
     let mut conflicting = read("examples/plans/invalid/plan-conflict.json");
-    setup.planner.sign_in_place(&mut conflicting).unwrap();
+    common::sign_plan(&setup.planner, &mut conflicting);
     let refused = setup.send(conflicting, None).await;
     assert_eq!(refused.status.state, TaskState::Rejected);
     assert!(format!("{:?}", refused.status.message).contains("PLAN_CONFLICT"));

@@ -52,7 +52,7 @@ fn shown(body: &Value) -> String {
 async fn a_signed_plan_with_a_duplicate_member_runs_nothing() {
     let served = serve().await;
     let mut plan = read("examples/plans/supplier-onboarding.json");
-    served.planner.sign_in_place(&mut plan).unwrap();
+    common::sign_plan(&served.planner, &mut plan);
     let text = serde_json::to_string(&plan).unwrap();
     // The signed amount comes last, so a reader where the last member wins sees exactly
     // what was signed: the signature verifies, and only the duplicate is wrong.

@@ -55,7 +55,7 @@ async fn a_newline_in_a_pointer_does_not_forge_a_log_record() {
 
     let mut plan = common::read("examples/plans/supplier-onboarding.json");
     plan["steps"][5]["args"]["login"] = json!(format!("$steps.s2.response.body#/login\n{FORGED}"));
-    served.planner.sign_in_place(&mut plan).unwrap();
+    common::sign_plan(&served.planner, &mut plan);
     let task = send(&served, planner_jwt(&served, "executor"), plan)
         .await
         .unwrap();

@@ -167,12 +167,10 @@ fn signed_plan(harness: &Harness, steps: Vec<Value>, pivot: usize) -> Value {
         "sagaId": SAGA, "planVersion": 1, "goal": "Check out order ORD-1001",
         "createdAt": "2026-11-29T10:00:00Z",
         "authoredBy": {"agent": "test", "model": "hand", "promptSha256": null, "rejectedAlternatives": []},
-        "mandate": {"maxSpend": {"currency": "EUR", "amountMinor": 25000},
-                    "expiresAt": "2099-01-01T00:00:00Z"},
         "pivotIndex": pivot,
         "steps": steps
     });
-    harness.planner.sign_in_place(&mut plan).unwrap();
+    common::sign_plan(&harness.planner, &mut plan);
     plan
 }
 

@@ -63,7 +63,7 @@ async fn a_second_plan_version_is_refused_with_what_to_do_and_runs_nothing() {
 
     let mut second: Value = common::read("examples/plans/supplier-onboarding.json");
     second["planVersion"] = json!(2);
-    served.planner.sign_in_place(&mut second).unwrap();
+    common::sign_plan(&served.planner, &mut second);
     let answer = send(&served, planner_jwt(&served, "executor"), second)
         .await
         .unwrap();

@@ -52,6 +52,10 @@ impl World {
             "planner.pub.jwk",
             serde_json::to_value(planner.public_jwk()).unwrap(),
         );
+        write(
+            "principal.pub.jwk",
+            serde_json::to_value(principal().public_jwk()).unwrap(),
+        );
         let credentials: serde_json::Map<String, Value> = AGENTS
             .iter()
             .map(|a| (a.to_string(), json!(TOOL_TOKEN)))
@@ -105,6 +109,8 @@ impl Executor {
             .arg(world.path("platform.pub.jwk"))
             .arg("--planner")
             .arg(world.path("planner.pub.jwk"))
+            .arg("--principal")
+            .arg(world.path("principal.pub.jwk"))
             .arg("--credentials")
             .arg(world.path("credentials.json"))
             .env("SAGAPLANE_ADMIN_TOKEN", ADMIN_TOKEN)
@@ -200,7 +206,7 @@ fn as_planner(world: &World) -> OutboundCall {
 
 fn plan_message(world: &World) -> SendMessageRequest {
     let mut plan = read("examples/plans/supplier-onboarding.json");
-    world.planner.sign_in_place(&mut plan).unwrap();
+    common::sign_plan(&world.planner, &mut plan);
     data_message(plan, None)
 }
 
@@ -703,7 +709,7 @@ async fn aged(data: &Path, days: i64) {
     db.submit(move |tx| {
         tx.execute(
             "UPDATE sagas SET finished = 1, finished_ms = ?1,
-                 header = json_set(header, '$.plan.mandate.expiresAt', '2020-01-01T00:00:00Z')",
+                 header = json_set(header, '$.plan.mandate.notAfter', '2020-01-01T00:00:00Z')",
             [finished],
         )
         .map(|_| ())

@@ -344,6 +344,8 @@ async fn a_plan_left_waiting_at_a_stop_is_taken_in_at_the_next_start() {
         ExecutorConfig {
             registry: setup.registry.clone(),
             planner_keys,
+            mandates: executor_agent::mandates::MandateBook::on(&setup.db, common::principals())
+                .unwrap(),
             journal: setup.journal.clone(),
             credentials,
             mcp: setup.mcp.clone(),

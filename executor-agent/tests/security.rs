@@ -95,6 +95,6 @@ async fn a_plan_not_signed_by_a_trusted_planner_or_unlike_the_registry_runs_noth
 
 /// A signed plan whose mandate was raised after signing.
 fn tampered(mut plan: Value) -> Value {
-    plan["mandate"]["maxSpend"]["amountMinor"] = serde_json::json!(999_999);
+    plan["mandate"]["perSaga"]["amountMinor"] = serde_json::json!(999_999);
     plan
 }

@@ -98,9 +98,9 @@ impl Journal for TimedJournal {
         written
     }
 
-    async fn finish(&self, saga_id: &str) -> executor_agent::Result<()> {
+    async fn finish(&self, saga_id: &str, spent_minor: u64) -> executor_agent::Result<()> {
         let started = Instant::now();
-        let written = self.inner.finish(saga_id).await;
+        let written = self.inner.finish(saga_id, spent_minor).await;
         Stopwatches::add(&self.stopwatches.journal_nanos, started);
         written
     }

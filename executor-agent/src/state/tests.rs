@@ -21,6 +21,7 @@ fn header(saga_id: &str) -> SagaHeader {
             steps: Vec::new(),
             point_of_no_return: None,
             expires_at_ms: 0,
+            mandate: None,
         },
     }
 }

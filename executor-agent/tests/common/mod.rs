@@ -55,6 +55,75 @@ pub fn read(path: &str) -> Value {
     shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap()).unwrap()
 }
 
+/// The principal the tests' executors trust: the fixture key the example plans' mandate
+/// is signed with.
+pub fn principal() -> SigningIdentity {
+    let jwk: shared_types::Jwk =
+        serde_json::from_value(read("examples/keys/test-principal.jwk")).unwrap();
+    SigningIdentity::from_jwk(&jwk).unwrap()
+}
+
+/// The principals as an executor's trust store.
+pub fn principals() -> TrustStore {
+    let mut trust = TrustStore::new();
+    trust.add_jwk(&principal().public_jwk()).unwrap();
+    trust
+}
+
+/// The example plans' mandate (`examples/mandates/test-mandate.json`), granted by the test
+/// principal to `planner` under the id `md_tests_<planner>`, with a budget no test
+/// exhausts (unless it sets its own).
+pub fn grant_for(planner: &SigningIdentity) -> Value {
+    let mut mandate = read("examples/mandates/test-mandate.json");
+    mandate["mandateId"] = json!(format!("md_tests_{}", planner.kid()));
+    mandate["grantees"] = json!([planner.kid()]);
+    mandate["budget"]["amountMinor"] = json!(1_000_000_000_000u64);
+    principal().sign_in_place(&mut mandate).unwrap();
+    mandate
+}
+
+/// Puts `planner`'s test mandate (`grant_for`) in `plan`, its scope widened to the
+/// plan's steps when they go beyond it (under an id of its own: one id names one
+/// grant), then signs the plan as `planner`.
+pub fn sign_plan(planner: &SigningIdentity, plan: &mut Value) {
+    let mut mandate = grant_for(planner);
+    let mut scope: Vec<(String, String)> = Vec::new();
+    for entry in mandate["scope"].as_array().unwrap() {
+        for skill in entry["skills"].as_array().unwrap() {
+            scope.push((
+                entry["agent"].as_str().unwrap().into(),
+                skill.as_str().unwrap().into(),
+            ));
+        }
+    }
+    let mut widened = false;
+    for step in plan["steps"].as_array().into_iter().flatten() {
+        if let (Some(agent), Some(skill)) = (step["agent"].as_str(), step["skill"].as_str())
+            && !scope.iter().any(|(a, s)| a == agent && s == skill)
+        {
+            scope.push((agent.into(), skill.into()));
+            widened = true;
+        }
+    }
+    if widened {
+        scope.sort();
+        let entries: Vec<Value> = scope
+            .iter()
+            .map(|(agent, skill)| json!({"agent": agent, "skills": [skill]}))
+            .collect();
+        let names: Vec<String> = scope.iter().map(|(a, s)| format!("{a}/{s}")).collect();
+        let digest = shared_types::json::canonicalize(&json!(names)).unwrap();
+        let tag: u32 = digest
+            .iter()
+            .fold(0, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(*b)));
+        mandate["scope"] = Value::Array(entries);
+        mandate["mandateId"] = json!(format!("md_tests_{}_{tag:08x}", planner.kid()));
+        principal().sign_in_place(&mut mandate).unwrap();
+    }
+    plan["mandate"] = mandate;
+    planner.sign_in_place(plan).unwrap();
+}
+
 /// A fault injected on every call of one skill (or on its first `n` calls).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fault {
@@ -559,8 +628,8 @@ impl<J: Journal> Journal for FlakyJournal<J> {
         appended
     }
 
-    async fn finish(&self, saga_id: &str) -> executor_agent::Result<()> {
-        self.inner.finish(saga_id).await?;
+    async fn finish(&self, saga_id: &str, spent_minor: u64) -> executor_agent::Result<()> {
+        self.inner.finish(saga_id, spent_minor).await?;
         self.finishes.send_modify(|n| *n += 1);
         Ok(())
     }
@@ -657,6 +726,7 @@ impl Harness {
         let config = ExecutorConfig {
             registry: registry.clone(),
             planner_keys,
+            mandates: executor_agent::mandates::MandateBook::on(&db, principals()).unwrap(),
             journal: journal.clone(),
             mcp: mcp.clone(),
             credentials,
@@ -694,7 +764,7 @@ impl Harness {
     /// The plan at `path`, signed by the trusted planner.
     pub fn signed(&self, path: &str) -> Value {
         let mut plan = read(path);
-        self.planner.sign_in_place(&mut plan).unwrap();
+        sign_plan(&self.planner, &mut plan);
         plan
     }
 
@@ -721,8 +791,12 @@ pub fn plan_as(setup: &Harness, saga_id: &str, expires_at: chrono::DateTime<chro
         .unwrap()
         .replace("sg_demo_supplier_onboarding", saga_id);
     let mut plan: Value = serde_json::from_str(&text).unwrap();
-    plan["mandate"]["expiresAt"] =
-        json!(expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    // Another window is another grant: it needs an id of its own.
+    let mut mandate = grant_for(&setup.planner);
+    mandate["mandateId"] = json!(format!("md_tests_until_{}", expires_at.timestamp()));
+    mandate["notAfter"] = json!(expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    principal().sign_in_place(&mut mandate).unwrap();
+    plan["mandate"] = mandate;
     setup.planner.sign_in_place(&mut plan).unwrap();
     plan
 }

@@ -64,6 +64,7 @@ pub async fn serve_faulty(hosts: RegistrationHosts, faults: &[(&str, Fault)]) ->
             public_url: url.clone(),
             platform_keys,
             planners: vec![("planner-1".into(), planner.public_jwk())],
+            principals: vec![super::principal().public_jwk()],
             admin_token: ADMIN_TOKEN.into(),
             credentials: AGENTS
                 .iter()
@@ -142,9 +143,10 @@ pub fn planner_jwt(served: &Served, audience: &str) -> Option<String> {
     Some(mint_jwt(&served.planner, "planner-1", audience, 60).unwrap())
 }
 
+/// The plan at `path` under `who`'s test mandate, signed by `who`.
 pub fn signed_by(who: &SigningIdentity, path: &str) -> Value {
     let mut plan = read(path);
-    who.sign_in_place(&mut plan).unwrap();
+    super::sign_plan(who, &mut plan);
     plan
 }
 

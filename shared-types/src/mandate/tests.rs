@@ -44,7 +44,8 @@ fn a_sound_mandate_has_no_problems_and_allows_only_its_scope() {
 
 #[test]
 fn each_content_problem_is_named() {
-    let cases: Vec<(Box<dyn Fn(&mut Mandate)>, &str)> = vec![
+    type Change = Box<dyn Fn(&mut Mandate)>;
+    let cases: Vec<(Change, &str)> = vec![
         (Box::new(|m| m.mandate_id = "has space".into()), "mandateId"),
         (Box::new(|m| m.grantees.clear()), "no grantee"),
         (

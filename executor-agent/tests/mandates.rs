@@ -1,0 +1,332 @@
+//! Principals' mandates against a running executor, over A2A with planner JWTs: what no
+//! planner can grant itself is refused with its code before any tool is called and
+//! without reserving anything; a budget is a running total across sagas, also for plans
+//! sent at the same moment; what a compensated saga did not spend is given back; a
+//! revoked mandate accepts nothing more.
+
+mod common;
+
+use agent_host::sdk::{Task, TaskState};
+use common::served::*;
+use common::{principal, read};
+use serde_json::{Value, json};
+
+/// The example plan as saga `saga_id`, under `mandate` (a signed document), signed by
+/// the served executor's planner.
+fn plan_under(served: &Served, saga_id: &str, mandate: Value) -> Value {
+    let text = read("examples/plans/supplier-onboarding.json")
+        .to_string()
+        .replace("sg_demo_supplier_onboarding", saga_id);
+    let mut plan: Value = serde_json::from_str(&text).unwrap();
+    plan["mandate"] = mandate;
+    served.planner.sign_in_place(&mut plan).unwrap();
+    plan
+}
+
+/// A mandate `id` of the test principal for the served planner, changed by `change`
+/// before the principal signs it.
+fn mandate(served: &Served, id: &str, change: impl FnOnce(&mut Value)) -> Value {
+    let mut m = read("examples/mandates/test-mandate.json");
+    m["mandateId"] = json!(id);
+    m["grantees"] = json!([served.planner.kid()]);
+    change(&mut m);
+    principal().sign_in_place(&mut m).unwrap();
+    m
+}
+
+/// The example plan's worst case: payments.capture of 12,000 minor units.
+const ONE_SAGA: u64 = 12_000;
+
+async fn submit(served: &Served, plan: Value) -> Task {
+    send(served, planner_jwt(served, "executor"), plan)
+        .await
+        .unwrap()
+}
+
+/// The executor's account of mandate `id` (`GET /admin/mandates/{id}`).
+async fn account(served: &Served, id: &str) -> Value {
+    let response = reqwest::Client::new()
+        .get(format!("{}/admin/mandates/{id}", served.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+/// The codes of a refused task's violations.
+fn codes(task: &Task) -> Vec<String> {
+    let text = format!("{:?}", task.status.message);
+    [
+        "MANDATE_UNTRUSTED",
+        "MANDATE_SCOPE",
+        "MANDATE_EXPIRED",
+        "MANDATE_EXCEEDED",
+        "MANDATE_EXHAUSTED",
+        "MANDATE_REVOKED",
+        "SIGNATURE_INVALID",
+    ]
+    .into_iter()
+    .filter(|code| text.contains(code))
+    .map(str::to_owned)
+    .collect()
+}
+
+/// Nothing was reserved under `id`: the executor holds no saga against it.
+async fn nothing_reserved(served: &Served, id: &str) {
+    let shown = account(served, id).await;
+    for m in shown["mandates"].as_array().unwrap() {
+        assert_eq!(m["reservedMinor"], 0, "{shown}");
+        assert_eq!(m["sagas"], json!([]), "{shown}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planner_cannot_grant_raise_or_stretch_a_mandate_and_nothing_is_reserved() {
+    let served = serve().await;
+    let planner = served.planner.clone();
+
+    let mut own = mandate(&served, "md_own", |_| {});
+    planner.sign_in_place(&mut own).unwrap();
+
+    let mut raised = mandate(&served, "md_raised", |_| {});
+    raised["perSaga"]["amountMinor"] = json!(9_000_000);
+
+    let not_granted = mandate(&served, "md_other", |m| {
+        m["grantees"] = json!(["planner-2"])
+    });
+
+    let narrow = mandate(&served, "md_narrow", |m| {
+        let scope: Vec<Value> = m["scope"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["agent"] != "mailer")
+            .cloned()
+            .collect();
+        m["scope"] = Value::Array(scope);
+    });
+
+    let past = mandate(&served, "md_past", |m| {
+        m["notBefore"] = json!("2020-01-01T00:00:00Z");
+        m["notAfter"] = json!("2021-01-01T00:00:00Z");
+    });
+
+    let cases = [
+        ("md_own", own, "MANDATE_UNTRUSTED", "planner key"),
+        ("md_raised", raised, "MANDATE_UNTRUSTED", "does not match"),
+        (
+            "md_other",
+            not_granted,
+            "MANDATE_UNTRUSTED",
+            "not granted to planner key",
+        ),
+        (
+            "md_narrow",
+            narrow,
+            "MANDATE_SCOPE",
+            "does not allow email.send",
+        ),
+        ("md_past", past, "MANDATE_EXPIRED", "expired"),
+    ];
+    for (id, grant, code, words) in cases {
+        let task = submit(&served, plan_under(&served, &format!("sg_{id}"), grant)).await;
+        assert_eq!(task.status.state, TaskState::Rejected, "{id}: {task:?}");
+        assert_eq!(codes(&task), vec![code.to_owned()], "{id}: {task:?}");
+        let text = format!("{:?}", task.status.message);
+        assert!(text.contains(words), "{id}: {text}");
+        nothing_reserved(&served, id).await;
+    }
+    assert_eq!(calls_seen(&served), 0, "no tool agent saw any call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_mandate_accepts_no_plan_and_reserves_nothing() {
+    let served = serve().await;
+    let grant = mandate(&served, "md_revoked", |_| {});
+    let revocation = json!({
+        "revokedMandateId": "md_revoked",
+        "revokedAt": "2026-12-01T00:00:00Z",
+        "reason": "moved to another budget",
+    });
+
+    // Only the principal's signature revokes: unsigned, or signed by the planner, nothing.
+    let http = reqwest::Client::new();
+    let revoke = |body: Value| {
+        let http = http.clone();
+        let url = format!("{}/mandates/revocations", served.url);
+        async move { http.post(url).json(&body).send().await.unwrap() }
+    };
+    let unsigned = revoke(revocation.clone()).await;
+    assert_eq!(unsigned.status(), 422);
+    let mut by_planner = revocation.clone();
+    served.planner.sign_in_place(&mut by_planner).unwrap();
+    assert_eq!(revoke(by_planner).await.status(), 422);
+    let before = submit(&served, plan_under(&served, "sg_before", grant.clone())).await;
+    assert_eq!(before.status.state, TaskState::Completed, "{before:?}");
+
+    let mut signed = revocation.clone();
+    principal().sign_in_place(&mut signed).unwrap();
+    let answer = revoke(signed.clone()).await;
+    assert_eq!(answer.status(), 200);
+    let answer: Value = answer.json().await.unwrap();
+    assert_eq!(answer["revoked"], "md_revoked");
+    // Sent again, it changes nothing.
+    assert_eq!(revoke(signed).await.status(), 200);
+
+    let calls = calls_seen(&served);
+    let task = submit(&served, plan_under(&served, "sg_after", grant)).await;
+    assert_eq!(task.status.state, TaskState::Rejected, "{task:?}");
+    assert_eq!(codes(&task), vec!["MANDATE_REVOKED".to_owned()]);
+    assert_eq!(calls_seen(&served), calls, "no tool was called");
+    let shown = account(&served, "md_revoked").await;
+    let m = &shown["mandates"][0];
+    assert_eq!(m["revoked"], true);
+    assert_eq!(
+        m["sagas"].as_array().unwrap().len(),
+        1,
+        "only the saga before: {shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_plans_sent_at_once_under_a_mandate_that_fits_ten_run_ten() {
+    let served = serve().await;
+    let grant = mandate(&served, "md_ten", |m| {
+        m["budget"]["amountMinor"] = json!(10 * ONE_SAGA);
+        m.as_object_mut().unwrap().remove("perSaga");
+    });
+    let plans: Vec<Value> = (0..50)
+        .map(|i| plan_under(&served, &format!("sg_ten_{i:02}"), grant.clone()))
+        .collect();
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(plans.len()));
+    let sent = plans.into_iter().map(|plan| {
+        let barrier = barrier.clone();
+        let served = &served;
+        async move {
+            barrier.wait().await;
+            submit(served, plan).await
+        }
+    });
+    let tasks = futures::future::join_all(sent).await;
+    let completed = tasks
+        .iter()
+        .filter(|t| t.status.state == TaskState::Completed)
+        .count();
+    let exhausted: Vec<&Task> = tasks
+        .iter()
+        .filter(|t| t.status.state == TaskState::Rejected)
+        .collect();
+    assert_eq!(completed, 10, "exactly ten run");
+    assert_eq!(exhausted.len(), 40);
+    for task in exhausted {
+        assert_eq!(
+            codes(task),
+            vec!["MANDATE_EXHAUSTED".to_owned()],
+            "{task:?}"
+        );
+    }
+    let shown = account(&served, "md_ten").await;
+    let m = &shown["mandates"][0];
+    assert_eq!(m["sagas"].as_array().unwrap().len(), 10, "{shown}");
+    assert_eq!(
+        m["reservedMinor"].as_u64().unwrap() + m["spentMinor"].as_u64().unwrap(),
+        10 * ONE_SAGA,
+        "{shown}"
+    );
+    assert_eq!(m["remainingMinor"], 0);
+    let captures = served.logs["payments"].lock().unwrap().calls.len();
+    assert_eq!(captures, 10, "ten payments, no more");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compensated_saga_gives_its_reservation_back() {
+    // Compliance declines every check: each saga unwinds before its payment.
+    let served = serve_faulty(
+        executor_agent::http::RegistrationHosts::any(),
+        &[("compliance.check", common::Fault::Decline)],
+    )
+    .await;
+    let grant = mandate(&served, "md_one", |m| {
+        m["budget"]["amountMinor"] = json!(ONE_SAGA);
+        m.as_object_mut().unwrap().remove("perSaga");
+    });
+    let first = submit(&served, plan_under(&served, "sg_first", grant.clone())).await;
+    assert_eq!(first.status.state, TaskState::Failed, "{first:?}");
+    // The end is settled just after the task shows it: wait for the account to say so.
+    let mut shown = account(&served, "md_one").await;
+    for _ in 0..200 {
+        if shown["mandates"][0]["sagas"][0]["state"] == "ended" {
+            break;
+        }
+        tokio::task::yield_now().await;
+        shown = account(&served, "md_one").await;
+    }
+    let m = &shown["mandates"][0];
+    assert_eq!(m["sagas"][0]["spentMinor"], 0, "{shown}");
+    assert_eq!(m["remainingMinor"], ONE_SAGA, "{shown}");
+
+    // The whole budget is there again: a second plan that needs all of it is accepted
+    // (and unwinds too, compliance still declining).
+    let second = submit(&served, plan_under(&served, "sg_second", grant.clone())).await;
+    assert_ne!(second.status.state, TaskState::Rejected, "{second:?}");
+    assert_eq!(second.status.state, TaskState::Failed);
+    assert_eq!(
+        calls_seen_by(&served, "payments"),
+        0,
+        "nothing was ever paid"
+    );
+}
+
+fn calls_seen_by(served: &Served, agent: &str) -> usize {
+    served.logs[agent].lock().unwrap().calls.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_before_its_pivot_unwinds_when_its_mandate_is_revoked() {
+    // The sandbox holds its answer until told: the saga is at s2, before its pivot.
+    let held = [("sandbox.provision", common::Fault::ApplyThenHold(1))];
+    let setup = common::Harness::start_timed(&held, 30_000).await;
+    let plan = setup.signed("examples/plans/supplier-onboarding.json");
+    let mandate_id = plan["mandate"]["mandateId"].as_str().unwrap().to_owned();
+    let client = agent_host::AgentClient::new(&setup.url).unwrap();
+    let request = common::data_message(plan, None);
+    let mut sent = tokio::spawn(async move {
+        client
+            .send(&agent_host::OutboundCall::default(), &request)
+            .await
+    });
+    let applied = setup.log("sandbox").applied.clone();
+    tokio::select! {
+        () = applied.notified() => {}
+        ended = &mut sent => panic!("the saga ended before the sandbox held its answer: {ended:?}"),
+    }
+
+    let mut revocation = json!({
+        "revokedMandateId": mandate_id,
+        "revokedAt": "2026-12-01T00:00:00Z",
+    });
+    principal().sign_in_place(&mut revocation).unwrap();
+    let (revoked, told) = setup.executor.revoke(&revocation).await.unwrap();
+    assert_eq!(revoked.principal_key, "test-principal");
+    assert_eq!(told, 1, "the running saga is told");
+    setup.log("sandbox").release.notify_one();
+
+    let task = match sent.await.unwrap().unwrap() {
+        agent_host::sdk::SendMessageResponse::Task(task) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    assert_eq!(task.status.state, TaskState::Failed, "{:?}", task.status);
+    assert_eq!(
+        task.metadata.as_ref().and_then(|m| m.get("outcome")),
+        Some(&json!("compensated"))
+    );
+    let said = format!("{:?}", task.status.message);
+    assert!(said.contains("mandate was revoked"), "{said}");
+    // Everything done was undone, in reverse; nothing was paid.
+    let effects = common::effects_in_order(&setup.logs);
+    assert!(effects.iter().all(|e| !e.contains(":s4")), "{effects:?}");
+    let undone: Vec<&String> = effects.iter().filter(|e| e.ends_with(":undo")).collect();
+    assert_eq!(undone.len(), 3, "{effects:?}");
+}
