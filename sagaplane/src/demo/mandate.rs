@@ -23,6 +23,9 @@ pub const MANDATE_FILE: &str = "mandate.json";
 
 pub const MANDATE_ID: &str = "md_demo";
 
+/// The demo principal's key id.
+const PRINCIPAL_KID: &str = "demo-principal";
+
 /// What the supplier demo's mandate may be spent on: the supplier agents' forward skills.
 pub const SUPPLIER_SCOPE: &[(&str, &[&str])] = &[
     ("vendor-registry", &["vendor.create"]),
@@ -59,7 +62,7 @@ pub fn grant(
     (budget, per_saga): (u64, Option<u64>),
     scope: &[(&str, &[&str])],
 ) -> Result<Mandate, Failure> {
-    let principal = SigningIdentity::generate(Some("demo-principal".into()))
+    let principal = SigningIdentity::generate(Some(PRINCIPAL_KID.into()))
         .map_err(|e| Failure::unusable(format!("cannot generate a key: {e}")))?;
     write(&work.join(PRINCIPAL_KEY_FILE), &principal.private_jwk())?;
     write(&work.join(PRINCIPAL_PUB_FILE), &principal.public_jwk())?;
@@ -94,28 +97,62 @@ pub fn summary(mandate: &Mandate) -> String {
     let cap = mandate
         .per_saga
         .as_ref()
-        .map_or(String::new(), |c| format!(", at most {c} a saga"));
+        .map_or(String::new(), |c| format!(", at most {} a saga", major(c)));
     format!(
-        "the principal {:?} granted the planner mandate {} ({}{cap}, until {})",
+        "the principal {:?} granted the planner mandate {} ({} in all{cap}, until {})",
         mandate.principal,
         mandate.mandate_id,
-        mandate.budget,
+        major(&mandate.budget),
         mandate.not_after.to_rfc3339()
     )
 }
 
+/// Money in major units, for the demo's currencies (two decimals).
+fn major(money: &shared_types::Money) -> String {
+    let minor = money.amount_minor.get();
+    format!("{}.{:02} {}", minor / 100, minor % 100, money.currency)
+}
+
 /// The executor's account of the mandate (budget, reserved, spent, remaining), printed
-/// on the timeline and returned for the summary.
+/// on the timeline and returned for the summary. Until the executor accepts a plan under
+/// it, it holds no account: then the account is the mandate's own, nothing reserved.
 pub async fn show(running: &Running, when: &str, clock: &Clock) -> Result<Value, Failure> {
-    let shown = crate::executor_api::mandate_async(
+    let mut shown = crate::executor_api::mandate_async(
         &running.executor_url(),
         &running.admin_token,
         MANDATE_ID,
     )
     .await?;
+    let unseen = shown["mandates"].as_array().is_none_or(Vec::is_empty);
+    if unseen {
+        shown = unspent(&running.granted);
+    }
     let text = crate::commands::describe_mandate(&shown);
-    clock.say(&format!("mandate {when}: {}", text.trim_end()));
+    let note = if unseen {
+        " (the executor has accepted no plan under it yet)"
+    } else {
+        ""
+    };
+    clock.say(&format!("mandate {when}{note}: {}", text.trim_end()));
     Ok(shown)
+}
+
+/// A mandate's account before any saga ran under it, in the executor's shape.
+fn unspent(mandate: &Mandate) -> Value {
+    let budget = mandate.budget.amount_minor.get();
+    json!({"mandates": [{
+        "mandateId": mandate.mandate_id,
+        "principal": mandate.principal,
+        "principalKey": PRINCIPAL_KID,
+        "currency": mandate.budget.currency.as_str(),
+        "budgetMinor": budget,
+        "maxSagas": mandate.max_sagas,
+        "reservedMinor": 0,
+        "spentMinor": 0,
+        "remainingMinor": budget,
+        "revoked": false,
+        "sagas": [],
+    }]})
 }
 
 /// `over-budget`: sends the goal again once the first saga has ended, and follows the

@@ -169,6 +169,8 @@ struct Running {
     tool_token: String,
     /// The executor's admin token (reads the mandate's account).
     admin_token: String,
+    /// The mandate the principal granted the planner.
+    granted: shared_types::Mandate,
 }
 
 impl Running {
@@ -372,6 +374,7 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
         planner_key,
         tool_token,
         admin_token,
+        granted,
     })
 }
 
