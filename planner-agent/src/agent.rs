@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use shared_types::{Money, PlanValidator, SigningIdentity, TrustStore};
+use shared_types::{Mandate, PlanValidator, SigningIdentity, TrustStore, ViolationCode};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{PlanBackend, PlanRequest, describe_violations};
@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::executor::ExecutorLink;
 use crate::follow::{final_state, finish, follow};
 use crate::goal::Goal;
+use crate::mandate::Grant;
 use crate::templates::Templates;
 
 /// The artifact that carries the signed plan.
@@ -55,9 +56,9 @@ pub struct PlannerConfig {
     pub templates: Templates,
     /// Stops following executor tasks (they are picked up again by `recover`).
     pub shutdown: CancellationToken,
-    /// The most any plan of this planner may spend, in one currency: a goal asking for
-    /// more, or in another currency, is refused before anything is submitted.
-    pub max_spend: Money,
+    /// The principal's mandate this planner plans under when a goal brings none; without
+    /// one, every goal must carry its own (data part `mandate`).
+    pub mandate: Option<Grant>,
 }
 
 /// Where one of the planner's tasks stands, for cancellation.
@@ -172,57 +173,48 @@ impl Planner {
         self.live.lock().ok()?.get(task_id).cloned()
     }
 
-    /// Refuses a goal whose `maxSpend` the planner's policy does not allow (checked
-    /// before the catalog is read).
-    fn check_goal_spend(&self, goal: &Goal) -> Result<()> {
-        let cap = &self.config.max_spend;
+    /// The mandate `goal` is planned under: its own (data part `mandate`), else the
+    /// planner's (see `Grant::read` for what is refused).
+    fn grant_for(&self, goal: &Goal) -> Result<Grant> {
+        match &goal.mandate {
+            Some(value) => {
+                Grant::read(value, &self.config.identity).map_err(Error::Unsatisfiable)
+            }
+            None => self.config.mandate.clone().ok_or_else(|| {
+                Error::Unsatisfiable(
+                    "no mandate: this planner has none of its own, so the goal must carry a principal's signed mandate \
+                     in its data part as \"mandate\""
+                        .into(),
+                )
+            }),
+        }
+    }
+
+    /// Refuses a goal whose `maxSpend` its mandate does not allow (checked before the
+    /// catalog is read): in another currency, or above what one saga may spend.
+    fn check_goal_spend(goal: &Goal, mandate: &Mandate) -> Result<()> {
+        let cap = mandate.saga_cap();
         let Some(asked) = &goal.max_spend else {
             return Ok(());
         };
         if asked.currency != cap.currency {
             return Err(Error::Unsatisfiable(format!(
-                "maxSpend is in {}, but this planner plans spending in {} only",
-                asked.currency, cap.currency
+                "maxSpend is in {}, but mandate {:?} grants spending in {} only",
+                asked.currency, mandate.mandate_id, cap.currency
             )));
         }
         if asked.amount_minor > cap.amount_minor {
             return Err(Error::Unsatisfiable(format!(
-                "maxSpend {} is above this planner's limit of {}",
+                "maxSpend {} is above what mandate {:?} allows one saga: {cap}",
                 asked.amount_minor.get(),
-                cap
-            )));
-        }
-        Ok(())
-    }
-
-    /// Refuses a composed plan whose mandate the planner's policy does not allow. The
-    /// mandate bounds the plan's spend (the validator checked that), so this bounds what
-    /// the executor may spend for it, whichever backend drafted it.
-    fn check_plan_spend(&self, plan: &Value) -> Result<()> {
-        let cap = &self.config.max_spend;
-        let mandate: Money = serde_json::from_value(plan["mandate"]["maxSpend"].clone())
-            .map_err(|e| Error::Defect(format!("the plan's mandate cannot be read: {e}")))?;
-        if mandate.amount_minor.get() == 0 {
-            return Ok(());
-        }
-        if mandate.currency != cap.currency {
-            return Err(Error::Unsatisfiable(format!(
-                "the plan spends in {}, but this planner plans spending in {} only",
-                mandate.currency, cap.currency
-            )));
-        }
-        if mandate.amount_minor > cap.amount_minor {
-            return Err(Error::Unsatisfiable(format!(
-                "the plan would spend up to {}, over this planner's limit of {}",
-                mandate.amount_minor.get(),
-                cap
+                mandate.mandate_id
             )));
         }
         Ok(())
     }
 
     /// Composes, signs and checks a plan for `goal`; returns it as JSON.
-    async fn compose(&self, goal: &Goal) -> Result<Value> {
+    async fn compose(&self, goal: &Goal, grant: &Grant) -> Result<Value> {
         let catalog = self.config.executor.catalog().await?;
         let mut own_key = TrustStore::new();
         own_key
@@ -234,6 +226,7 @@ impl Planner {
             saga_id: new_saga_id(),
             planner_id: self.id().to_owned(),
             now: Utc::now(),
+            mandate: grant.mandate.clone(),
         };
         let plan = self
             .config
@@ -247,13 +240,20 @@ impl Planner {
             .await?;
         let mut value = serde_json::to_value(&plan)
             .map_err(|e| Error::Defect(format!("the plan does not serialise: {e}")))?;
-        self.check_plan_spend(&value)?;
+        // The principal's document as received, not its re-serialisation: the signature
+        // is over what the principal signed.
+        value["mandate"] = grant.signed.clone();
         self.config
             .identity
             .sign_in_place(&mut value)
             .map_err(|e| Error::Defect(format!("the plan cannot be signed: {e}")))?;
-        let report = validator.validate(&value, Utc::now());
-        if !report.is_valid() {
+        // The planner holds no principal key: whether the principal's signature is
+        // trusted is the executor's to decide (the grantee was checked in `grant_for`).
+        let mut report = validator.validate(&value, Utc::now());
+        report
+            .violations
+            .retain(|v| v.code != ViolationCode::MandateUntrusted);
+        if !report.violations.is_empty() {
             return Err(Error::Defect(format!(
                 "the signed plan does not validate (a planner bug; it was not submitted):\n{}",
                 describe_violations(&report.violations)
@@ -267,15 +267,18 @@ impl Planner {
         let (text, data) = goal_parts(message);
         let goal = Goal::parse(&text, data.as_ref(), &self.config.templates)
             .map_err(Error::Unsatisfiable)?;
-        self.check_goal_spend(&goal)?;
+        let grant = self.grant_for(&goal)?;
+        Self::check_goal_spend(&goal, &grant.mandate)?;
         logged(
             task,
             task.set_status(
                 TaskState::Working,
                 Some(agent_message(
                     format!(
-                        "planning with {}: {}",
+                        "planning with {} under mandate {:?} of {:?}: {}",
                         self.config.backend.name(),
+                        grant.mandate.mandate_id,
+                        grant.mandate.principal,
                         goal.description()
                     ),
                     None,
@@ -289,7 +292,7 @@ impl Planner {
                 .await
                 .map_err(|e| Error::Config(format!("cannot record the dry run: {e}")))?;
         }
-        let plan = self.compose(&goal).await?;
+        let plan = self.compose(&goal, &grant).await?;
         let saga_id = plan
             .get("sagaId")
             .and_then(Value::as_str)

@@ -73,21 +73,34 @@ impl PlanBackend for RulesBackend {
         if violations.is_empty() {
             return Ok(plan);
         }
-        // Arguments that fail a schema, or a mandate the goal set too tight or too short,
-        // come from the goal's parameters; anything else is the planner's own mistake.
-        let from_goal = violations.iter().all(|v| {
+        // Arguments that fail a schema come from the goal's parameters; a plan outside its
+        // mandate (scope, cap, window) from a goal the principal did not grant. Anything
+        // else is the planner's own mistake.
+        let from_mandate = |code| {
             matches!(
-                v.code,
-                ViolationCode::ArgsInvalid
-                    | ViolationCode::MandateExceeded
+                code,
+                ViolationCode::MandateExceeded
                     | ViolationCode::MandateExpired
+                    | ViolationCode::MandateScope
             )
-        });
+        };
+        let from_goal = violations
+            .iter()
+            .all(|v| v.code == ViolationCode::ArgsInvalid || from_mandate(v.code));
         let list = describe_violations(&violations);
         Err(if from_goal {
-            Error::Unsatisfiable(format!(
-                "the goal's parameters do not fit the executor's catalog:\n{list}"
-            ))
+            let mandate = format!("mandate {:?}", plan.mandate.mandate_id);
+            let what = match (
+                violations.iter().any(|v| from_mandate(v.code)),
+                violations
+                    .iter()
+                    .any(|v| v.code == ViolationCode::ArgsInvalid),
+            ) {
+                (true, false) => mandate,
+                (false, _) => "the executor's catalog".to_owned(),
+                (true, true) => format!("the executor's catalog or {mandate}"),
+            };
+            Error::Unsatisfiable(format!("the goal's parameters do not fit {what}:\n{list}"))
         } else {
             Error::Defect(format!(
                 "the planner composed a plan that does not validate (a planner bug; it was not submitted):\n{list}"

@@ -12,7 +12,7 @@
 //! | `contact ops@acme.example`, `contact email …`, `email …`, or a bare address | `contactEmail` |
 //! | `fee 120 EUR`, `setup fee …`, `onboarding fee …` | `amountMinor` = 12000, `currency` = `EUR` |
 //! | `max spend 250 EUR`, `maximum spend …`, `spend limit …`, `maxSpend …` | `maxSpend` |
-//! | `expires in 2 hours`, `valid for 90 minutes` (`s`, `min`, `h`, `d` and their long forms) | `expiresInSeconds` |
+//! | `expires in 2 hours`, `valid for 90 minutes` (`s`, `min`, `h`, `d` and their long forms) | `expiresInSeconds`, which is refused (below) |
 //! | `dry run`, `dry-run`, `dryRun` | `dryRun` = true |
 //!
 //! Money is `120 EUR`, `EUR 120`, `120.50 EUR`, `€120` (also `$` = USD, `£` = GBP), turned
@@ -20,13 +20,19 @@
 //! 3 for BHD and the like); more decimals than the currency has are refused.
 //!
 //! The data part is an object. Its control members are `intent` (a template id),
-//! `dryRun` (boolean), `maxSpend` (`{"amountMinor", "currency"}` or `"250 EUR"`),
-//! `expiresAt` (RFC 3339) and `expiresInSeconds`; `fee` (money, either form) stands for
-//! `amountMinor` + `currency`. Every other member is a skill parameter: it binds the
-//! input of that name. Strings are accepted where a number or boolean is meant (`"true"`,
-//! `"12000"`), so that `--param k=v` command lines work.
+//! `dryRun` (boolean), `maxSpend` (`{"amountMinor", "currency"}` or `"250 EUR"`: the most
+//! this goal's plan may spend, within its mandate), `mandate` (a principal's signed
+//! mandate, embedded unchanged in the plan instead of the planner's own) and `fee`
+//! (money, either form), which stands for `amountMinor` + `currency`. Every other member
+//! is a skill parameter: it binds the input of that name. Strings are accepted where a
+//! number or boolean is meant (`"true"`, `"12000"`), so that `--param k=v` command lines
+//! work.
+//!
+//! A goal no longer sets when its plan expires: the principal's mandate does
+//! (`notBefore`, `notAfter`), and a plan embeds it unchanged. So `expiresAt` and
+//! `expiresInSeconds` (and the `expires in …` clause) are refused with that reason,
+//! rather than dropped: a caller who asked for an earlier expiry would not get it.
 
-use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 use shared_types::{AmountMinor, Currency, Money};
 
@@ -42,18 +48,21 @@ pub struct Goal {
     /// Skill parameters by name.
     pub params: Map<String, Value>,
     pub dry_run: bool,
+    /// The most this goal's plan may spend (never more than its mandate allows).
     pub max_spend: Option<Money>,
-    pub expires_at: Option<DateTime<Utc>>,
-    pub expires_in_seconds: Option<u64>,
+    /// A principal's signed mandate given with the goal, as received (data part
+    /// `mandate`); it takes precedence over the planner's own.
+    pub mandate: Option<Value>,
     /// Clauses of the text that match no phrase of the grammar.
     pub not_understood: Vec<String>,
 }
 
 /// The control members of a data part; everything else is a skill parameter.
-pub const CONTROL_PARAMETERS: [&str; 6] = [
+pub const CONTROL_PARAMETERS: [&str; 7] = [
     "intent",
     "dryRun",
     "maxSpend",
+    "mandate",
     "expiresAt",
     "expiresInSeconds",
     "fee",
@@ -107,17 +116,12 @@ impl Goal {
                     goal.max_spend =
                         Some(money_value(&value).map_err(|e| format!("maxSpend: {e}"))?)
                 }
-                "expiresAt" => {
-                    let text = value.as_str().unwrap_or_default();
-                    let at = DateTime::parse_from_rfc3339(text).map_err(|_| {
-                        format!("expiresAt must be an RFC 3339 time such as 2026-11-29T18:00:00Z, found {value}")
-                    })?;
-                    goal.expires_at = Some(at.with_timezone(&Utc));
-                }
-                "expiresInSeconds" => {
-                    goal.expires_in_seconds = Some(unsigned(&value).ok_or_else(|| {
-                        format!("expiresInSeconds must be a whole number of seconds, found {value}")
-                    })?);
+                "mandate" => goal.mandate = Some(value),
+                "expiresAt" | "expiresInSeconds" => {
+                    return Err(format!(
+                        "{key}: a goal no longer sets its plan's expiry; the plan runs within its mandate's window \
+                         (notBefore to notAfter), which the principal signs: ask the principal for a mandate that ends sooner"
+                    ));
                 }
                 _ => {
                     goal.params.insert(key, value);
@@ -300,14 +304,6 @@ fn boolean(value: &Value) -> Result<bool, String> {
     }
 }
 
-fn unsigned(value: &Value) -> Option<u64> {
-    match value {
-        Value::Number(n) => n.as_u64(),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
-    }
-}
-
 /// Money as JSON (`{"currency", "amountMinor"}`).
 pub fn money_json(money: &Money) -> Value {
     json!({"currency": money.currency.as_str(), "amountMinor": money.amount_minor.get()})
@@ -430,13 +426,12 @@ mod tests {
     fn control_phrases_and_quoted_subjects() {
         let goal = parse(
             "onboard a new vendor \"Smith, Jones & Co\"; email a@b.example; fee of EUR 99.5; \
-             max spend €250; expires in 2 hours, and dry run.",
+             max spend €250, and dry run.",
             None,
         );
         assert_eq!(goal.params["legalName"], "Smith, Jones & Co");
         assert_eq!(goal.params["amountMinor"], 9950);
         assert_eq!(goal.max_spend.unwrap().amount_minor.get(), 25000);
-        assert_eq!(goal.expires_in_seconds, Some(7200));
         assert!(goal.dry_run);
         assert!(goal.not_understood.is_empty(), "{:?}", goal.not_understood);
     }
@@ -489,5 +484,29 @@ mod tests {
         assert!(err.starts_with("maxSpend:"), "{err}");
         let err = Goal::parse("", Some(&json!([1])), &templates).unwrap_err();
         assert!(err.contains("object"), "{err}");
+    }
+
+    #[test]
+    fn an_expiry_is_the_mandates_and_a_goal_asking_for_one_is_refused() {
+        let templates = Templates::builtin();
+        for (text, data) in [
+            ("Onboard supplier X, expires in 2 hours", None),
+            ("", Some(json!({"expiresInSeconds": 60}))),
+            ("", Some(json!({"expiresAt": "2026-11-29T18:00:00Z"}))),
+        ] {
+            let err = Goal::parse(text, data.as_ref(), &templates).unwrap_err();
+            assert!(err.contains("mandate's window"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_mandate_in_the_data_part_is_kept_as_received() {
+        let mandate = json!({"mandateId": "m", "budget": {"currency": "EUR", "amountMinor": 5.0}});
+        let goal = parse("Onboard supplier X", Some(json!({"mandate": mandate})));
+        assert_eq!(
+            goal.mandate,
+            Some(json!({"mandateId": "m", "budget": {"currency": "EUR", "amountMinor": 5}}))
+        );
+        assert!(!goal.params.contains_key("mandate"));
     }
 }

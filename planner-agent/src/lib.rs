@@ -25,12 +25,26 @@
 //!
 //! Every caller is authenticated (`Settings::auth`), and a task is its sender's: another
 //! caller's GetTask, SubscribeToTask and CancelTask find no such task, and ListTasks
-//! lists only the caller's own. A goal is planned within the spending policy
-//! (`Settings::max_spend`): a `maxSpend` above it or in another currency, or a plan that
-//! would spend more, ends REJECTED before anything is submitted.
+//! lists only the caller's own.
+//!
+//! # Mandates
+//!
+//! The planner holds no principal key and grants itself nothing. Every plan runs under a
+//! principal's signed mandate (DESIGN.md §12): the goal's own (data part `mandate`) or
+//! else the planner's (`Settings::mandate`, `--mandate FILE`), embedded in the plan
+//! exactly as received, the principal's signature intact ([`mandate`]). Before it signs,
+//! the planner refuses (REJECTED, nothing submitted) a goal without a mandate, one whose
+//! mandate is not granted to its key id or is signed by its own key, a plan with a skill
+//! outside the mandate's scope, one that spends more than its per-saga cap (or budget)
+//! or in another currency, and one outside its window (the worst-case path must end
+//! before `notAfter`). A goal's `maxSpend` narrows what its plan may spend (more, or
+//! another currency, is refused); it cannot widen the mandate. A goal cannot set an
+//! expiry (`expiresAt`, `expiresInSeconds`: refused; the mandate's window governs).
+//! The principal's signature, whether the principal is trusted, revocation and the
+//! budget left across sagas are the executor's to check.
 //!
 //! A goal that cannot be planned (no template, a required input nobody provides, no skill
-//! for the outcome, parameters that fail a schema or a mandate that is too small) ends
+//! for the outcome, parameters that fail a schema, or a plan outside its mandate) ends
 //! REJECTED with a sentence saying what is missing, and nothing is submitted. A model's
 //! refused draft, an unreachable executor, or a plan that fails validation (a planner bug)
 //! ends FAILED. `CancelTask` before submission cancels at once; after, it cancels the
@@ -47,7 +61,7 @@
 //!
 //! # Modules
 //!
-//! `goal` reads goals, `templates` names outcomes, `compose` is the deterministic planner
+//! `goal` reads goals, `mandate` the grant a plan runs under, `templates` names outcomes, `compose` is the deterministic planner
 //! (and the assembly every backend shares), `backend` the trait behind which `llm` is
 //! the optional model, `executor` the link to the executor, `agent` and `follow` the A2A
 //! agent, `service` its assembly from `Settings`.
@@ -60,6 +74,7 @@ pub mod executor;
 mod follow;
 pub mod goal;
 pub mod llm;
+pub mod mandate;
 pub mod service;
 pub mod templates;
 
@@ -68,5 +83,6 @@ pub use backend::{PlanBackend, PlanRequest, RulesBackend};
 pub use error::{Error, Result};
 pub use goal::Goal;
 pub use llm::{LlmBackend, LlmConfig};
+pub use mandate::Grant;
 pub use service::{Service, Settings, build};
 pub use templates::{GoalTemplate, Templates};

@@ -106,12 +106,16 @@ impl LlmBackend {
     }
 
     /// The chat messages for a request: the rules, then the goal, its parameters and the
-    /// catalog (classes, spends and schemas; compensations stay with the platform).
+    /// catalog (classes, spends and schemas; compensations stay with the platform), of
+    /// the skills the mandate allows only.
     pub fn messages(request: &PlanRequest<'_>) -> Value {
         let mut catalog = Map::new();
         for (agent, entry) in &request.catalog.agents {
             let mut skills = Map::new();
             for (skill, d) in &entry.skills {
+                if !request.ctx.mandate.allows(agent, skill) {
+                    continue;
+                }
                 let mut s = Map::new();
                 s.insert("class".into(), json!(d.class.as_str()));
                 for (flag, on) in [
@@ -135,6 +139,9 @@ impl LlmBackend {
                     }
                 }
                 skills.insert(skill.clone(), Value::Object(s));
+            }
+            if skills.is_empty() {
+                continue;
             }
             catalog.insert(
                 agent.clone(),

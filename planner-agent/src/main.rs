@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use planner_agent::service::{Settings, build_with};
 use planner_agent::{LlmConfig, Templates};
-use shared_types::{AmountMinor, Currency, Jwk, Money, SigningIdentity};
+use shared_types::{Jwk, SigningIdentity};
 use tokio_util::sync::CancellationToken;
 
 /// Environment variable holding the bearer token clients must present.
@@ -71,27 +71,33 @@ struct Args {
     /// Serve anyone, unauthenticated (local experiments only: loopback, and logged).
     #[arg(long, conflicts_with_all = ["caller_token_file", "callers"])]
     open: bool,
-    /// The most one plan may spend: integer minor units and an ISO 4217 currency, as
-    /// `100000:EUR` (1000.00 EUR). A goal over it, or in another currency, is REJECTED.
-    #[arg(long, value_name = "AMOUNT_MINOR:CURRENCY", value_parser = parse_max_spend)]
-    max_spend: Money,
+    /// A principal's signed mandate (JSON) that goals are planned under, embedded
+    /// unchanged in every plan: it must be granted to this planner's key id. A goal may
+    /// bring its own in its data part (`mandate`), which takes precedence; without this
+    /// flag, every goal must.
+    #[arg(long, value_name = "MANDATE.json")]
+    mandate: Option<PathBuf>,
     #[command(flatten)]
     serving: agent_host::cli::ServingArgs,
 }
 
-/// `100000:EUR` → 100000 EUR minor units.
-fn parse_max_spend(text: &str) -> Result<Money, String> {
-    let (amount, currency) = text.split_once(':').ok_or_else(|| {
-        format!("expected AMOUNT_MINOR:CURRENCY such as 100000:EUR, found {text:?}")
-    })?;
-    let amount: u64 = amount
-        .trim()
-        .parse()
-        .map_err(|_| format!("{amount:?} is not a whole number of minor units"))?;
-    Ok(Money {
-        currency: Currency::new(currency.trim())?,
-        amount_minor: AmountMinor::new(amount)?,
-    })
+/// The signed mandate in `path`, which must not have expired.
+fn read_mandate(path: &Path) -> anyhow::Result<serde_json::Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let value = shared_types::json::parse_strict(&text)
+        .with_context(|| format!("{} is not JSON", path.display()))?;
+    let mandate = shared_types::Mandate::from_value(&value)
+        .map_err(|e| anyhow::anyhow!("{} is not a mandate: {e}", path.display()))?;
+    if mandate.not_after <= chrono::Utc::now() {
+        bail!(
+            "mandate {:?} in {} expired at {}; ask its principal for a new one",
+            mandate.mandate_id,
+            path.display(),
+            mandate.not_after.to_rfc3339()
+        );
+    }
+    Ok(value)
 }
 
 fn read_identity(path: &Path) -> anyhow::Result<SigningIdentity> {
@@ -186,6 +192,12 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
 
     let identity = read_identity(&args.key)?;
+    let mandate = args.mandate.as_deref().map(read_mandate).transpose()?;
+    let mandate_id = mandate
+        .as_ref()
+        .and_then(|m| m.get("mandateId"))
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned);
     let llm = match (args.llm_url.clone(), args.llm_model.clone()) {
         (Some(base_url), Some(model)) => Some(LlmConfig {
             base_url,
@@ -215,14 +227,14 @@ async fn main() -> anyhow::Result<()> {
             executor_id: args.executor_id,
             public_url: public_url.clone(),
             auth,
-            max_spend: args.max_spend.clone(),
+            mandate,
             llm,
             templates: Templates::builtin(),
         },
         shutdown.clone(),
         args.serving.max_concurrent_requests,
     )?;
-    tracing::info!(planner = %service.planner.id(), max_spend = %args.max_spend, "planner ready");
+    tracing::info!(planner = %service.planner.id(), mandate = ?mandate_id, "planner ready");
     let resumed = service.planner.recover().await?;
     if resumed > 0 {
         tracing::info!(tasks = resumed, "resuming interrupted planner tasks");

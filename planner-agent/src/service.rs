@@ -12,7 +12,7 @@ use agent_host::{
 };
 use axum::Router;
 use serde_json::{Value, json};
-use shared_types::{Money, SigningIdentity};
+use shared_types::SigningIdentity;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Planner, PlannerAgent, PlannerConfig};
@@ -20,6 +20,7 @@ use crate::backend::{PlanBackend, RulesBackend};
 use crate::error::{Error, Result};
 use crate::executor::ExecutorLink;
 use crate::llm::{LlmBackend, LlmConfig};
+use crate::mandate::Grant;
 use crate::templates::Templates;
 
 /// Everything a planner is configured with.
@@ -37,8 +38,9 @@ pub struct Settings {
     pub public_url: String,
     /// Who may send goals; each task is then its sender's.
     pub auth: InboundAuth,
-    /// The most one plan may spend (see `PlannerConfig::max_spend`).
-    pub max_spend: Money,
+    /// A principal's signed mandate, as read: what goals without their own are planned
+    /// under (see `PlannerConfig::mandate`). It must be granted to `identity`'s key id.
+    pub mandate: Option<Value>,
     /// A model to ask for drafts; `None` plans with the deterministic rules.
     pub llm: Option<LlmConfig>,
     pub templates: Templates,
@@ -75,7 +77,7 @@ pub fn planner_card(planner_id: &str, backend: &str) -> Value {
         "skills": [{
             "id": "plan-and-execute",
             "name": "Plan and execute a goal",
-            "description": "Send the goal as a text part, optionally with a data part of parameters (the data part wins). The task carries the signed plan as artifact `plan` and the executor's task id in metadata `executorTaskId`, relays the executor's progress, and ends as the executor's task ends (AUTH_REQUIRED while it waits for an approver, who answers on the executor's task named in the status; this task takes no answer). `dryRun: true` returns the signed plan without submitting it. A goal that cannot be planned, or that would spend more than this planner's limit, is REJECTED with the reason.",
+            "description": "Send the goal as a text part, optionally with a data part of parameters (the data part wins). The task carries the signed plan as artifact `plan` and the executor's task id in metadata `executorTaskId`, relays the executor's progress, and ends as the executor's task ends (AUTH_REQUIRED while it waits for an approver, who answers on the executor's task named in the status; this task takes no answer). `dryRun: true` returns the signed plan without submitting it. A plan runs under a principal's signed mandate (this planner's, or one given in the data part as `mandate`), embedded unchanged; a goal outside it (a skill out of its scope, more than its per-saga cap, past its window) or that cannot be planned is REJECTED with the reason.",
             "tags": ["planning", "saga"],
             "examples": [
                 "Onboard supplier ACME GmbH, contact ops@acme.example, setup fee 120 EUR",
@@ -103,6 +105,12 @@ pub fn build_with(
     shutdown: CancellationToken,
     max_concurrent_requests: usize,
 ) -> Result<Service> {
+    let mandate = settings
+        .mandate
+        .as_ref()
+        .map(|signed| Grant::read(signed, &settings.identity))
+        .transpose()
+        .map_err(|why| Error::Config(format!("the planner's mandate: {why}")))?;
     let store: Arc<dyn TaskStore> = match &settings.data_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| {
@@ -148,7 +156,7 @@ pub fn build_with(
             backend,
             templates: settings.templates,
             shutdown,
-            max_spend: settings.max_spend,
+            mandate,
         },
         tasks.clone(),
     );

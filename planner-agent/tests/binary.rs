@@ -1,12 +1,19 @@
 //! The `planner-agent` binary: it prints where it listens, serves its signed card, stops
 //! on SIGTERM, authenticates its callers unless told `--open` (and then only on
-//! loopback), needs a spending policy, and refuses bad keys.
+//! loopback), refuses a mandate it may not plan under, and refuses bad keys.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_planner-agent");
+
+fn mandate(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../examples/mandates/{name}"))
+        .display()
+        .to_string()
+}
 
 fn key() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -24,8 +31,8 @@ fn it_serves_its_card_and_stops_on_sigterm() {
             "127.0.0.1:0",
             "--executor",
             "http://127.0.0.1:9",
-            "--max-spend",
-            "100000:EUR",
+            "--mandate",
+            &mandate("test-mandate.signed.json"),
             "--open",
         ])
         .arg("--data")
@@ -79,8 +86,8 @@ fn it_will_not_listen_openly_beyond_loopback_or_sign_with_a_public_key() {
             "--listen",
             "0.0.0.0:0",
             "--open",
-            "--max-spend",
-            "100000:EUR",
+            "--mandate",
+            &mandate("test-mandate.signed.json"),
         ])
         .arg("--data")
         .arg(dir.path())
@@ -95,7 +102,7 @@ fn it_will_not_listen_openly_beyond_loopback_or_sign_with_a_public_key() {
     let public = key().replace("test-planner.jwk", "test-planner.pub.jwk");
     let output = Command::new(BINARY)
         .args(["--listen", "127.0.0.1:0", "--key", &public])
-        .args(["--open", "--max-spend", "100000:EUR"])
+        .args(["--open", "--mandate", &mandate("test-mandate.signed.json")])
         .arg("--data")
         .arg(dir.path())
         .output()
@@ -105,10 +112,11 @@ fn it_will_not_listen_openly_beyond_loopback_or_sign_with_a_public_key() {
     assert!(stderr.contains("private key"), "{stderr}");
 }
 
-/// Finding 3 of issue 19: without a way to authenticate callers, or without a spending
-/// policy, the planner does not start (it used to serve anyone on loopback).
+/// Finding 3 of issue 19: without a way to authenticate callers the planner does not
+/// start (it used to serve anyone on loopback). Issue 20: nor with a mandate it may not
+/// plan under (expired, signed by its own key, granted to another key, not a mandate).
 #[test]
-fn it_needs_caller_authentication_and_a_spending_policy() {
+fn it_needs_caller_authentication_and_a_mandate_it_may_plan_under() {
     let dir = tempfile::tempdir().unwrap();
     let run = |extra: &[&str]| {
         let output = Command::new(BINARY)
@@ -128,20 +136,38 @@ fn it_needs_caller_authentication_and_a_spending_policy() {
         assert!(!output.status.success(), "{extra:?} started");
         String::from_utf8_lossy(&output.stderr).into_owned()
     };
-    let stderr = run(&["--max-spend", "100000:EUR"]);
+    let good = mandate("test-mandate.signed.json");
+    let stderr = run(&["--mandate", &good]);
     assert!(
         stderr.contains("--caller-token-file") && stderr.contains("--caller"),
         "{stderr}"
     );
-    let stderr = run(&["--open"]);
-    assert!(stderr.contains("--max-spend"), "{stderr}");
-    let stderr = run(&["--open", "--max-spend", "1000 EUR"]);
-    assert!(stderr.contains("AMOUNT_MINOR:CURRENCY"), "{stderr}");
+    let stderr = run(&[
+        "--open",
+        "--mandate",
+        &mandate("test-mandate-expired.signed.json"),
+    ]);
+    assert!(stderr.contains("expired at 2020-01-01"), "{stderr}");
+    let stderr = run(&[
+        "--open",
+        "--mandate",
+        &mandate("test-mandate-by-planner.signed.json"),
+    ]);
+    assert!(stderr.contains("own key"), "{stderr}");
+    let elsewhere = dir.path().join("granted-elsewhere.json");
+    let mut other: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&good).unwrap()).unwrap();
+    other["grantees"] = serde_json::json!(["another-planner"]);
+    std::fs::write(&elsewhere, other.to_string()).unwrap();
+    let stderr = run(&["--open", "--mandate", elsewhere.to_str().unwrap()]);
+    assert!(stderr.contains("not granted to this planner"), "{stderr}");
+    let stderr = run(&["--open", "--mandate", &key()]);
+    assert!(stderr.contains("not a mandate"), "{stderr}");
     let short = dir.path().join("short-token");
     std::fs::write(&short, "short\n").unwrap();
     let stderr = run(&[
-        "--max-spend",
-        "100000:EUR",
+        "--mandate",
+        &good,
         "--caller-token-file",
         short.to_str().unwrap(),
     ]);
@@ -161,7 +187,8 @@ fn a_caller_token_file_protects_every_call() {
             "--executor",
             "http://127.0.0.1:9",
         ])
-        .args(["--max-spend", "100000:EUR", "--caller-token-file"])
+        .args(["--mandate", &mandate("test-mandate.signed.json")])
+        .arg("--caller-token-file")
         .arg(&token)
         .arg("--data")
         .arg(dir.path().join("data"))

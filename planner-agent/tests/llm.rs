@@ -91,6 +91,7 @@ impl Fixture {
                 saga_id: "sg_demo_supplier_onboarding".into(),
                 planner_id: "planner-test".into(),
                 now: now(),
+                mandate: mandate_doc(),
             },
         }
     }
@@ -130,7 +131,11 @@ async fn a_good_draft_becomes_the_example_plan_with_its_provenance() {
     let example = Plan::from_value(&read("examples/plans/supplier-onboarding.json")).unwrap();
     assert_eq!(plan.steps, example.steps);
     assert_eq!(plan.pivot_index, Some(4));
-    assert_eq!(plan.mandate.max_spend, example.mandate.max_spend);
+    assert_eq!(
+        plan.mandate,
+        mandate_doc(),
+        "the mandate is the principal's, unchanged"
+    );
     assert_eq!(plan.authored_by.model, "test-model-2026-11-01");
     assert_eq!(plan.authored_by.agent, "planner-test");
     assert_eq!(plan.authored_by.rejected_alternatives.len(), 1);
@@ -330,4 +335,21 @@ async fn a_model_backed_planner_submits_the_draft_and_records_the_model() {
     );
     assert!(plan_artifact(&task).is_none());
     assert_eq!(executor.plans().len(), 1);
+}
+
+#[test]
+fn the_prompt_offers_only_what_the_mandate_allows() {
+    let mut fixture = Fixture::new();
+    fixture.ctx.mandate.scope.retain(|s| s.agent != "mailer");
+    let messages = LlmBackend::messages(&fixture.request());
+    let user: Value = serde_json::from_str(messages[1]["content"].as_str().unwrap()).unwrap();
+    let catalog = &user["catalog"];
+    assert!(catalog.get("mailer").is_none(), "{catalog}");
+    assert!(
+        catalog["payments"]["skills"]
+            .get("payments.capture")
+            .is_some()
+    );
+    // Compensations stay with the platform; the mandate does not list them as steps.
+    assert!(catalog["budget"]["skills"].get("budget.release").is_none());
 }

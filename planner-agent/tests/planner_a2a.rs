@@ -48,6 +48,8 @@ async fn the_supplier_goal_is_planned_signed_submitted_and_followed() {
     assert_eq!(plan.authored_by.agent, "planner-test");
     assert_eq!(plan.steps.len(), 6);
     assert_eq!(plan.pivot_index, Some(4));
+    // The principal's mandate, embedded exactly as signed.
+    assert_eq!(artifact["mandate"], test_mandate());
 
     // Task metadata names the saga and the executor's task; every step was relayed.
     assert_eq!(metadata(&task, "sagaId"), Some(json!(plan.saga_id)));
@@ -110,7 +112,7 @@ async fn a_dry_run_returns_the_signed_plan_and_submits_nothing() {
     assert_eq!(metadata(&task, "dryRun"), Some(json!(true)));
     assert_eq!(metadata(&task, "executorTaskId"), None);
     let plan = plan_artifact(&task).unwrap();
-    assert_eq!(plan["mandate"]["maxSpend"]["amountMinor"], json!(25000));
+    assert_eq!(plan["mandate"], test_mandate());
     assert!(executor.plans().is_empty());
 
     // The same with the parameter in the data part.

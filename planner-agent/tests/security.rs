@@ -1,6 +1,8 @@
-//! Finding 3 of issue 19 against a running planner (in front of the fake executor): it
-//! serves only authenticated callers, plans within its spending policy, and a goal's
-//! task is its sender's alone (another caller can neither see nor cancel it).
+//! Finding 3 of issue 19 and the planner's part of issue 20, against a running planner
+//! (in front of the fake executor): it serves only authenticated callers, plans only
+//! under a principal's mandate granted to it and within it (scope, per-saga cap,
+//! window), and a goal's task is its sender's alone (another caller can neither see nor
+//! cancel it).
 
 mod common;
 
@@ -110,12 +112,12 @@ async fn rejected(planner: &RunningPlanner, text: &str, data: Option<Value>) -> 
 }
 
 #[tokio::test]
-async fn goals_over_the_spending_policy_are_rejected_and_never_submitted() {
+async fn goals_over_the_mandates_cap_are_rejected_and_never_submitted() {
     let identity = planner_identity();
     let executor = FakeExecutor::start(Script::Complete, &identity).await;
     let planner = token_planner(&executor, identity).await;
 
-    // The issue's goal: 999999 EUR, no maxSpend.
+    // The issue-19 goal: 999999 EUR, over the mandate's per-saga cap of 1000.00 EUR.
     let text = rejected(
         &planner,
         "Onboard supplier ACME GmbH, contact ops@acme.example, setup fee 999999 EUR",
@@ -123,18 +125,20 @@ async fn goals_over_the_spending_policy_are_rejected_and_never_submitted() {
     )
     .await;
     assert!(
-        text.contains("99999900") && text.contains("limit") && text.contains("100000 EUR"),
+        text.contains("MANDATE_EXCEEDED")
+            && text.contains("99999900")
+            && text.contains("per-saga cap of 100000")
+            && text.contains("md_planner_tests"),
         "{text}"
     );
-    assert_eq!(text.lines().count(), 1, "one line: {text}");
-    // A maxSpend above the policy, even for a small fee.
+    // A maxSpend above what the mandate allows one saga, even for a small fee.
     let text = rejected(
         &planner,
         &format!("{SUPPLIER_GOAL}, max spend 5000 EUR"),
         None,
     )
     .await;
-    assert!(text.contains("above this planner's limit"), "{text}");
+    assert!(text.contains("above what mandate"), "{text}");
     // Another currency, in maxSpend or in what the plan spends.
     let text = rejected(
         &planner,
@@ -149,10 +153,21 @@ async fn goals_over_the_spending_policy_are_rejected_and_never_submitted() {
         None,
     )
     .await;
-    assert!(text.contains("USD") && text.contains("EUR only"), "{text}");
+    assert!(
+        text.contains("MANDATE_EXCEEDED") && text.contains("USD") && text.contains("in EUR"),
+        "{text}"
+    );
+    // A goal's maxSpend below what the plan spends narrows it.
+    let text = rejected(
+        &planner,
+        &format!("{SUPPLIER_GOAL}, max spend 100 EUR"),
+        None,
+    )
+    .await;
+    assert!(text.contains("over maxSpend 10000"), "{text}");
     assert!(executor.plans().is_empty(), "nothing reached the executor");
 
-    // Within the policy and without maxSpend: the mandate is what the plan spends.
+    // Within the mandate: the plan embeds it exactly as the principal signed it.
     let task = planner
         .client
         .send(&bearer(TOKEN), &goal_request(SUPPLIER_GOAL, None))
@@ -163,10 +178,120 @@ async fn goals_over_the_spending_policy_are_rejected_and_never_submitted() {
     };
     let plans = executor.plans();
     assert_eq!(plans.len(), 1, "{}", status_text(&task));
-    assert_eq!(
-        plans[0].0["mandate"]["maxSpend"],
-        json!({"currency": "EUR", "amountMinor": 12000})
+    assert_eq!(plans[0].0["mandate"], test_mandate());
+    assert_eq!(plans[0].1, vec![], "the executor's validator found nothing");
+}
+
+/// `edit` applied to the tests' mandate, signed by the tests' principal.
+fn mandate_with(edit: impl FnOnce(&mut shared_types::Mandate)) -> Value {
+    let mut mandate = mandate_doc();
+    edit(&mut mandate);
+    signed_mandate(&mandate)
+}
+
+#[tokio::test]
+async fn goals_whose_mandate_does_not_hold_are_rejected_and_never_submitted() {
+    let identity = planner_identity();
+    let executor = FakeExecutor::start(Script::Complete, &identity).await;
+    let planner = token_planner(&executor, identity.clone()).await;
+    let with = |mandate: Value| Some(json!({"mandate": mandate}));
+
+    // Granted to another planner.
+    let other = mandate_with(|m| m.grantees = vec!["planner-other".into()]);
+    let text = rejected(&planner, SUPPLIER_GOAL, with(other)).await;
+    assert!(
+        text.contains("not granted to this planner") && text.contains("planner-other"),
+        "{text}"
     );
+    // Signed by the planner's own key: a planner cannot grant itself a mandate.
+    let own = mandate_doc().signed_by(&identity).unwrap();
+    let text = rejected(&planner, SUPPLIER_GOAL, with(own)).await;
+    assert!(text.contains("this planner's own key"), "{text}");
+    // Unsigned.
+    let mut unsigned = test_mandate();
+    unsigned.as_object_mut().unwrap().remove("signatures");
+    let text = rejected(&planner, SUPPLIER_GOAL, with(unsigned)).await;
+    assert!(text.contains("no signature"), "{text}");
+    // A skill outside its scope.
+    let no_mail = mandate_with(|m| m.scope.retain(|s| s.agent != "mailer"));
+    let text = rejected(&planner, SUPPLIER_GOAL, with(no_mail)).await;
+    assert!(
+        text.contains("MANDATE_SCOPE") && text.contains("email.send"),
+        "{text}"
+    );
+    // Past notAfter, and a window that ends before the worst-case path would.
+    let now = chrono::Utc::now();
+    let past = mandate_with(|m| {
+        m.not_before = now - chrono::TimeDelta::days(2);
+        m.not_after = now - chrono::TimeDelta::days(1);
+    });
+    let text = rejected(&planner, SUPPLIER_GOAL, with(past)).await;
+    assert!(
+        text.contains("MANDATE_EXPIRED") && text.contains("expired at"),
+        "{text}"
+    );
+    let short = mandate_with(|m| m.not_after = now + chrono::TimeDelta::seconds(30));
+    let text = rejected(&planner, SUPPLIER_GOAL, with(short)).await;
+    assert!(
+        text.contains("MANDATE_EXPIRED") && text.contains("worst-case path"),
+        "{text}"
+    );
+    // Not a mandate at all (the old planner-written shape).
+    let text = rejected(
+        &planner,
+        SUPPLIER_GOAL,
+        with(json!({"maxSpend": {"currency": "EUR", "amountMinor": 25000}})),
+    )
+    .await;
+    assert!(text.contains("not a mandate document"), "{text}");
+    // A goal cannot set its own expiry: the mandate's window governs.
+    for data in [
+        json!({"expiresInSeconds": 3600}),
+        json!({"expiresAt": "2099-01-01T00:00:00Z"}),
+    ] {
+        let text = rejected(&planner, SUPPLIER_GOAL, Some(data)).await;
+        assert!(text.contains("mandate's window"), "{text}");
+    }
+    assert!(executor.plans().is_empty(), "nothing reached the executor");
+}
+
+#[tokio::test]
+async fn a_goals_own_mandate_takes_precedence_and_none_at_all_is_refused() {
+    let identity = planner_identity();
+    let executor = FakeExecutor::start(Script::Complete, &identity).await;
+    let auth = InboundAuth::StaticBearer {
+        name: "user".into(),
+        token: TOKEN.into(),
+    };
+    let planner = start_under(&executor.url, identity, None, "executor", None, auth, None).await;
+
+    let text = rejected(&planner, SUPPLIER_GOAL, None).await;
+    assert!(text.contains("no mandate"), "{text}");
+    assert!(executor.plans().is_empty());
+
+    let own = mandate_with(|m| m.mandate_id = "md_for_this_goal".into());
+    let SendMessageResponse::Task(task) = planner
+        .client
+        .send(
+            &bearer(TOKEN),
+            &goal_request(SUPPLIER_GOAL, Some(json!({"mandate": own}))),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("a task");
+    };
+    assert_eq!(
+        task.status.state,
+        TaskState::Completed,
+        "{}",
+        status_text(&task)
+    );
+    let plans = executor.plans();
+    assert_eq!(plans.len(), 1);
+    // Through A2A its numbers travelled as doubles; the plan carries it as signed.
+    assert_eq!(plans[0].0["mandate"], own);
+    assert_eq!(plans[0].1, vec![]);
 }
 
 /// Two callers, each with a key of its own (JWTs for the planner's id as audience).

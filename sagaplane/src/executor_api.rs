@@ -136,14 +136,21 @@ pub fn revoke_mandate(executor: &str, revocation: &Value) -> Result<Value, Failu
 }
 
 /// `GET /admin/mandates/{id}`: budget, reserved, spent and the sagas under it.
+pub async fn mandate_async(
+    executor: &str,
+    token: &str,
+    mandate_id: &str,
+) -> Result<Value, Failure> {
+    let mut url = reqwest::Url::parse(&format!("{}/admin/mandates", base(executor)))
+        .map_err(|e| Failure::unusable(format!("bad executor URL {executor:?}: {e}")))?;
+    url.path_segments_mut()
+        .map_err(|()| Failure::unusable(format!("bad executor URL {executor:?}")))?
+        .push(mandate_id);
+    let request = http()?.get(url).bearer_auth(token);
+    exchange(request, "read the mandate").await
+}
+
+/// `mandate_async`, from synchronous code.
 pub fn mandate(executor: &str, token: &str, mandate_id: &str) -> Result<Value, Failure> {
-    block_on(async {
-        let mut url = reqwest::Url::parse(&format!("{}/admin/mandates", base(executor)))
-            .map_err(|e| Failure::unusable(format!("bad executor URL {executor:?}: {e}")))?;
-        url.path_segments_mut()
-            .map_err(|()| Failure::unusable(format!("bad executor URL {executor:?}")))?
-            .push(mandate_id);
-        let request = http()?.get(url).bearer_auth(token);
-        exchange(request, "read the mandate").await
-    })
+    block_on(mandate_async(executor, token, mandate_id))
 }

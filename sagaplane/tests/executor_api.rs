@@ -48,6 +48,10 @@ async fn executor_with(
             public_url: url.clone(),
             platform_keys,
             planners: vec![(planner.kid().to_owned(), planner.public_jwk())],
+            principals: vec![
+                serde_json::from_str(&std::fs::read_to_string(test_principal_pub()).unwrap())
+                    .unwrap(),
+            ],
             admin_token: ADMIN_TOKEN.into(),
             credentials,
             pause_after_journal_writes: None,
@@ -90,7 +94,8 @@ fn args(list: &[&str]) -> Vec<String> {
 async fn cards_register_and_validate_against_the_executors_catalog() {
     let dir = tempfile::tempdir().unwrap();
     let platform = SigningIdentity::from_seed([51; 32], Some("platform".into()));
-    let planner = SigningIdentity::from_seed([52; 32], Some("planner-1".into()));
+    // The example plan's mandate is granted to key id test-planner.
+    let planner = SigningIdentity::from_seed([52; 32], Some("test-planner".into()));
     let url = executor(dir.path(), &platform, &planner).await;
 
     let card = |agent: &str, signer: Option<&SigningIdentity>| {
@@ -155,6 +160,8 @@ async fn cards_register_and_validate_against_the_executors_catalog() {
             &url,
             "--trust",
             &trust,
+            "--principal",
+            p(&test_principal_pub()),
         ]);
         list.extend(args(extra));
         list

@@ -48,6 +48,15 @@ fn python_verifies_our_plan_and_card_signatures() {
     assert!(ok, "python: {text}");
     assert_eq!(text.trim(), "ok planner");
 
+    // The mandate the plan embeds verifies as its principal signed it.
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&signed).unwrap()).unwrap();
+    let mandate = dir.path().join("mandate.json");
+    std::fs::write(&mandate, plan["mandate"].to_string()).unwrap();
+    let (ok, text) = verify_with_python(&mandate, &test_principal_pub());
+    assert!(ok, "python: {text}");
+    assert_eq!(text.trim(), "ok test-principal");
+
     let card = dir.path().join("card.json");
     let out = sagaplane(&[
         "cards",

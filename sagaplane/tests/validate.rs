@@ -104,3 +104,71 @@ fn validation_needs_a_usable_catalog_and_keys() {
         stderr(&out)
     );
 }
+
+/// The violations of a `--json` report, as (code, step).
+fn codes(out: &std::process::Output) -> Vec<(String, String)> {
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["code"].as_str().unwrap().to_owned(),
+                v["step"].as_str().unwrap_or("-").to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_mandate_counts_only_from_a_trusted_principal() {
+    let dir = tempfile::tempdir().unwrap();
+    let signed = sign_plan(dir.path(), &example_plan(), &test_planner_key());
+    let cards = root().join("agent-cards");
+    let planner = test_planner_pub();
+    let mut args = vec![
+        "plan",
+        "validate",
+        p(&signed),
+        "--catalog",
+        p(&cards),
+        "--trust",
+        p(&planner),
+        "--at",
+        "2026-11-29T12:00:00Z",
+        "--json",
+    ];
+    let out = sagaplane(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_eq!(codes(&out), [("MANDATE_UNTRUSTED".into(), "-".into())]);
+    // A planner key is no principal, even when it signed the plan.
+    args.extend(["--principal", p(&planner)]);
+    let out = sagaplane(&args);
+    assert_eq!(codes(&out), [("MANDATE_UNTRUSTED".into(), "-".into())]);
+}
+
+#[test]
+fn plan_sign_embeds_the_mandate_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let signed = dir.path().join("signed.json");
+    let no_mail = root().join("examples/mandates/test-mandate-no-mail.signed.json");
+    let out = sagaplane(&[
+        "plan",
+        "sign",
+        p(&example_plan()),
+        "--key",
+        p(&test_planner_key()),
+        "--mandate",
+        p(&no_mail),
+        "--out",
+        p(&signed),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: Value = serde_json::from_str(&std::fs::read_to_string(&signed).unwrap()).unwrap();
+    let mandate: Value = serde_json::from_str(&std::fs::read_to_string(&no_mail).unwrap()).unwrap();
+    assert_eq!(plan["mandate"], mandate, "embedded unchanged");
+    let out = validate(&signed, true);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(codes(&out), [("MANDATE_SCOPE".into(), "s5".into())]);
+}

@@ -1,4 +1,5 @@
-//! Benchmark: verify + validate a signed 50-step plan against the demo catalog.
+//! Benchmark: verify + validate a signed 50-step plan (and its principal's mandate)
+//! against the demo catalog.
 
 use std::path::Path;
 
@@ -63,10 +64,19 @@ fn fifty_step_plan(root: &Path) -> Value {
 
 fn bench(c: &mut Criterion) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let planner = SigningIdentity::from_seed([7; 32], Some("bench-planner".into()));
+    // The example's mandate (signed by the test principal) is granted to key id
+    // test-planner.
+    let planner = SigningIdentity::from_seed([7; 32], Some("test-planner".into()));
     let mut trust = TrustStore::new();
-    trust.add("bench-planner", planner.verifying_key());
-    let validator = PlanValidator::new(catalog(&root), trust.clone()).expect("validator");
+    trust.add("test-planner", planner.verifying_key());
+    let mut principals = TrustStore::new();
+    let principal = read(&root.join("examples/keys/test-principal.pub.jwk"));
+    principals
+        .add_jwk(&serde_json::from_value(principal).expect("a JWK"))
+        .expect("the test principal's key");
+    let validator = PlanValidator::new(catalog(&root), trust.clone())
+        .expect("validator")
+        .with_principals(principals);
     let mut plan = fifty_step_plan(&root);
     planner.sign_in_place(&mut plan).expect("sign");
     let now: DateTime<Utc> = "2026-11-29T12:00:00Z".parse().expect("time");

@@ -64,6 +64,53 @@ fn the_happy_path_completes_every_step_once() {
     assert_eq!(summary["problems"], serde_json::json!([]));
 }
 
+/// Issue 20: the happy path shows the principal's mandate before and after: nothing
+/// spent, then the saga's 120.00 EUR.
+#[test]
+fn the_demo_shows_the_mandates_budget_before_and_after() {
+    let (code, text, summary) = demo(&["--fail-at", "none"]);
+    assert_eq!(code, 0, "{text}");
+    let account = |when: &str| summary["mandate"][when]["mandates"][0].clone();
+    assert_eq!(account("before")["spentMinor"], 0, "{text}");
+    assert_eq!(account("before")["remainingMinor"], 100_000, "{text}");
+    assert_eq!(account("after")["budgetMinor"], 100_000, "{text}");
+    assert_eq!(
+        account("after")["spentMinor"].as_u64().unwrap_or_default()
+            + account("after")["reservedMinor"]
+                .as_u64()
+                .unwrap_or_default(),
+        12_000,
+        "{text}"
+    );
+    assert!(text.contains("mandate before the saga"), "{text}");
+}
+
+/// Issue 20: a mandate that covers one saga; the second goal's plan is refused
+/// MANDATE_EXHAUSTED by the executor, and no tool saw a second call.
+#[test]
+fn over_budget_refuses_the_second_saga_mandate_exhausted() {
+    let (code, text, summary) = demo(&["--fail-at", "over-budget"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(state(&summary["executorTask"]), "TASK_STATE_COMPLETED");
+    assert_eq!(
+        state(&summary["secondPlannerTask"]),
+        "TASK_STATE_REJECTED",
+        "{text}"
+    );
+    assert!(
+        summary["secondPlannerTask"]
+            .to_string()
+            .contains("MANDATE_EXHAUSTED"),
+        "{text}"
+    );
+    assert_eq!(effects(&summary).len(), 6, "only the first saga's effects");
+    assert_eq!(summary["problems"], serde_json::json!([]));
+    assert!(
+        text.contains("as expected: the second saga's plan was refused MANDATE_EXHAUSTED"),
+        "{text}"
+    );
+}
+
 fn outcome(task: &Value) -> &str {
     task["metadata"]["outcome"].as_str().unwrap_or_default()
 }

@@ -66,6 +66,9 @@ fn the_served_demo_prints_its_folder_and_commands_that_work() {
         "planner.jwk",
         "credentials.json",
         "planner-token",
+        "principal.jwk",
+        "mandate.json",
+        "admin-token",
     ] {
         assert_eq!(mode(&folder.join(secret)), 0o600, "{secret}");
     }
@@ -117,4 +120,21 @@ fn the_served_demo_prints_its_folder_and_commands_that_work() {
     let list = served.command("task list");
     let (code, listed) = run(&list);
     assert_eq!(code, 0, "{listed}");
+
+    // Issue 20: the principal's key and the mandate are named, and the printed `mandate
+    // show` reads the budget the completed saga spent (120.00 EUR of 1000.00 EUR).
+    for named in ["principal.jwk", "mandate.json"] {
+        assert!(
+            served.lines.iter().any(|l| l.contains(named)),
+            "{named}: {:?}",
+            served.lines
+        );
+    }
+    let (code, shown) = run(&served.command("mandate show"));
+    assert_eq!(code, 0, "{shown}");
+    assert!(
+        shown.contains("budget 100000 EUR")
+            && (shown.contains("spent 12000 EUR") || shown.contains("reserved 12000 EUR")),
+        "{shown}"
+    );
 }

@@ -11,20 +11,19 @@
 //! compensable steps, then irreversible ones, then retriable steps that change something;
 //! ties keep the template's order. So irreversible steps land as late as their
 //! dependencies allow, and read-only checks as early as theirs allow.
-//! Mandate: `maxSpend` when given (a plan that would spend more is refused), otherwise
-//! exactly what the plan spends; `expiresAt` or `expiresInSeconds` when given, otherwise
-//! now + 1 h, or twice the plan's worst-case duration when that is longer.
+//! Mandate: the principal's signed mandate the plan runs under (`PlanContext::mandate`),
+//! copied unchanged; a goal's `maxSpend` only narrows what the plan may spend (a plan
+//! that would spend more, or in another currency, is refused). Whether the plan fits the
+//! mandate (scope, per-saga cap, window) is the validator's check.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::{Map, Value, json};
 use shared_types::expr::{self, EvalContext, escape_token};
 use shared_types::plan::idempotency_key;
-use shared_types::validate::call_worst_ms;
 use shared_types::{
-    AmountMinor, AuthoredBy, Catalog, Currency, Mandate, Money, Plan, ReversibilityClass,
-    SkillDeclaration, Step,
+    AuthoredBy, Catalog, Mandate, Plan, ReversibilityClass, SkillDeclaration, Step,
 };
 
 use crate::error::{Error, Result};
@@ -34,9 +33,6 @@ use crate::templates::{GoalTemplate, Templates};
 /// The model id the deterministic planner records in `authoredBy`.
 pub const RULES_MODEL: &str = "rules-v1";
 
-/// Default lifetime of a plan's mandate.
-pub const DEFAULT_MANDATE_SECONDS: i64 = 3600;
-
 /// Identity and time of one plan.
 #[derive(Debug, Clone)]
 pub struct PlanContext {
@@ -44,6 +40,9 @@ pub struct PlanContext {
     /// The planner's id (its key's kid), recorded as `authoredBy.agent`.
     pub planner_id: String,
     pub now: DateTime<Utc>,
+    /// The principal's mandate the plan runs under (the agent embeds the signed
+    /// document itself, exactly as received).
+    pub mandate: Mandate,
 }
 
 /// A fresh saga id: `sg_` and a UUIDv7 in hex (time-ordered, 35 characters).
@@ -93,14 +92,14 @@ pub fn assemble(
     let pivot_index = declarations
         .iter()
         .position(|d| d.class == ReversibilityClass::Irreversible);
-    let mandate = mandate(goal, &steps, &declarations, ctx.now)?;
+    check_max_spend(goal, &steps, &declarations)?;
     Ok(Plan {
         saga_id: ctx.saga_id.clone(),
         plan_version: 1,
         goal: goal.description(),
         created_at: ctx.now.trunc_subsecs(0),
         authored_by,
-        mandate,
+        mandate: ctx.mandate.clone(),
         pivot_index,
         steps,
         signatures: Vec::new(),
@@ -135,85 +134,26 @@ fn spends(steps: &[Step], declarations: &[&SkillDeclaration]) -> Result<BTreeMap
     Ok(totals)
 }
 
-fn mandate(
-    goal: &Goal,
-    steps: &[Step],
-    declarations: &[&SkillDeclaration],
-    now: DateTime<Utc>,
-) -> Result<Mandate> {
-    let totals = spends(steps, declarations)?;
-    if totals.len() > 1 {
-        return Err(Error::Unsatisfiable(format!(
-            "the plan spends in {}; one mandate covers one currency",
-            totals.keys().cloned().collect::<Vec<_>>().join(" and ")
-        )));
+/// Refuses a plan that spends more than the goal's `maxSpend`, or in another currency.
+fn check_max_spend(goal: &Goal, steps: &[Step], declarations: &[&SkillDeclaration]) -> Result<()> {
+    let Some(max) = &goal.max_spend else {
+        return Ok(());
+    };
+    for (currency, amount) in spends(steps, declarations)? {
+        if max.currency.as_str() != currency {
+            return Err(Error::Unsatisfiable(format!(
+                "the plan spends in {currency}, but maxSpend is in {}",
+                max.currency
+            )));
+        }
+        if amount > max.amount_minor.get() {
+            return Err(Error::Unsatisfiable(format!(
+                "the plan spends {amount} {currency} minor units, over maxSpend {}; raise maxSpend or lower the fee",
+                max.amount_minor.get()
+            )));
+        }
     }
-    let spent = totals.into_iter().next();
-    let max_spend = match (&goal.max_spend, spent) {
-        (Some(max), Some((currency, amount))) => {
-            if max.currency.as_str() != currency {
-                return Err(Error::Unsatisfiable(format!(
-                    "the plan spends in {currency}, but maxSpend is in {}",
-                    max.currency
-                )));
-            }
-            if amount > max.amount_minor.get() {
-                return Err(Error::Unsatisfiable(format!(
-                    "the plan spends {amount} {currency} minor units, over maxSpend {}; raise maxSpend or lower the fee",
-                    max.amount_minor.get()
-                )));
-            }
-            max.clone()
-        }
-        (Some(max), None) => max.clone(),
-        (None, Some((currency, amount))) => Money {
-            currency: Currency::new(&currency).map_err(Error::Unsatisfiable)?,
-            amount_minor: AmountMinor::new(amount).map_err(Error::Unsatisfiable)?,
-        },
-        (None, None) => {
-            let currency = goal
-                .params
-                .get("currency")
-                .and_then(Value::as_str)
-                .and_then(|c| Currency::new(c).ok())
-                .map_or_else(|| Currency::new("EUR"), Ok)
-                .map_err(Error::Unsatisfiable)?;
-            Money {
-                currency,
-                amount_minor: AmountMinor::new(0).map_err(Error::Unsatisfiable)?,
-            }
-        }
-    };
-    let worst_ms: u64 = declarations
-        .iter()
-        .map(|d| call_worst_ms(d))
-        .fold(0, u64::saturating_add);
-    let expires_at = match (goal.expires_at, goal.expires_in_seconds) {
-        (Some(at), _) => at,
-        (None, Some(seconds)) => i64::try_from(seconds)
-            .ok()
-            .and_then(TimeDelta::try_seconds)
-            .and_then(|d| now.checked_add_signed(d))
-            .ok_or_else(|| {
-                Error::Unsatisfiable(format!("expiresInSeconds {seconds} is too far away"))
-            })?,
-        (None, None) => {
-            let twice_worst =
-                i64::try_from(worst_ms.saturating_mul(2) / 1000 + 1).unwrap_or(i64::MAX);
-            let seconds = twice_worst.max(DEFAULT_MANDATE_SECONDS);
-            TimeDelta::try_seconds(seconds)
-                .and_then(|d| now.checked_add_signed(d))
-                .ok_or_else(|| {
-                    Error::Unsatisfiable(
-                        "the plan's worst-case duration is too long to bound with a mandate".into(),
-                    )
-                })?
-        }
-    };
-    Ok(Mandate {
-        max_spend,
-        expires_at: expires_at.trunc_subsecs(0),
-    })
+    Ok(())
 }
 
 /// A literal parameter must not read as a runtime expression: the executor would bind it.
@@ -317,8 +257,8 @@ pub fn rules_plan(
     if !goal.not_understood.is_empty() {
         return Err(Error::Unsatisfiable(format!(
             "the planner did not understand {}; it reads an intent phrase with its subject, \
-             \"contact <email>\", \"fee <amount> <currency>\", \"max spend <amount> <currency>\", \
-             \"expires in <n> <unit>\" and \"dry run\", each between commas (other parameters go in a data part)",
+             \"contact <email>\", \"fee <amount> <currency>\", \"max spend <amount> <currency>\" \
+             and \"dry run\", each between commas (other parameters go in a data part)",
             goal.not_understood
                 .iter()
                 .map(|c| format!("{c:?}"))

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use shared_types::{Catalog, Plan, PlanValidator, SigningIdentity, TrustStore};
 
@@ -42,11 +42,18 @@ fn now() -> DateTime<Utc> {
     "2026-11-29T10:00:00Z".parse().unwrap()
 }
 
+/// The committed test mandate (granted to `test-planner`), unsigned: composing reads
+/// only its content.
+fn test_mandate() -> Mandate {
+    Mandate::from_value(&read("examples/mandates/test-mandate.json")).unwrap()
+}
+
 fn ctx(saga_id: &str) -> PlanContext {
     PlanContext {
         saga_id: saga_id.into(),
         planner_id: "planner@local".into(),
         now: now(),
+        mandate: test_mandate(),
     }
 }
 
@@ -85,7 +92,12 @@ fn the_supplier_goal_yields_the_committed_example() {
         "steps, order, args, compensations"
     );
     assert_eq!(planned.pivot_index, example.pivot_index);
-    assert_eq!(planned.mandate.max_spend, example.mandate.max_spend);
+    assert_eq!(
+        planned.mandate,
+        test_mandate(),
+        "the mandate is embedded unchanged"
+    );
+    assert_eq!(example.mandate.mandate_id, planned.mandate.mandate_id);
     assert_eq!(planned.authored_by.model, "rules-v1");
     assert_eq!(planned.authored_by.agent, "planner@local");
     assert_eq!(planned.authored_by.prompt_sha256, None);
@@ -98,29 +110,24 @@ fn the_supplier_goal_yields_the_committed_example() {
 fn the_signed_plan_validates_with_zero_violations() {
     let catalog = catalog_of(&AGENTS);
     let planned = plan(SUPPLIER_GOAL, None, &catalog).unwrap();
-    let key = SigningIdentity::from_seed([3; 32], Some("planner@local".into()));
+    assert_eq!(planned.mandate, test_mandate(), "embedded unchanged");
+    // The agent embeds the principal's signed document; here a test principal signs it.
+    let principal = SigningIdentity::from_seed([4; 32], Some("principal".into()));
+    let key = SigningIdentity::from_seed([3; 32], Some("test-planner".into()));
     let mut value = serde_json::to_value(&planned).unwrap();
+    value["mandate"] = planned.mandate.signed_by(&principal).unwrap();
     key.sign_in_place(&mut value).unwrap();
-    let mut trust = TrustStore::new();
-    trust.add_jwk(&key.public_jwk()).unwrap();
-    let report = PlanValidator::new(catalog, trust)
+    let trust = |id: &SigningIdentity| {
+        let mut trust = TrustStore::new();
+        trust.add_jwk(&id.public_jwk()).unwrap();
+        trust
+    };
+    let report = PlanValidator::new(catalog, trust(&key))
         .unwrap()
+        .with_principals(trust(&principal))
         .validate(&value, now());
     assert_eq!(report.violations, vec![]);
-    // Without maxSpend the mandate is what the plan spends; it expires in an hour.
-    assert_eq!(
-        goal_money(&planned),
-        (12000, "EUR".to_owned()),
-        "the fee is the only spend"
-    );
-    assert_eq!(planned.mandate.expires_at, now() + TimeDelta::hours(1));
-}
-
-fn goal_money(plan: &Plan) -> (u64, String) {
-    (
-        plan.mandate.max_spend.amount_minor.get(),
-        plan.mandate.max_spend.currency.to_string(),
-    )
+    assert_eq!(report.mandate_signer.as_deref(), Some("principal"));
 }
 
 #[test]
@@ -205,7 +212,7 @@ fn clauses_it_does_not_understand_are_refused_not_ignored() {
 }
 
 #[test]
-fn a_mandate_below_the_spend_is_refused() {
+fn a_max_spend_below_the_spend_is_refused() {
     let why = unsatisfiable(plan(
         &format!("{SUPPLIER_GOAL}, max spend 100 EUR"),
         None,
@@ -289,8 +296,6 @@ fn read_only_checks_early_irreversible_steps_late() {
         planned.steps[4].args["complianceReference"],
         json!("$steps.s1.response.body#/reference")
     );
-    // The review waits up to 48 h for a person: the mandate outlives twice the worst case.
-    assert!(planned.mandate.expires_at > now() + TimeDelta::hours(96));
     let trust = TrustStore::new();
     let violations = PlanValidator::new(catalog, trust)
         .unwrap()
@@ -319,20 +324,25 @@ async fn the_rules_backend_sorts_violations_into_goal_errors_and_defects() {
         Err(Error::Unsatisfiable(why)) => assert!(why.contains("ARGS_INVALID"), "{why}"),
         other => panic!("expected Unsatisfiable, got {other:?}"),
     }
-    let expired = goal(
-        SUPPLIER_GOAL,
-        Some(json!({"expiresAt": "2026-11-29T09:00:00Z"})),
-    );
-    let result = backend
-        .plan(PlanRequest {
-            goal: &expired,
-            catalog: &catalog,
-            validator: &validator,
-            ctx: &ctx("sg_x"),
-        })
-        .await;
-    assert!(
-        matches!(&result, Err(Error::Unsatisfiable(why)) if why.contains("MANDATE_EXPIRED")),
-        "{result:?}"
-    );
+    // A mandate whose window ends before the worst-case path does, or one without
+    // mailer in its scope: the goal does not fit it.
+    let mut short = ctx("sg_x");
+    short.mandate.not_after = now() + chrono::TimeDelta::minutes(1);
+    let mut no_mail = ctx("sg_x");
+    no_mail.mandate.scope.retain(|s| s.agent != "mailer");
+    for (ctx, code) in [(short, "MANDATE_EXPIRED"), (no_mail, "MANDATE_SCOPE")] {
+        let supplier = goal(SUPPLIER_GOAL, None);
+        let result = backend
+            .plan(PlanRequest {
+                goal: &supplier,
+                catalog: &catalog,
+                validator: &validator,
+                ctx: &ctx,
+            })
+            .await;
+        assert!(
+            matches!(&result, Err(Error::Unsatisfiable(why)) if why.contains(code) && why.contains("mandate")),
+            "{result:?}"
+        );
+    }
 }

@@ -21,7 +21,7 @@ use futures::StreamExt;
 use planner_agent::Templates;
 use planner_agent::service::{Service, Settings, build};
 use serde_json::{Value, json};
-use shared_types::{Catalog, PlanValidator, SigningIdentity, TrustStore, Violation};
+use shared_types::{Catalog, Mandate, PlanValidator, SigningIdentity, TrustStore, Violation};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -53,6 +53,32 @@ pub fn supplier_catalog() -> Catalog {
 
 pub fn planner_identity() -> SigningIdentity {
     SigningIdentity::from_seed([7; 32], Some("planner-test".into()))
+}
+
+/// The principal whose mandates the tests' planners plan under (and the fake executor
+/// trusts).
+pub fn principal_identity() -> SigningIdentity {
+    SigningIdentity::from_seed([9; 32], Some("principal-test".into()))
+}
+
+/// The tests' mandate, unsigned: granted to `planner-test`, the six supplier agents'
+/// skills, 1000.00 EUR per saga out of 1 000 000.00 EUR, until 2099.
+pub fn mandate_doc() -> Mandate {
+    let mut mandate = Mandate::from_value(&read("examples/mandates/test-mandate.json")).unwrap();
+    mandate.mandate_id = "md_planner_tests".into();
+    mandate.grantees = vec!["planner-test".into()];
+    mandate.per_saga = Some(policy_cap());
+    mandate
+}
+
+/// `mandate` signed by the tests' principal, as the planner is given it.
+pub fn signed_mandate(mandate: &Mandate) -> Value {
+    mandate.signed_by(&principal_identity()).unwrap()
+}
+
+/// The tests' mandate, signed.
+pub fn test_mandate() -> Value {
+    signed_mandate(&mandate_doc())
 }
 
 /// How the fake executor answers a plan it accepted.
@@ -212,7 +238,13 @@ impl FakeExecutor {
     pub async fn start(script: Script, planner: &SigningIdentity) -> Self {
         let mut trust = TrustStore::new();
         trust.add_jwk(&planner.public_jwk()).unwrap();
-        let validator = PlanValidator::new(supplier_catalog(), trust).unwrap();
+        let mut principals = TrustStore::new();
+        principals
+            .add_jwk(&principal_identity().public_jwk())
+            .unwrap();
+        let validator = PlanValidator::new(supplier_catalog(), trust)
+            .unwrap()
+            .with_principals(principals);
         let policy = JwtPolicy::new(
             "executor",
             &[(planner.kid().to_owned(), planner.public_jwk())],
@@ -286,7 +318,7 @@ pub async fn start_planner(
     start_with(executor_url, identity, data_dir, executor_id, None).await
 }
 
-/// The test planners' spending policy: 1000.00 EUR per plan.
+/// The tests' mandate's per-saga cap: 1000.00 EUR.
 pub fn policy_cap() -> shared_types::Money {
     serde_json::from_value(json!({"currency": "EUR", "amountMinor": 100_000})).unwrap()
 }
@@ -319,6 +351,28 @@ pub async fn start_full(
     llm: Option<planner_agent::LlmConfig>,
     auth: InboundAuth,
 ) -> RunningPlanner {
+    start_under(
+        executor_url,
+        identity,
+        data_dir,
+        executor_id,
+        llm,
+        auth,
+        Some(test_mandate()),
+    )
+    .await
+}
+
+/// Starts a planner with `mandate` as its own (`None`: goals must bring theirs).
+pub async fn start_under(
+    executor_url: &str,
+    identity: SigningIdentity,
+    data_dir: Option<PathBuf>,
+    executor_id: &str,
+    llm: Option<planner_agent::LlmConfig>,
+    auth: InboundAuth,
+    mandate: Option<Value>,
+) -> RunningPlanner {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = CancellationToken::new();
@@ -330,7 +384,7 @@ pub async fn start_full(
             executor_id: executor_id.to_owned(),
             public_url: url.clone(),
             auth,
-            max_spend: policy_cap(),
+            mandate,
             llm,
             templates: Templates::builtin(),
         },

@@ -6,6 +6,7 @@ mod mandate;
 mod plan;
 mod task;
 
+pub use mandate::describe as describe_mandate;
 pub use task::{describe, goal_message, resolution_message};
 
 use std::path::PathBuf;

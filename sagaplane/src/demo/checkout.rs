@@ -71,7 +71,18 @@ async fn start(
     clock: &Clock,
 ) -> Result<Stack, Failure> {
     let (executor_bin, planner_bin, shop_bin) = (&bins[0], &bins[1], &bins[3]);
-    let (platform, _) = demo_keys(work)?;
+    let (platform, planner_key) = demo_keys(work)?;
+    // The principal grants the planner the shop's forward tools, for a few orders.
+    let granted = super::mandate::grant(
+        work,
+        planner_key.kid(),
+        (50_000, Some(10_000)),
+        &[(
+            "shop",
+            &["reserve_inventory", "charge_payment", "create_shipment"],
+        )],
+    )?;
+    clock.say(&super::mandate::summary(&granted));
     let (token, admin_token) = (random_token(), random_token());
     let path = |name: &str| work.join(name).display().to_string();
 

@@ -5,6 +5,7 @@
 //! (`checkout.rs`).
 
 mod checkout;
+mod mandate;
 mod processes;
 mod report;
 
@@ -43,6 +44,9 @@ pub enum FailAt {
     Email,
     /// A compensation keeps failing: dead-lettered and escalated.
     Release,
+    /// The principal's mandate covers one saga: the first completes, the second goal's
+    /// plan is refused MANDATE_EXHAUSTED before anything runs.
+    OverBudget,
 }
 
 impl FailAt {
@@ -54,6 +58,15 @@ impl FailAt {
             Self::CaptureUnknown => "capture-unknown",
             Self::Email => "email",
             Self::Release => "release",
+            Self::OverBudget => "over-budget",
+        }
+    }
+
+    /// The fault the tool agents are started with (`over-budget` is the mandate's).
+    fn tool_fault(self) -> &'static str {
+        match self {
+            Self::OverBudget => Self::None.wire(),
+            other => other.wire(),
         }
     }
 }
@@ -86,11 +99,11 @@ fn random_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
-/// The planner's spending policy in the demo: 1000.00 EUR per plan.
-pub const DEMO_MAX_SPEND: &str = "100000:EUR";
-
 /// The file in a run's folder holding the bearer token the planner's callers present.
 pub const PLANNER_TOKEN_FILE: &str = "planner-token";
+
+/// The file in a run's folder holding the executor's admin token.
+pub const ADMIN_TOKEN_FILE: &str = "admin-token";
 
 /// Creates `work` readable by its owner only (0700, as it is created; it must not exist
 /// yet, so nobody else's folder is used), and its parents if missing.
@@ -154,6 +167,10 @@ struct Running {
     planner: Process,
     planner_key: SigningIdentity,
     tool_token: String,
+    /// The executor's admin token (reads the mandate's account).
+    admin_token: String,
+    /// The mandate the principal granted the planner.
+    granted: shared_types::Mandate,
 }
 
 impl Running {
@@ -208,8 +225,8 @@ impl Running {
     }
 }
 
-/// The executor's arguments: its data, the platform and planner keys and the tools'
-/// credentials, all in the run's folder `work`.
+/// The executor's arguments: its data, the platform, planner and principal keys and the
+/// tools' credentials, all in the run's folder `work`.
 fn executor_args(work: &Path) -> Vec<String> {
     let path = |name: &str| work.join(name).display().to_string();
     vec![
@@ -221,14 +238,16 @@ fn executor_args(work: &Path) -> Vec<String> {
         path("platform.pub.jwk"),
         "--planner".into(),
         path("planner.pub.jwk"),
+        "--principal".into(),
+        path(mandate::PRINCIPAL_PUB_FILE),
         "--credentials".into(),
         path("credentials.json"),
     ]
 }
 
 /// Starts the planner (key `work/planner.jwk`, no tool credentials) for `executor_url`,
-/// with a fresh caller token in `work/planner-token` (0600) and the demo's spending
-/// policy. The process presents that token when the demo calls it (`Process::call`).
+/// with a fresh caller token in `work/planner-token` (0600) and the principal's mandate
+/// (`work/mandate.json`). The process presents that token when the demo calls it (`Process::call`).
 async fn start_planner(bin: &Path, work: &Path, executor_url: &str) -> Result<Process, Failure> {
     let path = |name: &str| work.join(name).display().to_string();
     let token = random_token();
@@ -247,8 +266,8 @@ async fn start_planner(bin: &Path, work: &Path, executor_url: &str) -> Result<Pr
             executor_url.to_owned(),
             "--caller-token-file".into(),
             path(PLANNER_TOKEN_FILE),
-            "--max-spend".into(),
-            DEMO_MAX_SPEND.into(),
+            "--mandate".into(),
+            path(mandate::MANDATE_FILE),
         ],
         &[],
         &work.join("planner.log"),
@@ -268,8 +287,16 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
         chrono::Utc::now().format("%H%M%S")
     ));
     let (_, planner_key) = demo_keys(&work)?;
+    let granted = mandate::grant(
+        &work,
+        planner_key.kid(),
+        mandate::supplier_budget(fail_at),
+        mandate::SUPPLIER_SCOPE,
+    )?;
     let tool_token = random_token();
     let admin_token = random_token();
+    // For `mandate show` by hand with `--serve`.
+    write_private(&work.join(ADMIN_TOKEN_FILE), &format!("{admin_token}\n"))?;
     let path = |name: &str| work.join(name).display().to_string();
 
     let tools = Process::start(
@@ -285,7 +312,7 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
             "--sign-card-with".into(),
             path("platform.jwk"),
             "--fail-at".into(),
-            fail_at.wire().into(),
+            fail_at.tool_fault().into(),
         ],
         &[("SUPPLIER_TOOL_TOKEN".into(), tool_token.clone())],
         &work.join("tools.log"),
@@ -330,9 +357,10 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
     }
     clock.say("registered the 6 platform-signed agent cards with the executor");
 
+    clock.say(&mandate::summary(&granted));
     let planner = start_planner(planner_bin, &work, executor.url()).await?;
     clock.say(&format!(
-        "started the planner at {} (no tool credentials)",
+        "started the planner at {} (no tool credentials, no principal key: it embeds the signed mandate)",
         planner.url()
     ));
     Ok(Running {
@@ -345,6 +373,8 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
         planner,
         planner_key,
         tool_token,
+        admin_token,
+        granted,
     })
 }
 
@@ -412,13 +442,19 @@ fn serving_help(running: &Running) -> String {
     let planner = running.planner.url();
     let executor = running.executor_url();
     let token = format!("--token-file {work}/{PLANNER_TOKEN_FILE}");
+    let principal = format!("{work}/{}", mandate::PRINCIPAL_KEY_FILE);
+    let granted = format!("{work}/{}", mandate::MANDATE_FILE);
+    let mandate_id = mandate::MANDATE_ID;
     let approver = format!("--jwt-key {work}/planner.jwk --audience executor");
     format!(
         "planner listening on {planner}\n\
          executor listening on {executor}\n\
          demo folder: {work}   (mode 0700: keys, tokens, credentials, data and logs)\n\
          \n\
-         send a goal (the planner's policy: --max-spend {DEMO_MAX_SPEND}, 1000.00 EUR per goal):\n  \
+         principal key: {principal} (signs mandates; the executor trusts its public half)\n\
+         mandate granted to the planner: {granted}\n\
+         \n\
+         send a goal (planned under that mandate: 1000.00 EUR in all, at most 250.00 EUR a saga):\n  \
          sagaplane send --planner {planner} {token} --watch \"{GOAL}\"\n\
          follow the planner's task:\n  \
          sagaplane task watch --agent {planner} {token} PLANNER_TASK\n\
@@ -428,6 +464,10 @@ fn serving_help(running: &Running) -> String {
          sagaplane task list --agent {executor} {approver} --state input-required\n\
          answer a saga that waits for a person (on the executor's task):\n  \
          sagaplane task resolve --agent {executor} {approver} EXECUTOR_TASK approve|retry|resolved-manually|compensate\n\
+         the mandate's budget as the executor holds it (reserved, spent, remaining):\n  \
+         sagaplane mandate show --executor {executor} --admin-token-file {work}/{ADMIN_TOKEN_FILE} {mandate_id}\n\
+         revoke it (new plans refused, sagas before their pivot unwind):\n  \
+         sagaplane mandate revoke --key {principal} --executor {executor} {granted}\n\
          logs: {work}/planner.log, {work}/executor.log, {work}/tools.log\n\
          agents up; Ctrl-C stops everything\n"
     )
@@ -441,6 +481,7 @@ async fn saga(
     summary: Option<&Path>,
     clock: &Clock,
 ) -> Result<(), Failure> {
+    let before = mandate::show(running, "before the saga", clock).await?;
     clock.say(&format!("goal → planner: \"{GOAL}\""));
     let planner = client(running.planner.url())?;
     let request = crate::commands::goal_message(GOAL, None);
@@ -560,17 +601,38 @@ async fn saga(
         state_name(&planned.status.state)
     );
     println!("executor's {}", crate::commands::describe(&task));
+    let after = mandate::show(running, "after the saga", clock).await?;
+    let (second, mut refused) = if fail_at == FailAt::OverBudget {
+        let (second, problems) = mandate::second_saga(running, clock).await?;
+        mandate::show(running, "after the refused second saga", clock).await?;
+        (Some(second), problems)
+    } else {
+        (None, Vec::new())
+    };
     let ledgers = print_ledgers(&running.tools.urls, &running.tool_token).await?;
-    let problems = Expected::of(fail_at).problems(&task, &ledgers);
+    let mut problems = Expected::of(fail_at).problems(&task, &ledgers);
+    problems.append(&mut refused);
     if let Some(path) = summary {
         let outcome = json!({
             "failAt": fail_at.wire(),
             "plannerTask": planned,
             "executorTask": task,
+            "secondPlannerTask": second,
+            "mandate": {"before": before, "after": after},
             "ledgers": ledgers,
             "problems": problems,
         });
         write(path, &outcome)?;
+    }
+    if problems.is_empty()
+        && let Some(second) = &second
+    {
+        println!(
+            "as expected: the second saga's plan was refused {} (planner task {} {}); no tool was called for it",
+            mandate::EXHAUSTED,
+            second.id,
+            state_name(&second.status.state)
+        );
     }
     verdict(&task, &problems)
 }

@@ -68,7 +68,7 @@ impl Expected {
         ];
         const UNWOUND: &[&str] = &["vendor.create", "budget.reserve", "sandbox.provision"];
         match fail_at {
-            FailAt::None | FailAt::CaptureUnknown | FailAt::Email => Self {
+            FailAt::None | FailAt::CaptureUnknown | FailAt::Email | FailAt::OverBudget => Self {
                 state: TaskState::Completed,
                 standing: if fail_at == FailAt::Email {
                     &ALL[..4]

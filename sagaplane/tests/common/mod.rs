@@ -71,10 +71,18 @@ pub fn test_planner_pub() -> PathBuf {
     root().join("examples/keys/test-planner.pub.jwk")
 }
 
-/// `sagaplane plan validate PLAN` against the demo cards, trusting the test planner.
+/// The committed test principal's public key: it signed `examples/mandates/`, whose
+/// `test-mandate.signed.json` the example plans embed (granted to `test-planner`).
+pub fn test_principal_pub() -> PathBuf {
+    root().join("examples/keys/test-principal.pub.jwk")
+}
+
+/// `sagaplane plan validate PLAN` against the demo cards, trusting the test planner and
+/// the test principal.
 pub fn validate_plan(plan: &Path, extra: &[&str]) -> Output {
     let cards = root().join("agent-cards");
     let trusted = test_planner_pub();
+    let principal = test_principal_pub();
     let mut args = vec![
         "plan",
         "validate",
@@ -83,6 +91,8 @@ pub fn validate_plan(plan: &Path, extra: &[&str]) -> Output {
         p(&cards),
         "--trust",
         p(&trusted),
+        "--principal",
+        p(&principal),
     ];
     args.extend_from_slice(extra);
     sagaplane(&args)
