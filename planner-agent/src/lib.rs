@@ -60,6 +60,7 @@ pub mod executor;
 mod follow;
 pub mod goal;
 pub mod llm;
+mod retry;
 pub mod service;
 pub mod templates;
 
@@ -68,5 +69,6 @@ pub use backend::{PlanBackend, PlanRequest, RulesBackend};
 pub use error::{Error, Result};
 pub use goal::Goal;
 pub use llm::{LlmBackend, LlmConfig};
+pub use retry::DEFAULT_EXECUTOR_RETRY;
 pub use service::{Service, Settings, build};
 pub use templates::{GoalTemplate, Templates};

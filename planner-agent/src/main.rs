@@ -75,6 +75,12 @@ struct Args {
     /// `100000:EUR` (1000.00 EUR). A goal over it, or in another currency, is REJECTED.
     #[arg(long, value_name = "AMOUNT_MINOR:CURRENCY", value_parser = parse_max_spend)]
     max_spend: Money,
+    /// For how many seconds reading the executor's catalog, or submitting a plan, is tried
+    /// again while the executor cannot be reached, answers with a server error or its
+    /// answer is lost (waits from 100 ms doubling up to 5 s, or an eighth of this, with
+    /// jitter); a refusal is not tried again.
+    #[arg(long, value_name = "SECONDS", default_value_t = planner_agent::DEFAULT_EXECUTOR_RETRY.as_secs())]
+    executor_retry_secs: u64,
     #[command(flatten)]
     serving: agent_host::cli::ServingArgs,
 }
@@ -218,6 +224,7 @@ async fn main() -> anyhow::Result<()> {
             max_spend: args.max_spend.clone(),
             llm,
             templates: Templates::builtin(),
+            executor_retry: Duration::from_secs(args.executor_retry_secs),
         },
         shutdown.clone(),
         args.serving.max_concurrent_requests,

@@ -333,6 +333,7 @@ pub async fn start_full(
             max_spend: policy_cap(),
             llm,
             templates: Templates::builtin(),
+            executor_retry: planner_agent::DEFAULT_EXECUTOR_RETRY,
         },
         shutdown.clone(),
     )
