@@ -30,7 +30,7 @@ use crate::metrics::{CountedInvoker, Metrics, Now};
 use crate::recovery::replay;
 use crate::registry::AgentKind;
 use crate::registry::Registry;
-use crate::report::TaskReporter;
+use crate::report::{TaskReporter, saga_metadata, show_saga};
 use crate::saga::model::Phase;
 use crate::saga::{Resolution, Saga, SagaSpec};
 use crate::slots::{Permit, SlotHold, Slots};
@@ -261,9 +261,9 @@ impl Executor {
         })
     }
 
-    /// Starts a driver for `saga` reporting on `task` (`metadata` goes on the task with
-    /// the first report), holding `permit` or waiting for a slot; returns once the saga
-    /// first stops. `intake`, for a new plan, ends once the saga is live.
+    /// Starts a driver for `saga` reporting on `task` (`metadata`, on the task already,
+    /// goes again with the first report), holding `permit` or waiting for a slot; returns
+    /// once the saga first stops. `intake`, for a new plan, ends once the saga is live.
     async fn launch(
         self: &Arc<Self>,
         task: TaskHandle,
@@ -389,6 +389,7 @@ impl Executor {
         let ids = self.config.journal.unfinished().await?;
         let now = chrono::Utc::now().timestamp_millis();
         let mut begun = HashSet::new();
+        let mut resumed = Vec::new();
         for saga_id in &ids {
             let Some((header, entries)) = self.config.journal.load(saga_id).await? else {
                 continue;
@@ -396,6 +397,17 @@ impl Executor {
             begun.insert(header.task_id.clone());
             let recovered = replay(header.spec.clone(), &entries, now);
             let task = self.tasks.handle(&header.task_id, &header.context_id);
+            resumed.push((task, saga_metadata(&header), recovered));
+        }
+        // On the tasks before anyone can read them (the executor serves once this returns),
+        // in writes that share commits: a saga may have died before its first report.
+        futures::future::join_all(
+            resumed
+                .iter()
+                .map(|(task, metadata, _)| show_saga(task, metadata)),
+        )
+        .await;
+        for (task, metadata, recovered) in resumed {
             let saga = recovered.saga.clone();
             // A revocation recorded before the saga heard of it (the process stopped in
             // between) is told again.
@@ -416,7 +428,7 @@ impl Executor {
                     task,
                     saga,
                     Start::Resumed(Box::new(recovered)),
-                    Vec::new(),
+                    metadata,
                     None,
                     None,
                 )
@@ -569,7 +581,8 @@ impl Executor {
                 },
             };
         self.metrics.saga_begun();
-        let metadata = vec![("sagaId".to_owned(), json!(typed.saga_id))];
+        let metadata = saga_metadata(&header);
+        show_saga(&task, &metadata).await;
         self.launch(task, saga, start, metadata, Some(permit), Some(intake))
             .await;
         Ok(())

@@ -754,3 +754,81 @@ async fn with_a_retention_the_start_deletes_the_sagas_finished_longer_ago() {
         .unwrap_err();
     assert!(gone.to_string().contains("not found"), "{gone}");
 }
+
+/// The one task in the stopped executor's state file at `data`.
+async fn the_only_task(data: &Path) -> Task {
+    let db = executor_agent::state::open(data).unwrap();
+    let store = SqliteTaskStore::on(&db).unwrap();
+    let page = store
+        .list(&agent_host::store::TaskQuery {
+            limit: 10,
+            ..agent_host::store::TaskQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.tasks.len(), 1, "{:?}", page.tasks);
+    page.tasks.into_iter().next().unwrap()
+}
+
+fn metadata_of(task: &Task, key: &str) -> Option<Value> {
+    task.metadata.as_ref().and_then(|m| m.get(key).cloned())
+}
+
+/// Issue 25, finding 1: killed once a saga's start is in the journal but before its first
+/// report reached its task (still SUBMITTED, without `sagaId`), the executor resumes the
+/// saga at the restart, and its task shows the saga's id from then on, as a task whose
+/// executor never died does: at the first read after the restart, and at its end (with
+/// the outcome, for a saga that unwound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_killed_before_its_first_report_shows_its_id_from_the_restart_on() {
+    let world = World::new();
+    let declined = [("payments.capture", Fault::Decline)];
+    type Run<'a> = (&'a [(&'a str, Fault)], TaskState, Option<Value>);
+    let runs: [Run; 2] = [
+        (&[], TaskState::Completed, None),
+        (&declined, TaskState::Failed, Some(json!("compensated"))),
+    ];
+    for (faults, state, outcome) in runs {
+        let data = tempfile::tempdir().unwrap();
+        let (cards, logs) = start_tools(faults, &world.platform).await;
+        let mut executor = Executor::start(&world, data.path(), Some(1));
+        register(&executor, &cards).await;
+        let (client, call, request) = (executor.client(), as_planner(&world), plan_message(&world));
+        tokio::spawn(async move { client.send(&call, &request).await });
+        // Journal write 1 is the saga's header with its start and first intent.
+        assert!(executor.paused().await, "the executor never began the saga");
+        executor.kill();
+
+        let left = the_only_task(data.path()).await;
+        assert_eq!(left.status.state, TaskState::Submitted, "{:?}", left.status);
+        assert_eq!(metadata_of(&left, "sagaId"), None, "the kill came too late");
+
+        let executor = Executor::start(&world, data.path(), None);
+        let first_read = executor
+            .client()
+            .get_task(&as_planner(&world), &left.id)
+            .await
+            .unwrap();
+        assert_eq!(
+            metadata_of(&first_read, "sagaId"),
+            Some(json!("sg_demo_supplier_onboarding")),
+            "at the first read after the restart: {:?}",
+            first_read.metadata
+        );
+        let ended = settle(&world, &executor, first_read).await;
+        assert_eq!(ended.status.state, state, "{:?}", ended.status);
+        assert_eq!(
+            metadata_of(&ended, "sagaId"),
+            Some(json!("sg_demo_supplier_onboarding")),
+            "{:?}",
+            ended.metadata
+        );
+        assert_eq!(metadata_of(&ended, "outcome"), outcome);
+        let (reference, _) = run(&world, faults, Crash::Never).await;
+        assert_eq!(
+            ending(&ended, &logs),
+            reference,
+            "as an uninterrupted run ends"
+        );
+    }
+}

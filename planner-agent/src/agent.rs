@@ -7,13 +7,17 @@
 pub(crate) use agent_host::agent_message;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use agent_host::sdk::{A2AError, Artifact, Message, Part, PartContent, Task, TaskState};
+use agent_host::sdk::{
+    A2AError, Artifact, Message, Part, PartContent, StreamResponse, Task, TaskState,
+};
 use agent_host::store::TaskQuery;
 use agent_host::{Agent, Reply, RequestContext, TaskHandle, TaskManager};
 use async_trait::async_trait;
 use chrono::Utc;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use serde_json::{Value, json};
 use shared_types::{Mandate, PlanValidator, SigningIdentity, TrustStore, ViolationCode};
 use tokio_util::sync::CancellationToken;
@@ -21,10 +25,11 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::{PlanBackend, PlanRequest, describe_violations};
 use crate::compose::{PlanContext, new_saga_id};
 use crate::error::{Error, Result};
-use crate::executor::ExecutorLink;
+use crate::executor::{ExecutorLink, leaves_outcome_unknown};
 use crate::follow::{final_state, finish, follow};
 use crate::goal::Goal;
 use crate::mandate::Grant;
+use crate::retry::Tries;
 use crate::templates::Templates;
 
 /// The artifact that carries the signed plan.
@@ -42,10 +47,6 @@ pub const META_OUTCOME: &str = "outcome";
 /// Task metadata: true when the plan was only composed (`dryRun`).
 pub const META_DRY_RUN: &str = "dryRun";
 
-/// Attempts to submit a plan before giving up (a resubmission of the identical plan is
-/// answered with the task the executor already has).
-const SUBMIT_ATTEMPTS: u32 = 3;
-
 /// What the planner needs.
 pub struct PlannerConfig {
     /// Signs plans and JWTs; its kid is the planner's id.
@@ -59,6 +60,10 @@ pub struct PlannerConfig {
     /// The principal's mandate this planner plans under when a goal brings none; without
     /// one, every goal must carry its own (data part `mandate`).
     pub mandate: Option<Grant>,
+    /// How long reading the catalog, or submitting a plan, is tried again while the
+    /// executor is unreachable or its answer is unknown (`retry::DEFAULT_EXECUTOR_RETRY`
+    /// by default).
+    pub executor_retry: Duration,
 }
 
 /// Where one of the planner's tasks stands, for cancellation.
@@ -214,8 +219,16 @@ impl Planner {
     }
 
     /// Composes, signs and checks a plan for `goal`; returns it as JSON.
-    async fn compose(&self, goal: &Goal, grant: &Grant) -> Result<Value> {
-        let catalog = self.config.executor.catalog().await?;
+    async fn compose(&self, task: &TaskHandle, goal: &Goal, grant: &Grant) -> Result<Value> {
+        let executor = &self.config.executor;
+        let catalog = self
+            .retrying(task, "read its catalog", || executor.catalog())
+            .await?
+            .ok_or_else(|| {
+                Error::ExecutorUnavailable(
+                    "the planner stopped while it waited for the executor".into(),
+                )
+            })?;
         let mut own_key = TrustStore::new();
         own_key
             .add_jwk(&self.config.identity.public_jwk())
@@ -292,7 +305,7 @@ impl Planner {
                 .await
                 .map_err(|e| Error::Config(format!("cannot record the dry run: {e}")))?;
         }
-        let plan = self.compose(&goal, &grant).await?;
+        let plan = self.compose(task, &goal, &grant).await?;
         let saga_id = plan
             .get("sagaId")
             .and_then(Value::as_str)
@@ -352,50 +365,26 @@ impl Planner {
             )
             .await,
         );
-        let mut last_error = None;
-        let mut opened = None;
-        for attempt in 0..SUBMIT_ATTEMPTS {
-            if attempt > 0 && !self.pause(attempt).await {
-                return Ok(());
+        // After an unknown outcome the same signed plan goes again (same saga id, same
+        // bytes): the executor answers it with the task it already has, if any.
+        let opened = match self
+            .retrying(task, "submit the plan", || self.open_submission(plan))
+            .await
+        {
+            Ok(opened) => opened,
+            Err(e @ Error::ExecutorUnavailable(_)) => {
+                // It may have reached the executor with the last try, or an earlier one.
+                logged(
+                    task,
+                    task.set_metadata(META_OUTCOME, json!("unknown")).await,
+                );
+                return Err(e);
             }
-            let mut stream = match executor.submit(plan).await {
-                Ok(stream) => stream,
-                Err(e) => {
-                    last_error = Some(e);
-                    continue;
-                }
-            };
-            match stream.next().await {
-                Some(Ok(agent_host::sdk::StreamResponse::Task(first))) => {
-                    opened = Some((first, stream));
-                    break;
-                }
-                Some(Ok(agent_host::sdk::StreamResponse::Message(m))) => {
-                    let (text, _) = goal_parts(&m);
-                    return Err(Error::Executor(format!(
-                        "the executor answered the plan with a message instead of a task: {text}"
-                    )));
-                }
-                Some(Ok(_)) => {
-                    last_error = Some(Error::Executor(
-                        "the executor's stream did not start with its task".into(),
-                    ))
-                }
-                Some(Err(e)) => {
-                    last_error = Some(Error::Executor(format!(
-                        "the executor refused the plan: {e}"
-                    )))
-                }
-                None => {
-                    last_error = Some(Error::Executor(
-                        "the executor closed the stream before naming its task".into(),
-                    ))
-                }
-            }
-        }
+            Err(e) => return Err(e),
+        };
         let Some((first, stream)) = opened else {
-            return Err(last_error
-                .unwrap_or_else(|| Error::Executor("the plan could not be submitted".into())));
+            // Stopping: the restarted planner submits the plan again.
+            return Ok(());
         };
         *guard = Phase::Submitted(first.id.clone());
         drop(guard);
@@ -428,6 +417,80 @@ impl Planner {
         Ok(())
     }
 
+    /// Submits `plan` and reads the first event of the executor's stream, its task.
+    async fn open_submission(
+        &self,
+        plan: &Value,
+    ) -> Result<(Task, BoxStream<'static, Result<StreamResponse, A2AError>>)> {
+        let mut stream = self.config.executor.submit(plan).await?;
+        match stream.next().await {
+            Some(Ok(StreamResponse::Task(first))) => Ok((first, stream)),
+            Some(Ok(StreamResponse::Message(m))) => {
+                let (text, _) = goal_parts(&m);
+                Err(Error::Executor(format!(
+                    "the executor answered the plan with a message instead of a task: {text}"
+                )))
+            }
+            Some(Ok(_)) => Err(Error::Executor(
+                "the executor's stream did not start with its task".into(),
+            )),
+            Some(Err(e)) if leaves_outcome_unknown(&e) => Err(Error::ExecutorUnavailable(format!(
+                "the executor's answer was lost: {e}"
+            ))),
+            Some(Err(e)) => Err(Error::Executor(format!(
+                "the executor refused the plan: {e}"
+            ))),
+            None => Err(Error::ExecutorUnavailable(
+                "the executor closed the stream before naming its task".into(),
+            )),
+        }
+    }
+
+    /// Makes `call` until it succeeds or fails for good; after a failure whose outcome is
+    /// unknown (`Error::ExecutorUnavailable`) it waits (capped exponential backoff with
+    /// jitter) and makes it again, for up to `PlannerConfig::executor_retry`, saying so on
+    /// `task`. `None` if the planner stops meanwhile.
+    async fn retrying<T, F, Fut>(
+        &self,
+        task: &TaskHandle,
+        what: &str,
+        mut call: F,
+    ) -> Result<Option<T>>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let mut tries = Tries::new(self.config.executor_retry);
+        loop {
+            let error = match call().await {
+                Err(Error::ExecutorUnavailable(why)) => why,
+                done => return done.map(Some),
+            };
+            let Some(wait) = tries.failed() else {
+                return Err(Error::ExecutorUnavailable(format!(
+                    "{error} (tried {} times in {} s)",
+                    tries.made(),
+                    self.config.executor_retry.as_secs()
+                )));
+            };
+            let attempt = tries.made();
+            tracing::info!(task = task.id(), attempt, error = ?error, "waiting for the executor");
+            let text = format!(
+                "waiting for the executor (attempt {attempt}): cannot {what} at {} yet; trying again",
+                self.config.executor.url()
+            );
+            logged(
+                task,
+                task.set_status(TaskState::Working, Some(agent_message(text, None)))
+                    .await,
+            );
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.config.shutdown.cancelled() => return Ok(None),
+            }
+        }
+    }
+
     /// Waits before retry `attempt` (capped exponential backoff); false on shutdown.
     pub(crate) async fn pause(&self, attempt: u32) -> bool {
         let ms = (250u64 << attempt.min(5)).min(5000);
@@ -448,7 +511,7 @@ impl Planner {
             Error::Unsatisfiable(_) => "the goal cannot be planned: ",
             Error::DraftRefused(_) => "",
             Error::Backend(_) => "the planning model failed: ",
-            Error::Executor(_) => "",
+            Error::Executor(_) | Error::ExecutorUnavailable(_) => "",
             Error::Defect(_) => "",
             Error::Config(_) => "internal error: ",
         };

@@ -16,9 +16,14 @@ pub enum Error {
     /// The model endpoint failed (unreachable, an HTTP error, no answer in time).
     #[error("{0}")]
     Backend(String),
-    /// The executor could not be reached, or refused the planner's call.
+    /// The executor refused the planner's call, or answered it with what the planner
+    /// cannot use.
     #[error("{0}")]
     Executor(String),
+    /// The executor could not be reached, answered with a server error, or its answer
+    /// was lost: whether it acted is unknown, and the same call may be made again.
+    #[error("{0}")]
+    ExecutorUnavailable(String),
     /// The planner composed a plan that does not validate: a planner bug, reported and
     /// never submitted.
     #[error("{0}")]

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_host::sdk::{
-    A2AError, Message, Part, Role, SendMessageRequest, StreamResponse, Task, new_message_id,
+    A2AError, Message, Part, Role, SendMessageRequest, StreamResponse, Task, error_code,
+    new_message_id,
 };
 use agent_host::{AgentClient, OutboundCall, mint_jwt};
 use futures::stream::BoxStream;
@@ -97,16 +98,22 @@ impl ExecutorLink {
     pub async fn catalog(&self) -> Result<Catalog> {
         let url = format!("{}/catalog", self.url);
         let failed = |what: String| Error::Executor(format!("cannot read {url}: {what}"));
+        let unavailable =
+            |what: String| Error::ExecutorUnavailable(format!("cannot read {url}: {what}"));
         let mut response = self
             .http
             .get(&url)
             .bearer_auth(self.bearer()?)
             .send()
             .await
-            .map_err(|e| failed(e.to_string()))?;
+            .map_err(|e| unavailable(e.to_string()))?;
         let status = response.status();
         let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| failed(e.to_string()))? {
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| unavailable(e.to_string()))?
+        {
             if bytes.len() + chunk.len() > MAX_CATALOG_BYTES {
                 return Err(failed(format!(
                     "the catalog exceeds {MAX_CATALOG_BYTES} bytes"
@@ -117,7 +124,13 @@ impl ExecutorLink {
         if !status.is_success() {
             let body = String::from_utf8_lossy(&bytes);
             let excerpt: String = body.chars().take(300).collect();
-            return Err(failed(format!("the executor answered {status}: {excerpt}")));
+            let what = format!("the executor answered {status}: {excerpt}");
+            // A server error may pass (a restart, a gateway before it); a refusal does not.
+            return Err(if status.is_server_error() {
+                unavailable(what)
+            } else {
+                failed(what)
+            });
         }
         let value = shared_types::json::parse_strict_bytes(&bytes)
             .map_err(|e| failed(format!("not JSON: {e}")))?;
@@ -149,10 +162,17 @@ impl ExecutorLink {
             .stream(&self.call()?, &request)
             .await
             .map_err(|e| {
-                Error::Executor(format!(
-                    "the executor at {} refused the plan or could not be reached: {e}",
-                    self.url
-                ))
+                if is_unknown_outcome(&e) {
+                    Error::ExecutorUnavailable(format!(
+                        "the executor at {} could not be reached or did not answer: {e}",
+                        self.url
+                    ))
+                } else {
+                    Error::Executor(format!(
+                        "the executor at {} refused the plan: {e}",
+                        self.url
+                    ))
+                }
             })
     }
 
@@ -180,5 +200,23 @@ impl ExecutorLink {
             .call()
             .map_err(|e| agent_host::Error::Config(e.to_string()))?;
         self.client.cancel_task(&call, task_id).await
+    }
+}
+
+/// Whether an A2A error from the executor leaves the call's outcome unknown (the
+/// connection broke, or the executor failed internally) rather than refusing it.
+pub(crate) fn leaves_outcome_unknown(error: &A2AError) -> bool {
+    error.code == error_code::INTERNAL_ERROR
+}
+
+/// Whether a call that failed with `error` may have reached the executor, or may work if
+/// made again: no answer in time, no connection, or an internal error (the SDK's client
+/// reports a broken connection, and an answer that is not JSON-RPC, such as a gateway's
+/// 502 page, as one). Every other A2A error is the executor's refusal.
+fn is_unknown_outcome(error: &agent_host::Error) -> bool {
+    match error {
+        agent_host::Error::Transport(_) => true,
+        agent_host::Error::Protocol(e) => leaves_outcome_unknown(e),
+        agent_host::Error::Store(_) | agent_host::Error::Config(_) => false,
     }
 }

@@ -15,10 +15,14 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::{Value, json};
 
-use crate::agent::{META_EXECUTOR_STATE, META_OUTCOME, Planner, agent_message, logged};
+use crate::agent::{
+    META_EXECUTOR_STATE, META_EXECUTOR_TASK_ID, META_OUTCOME, Planner, agent_message, logged,
+};
 
 /// Consecutive failures to re-attach to the executor's task before giving up.
 const MAX_REATTACH: u32 = 8;
+/// Executor tasks pointing at another before the planner stops following pointers.
+const MAX_POINTERS: u32 = 4;
 
 /// Whether the planner stops following at this executor state.
 pub(crate) fn final_state(state: &TaskState) -> bool {
@@ -50,6 +54,18 @@ fn data_of(message: Option<&Message>) -> Option<Value> {
         PartContent::Data(v) => Some(v.clone()),
         _ => None,
     })
+}
+
+/// The task the executor points at from `ended`: a task REJECTED because the same plan
+/// runs on that one (a plan sent again, after an unknown outcome, while the first copy
+/// was still being taken in).
+fn pointed_at(ended: &Task) -> Option<String> {
+    if ended.status.state != TaskState::Rejected {
+        return None;
+    }
+    let data = data_of(ended.status.message.as_ref())?;
+    let existing = data.get("existingTaskId")?.as_str()?;
+    (existing != ended.id).then(|| existing.to_owned())
 }
 
 /// The state's wire name (`TASK_STATE_COMPLETED`).
@@ -147,6 +163,8 @@ pub(crate) async fn follow(
     let shutdown = planner.shutdown();
     let mut stream = stream;
     let mut failures: u32 = 0;
+    let mut executor_task = executor_task.to_owned();
+    let mut pointers: u32 = 0;
     // Whether the planner's task already shows the executor's wait for a person.
     let mut shown_waiting = false;
     loop {
@@ -161,6 +179,12 @@ pub(crate) async fn follow(
             Some(Ok(StreamResponse::Task(t))) => {
                 failures = 0;
                 if final_state(&t.status.state) {
+                    if let Some(next) = pointed_at(&t).filter(|_| pointers < MAX_POINTERS) {
+                        pointers += 1;
+                        stream = follow_instead(planner, task, &next).await;
+                        executor_task = next;
+                        continue;
+                    }
                     return finish(planner, task, &t).await;
                 }
                 if waiting(&t.status.state) && !shown_waiting {
@@ -173,10 +197,10 @@ pub(crate) async fn follow(
                 if waiting(&update.status.state) {
                     if !shown_waiting {
                         shown_waiting = true;
-                        let paused = match executor.get_task(executor_task).await {
+                        let paused = match executor.get_task(&executor_task).await {
                             Ok(t) => t,
                             Err(_) => Task {
-                                id: executor_task.to_owned(),
+                                id: executor_task.clone(),
                                 context_id: update.context_id.clone(),
                                 status: update.status.clone(),
                                 artifacts: None,
@@ -191,10 +215,10 @@ pub(crate) async fn follow(
                 shown_waiting = false;
                 if final_state(&update.status.state) {
                     // The task carries what the update does not (metadata.outcome).
-                    let ended = match executor.get_task(executor_task).await {
+                    let ended = match executor.get_task(&executor_task).await {
                         Ok(t) if final_state(&t.status.state) => t,
                         _ => Task {
-                            id: executor_task.to_owned(),
+                            id: executor_task.clone(),
                             context_id: update.context_id.clone(),
                             status: update.status.clone(),
                             artifacts: None,
@@ -202,6 +226,12 @@ pub(crate) async fn follow(
                             metadata: update.metadata.clone(),
                         },
                     };
+                    if let Some(next) = pointed_at(&ended).filter(|_| pointers < MAX_POINTERS) {
+                        pointers += 1;
+                        stream = follow_instead(planner, task, &next).await;
+                        executor_task = next;
+                        continue;
+                    }
                     return finish(planner, task, &ended).await;
                 }
                 let text = text_of(update.status.message.as_ref());
@@ -242,16 +272,22 @@ pub(crate) async fn follow(
                 if failures > 1 && !planner.pause(failures - 1).await {
                     return;
                 }
-                match executor.get_task(executor_task).await {
+                match executor.get_task(&executor_task).await {
                     Ok(t) if final_state(&t.status.state) => {
+                        if let Some(next) = pointed_at(&t).filter(|_| pointers < MAX_POINTERS) {
+                            pointers += 1;
+                            stream = follow_instead(planner, task, &next).await;
+                            executor_task = next;
+                            continue;
+                        }
                         return finish(planner, task, &t).await;
                     }
                     Ok(t) if waiting(&t.status.state) && !shown_waiting => {
                         shown_waiting = true;
                         finish(planner, task, &t).await;
-                        stream = executor.subscribe(executor_task).await.ok();
+                        stream = executor.subscribe(&executor_task).await.ok();
                     }
-                    Ok(_) => stream = executor.subscribe(executor_task).await.ok(),
+                    Ok(_) => stream = executor.subscribe(&executor_task).await.ok(),
                     Err(e) => {
                         tracing::warn!(task = task.id(), error = %e, "cannot reach the executor");
                         stream = None;
@@ -260,4 +296,30 @@ pub(crate) async fn follow(
             }
         }
     }
+}
+
+/// Moves the planner's task on to executor task `next`, on which the plan runs, and
+/// opens a stream on it (`None`: the loop re-attaches).
+async fn follow_instead(
+    planner: &Planner,
+    task: &TaskHandle,
+    next: &str,
+) -> Option<BoxStream<'static, Result<StreamResponse, A2AError>>> {
+    tracing::info!(task = task.id(), executor_task = ?next, "the plan runs on another executor task: following it");
+    logged(
+        task,
+        task.set_metadata(META_EXECUTOR_TASK_ID, json!(next)).await,
+    );
+    logged(
+        task,
+        task.set_status(
+            TaskState::Working,
+            Some(agent_message(
+                format!("the executor runs the plan as its task {next}: following that task"),
+                None,
+            )),
+        )
+        .await,
+    );
+    planner.executor().subscribe(next).await.ok()
 }

@@ -75,6 +75,7 @@ mod follow;
 pub mod goal;
 pub mod llm;
 pub mod mandate;
+mod retry;
 pub mod service;
 pub mod templates;
 
@@ -84,5 +85,6 @@ pub use error::{Error, Result};
 pub use goal::Goal;
 pub use llm::{LlmBackend, LlmConfig};
 pub use mandate::Grant;
+pub use retry::DEFAULT_EXECUTOR_RETRY;
 pub use service::{Service, Settings, build};
 pub use templates::{GoalTemplate, Templates};

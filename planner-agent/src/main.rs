@@ -77,6 +77,12 @@ struct Args {
     /// flag, every goal must.
     #[arg(long, value_name = "MANDATE.json")]
     mandate: Option<PathBuf>,
+    /// For how many seconds reading the executor's catalog, or submitting a plan, is tried
+    /// again while the executor cannot be reached, answers with a server error or its
+    /// answer is lost (waits from 100 ms doubling up to 5 s, or an eighth of this, with
+    /// jitter); a refusal is not tried again.
+    #[arg(long, value_name = "SECONDS", default_value_t = planner_agent::DEFAULT_EXECUTOR_RETRY.as_secs())]
+    executor_retry_secs: u64,
     #[command(flatten)]
     serving: agent_host::cli::ServingArgs,
 }
@@ -230,6 +236,7 @@ async fn main() -> anyhow::Result<()> {
             mandate,
             llm,
             templates: Templates::builtin(),
+            executor_retry: Duration::from_secs(args.executor_retry_secs),
         },
         shutdown.clone(),
         args.serving.max_concurrent_requests,

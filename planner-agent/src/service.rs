@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_host::{
     HostConfig, InboundAuth, MemoryTaskStore, ServedCard, SqliteTaskStore, TaskManager, TaskStore,
@@ -44,6 +45,9 @@ pub struct Settings {
     /// A model to ask for drafts; `None` plans with the deterministic rules.
     pub llm: Option<LlmConfig>,
     pub templates: Templates,
+    /// How long a catalog read or a submission is tried again while the executor cannot
+    /// be reached (`DEFAULT_EXECUTOR_RETRY` unless configured).
+    pub executor_retry: Duration,
 }
 
 /// A built planner, ready to serve.
@@ -157,6 +161,7 @@ pub fn build_with(
             templates: settings.templates,
             shutdown,
             mandate,
+            executor_retry: settings.executor_retry,
         },
         tasks.clone(),
     );

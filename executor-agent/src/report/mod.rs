@@ -15,6 +15,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::driver::Reporter;
+use crate::journal::SagaHeader;
 use crate::saga::model::StepRecord;
 use crate::saga::{Command, Ending, Saga};
 
@@ -145,6 +146,28 @@ struct Shared {
     resend_whole: AtomicBool,
     /// Set when a given-up write held a pause or the end.
     lost_stop: AtomicBool,
+}
+
+/// What a saga's task shows about the saga in its metadata, read from the saga's journal
+/// header: the one source for a new saga and a resumed one, so that what a client sees
+/// does not depend on whether the process died in between. (`outcome` joins it when the
+/// saga ends other than completed, with the report of that end.)
+pub fn saga_metadata(header: &SagaHeader) -> Vec<(String, Value)> {
+    vec![("sagaId".to_owned(), json!(header.saga_id))]
+}
+
+/// Puts `metadata` on `task`, merged into what it has (its `owner` stays). A task that
+/// ended already keeps its end; a write that fails is logged, and the saga's first
+/// report carries the same members again.
+pub async fn show_saga(task: &TaskHandle, metadata: &[(String, Value)]) {
+    for (key, value) in metadata {
+        if let Err(e) = task.set_metadata(key, value.clone()).await {
+            if has_ended(task).await {
+                return;
+            }
+            tracing::warn!(task = task.id(), error = %e, "cannot show the saga on its task yet");
+        }
+    }
 }
 
 /// Reports a saga's progress on its A2A task. Reports reach the task in the order they

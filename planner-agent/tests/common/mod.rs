@@ -387,6 +387,7 @@ pub async fn start_under(
             mandate,
             llm,
             templates: Templates::builtin(),
+            executor_retry: planner_agent::DEFAULT_EXECUTOR_RETRY,
         },
         shutdown.clone(),
     )
