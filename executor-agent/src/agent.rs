@@ -411,7 +411,7 @@ impl Executor {
             let saga = recovered.saga.clone();
             // A revocation recorded before the saga heard of it (the process stopped in
             // between) is told again.
-            let revoked = match &header.spec.mandate {
+            let revoked = match &recovered.saga.spec.mandate {
                 Some(hold) => {
                     self.config
                         .mandates
