@@ -36,6 +36,10 @@ pub struct Settings {
     pub platform_keys: TrustStore,
     /// Planners: issuer id and public key. The same keys are trusted to sign plans.
     pub planners: Vec<(String, Jwk)>,
+    /// Approvers (people): issuer id and public key. Their JWTs (same audience and
+    /// rules as planners') answer sagas that wait for a person and see every saga; their
+    /// keys sign no plan. No name or key may be both a planner's and an approver's.
+    pub approvers: Vec<(String, Jwk)>,
     /// The bearer token of the admin API.
     pub admin_token: String,
     /// The executor's credential for each tool agent, by agent name.
@@ -94,6 +98,22 @@ pub fn executor_card(executor_id: &str) -> Value {
     })
 }
 
+/// Refuses a name or a key that is both a planner's and an approver's: a planner holding
+/// an approver's identity would decide its own sagas.
+fn distinct_roles(planners: &[(String, Jwk)], approvers: &[(String, Jwk)]) -> Result<()> {
+    for (approver, key) in approvers {
+        if let Some((planner, _)) = planners
+            .iter()
+            .find(|(name, planner_key)| name == approver || planner_key.x == key.x)
+        {
+            return Err(Error::Refused(format!(
+                "approver {approver:?} has the name or the key of planner {planner:?}: a planner must not decide its own sagas"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Opens the stores, builds the executor and its routes. Call `Executor::recover` on the
 /// result before serving, so unfinished sagas resume.
 pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service> {
@@ -134,7 +154,14 @@ pub fn build_with(
             .add_jwk(jwk)
             .map_err(|e| Error::Refused(format!("key of planner {issuer}: {e}")))?;
     }
-    let policy = JwtPolicy::new(settings.executor_id.clone(), &settings.planners)
+    distinct_roles(&settings.planners, &settings.approvers)?;
+    let callers: Vec<(String, Jwk)> = settings
+        .planners
+        .iter()
+        .chain(&settings.approvers)
+        .cloned()
+        .collect();
+    let policy = JwtPolicy::new(settings.executor_id.clone(), &callers)
         .map_err(|e| Error::Refused(e.to_string()))?;
     let planner_auth = InboundAuth::Jwt(Arc::new(policy));
     let admin_auth = InboundAuth::StaticBearer {
@@ -155,6 +182,11 @@ pub fn build_with(
         ExecutorConfig {
             registry: registry.clone(),
             planner_keys,
+            approvers: settings
+                .approvers
+                .iter()
+                .map(|(issuer, _)| issuer.clone())
+                .collect(),
             journal,
             credentials: settings.credentials,
             mcp: mcp.clone(),

@@ -48,6 +48,7 @@ async fn executor_with(
             public_url: url.clone(),
             platform_keys,
             planners: vec![(planner.kid().to_owned(), planner.public_jwk())],
+            approvers: Vec::new(),
             admin_token: ADMIN_TOKEN.into(),
             credentials,
             pause_after_journal_writes: None,
