@@ -3,7 +3,6 @@
 
 mod common;
 
-use agent_host::OutboundCall;
 use agent_host::sdk::{StreamResponse, TaskState};
 use common::*;
 use executor_agent::journal::Journal;

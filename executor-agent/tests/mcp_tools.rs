@@ -6,7 +6,6 @@
 
 mod common;
 
-use agent_host::OutboundCall;
 use agent_host::sdk::{StreamResponse, Task, TaskState};
 use common::*;
 use executor_agent::mcp::McpSession;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_host::sdk::{SendMessageConfiguration, Task, TaskState};
-use agent_host::{AgentClient, OutboundCall, SqliteTaskStore, TaskManager};
+use agent_host::{AgentClient, SqliteTaskStore, TaskManager};
 use common::*;
 use executor_agent::agent::{Executor, ExecutorConfig};
 use executor_agent::journal::Journal;
@@ -345,6 +345,7 @@ async fn a_plan_left_waiting_at_a_stop_is_taken_in_at_the_next_start() {
         ExecutorConfig {
             registry: setup.registry.clone(),
             planner_keys,
+            approvers: ["approver".to_owned()].into(),
             journal: setup.journal.clone(),
             credentials,
             mcp: setup.mcp.clone(),

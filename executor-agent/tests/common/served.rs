@@ -117,6 +117,16 @@ pub async fn serve_faulty(hosts: RegistrationHosts, faults: &[(&str, Fault)]) ->
     }
 }
 
+impl Served {
+    /// The executor's state file (journal, registry, tasks).
+    pub fn state_file(&self) -> std::path::PathBuf {
+        self._dir
+            .path()
+            .join("data")
+            .join(executor_agent::state::STATE_FILE)
+    }
+}
+
 pub fn calls_seen(served: &Served) -> usize {
     served
         .logs
