@@ -3,6 +3,7 @@
 mod cards;
 mod keys;
 mod plan;
+mod resolve;
 mod task;
 
 pub use task::{describe, goal_message, resolution_message};

@@ -71,7 +71,7 @@ async fn start(
     clock: &Clock,
 ) -> Result<Stack, Failure> {
     let (executor_bin, planner_bin, shop_bin) = (&bins[0], &bins[1], &bins[3]);
-    let (platform, _) = demo_keys(work)?;
+    let platform = demo_keys(work)?.platform;
     let (token, admin_token) = (random_token(), random_token());
     let path = |name: &str| work.join(name).display().to_string();
 

@@ -106,9 +106,20 @@ fn private_folder(work: &Path) -> Result<(), Failure> {
     builder.recursive(false).create(work).map_err(cannot)
 }
 
-/// Creates a run's work folder (0700) with fresh platform and planner keys in it
-/// (private and public JWKs, 0600): the keys the demo's agents are started with.
-fn demo_keys(work: &Path) -> Result<(SigningIdentity, SigningIdentity), Failure> {
+/// The keys of one demo run (DESIGN.md §12): the platform signs the cards, the planner
+/// signs and submits plans, the approver (a person) answers the sagas that wait for one.
+struct DemoKeys {
+    platform: SigningIdentity,
+    planner: SigningIdentity,
+    approver: SigningIdentity,
+}
+
+/// The approver's issuer name in the demo (its key's kid).
+const DEMO_APPROVER: &str = "demo-approver";
+
+/// Creates a run's work folder (0700) with fresh platform, planner and approver keys in
+/// it (private and public JWKs, 0600): the keys the demo's agents are started with.
+fn demo_keys(work: &Path) -> Result<DemoKeys, Failure> {
     private_folder(work)?;
     let generate = |kid: &str| {
         SigningIdentity::generate(Some(kid.into()))
@@ -120,7 +131,14 @@ fn demo_keys(work: &Path) -> Result<(SigningIdentity, SigningIdentity), Failure>
     write(&work.join("platform.pub.jwk"), &platform.public_jwk())?;
     write(&work.join("planner.jwk"), &planner_key.private_jwk())?;
     write(&work.join("planner.pub.jwk"), &planner_key.public_jwk())?;
-    Ok((platform, planner_key))
+    let approver = generate(DEMO_APPROVER)?;
+    write(&work.join("approver.jwk"), &approver.private_jwk())?;
+    write(&work.join("approver.pub.jwk"), &approver.public_jwk())?;
+    Ok(DemoKeys {
+        platform,
+        planner: planner_key,
+        approver,
+    })
 }
 
 /// Writes `value` as JSON to a file readable by its owner only (0600 as it is created:
@@ -153,6 +171,8 @@ struct Running {
     executor_bin: PathBuf,
     planner: Process,
     planner_key: SigningIdentity,
+    /// The person who answers a saga that waits for one.
+    approver_key: SigningIdentity,
     tool_token: String,
 }
 
@@ -166,12 +186,13 @@ impl Running {
 
     /// A call to the executor as the planner (a fresh JWT each time).
     fn as_planner(&self) -> Result<agent_host::OutboundCall, Failure> {
-        let jwt = agent_host::mint_jwt(&self.planner_key, self.planner_key.kid(), "executor", 120)
-            .map_err(|e| Failure::unusable(e.to_string()))?;
-        Ok(agent_host::OutboundCall {
-            bearer: Some(jwt),
-            ..agent_host::OutboundCall::default()
-        })
+        executor_call(&self.planner_key)
+    }
+
+    /// A call to the executor as the approver: only an approver answers a saga, and it
+    /// sees every saga's task.
+    fn as_approver(&self) -> Result<agent_host::OutboundCall, Failure> {
+        executor_call(&self.approver_key)
     }
 
     async fn restart_executor(&mut self) -> Result<(), Failure> {
@@ -208,8 +229,18 @@ impl Running {
     }
 }
 
-/// The executor's arguments: its data, the platform and planner keys and the tools'
-/// credentials, all in the run's folder `work`.
+/// A call to the executor with a fresh JWT of `key` (its kid is the issuer).
+fn executor_call(key: &SigningIdentity) -> Result<agent_host::OutboundCall, Failure> {
+    let jwt = agent_host::mint_jwt(key, key.kid(), "executor", 120)
+        .map_err(|e| Failure::unusable(e.to_string()))?;
+    Ok(agent_host::OutboundCall {
+        bearer: Some(jwt),
+        ..agent_host::OutboundCall::default()
+    })
+}
+
+/// The executor's arguments: its data, the platform, planner and approver keys and the
+/// tools' credentials, all in the run's folder `work`.
 fn executor_args(work: &Path) -> Vec<String> {
     let path = |name: &str| work.join(name).display().to_string();
     vec![
@@ -221,6 +252,8 @@ fn executor_args(work: &Path) -> Vec<String> {
         path("platform.pub.jwk"),
         "--planner".into(),
         path("planner.pub.jwk"),
+        "--approver".into(),
+        path("approver.pub.jwk"),
         "--credentials".into(),
         path("credentials.json"),
     ]
@@ -267,7 +300,7 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
         std::process::id(),
         chrono::Utc::now().format("%H%M%S")
     ));
-    let (_, planner_key) = demo_keys(&work)?;
+    let keys = demo_keys(&work)?;
     let tool_token = random_token();
     let admin_token = random_token();
     let path = |name: &str| work.join(name).display().to_string();
@@ -343,7 +376,8 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
         executor_env,
         executor_bin: executor_bin.clone(),
         planner,
-        planner_key,
+        planner_key: keys.planner,
+        approver_key: keys.approver,
         tool_token,
     })
 }
@@ -412,7 +446,9 @@ fn serving_help(running: &Running) -> String {
     let planner = running.planner.url();
     let executor = running.executor_url();
     let token = format!("--token-file {work}/{PLANNER_TOKEN_FILE}");
-    let approver = format!("--jwt-key {work}/planner.jwk --audience executor");
+    let as_planner = format!("--jwt-key {work}/planner.jwk --audience executor");
+    let approver = format!("--jwt-key {work}/approver.jwk --audience executor");
+    let resolver = format!("--approver-key {work}/approver.jwk");
     format!(
         "planner listening on {planner}\n\
          executor listening on {executor}\n\
@@ -423,11 +459,12 @@ fn serving_help(running: &Running) -> String {
          follow the planner's task:\n  \
          sagaplane task watch --agent {planner} {token} PLANNER_TASK\n\
          the executor's task (its id is the planner task's executorTaskId):\n  \
-         sagaplane task get --agent {executor} {approver} EXECUTOR_TASK\n  \
-         sagaplane task watch --agent {executor} {approver} EXECUTOR_TASK\n  \
+         sagaplane task get --agent {executor} {as_planner} EXECUTOR_TASK\n  \
+         sagaplane task watch --agent {executor} {as_planner} EXECUTOR_TASK\n\
+         every saga waiting for a person, as the approver (who sees every saga):\n  \
          sagaplane task list --agent {executor} {approver} --state input-required\n\
-         answer a saga that waits for a person (on the executor's task):\n  \
-         sagaplane task resolve --agent {executor} {approver} EXECUTOR_TASK approve|retry|resolved-manually|compensate\n\
+         answer one, as the approver (a planner never decides; approve shows the step and its arguments, and binds the answer to them):\n  \
+         sagaplane task resolve --agent {executor} {resolver} EXECUTOR_TASK approve|retry|resolved-manually|compensate\n\
          logs: {work}/planner.log, {work}/executor.log, {work}/tools.log\n\
          agents up; Ctrl-C stops everything\n"
     )
@@ -502,12 +539,12 @@ async fn saga(
         .map_err(|e| crate::a2a::failure("cannot read the executor's task", e))?;
     if task.status.state == TaskState::InputRequired {
         clock.say(&format!(
-            "{:<15} the executor's task {executor_task} waits for a person; a person answers the escalation there: resolved-manually",
+            "{:<15} the executor's task {executor_task} waits for a person; the approver {DEMO_APPROVER} answers the escalation there: resolved-manually",
             state_name(&task.status.state)
         ));
         let answer = crate::commands::resolution_message(&executor_task, "resolved-manually");
         executor
-            .send(&running.as_planner()?, &answer)
+            .send(&running.as_approver()?, &answer)
             .await
             .map_err(|e| crate::a2a::failure("the executor refused the answer", e))?;
         task = executor
@@ -599,6 +636,7 @@ mod tests {
         for secret in [
             "platform.jwk",
             "planner.jwk",
+            "approver.jwk",
             "credentials.json",
             PLANNER_TOKEN_FILE,
         ] {
