@@ -1,5 +1,5 @@
 //! Assembles a running executor from its settings: its state file in the data directory
-//! (registry, journal and tasks in one SQLite database), the executor's own agent card, its A2A endpoint (planner JWTs only), the
+//! (registry, journal and tasks in one SQLite database), the executor's own agent card, its A2A endpoint (planner and approver JWTs), the
 //! admin API (admin token) and the catalog (planner JWTs).
 
 use std::collections::HashMap;
@@ -90,7 +90,7 @@ pub fn executor_card(executor_id: &str) -> Value {
         "skills": [{
             "id": "execute-plan",
             "name": "Execute a signed plan",
-            "description": "Send the signed plan as a data part. The task is REJECTED with every violation, or runs: a status update per step transition, the saga-ledger artifact, and INPUT_REQUIRED when a person must approve or resolve (answer with {\"resolution\": \"approve\" | \"retry\" | \"resolved-manually\" | \"compensate\"}).",
+            "description": "Send the signed plan as a data part. The task is REJECTED with every violation, or runs: a status update per step transition, the saga-ledger artifact, and INPUT_REQUIRED when a person must approve or resolve: an approver (never a planner) answers with {\"resolution\": \"retry\" | \"resolved-manually\" | \"compensate\"}, or {\"resolution\": \"approve\", \"approval\": {sagaId, stepId, argsSha256, expiresAt}} naming the step and arguments the status shows. Each planner sees only its own sagas; approvers see all.",
             "tags": ["saga", "execution"],
             "inputModes": ["application/json"],
             "outputModes": ["application/json", "text/plain"]

@@ -539,7 +539,7 @@ async fn saga(
         .map_err(|e| crate::a2a::failure("cannot read the executor's task", e))?;
     if task.status.state == TaskState::InputRequired {
         clock.say(&format!(
-            "{:<15} the executor's task {executor_task} waits for a person; the approver {DEMO_APPROVER} answers the escalation there: resolved-manually",
+            "{:<15} the executor's task {executor_task} waits for a person; a person answers the escalation there, as the approver {DEMO_APPROVER}: resolved-manually",
             state_name(&task.status.state)
         ));
         let answer = crate::commands::resolution_message(&executor_task, "resolved-manually");
