@@ -76,6 +76,13 @@ pub trait Agent: Send + Sync + 'static {
         false
     }
 
+    /// Whether `caller` sees every task although the agent scopes tasks to their callers
+    /// (the executor's approvers, who answer any saga that waits for a person). Such a
+    /// caller also sees tasks that have no owner. The default: nobody.
+    fn sees_every_task(&self, _caller: &str) -> bool {
+        false
+    }
+
     /// Cancels a task that is not terminal. The default marks it canceled at once.
     async fn cancel(&self, task: TaskHandle) -> Result<Task, A2AError> {
         task.set_status(TaskState::Canceled, None)

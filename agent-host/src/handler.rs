@@ -169,20 +169,25 @@ impl<A: Agent> HostHandler<A> {
     }
 
     /// The task, if `caller` may see it: when the agent scopes tasks to their callers,
-    /// another caller's task is not found, exactly as a task that does not exist.
+    /// another caller's task is not found, exactly as a task that does not exist (unless
+    /// the agent lets `caller` see every task).
     async fn get_for(&self, caller: &str, id: &str) -> Result<Task, A2AError> {
         let task = self.get(id).await?;
-        if self.agent.scopes_tasks_to_callers() && owner_of(&task) != Some(caller) {
+        if self.scoped_for(caller) && owner_of(&task) != Some(caller) {
             return Err(A2AError::task_not_found(id));
         }
         Ok(task)
     }
 
-    /// The owner a listing is limited to, when the agent scopes tasks to their callers.
+    /// Whether `caller` sees only its own tasks.
+    fn scoped_for(&self, caller: &str) -> bool {
+        self.agent.scopes_tasks_to_callers() && !self.agent.sees_every_task(caller)
+    }
+
+    /// The owner a listing is limited to, when `caller` sees only its own tasks.
     fn owner_filter(&self, params: &ServiceParams) -> Option<String> {
-        self.agent
-            .scopes_tasks_to_callers()
-            .then(|| RequestContext::from_params(params).caller)
+        let caller = RequestContext::from_params(params).caller;
+        self.scoped_for(&caller).then_some(caller)
     }
 
     /// The live stream of a task: a snapshot first, then each event until the task is

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::answers::{self, answer_of};
 use crate::driver::{Control, Start, begin, drive};
 use crate::error::{Error, Result};
 use crate::invoke::{A2aInvoker, Endpoint, Invoker, ToolInvoker};
@@ -32,7 +33,7 @@ use crate::registry::AgentKind;
 use crate::registry::Registry;
 use crate::report::{TaskReporter, saga_metadata, show_saga};
 use crate::saga::model::Phase;
-use crate::saga::{Resolution, Saga, SagaSpec};
+use crate::saga::{Decider, Saga, SagaSpec};
 use crate::slots::{Permit, SlotHold, Slots};
 use crate::taking_in::{Intake, TakingIn};
 
@@ -43,6 +44,9 @@ pub struct ExecutorConfig {
     /// The principals' mandates: whose are honoured, what they reserved, which were
     /// revoked.
     pub mandates: MandateBook,
+    /// The callers (JWT issuers) who answer sagas that wait for a person; they see
+    /// every saga's task, and nobody else answers one.
+    pub approvers: HashSet<String>,
     pub journal: Arc<dyn Journal>,
     /// The executor's credential for each tool agent, by agent name.
     pub credentials: HashMap<String, String>,
@@ -98,19 +102,6 @@ fn plan_of(message: &Message) -> Option<Value> {
     message.parts.iter().find_map(|p| match &p.content {
         PartContent::Data(v) if v.get("plan").is_some() => v.get("plan").cloned(),
         PartContent::Data(v) if v.get("sagaId").is_some() => Some(v.clone()),
-        _ => None,
-    })
-}
-
-fn resolution_of(message: &Message) -> Option<Result<Resolution, String>> {
-    message.parts.iter().find_map(|p| match &p.content {
-        PartContent::Data(v) => v.get("resolution").map(|r| {
-            serde_json::from_value(r.clone()).map_err(|_| {
-                format!(
-                    "resolution {r} is not one of approve, retry, resolved-manually, compensate"
-                )
-            })
-        }),
         _ => None,
     })
 }
@@ -740,22 +731,70 @@ impl std::ops::Deref for ExecutorAgent {
     }
 }
 
+impl ExecutorAgent {
+    fn is_approver(&self, caller: &str) -> bool {
+        self.config.approvers.contains(caller)
+    }
+
+    /// Who decides, when `ctx`'s answer on `task` may be taken (`answers::check`); the
+    /// refusal otherwise, logged. Nothing is recorded on the task before this passes.
+    fn decider(
+        &self,
+        ctx: &RequestContext,
+        message: &Message,
+        task: &Task,
+    ) -> Result<Decider, A2AError> {
+        let checked = match answer_of(message) {
+            Some(Ok(answer)) => answers::check(
+                &ctx.caller,
+                self.is_approver(&ctx.caller),
+                task,
+                answer,
+                chrono::Utc::now().timestamp_millis(),
+            ),
+            Some(Err(refused)) => Err(refused),
+            None => Err(A2AError::invalid_params(format!(
+                "{}: a message on a saga's task must carry a data part {{\"resolution\": …}}",
+                answers::RESOLUTION_INVALID
+            ))),
+        };
+        if let Err(refused) = &checked {
+            tracing::info!(
+                task = ?task.id, caller = ?ctx.caller, refusal = ?refused.message,
+                "an answer on a saga's task was refused; the saga does not move"
+            );
+        }
+        checked
+    }
+}
+
 #[async_trait]
 impl Agent for ExecutorAgent {
+    /// A saga's task is its planner's (DESIGN.md §12): another planner gets
+    /// TaskNotFound for it; approvers see every saga's task.
+    fn scopes_tasks_to_callers(&self) -> bool {
+        true
+    }
+
+    fn sees_every_task(&self, caller: &str) -> bool {
+        self.is_approver(caller)
+    }
+
     async fn accept(
         &self,
-        _: &RequestContext,
+        ctx: &RequestContext,
         message: &Message,
         task: Option<&Task>,
     ) -> Result<Reply, A2AError> {
-        if task.is_some() {
-            return match resolution_of(message) {
-                Some(Ok(_)) => Ok(Reply::Task),
-                Some(Err(why)) => Err(A2AError::invalid_params(why)),
-                None => Err(A2AError::invalid_params(
-                    "a message on a saga's task must carry a data part {\"resolution\": …}",
-                )),
-            };
+        if let Some(task) = task {
+            return self.decider(ctx, message, task).map(|_| Reply::Task);
+        }
+        if self.is_approver(&ctx.caller) {
+            tracing::info!(caller = ?ctx.caller, "an approver's plan was refused");
+            return Err(A2AError::invalid_params(format!(
+                "{}: an approver answers sagas; plans come from planners",
+                answers::NOT_A_PLANNER
+            )));
         }
         let Some(plan) = plan_of(message) else {
             return Err(A2AError::invalid_params(
@@ -791,15 +830,21 @@ impl Agent for ExecutorAgent {
         Ok(Reply::Task)
     }
 
-    async fn run(&self, _: RequestContext, task: TaskHandle, message: Message) {
-        if let Some(Ok(resolution)) = resolution_of(&message) {
+    async fn run(&self, ctx: RequestContext, task: TaskHandle, message: Message) {
+        // `accept` checked the answer; the engine checks an approval's binding again.
+        if let Some(Ok(answer)) = answer_of(&message) {
+            let decider = Decider {
+                by: ctx.caller,
+                approval: answer.approval,
+            };
             let live = self.live.lock().ok().and_then(|l| {
                 l.get(task.id())
                     .map(|l| (l.control.clone(), l.stops.clone()))
             });
             if let Some((control, mut stops)) = live {
                 stops.borrow_and_update();
-                if control.send(Control::Resolve(resolution)).await.is_ok() {
+                let resolve = Control::Resolve(answer.resolution, Some(decider));
+                if control.send(resolve).await.is_ok() {
                     let _ = stops.changed().await;
                 }
             }

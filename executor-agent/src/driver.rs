@@ -22,7 +22,7 @@ use crate::invoke::{CallContext, Invoker, trace_id};
 use crate::journal::{Entry, Journal, SagaHeader};
 use crate::recovery::Recovered;
 use crate::saga::model::Phase;
-use crate::saga::{Command, Event, Invocation, Resolution, Saga, Target, Timer};
+use crate::saga::{Command, Decider, Event, Invocation, Resolution, Saga, Target, Timer};
 use crate::slots::SlotHold;
 
 /// Where progress goes (the executor's A2A task; a log in tests).
@@ -50,7 +50,8 @@ pub trait Reporter: Send + Sync + 'static {
 /// Requests from outside the saga: a person's answer, or a cancel.
 #[derive(Debug)]
 pub enum Control {
-    Resolve(Resolution),
+    /// A person's answer, and who gave it (for an approval, what it approves).
+    Resolve(Resolution, Option<Decider>),
     /// Answered with `Err(reason)` when the saga can no longer be canceled.
     Cancel(oneshot::Sender<std::result::Result<(), String>>),
     /// The principal revoked the saga's mandate.
@@ -188,7 +189,11 @@ pub async fn drive(
             }
             Some(event) = incoming.recv() => event,
             Some(request) = control.recv(), if !stopping => match request {
-                Control::Resolve(resolution) => Event::Resolve { resolution, now_ms: now_ms() },
+                Control::Resolve(resolution, decider) => Event::Resolve {
+                    resolution,
+                    now_ms: now_ms(),
+                    decider,
+                },
                 Control::Cancel(reply) => {
                     pending_cancel = Some(reply);
                     Event::Cancel { now_ms: now_ms() }

@@ -3,6 +3,7 @@
 //! event and every call's intent durable first; recovery replays it after a crash.
 
 pub mod agent;
+pub mod answers;
 pub mod driver;
 pub mod error;
 pub mod http;

@@ -1,5 +1,5 @@
 //! `executor-agent`: the execution plane as a process. Holds the tool credentials, serves
-//! A2A (`execute-plan`, planner JWTs), the admin API and the catalog, and resumes every
+//! A2A (`execute-plan`: planner and approver JWTs), the admin API and the catalog, and resumes every
 //! unfinished saga from its journal at start. On Ctrl-C or SIGTERM it stops serving, lets
 //! the calls out answer (up to `--drain-secs`), and exits.
 
@@ -59,6 +59,12 @@ struct Args {
     /// never a planner's key.
     #[arg(long = "principal", required = true, value_name = "PUB.jwk")]
     principals: Vec<PathBuf>,
+    /// A trusted approver (a person): `[ISSUER=]PUB.jwk`, the issuer defaulting to the
+    /// key's `kid`. Its JWTs (same audience and rules as a planner's) answer sagas that
+    /// wait for a person (approve, retry, resolved-manually, compensate) and see every
+    /// saga; nobody else answers one. Never a planner's name or key. Repeatable.
+    #[arg(long = "approver", value_name = "[ISSUER=]PUB.jwk")]
+    approvers: Vec<String>,
     /// JSON file `{"<agent name>": "<bearer token>", …}` with the tool credentials.
     #[arg(long)]
     credentials: Option<PathBuf>,
@@ -116,7 +122,8 @@ fn read_jwk(path: &Path) -> anyhow::Result<Jwk> {
         .with_context(|| format!("{} is not a JSON Web Key", path.display()))
 }
 
-fn planner(spec: &str) -> anyhow::Result<(String, Jwk)> {
+/// `[ISSUER=]PUB.jwk` of a planner or an approver (`role`, for the error).
+fn issuer_key(spec: &str, role: &str) -> anyhow::Result<(String, Jwk)> {
     let (issuer, path) = match spec.split_once('=') {
         Some((issuer, path)) => (Some(issuer.to_owned()), path),
         None => (None, spec),
@@ -125,7 +132,7 @@ fn planner(spec: &str) -> anyhow::Result<(String, Jwk)> {
     let issuer = match (issuer, &jwk.kid) {
         (Some(issuer), _) => issuer,
         (None, Some(kid)) => kid.clone(),
-        (None, None) => bail!("{path} has no kid: name the planner as ISSUER={path}"),
+        (None, None) => bail!("{path} has no kid: name the {role} as ISSUER={path}"),
     };
     Ok((issuer, jwk))
 }
@@ -187,7 +194,12 @@ async fn main() -> anyhow::Result<()> {
     let planners = args
         .planners
         .iter()
-        .map(|spec| planner(spec))
+        .map(|spec| issuer_key(spec, "planner"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let approvers = args
+        .approvers
+        .iter()
+        .map(|spec| issuer_key(spec, "approver"))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let principals = args
         .principals
@@ -212,6 +224,7 @@ async fn main() -> anyhow::Result<()> {
             platform_keys,
             planners,
             principals,
+            approvers,
             admin_token,
             credentials,
             pause_after_journal_writes: args.pause_after_journal_writes,

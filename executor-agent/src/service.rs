@@ -1,5 +1,5 @@
 //! Assembles a running executor from its settings: its state file in the data directory
-//! (registry, journal and tasks in one SQLite database), the executor's own agent card, its A2A endpoint (planner JWTs only), the
+//! (registry, journal and tasks in one SQLite database), the executor's own agent card, its A2A endpoint (planner and approver JWTs), the
 //! admin API (admin token) and the catalog (planner JWTs).
 
 use std::collections::HashMap;
@@ -38,6 +38,10 @@ pub struct Settings {
     pub planners: Vec<(String, Jwk)>,
     /// Principals whose signed mandates plans may run under; never a planner's key.
     pub principals: Vec<Jwk>,
+    /// Approvers (people): issuer id and public key. Their JWTs (same audience and
+    /// rules as planners') answer sagas that wait for a person and see every saga; their
+    /// keys sign no plan. No name or key may be both a planner's and an approver's.
+    pub approvers: Vec<(String, Jwk)>,
     /// The bearer token of the admin API.
     pub admin_token: String,
     /// The executor's credential for each tool agent, by agent name.
@@ -88,12 +92,28 @@ pub fn executor_card(executor_id: &str) -> Value {
         "skills": [{
             "id": "execute-plan",
             "name": "Execute a signed plan",
-            "description": "Send the signed plan as a data part. The task is REJECTED with every violation, or runs: a status update per step transition, the saga-ledger artifact, and INPUT_REQUIRED when a person must approve or resolve (answer with {\"resolution\": \"approve\" | \"retry\" | \"resolved-manually\" | \"compensate\"}).",
+            "description": "Send the signed plan as a data part. The task is REJECTED with every violation, or runs: a status update per step transition, the saga-ledger artifact, and INPUT_REQUIRED when a person must approve or resolve: an approver (never a planner) answers with {\"resolution\": \"retry\" | \"resolved-manually\" | \"compensate\"}, or {\"resolution\": \"approve\", \"approval\": {sagaId, stepId, argsSha256, expiresAt}} naming the step and arguments the status shows. Each planner sees only its own sagas; approvers see all.",
             "tags": ["saga", "execution"],
             "inputModes": ["application/json"],
             "outputModes": ["application/json", "text/plain"]
         }]
     })
+}
+
+/// Refuses a name or a key that is both a planner's and an approver's: a planner holding
+/// an approver's identity would decide its own sagas.
+fn distinct_roles(planners: &[(String, Jwk)], approvers: &[(String, Jwk)]) -> Result<()> {
+    for (approver, key) in approvers {
+        if let Some((planner, _)) = planners
+            .iter()
+            .find(|(name, planner_key)| name == approver || planner_key.x == key.x)
+        {
+            return Err(Error::Refused(format!(
+                "approver {approver:?} has the name or the key of planner {planner:?}: a planner must not decide its own sagas"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Opens the stores, builds the executor and its routes. Call `Executor::recover` on the
@@ -139,9 +159,14 @@ pub fn build_with(
     let mut principal_keys = TrustStore::new();
     for jwk in &settings.principals {
         // A planner that is also a principal would grant itself its budget.
-        if let Some((issuer, _)) = settings.planners.iter().find(|(_, p)| p.x == jwk.x) {
+        if let Some((issuer, _)) = settings
+            .planners
+            .iter()
+            .chain(&settings.approvers)
+            .find(|(_, p)| p.x == jwk.x)
+        {
             return Err(Error::Refused(format!(
-                "principal key {} is also the key of planner {issuer}: a planner never signs its own mandate",
+                "principal key {} is also the key of planner or approver {issuer}: a principal's key grants, and does nothing else",
                 jwk.key_id()
             )));
         }
@@ -150,7 +175,14 @@ pub fn build_with(
             .map_err(|e| Error::Refused(format!("principal key {}: {e}", jwk.key_id())))?;
     }
     let mandates = crate::mandates::MandateBook::on(&db, principal_keys)?;
-    let policy = JwtPolicy::new(settings.executor_id.clone(), &settings.planners)
+    distinct_roles(&settings.planners, &settings.approvers)?;
+    let callers: Vec<(String, Jwk)> = settings
+        .planners
+        .iter()
+        .chain(&settings.approvers)
+        .cloned()
+        .collect();
+    let policy = JwtPolicy::new(settings.executor_id.clone(), &callers)
         .map_err(|e| Error::Refused(e.to_string()))?;
     let planner_auth = InboundAuth::Jwt(Arc::new(policy));
     let admin_auth = InboundAuth::StaticBearer {
@@ -172,6 +204,11 @@ pub fn build_with(
             registry: registry.clone(),
             planner_keys,
             mandates,
+            approvers: settings
+                .approvers
+                .iter()
+                .map(|(issuer, _)| issuer.clone())
+                .collect(),
             journal,
             credentials: settings.credentials,
             mcp: mcp.clone(),

@@ -309,6 +309,7 @@ async fn a_declined_capture_unwinds_and_a_hanging_email_escalates() {
         .control
         .send(Control::Resolve(
             executor_agent::saga::Resolution::ResolvedManually,
+            None,
         ))
         .await
         .unwrap();

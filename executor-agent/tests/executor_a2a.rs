@@ -3,7 +3,6 @@
 
 mod common;
 
-use agent_host::OutboundCall;
 use agent_host::sdk::{StreamResponse, TaskState};
 use common::*;
 use executor_agent::journal::Journal;
@@ -119,12 +118,12 @@ async fn an_escalation_waits_for_a_person_and_cannot_be_canceled_past_the_pivot(
     );
     let err = setup
         .client
-        .cancel_task(&OutboundCall::default(), &task.id)
+        .cancel_task(&setup.as_planner(), &task.id)
         .await
         .unwrap_err();
     assert!(err.to_string().to_lowercase().contains("cancel"), "{err}");
     let done = setup
-        .send(json!({"resolution": "resolved-manually"}), Some(&task.id))
+        .resolve(json!({"resolution": "resolved-manually"}), &task.id)
         .await;
     assert_eq!(done.status.state, TaskState::Completed, "{:?}", done.status);
 }
@@ -147,7 +146,7 @@ async fn held_at_the_sandbox() -> Streamed {
     );
     let mut events = setup
         .client
-        .stream(&OutboundCall::default(), &request)
+        .stream(&setup.as_planner(), &request)
         .await
         .unwrap();
     let task_id = match events.next().await {
@@ -172,7 +171,7 @@ async fn a_saga_stopped_while_its_journal_cannot_be_written_is_left_to_recovery_
 
     let task = setup
         .client
-        .get_task(&OutboundCall::default(), &task_id)
+        .get_task(&setup.as_planner(), &task_id)
         .await
         .unwrap();
     // The journal holds an unfinished saga, resumed at the next start: the task must not
@@ -293,14 +292,14 @@ async fn a_finished_saga_is_forgotten_after_its_retention_once_its_plan_cannot_b
     assert_eq!(forgotten.unwrap(), 1);
     let gone = setup
         .client
-        .get_task(&OutboundCall::default(), &short.id)
+        .get_task(&setup.as_planner(), &short.id)
         .await
         .unwrap_err();
     assert!(gone.to_string().contains("not found"), "{gone}");
     assert!(!journaled(&setup, "sg_short_mandate").await);
     let kept = setup
         .client
-        .get_task(&OutboundCall::default(), &long.id)
+        .get_task(&setup.as_planner(), &long.id)
         .await
         .unwrap();
     assert_eq!(kept.status.state, TaskState::Completed);

@@ -284,7 +284,7 @@ async fn a_compensation_that_never_succeeds_is_dead_lettered_and_the_unwind_wait
 
     // A person releases the budget by hand: the unwind goes on and ends compensated.
     let done = harness
-        .send(json!({"resolution": "resolved-manually"}), Some(&task.id))
+        .resolve(json!({"resolution": "resolved-manually"}), &task.id)
         .await;
     assert_compensated(&done);
     assert_eq!(
@@ -329,7 +329,7 @@ async fn after_the_pivot_a_failing_email_escalates_and_nothing_is_compensated() 
 
     // Even a person asking for compensation cannot unwind past the pivot.
     let still = harness
-        .send(json!({"resolution": "compensate"}), Some(&task.id))
+        .resolve(json!({"resolution": "compensate"}), &task.id)
         .await;
     assert_eq!(still.status.state, TaskState::InputRequired);
     assert!(

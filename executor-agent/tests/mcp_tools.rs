@@ -6,7 +6,6 @@
 
 mod common;
 
-use agent_host::OutboundCall;
 use agent_host::sdk::{StreamResponse, Task, TaskState};
 use common::*;
 use executor_agent::mcp::McpSession;
@@ -179,7 +178,7 @@ async fn run(harness: &Harness, plan: Value) -> (Task, Vec<String>) {
     let request = data_message(plan, None);
     let mut events = harness
         .client
-        .stream(&OutboundCall::default(), &request)
+        .stream(&harness.as_planner(), &request)
         .await
         .unwrap();
     let (mut texts, mut task_id) = (Vec::new(), None);
@@ -202,7 +201,7 @@ async fn run(harness: &Harness, plan: Value) -> (Task, Vec<String>) {
     }
     let task = harness
         .client
-        .get_task(&OutboundCall::default(), &task_id.unwrap())
+        .get_task(&harness.as_planner(), &task_id.unwrap())
         .await
         .unwrap();
     (task, texts)

@@ -615,8 +615,8 @@ async fn a_saga_that_waits_for_a_person_says_so_in_the_log() {
 
 /// Writes into the stopped executor's state file what a kill between a task's creation and
 /// its saga's first journal write leaves: the task `task_id`, SUBMITTED, with the signed
-/// plan as its first message, and no saga. (The request that created it may already have
-/// been answered with it.)
+/// plan as its first message, its planner as its owner, and no saga. (The request that
+/// created it may already have been answered with it.)
 async fn created_but_not_begun(world: &World, data: &Path, task_id: &str) {
     let db = executor_agent::state::open(data).unwrap();
     let store = SqliteTaskStore::on(&db).unwrap();
@@ -634,7 +634,13 @@ async fn created_but_not_begun(world: &World, data: &Path, task_id: &str) {
         },
         artifacts: None,
         history: Some(vec![message]),
-        metadata: None,
+        metadata: Some(
+            [(
+                agent_host::OWNER_METADATA.to_owned(),
+                serde_json::json!("planner-1"),
+            )]
+            .into(),
+        ),
     };
     store.put(&task).await.unwrap();
 }

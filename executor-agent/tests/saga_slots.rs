@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_host::sdk::{SendMessageConfiguration, Task, TaskState};
-use agent_host::{AgentClient, OutboundCall, SqliteTaskStore, TaskManager};
+use agent_host::{AgentClient, SqliteTaskStore, TaskManager};
 use common::*;
 use executor_agent::agent::{Executor, ExecutorConfig};
 use executor_agent::journal::Journal;
@@ -47,7 +47,7 @@ async fn send_now(setup: &Harness, plan: Value) -> Task {
         history_length: None,
         return_immediately: Some(true),
     });
-    match setup.client.send(&OutboundCall::default(), &request).await {
+    match setup.client.send(&setup.as_planner(), &request).await {
         Ok(agent_host::sdk::SendMessageResponse::Task(task)) => task,
         other => panic!("expected a task, got {other:?}"),
     }
@@ -56,7 +56,7 @@ async fn send_now(setup: &Harness, plan: Value) -> Task {
 async fn task_of(setup: &Harness, id: &str) -> Task {
     setup
         .client
-        .get_task(&OutboundCall::default(), id)
+        .get_task(&setup.as_planner(), id)
         .await
         .unwrap()
 }
@@ -178,7 +178,7 @@ async fn a_saga_waiting_for_a_person_gives_its_slot_to_the_next() {
     assert_eq!(next.status.state, TaskState::Completed, "{:?}", next.status);
 
     let resolved = setup
-        .send(json!({"resolution": "retry"}), Some(&escalated.id))
+        .resolve(json!({"resolution": "retry"}), &escalated.id)
         .await;
     assert_eq!(
         resolved.status.state,
@@ -212,9 +212,10 @@ async fn a_saga_answered_by_a_person_gets_the_next_slot_before_a_plan_that_waite
     // after the new plan came, and must still go first.
     let answer = {
         let (client, id) = (AgentClient::new(&setup.url).unwrap(), paused.id.clone());
+        let approver = setup.as_approver();
         tokio::spawn(async move {
             let request = data_message(json!({"resolution": "retry"}), Some(&id));
-            client.send(&OutboundCall::default(), &request).await
+            client.send(&approver, &request).await
         })
     };
     until_waiting(&setup, 2).await;
@@ -290,7 +291,7 @@ async fn a_plan_canceled_while_it_waits_for_a_slot_never_runs() {
 
     let canceled = setup
         .client
-        .cancel_task(&OutboundCall::default(), &waiting.id)
+        .cancel_task(&setup.as_planner(), &waiting.id)
         .await
         .unwrap();
     assert_eq!(canceled.status.state, TaskState::Canceled);
@@ -346,6 +347,7 @@ async fn a_plan_left_waiting_at_a_stop_is_taken_in_at_the_next_start() {
             planner_keys,
             mandates: executor_agent::mandates::MandateBook::on(&setup.db, common::principals())
                 .unwrap(),
+            approvers: ["approver".to_owned()].into(),
             journal: setup.journal.clone(),
             credentials,
             mcp: setup.mcp.clone(),
@@ -380,7 +382,8 @@ async fn a_cancel_while_the_saga_is_being_begun_waits_for_it_and_unwinds_it() {
 
     let cancel = {
         let (client, id) = (AgentClient::new(&setup.url).unwrap(), task.id.clone());
-        tokio::spawn(async move { client.cancel_task(&OutboundCall::default(), &id).await })
+        let planner = setup.as_planner();
+        tokio::spawn(async move { client.cancel_task(&planner, &id).await })
     };
     let mut waiting = setup.executor.taking_in().watch_cancels_waiting();
     tokio::time::timeout(WAIT, waiting.wait_for(|n| *n == 1))

@@ -139,9 +139,16 @@ pub(crate) async fn finish(planner: &Planner, task: &TaskHandle, ended: &Task) {
                 agent_message(
                     format!(
                         "waiting for an approver: the executor's task {id} at {url} needs a person's decision{said}\n\
-                         An approver answers on the executor's task {id} (SendMessage{how}). A planner never decides: this task takes no answer, and moves on when the executor's task does."
+                         An approver answers on the executor's task {id} (SendMessage{how}; `sagaplane task resolve --approver-key`). A planner never decides: this task takes no answer, and moves on when the executor's task does."
                     ),
-                    Some(json!({"executorTaskId": id, "executorUrl": url})),
+                    // What the executor's task waits for (an approval: the step and the
+                    // arguments the approver approves), as the executor shows it.
+                    Some(match data_of(status.message.as_ref()) {
+                        Some(awaiting) => {
+                            json!({"executorTaskId": id, "executorUrl": url, "awaiting": awaiting})
+                        }
+                        None => json!({"executorTaskId": id, "executorUrl": url}),
+                    }),
                 ),
             )
         }

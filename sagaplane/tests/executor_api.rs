@@ -52,6 +52,7 @@ async fn executor_with(
                 serde_json::from_str(&std::fs::read_to_string(test_principal_pub()).unwrap())
                     .unwrap(),
             ],
+            approvers: Vec::new(),
             admin_token: ADMIN_TOKEN.into(),
             credentials,
             pause_after_journal_writes: None,

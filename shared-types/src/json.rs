@@ -95,6 +95,13 @@ pub fn canonicalize(value: &Value) -> Result<Vec<u8>> {
     canonicalize_without(value, None)
 }
 
+/// The lowercase hex SHA-256 of `value`'s canonical bytes: what an approval names the
+/// arguments it approves by (an integral double hashes as the integer it is).
+pub fn canonical_sha256(value: &Value) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    Ok(format!("{:x}", Sha256::digest(canonicalize(value)?)))
+}
+
 /// The canonical bytes of `value`, leaving out the top-level member `skip` when `value`
 /// is an object (how signed objects exclude their `signatures`).
 pub fn canonicalize_without(value: &Value, skip: Option<&str>) -> Result<Vec<u8>> {
@@ -274,6 +281,26 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn canonical_sha256_is_the_hash_of_the_canonical_bytes() {
+        // RFC 8785 orders members and writes 25000.0 as 25000.
+        let value = json!({"b": 25000.0, "a": "x"});
+        let same = json!({"a": "x", "b": 25000});
+        assert_eq!(
+            canonical_sha256(&value).unwrap(),
+            canonical_sha256(&same).unwrap()
+        );
+        // `printf '{"a":"x","b":25000}' | sha256sum`
+        assert_eq!(
+            canonical_sha256(&value).unwrap(),
+            "730e0af1f9264f407e5d9091da3ddccf5db8eb3d40697ba482681d8b206b8cf6"
+        );
+        assert_ne!(
+            canonical_sha256(&value).unwrap(),
+            canonical_sha256(&json!({"a": "y", "b": 25000})).unwrap()
+        );
+    }
 
     fn canonical(text: &str) -> String {
         String::from_utf8(canonicalize(&parse_strict(text).unwrap()).unwrap()).unwrap()

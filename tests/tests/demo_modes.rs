@@ -178,11 +178,20 @@ fn a_declined_capture_unwinds_before_the_pivot() {
 
 /// An escalation past the pivot: the executor waited for a person (INPUT_REQUIRED), the
 /// planner's task meanwhile for an approver (AUTH_REQUIRED), the demo answered
-/// `resolved-manually` on the executor's task, and the saga completed; nothing was undone.
+/// `resolved-manually` on the executor's task as its approver (on the ledger), and the
+/// saga completed; nothing was undone.
 fn assert_escalated_then_completed(text: &str, summary: &Value) {
     assert!(text.contains("INPUT_REQUIRED"), "{text}");
     assert!(text.contains("AUTH_REQUIRED"), "{text}");
     assert!(text.contains("a person answers"), "{text}");
+    // The answer came from the demo's approver, and the executor's ledger says so.
+    assert!(
+        summary["executorTask"]
+            .to_string()
+            .contains("\"by\":\"demo-approver\""),
+        "the ledger names the approver: {}",
+        summary["executorTask"]
+    );
     for task in ["executorTask", "plannerTask"] {
         assert_eq!(state(&summary[task]), "TASK_STATE_COMPLETED", "{task}");
     }

@@ -64,6 +64,7 @@ fn the_served_demo_prints_its_folder_and_commands_that_work() {
     for secret in [
         "platform.jwk",
         "planner.jwk",
+        "approver.jwk",
         "credentials.json",
         "planner-token",
         "principal.jwk",

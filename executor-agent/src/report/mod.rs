@@ -304,7 +304,7 @@ impl Reporter for TaskReporter {
     }
 
     async fn report_all(&self, shown: &[Command], saga: &Saga) {
-        let statuses: Vec<_> = shown.iter().filter_map(status_of).collect();
+        let statuses: Vec<_> = shown.iter().filter_map(|c| status_of(c, saga)).collect();
         if statuses.is_empty() {
             return;
         }
@@ -352,16 +352,28 @@ fn log_stops(shown: &[Command], saga: &Saga, task_id: &str) {
     }
 }
 
-/// The task state and message a command shows.
-fn status_of(command: &Command) -> Option<(TaskState, Option<Message>)> {
+/// The task state and message a command shows (`saga`: as it stands after it). A pause
+/// carries what it waits for as a data part (`Saga::awaiting`): for an approval, the
+/// arguments and the `argsSha256` an approval must name.
+fn status_of(command: &Command, saga: &Saga) -> Option<(TaskState, Option<Message>)> {
     let (state, text) = match command {
         Command::Report { step, what } => (TaskState::Working, format!("{step}: {what}")),
-        Command::Pause { reason } => (
-            TaskState::InputRequired,
-            format!(
-                "{reason}. Answer with a data part {{\"resolution\": \"approve\" | \"retry\" | \"resolved-manually\" | \"compensate\"}}"
-            ),
-        ),
+        Command::Pause { reason } => {
+            let awaiting = saga.awaiting();
+            let how = if awaiting
+                .as_ref()
+                .is_some_and(|a| a.get("approval").is_some())
+            {
+                "An approver answers with a data part {\"resolution\": \"approve\", \"approval\": {\"sagaId\", \"stepId\", \"argsSha256\", \"expiresAt\"}} naming the step and arguments in this status's data part, or {\"resolution\": \"compensate\"}"
+            } else {
+                "An approver answers with a data part {\"resolution\": \"retry\" | \"resolved-manually\" | \"compensate\"}"
+            };
+            let text = format!("{reason}. {how}");
+            return Some((
+                TaskState::InputRequired,
+                Some(agent_message(text, awaiting)),
+            ));
+        }
         Command::Finish { ending, reason } => {
             let state = match ending {
                 Ending::Completed => TaskState::Completed,

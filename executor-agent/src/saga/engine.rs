@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use shared_types::expr::{self, EvalContext};
 
 use super::model::{
-    CallOutcome, Cause, Command, Ending, Event, Forward, Invocation, PauseOn, Phase, Resolution,
-    StepRecord, Target, Timer, Undo,
+    CallOutcome, Cause, Command, Decider, Ending, Event, Forward, Invocation, PauseOn, Phase,
+    Resolution, StepRecord, Target, Timer, Undo,
 };
 use super::spec::{CallSpec, SagaSpec};
 
@@ -41,6 +41,7 @@ impl Saga {
                     Undo::NotNeeded
                 },
                 undo_attempts: 0,
+                decisions: Vec::new(),
             })
             .collect();
         Self {
@@ -95,9 +96,11 @@ impl Saga {
                 }
             }
             Event::TimerFired { timer, now_ms } => self.on_timer(timer, now_ms, &mut out),
-            Event::Resolve { resolution, now_ms } => {
-                self.on_resolution(resolution, now_ms, &mut out)
-            }
+            Event::Resolve {
+                resolution,
+                now_ms,
+                decider,
+            } => self.on_resolution(resolution, decider.as_ref(), now_ms, &mut out),
             Event::Cancel { now_ms } => self.on_cancel(now_ms, &mut out),
             Event::MandateRevoked { now_ms } => {
                 self.on_mandate_ended(Cause::MandateRevoked, "mandate revoked", now_ms, &mut out)
@@ -181,7 +184,11 @@ fn retry_later(
 }
 
 /// An earlier step's result, for `$steps.<id>.response.body` bindings.
-fn response_of<'a>(spec: &'a SagaSpec, records: &'a [StepRecord], id: &str) -> Option<&'a Value> {
+pub(super) fn response_of<'a>(
+    spec: &'a SagaSpec,
+    records: &'a [StepRecord],
+    id: &str,
+) -> Option<&'a Value> {
     let i = spec.steps.iter().position(|s| s.id == id)?;
     match &records[i].forward {
         Forward::Succeeded { response, .. } => Some(response.as_ref()),
@@ -203,9 +210,13 @@ impl Saga {
             return;
         };
         self.phase = Phase::Forward { step: from };
+        // A step whose arguments cannot be bound is not put to a person: it fails below.
         if let Some(timeout) = step.approval_timeout_ms
             && self.records[from].forward == Forward::Pending
+            && let Ok(args) = self.bind_forward(from)
         {
+            // What the approver sees, and approves by its hash: the arguments as sent.
+            self.records[from].request = Some(Arc::new(args));
             self.records[from].forward = Forward::AwaitingApproval;
             let reason = format!("step {} ({}) needs approval", step.id, step.call.skill);
             out.push(Command::StartTimer {
@@ -233,14 +244,7 @@ impl Saga {
         let records = &self.records;
         let lookup = |id: &str| response_of(spec, records, id);
         let bound = if forward {
-            let ctx = EvalContext {
-                saga_id: Some(&spec.saga_id),
-                step_id: Some(&step.id),
-                idempotency_key: Some(&step.idempotency_key),
-                step_responses: Some(&lookup),
-                ..EvalContext::default()
-            };
-            expr::bind(&step.args, &ctx)
+            self.bind_forward(i)
                 .map(|args| (args, step.idempotency_key.clone(), step.call.clone()))
         } else {
             let Some(comp) = &step.compensation else {
@@ -583,7 +587,7 @@ impl Saga {
         self.request_unwind(cause, now_ms, out);
     }
 
-    fn pause_reason(&self) -> String {
+    pub(super) fn pause_reason(&self) -> String {
         match &self.phase {
             Phase::Paused { reason, .. } => reason.clone(),
             _ => String::new(),
@@ -626,19 +630,37 @@ impl Saga {
         }
     }
 
-    fn on_resolution(&mut self, resolution: Resolution, now_ms: i64, out: &mut Vec<Command>) {
+    fn on_resolution(
+        &mut self,
+        resolution: Resolution,
+        decider: Option<&Decider>,
+        now_ms: i64,
+        out: &mut Vec<Command>,
+    ) {
         let Phase::Paused { on, .. } = self.phase else {
             return;
         };
         match (on, resolution) {
             (PauseOn::Approval { step }, Resolution::Approve) => {
+                if let Err(why) = self.approval_applies(step, decider, now_ms) {
+                    out.push(Command::Pause {
+                        reason: format!(
+                            "{} (the approval was not applied: {why})",
+                            self.pause_reason()
+                        ),
+                    });
+                    return;
+                }
+                self.decided(step, resolution, decider, now_ms);
                 self.phase = Phase::Forward { step };
                 self.invoke(Target::Forward(step), 1, now_ms, out);
             }
-            (PauseOn::Approval { .. }, Resolution::Compensate) => {
+            (PauseOn::Approval { step }, Resolution::Compensate) => {
+                self.decided(step, resolution, decider, now_ms);
                 self.request_unwind(Cause::Failure, now_ms, out)
             }
             (PauseOn::Forward { step }, Resolution::Retry) => {
+                self.decided(step, resolution, decider, now_ms);
                 self.phase = Phase::Forward { step };
                 self.invoke(
                     Target::Forward(step),
@@ -648,6 +670,7 @@ impl Saga {
                 );
             }
             (PauseOn::Forward { step }, Resolution::ResolvedManually) => {
+                self.decided(step, resolution, decider, now_ms);
                 self.records[step].forward = Forward::ResolvedManually;
                 if self.records[step].undo == Undo::Pending {
                     self.records[step].undo = Undo::NothingToUndo;
@@ -659,6 +682,7 @@ impl Saga {
                 // when a person confirms the pivot did not happen.
                 let allowed = self.spec.point_of_no_return.is_none_or(|p| step <= p);
                 if allowed {
+                    self.decided(step, resolution, decider, now_ms);
                     if step == self.spec.point_of_no_return.unwrap_or(usize::MAX) {
                         self.records[step].forward = Forward::Failed {
                             reason: "confirmed not done by a person".into(),
@@ -677,11 +701,13 @@ impl Saga {
                 }
             }
             (PauseOn::Compensation { step, cause }, Resolution::Retry) => {
+                self.decided(step, resolution, decider, now_ms);
                 self.phase = Phase::Unwinding { cause };
                 self.records[step].undo = Undo::Pending;
                 self.invoke(Target::Compensation(step), 1, now_ms, out);
             }
             (PauseOn::Compensation { step, cause }, Resolution::ResolvedManually) => {
+                self.decided(step, resolution, decider, now_ms);
                 self.records[step].undo = Undo::ResolvedManually;
                 self.phase = Phase::Unwinding { cause };
                 self.continue_unwind(now_ms, out);
@@ -727,9 +753,15 @@ impl Saga {
         let (Some(s), Some(r)) = (self.spec.steps.get(index), self.records.get(index)) else {
             return Value::Null;
         };
-        json!({
+        let mut step = json!({
             "step": s.id, "skill": s.call.skill, "idempotencyKey": s.idempotency_key,
             "attempts": r.attempts, "forward": r.forward, "undo": r.undo, "undoAttempts": r.undo_attempts,
-        })
+        });
+        if !r.decisions.is_empty()
+            && let Value::Object(members) = &mut step
+        {
+            members.insert("decisions".to_owned(), super::approval::ledger_decisions(r));
+        }
+        step
     }
 }

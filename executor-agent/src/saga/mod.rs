@@ -1,6 +1,7 @@
 //! The saga: its spec (plan joined with curated declarations), its vocabulary, and the
 //! pure engine.
 
+mod approval;
 pub mod engine;
 pub mod model;
 pub mod spec;
@@ -9,5 +10,8 @@ pub mod spec;
 pub(crate) mod tests;
 
 pub use engine::Saga;
-pub use model::{CallOutcome, Command, Ending, Event, Invocation, Resolution, Target, Timer};
+pub use model::{
+    Approval, CallOutcome, Command, Decider, Decision, Ending, Event, Invocation, Resolution,
+    Target, Timer,
+};
 pub use spec::{SagaSpec, SpecError};

@@ -38,6 +38,42 @@ pub enum Resolution {
     Compensate,
 }
 
+/// Who answered a paused saga and, for an approval, what they approved: the input a
+/// resolution comes with, checked by the executor before it reaches the engine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decider {
+    /// The approver: the issuer of the JWT the answer came with.
+    pub by: String,
+    /// For `approve`: the step and arguments approved, and until when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+}
+
+/// What an approval approves: one step of one saga, with exactly these arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Approval {
+    pub saga_id: String,
+    pub step_id: String,
+    /// Lowercase hex SHA-256 of the RFC 8785 form of the step's bound arguments.
+    pub args_sha256: String,
+    /// The approval is void after this instant (milliseconds since the Unix epoch).
+    pub expires_at_ms: i64,
+}
+
+/// A person's decision as the ledger keeps it (on the step the saga waited at).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    pub by: String,
+    pub resolution: Resolution,
+    pub at_ms: i64,
+    /// For an approval: the arguments approved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args_sha256: Option<String>,
+}
+
 /// Timers the engine asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "timer", rename_all = "camelCase")]
@@ -67,6 +103,9 @@ pub enum Event {
     Resolve {
         resolution: Resolution,
         now_ms: i64,
+        /// Who decided (absent in journals written before approvers existed).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        decider: Option<Decider>,
     },
     Cancel {
         now_ms: i64,
@@ -193,6 +232,9 @@ pub struct StepRecord {
     pub request: Option<Arc<Value>>,
     pub undo: Undo,
     pub undo_attempts: u32,
+    /// What people decided while the saga waited at this step, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decisions: Vec<Decision>,
 }
 
 /// Where the saga stands.

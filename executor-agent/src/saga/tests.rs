@@ -269,6 +269,7 @@ fn an_unknown_pivot_escalates_and_unwinds_nothing() {
         Event::Resolve {
             resolution: Resolution::Compensate,
             now_ms: T0 + 1000,
+            decider: None,
         },
         &mut ok,
     );
@@ -290,6 +291,7 @@ fn exhausted_retries_after_the_pivot_escalate_and_never_unwind() {
         Event::Resolve {
             resolution: Resolution::Compensate,
             now_ms: T0 + 1,
+            decider: None,
         },
         &mut ok,
     );
@@ -302,6 +304,7 @@ fn exhausted_retries_after_the_pivot_escalate_and_never_unwind() {
         Event::Resolve {
             resolution: Resolution::Retry,
             now_ms: T0 + 2,
+            decider: None,
         },
         &mut ok,
     );
@@ -343,6 +346,7 @@ fn a_compensation_that_keeps_failing_is_dead_lettered_then_retried_by_a_person()
         Event::Resolve {
             resolution: Resolution::Retry,
             now_ms: T0 + 5,
+            decider: None,
         },
         &mut ok,
     );
@@ -432,6 +436,7 @@ fn an_unresolvable_compensation_escalates_instead_of_calling_with_partial_argume
         Event::Resolve {
             resolution: Resolution::ResolvedManually,
             now_ms: T0 + 1,
+            decider: None,
         },
         &mut ok,
     );
@@ -583,6 +588,7 @@ fn approvals_pause_until_a_person_answers_and_expire_into_an_unwind() {
         Event::Resolve {
             resolution: Resolution::Approve,
             now_ms: T0 + 100,
+            decider: None,
         },
         &mut ok,
     );
@@ -602,6 +608,133 @@ fn approvals_pause_until_a_person_answers_and_expire_into_an_unwind() {
     );
     assert_eq!(run.skills(), ["budget.release", "vendor.archive"]);
     assert_eq!(run.ending(), Some(Ending::Compensated));
+}
+
+/// An approver's approval of what `saga` waits for (as its pause shows it), valid until
+/// `expires_at_ms`.
+fn approval_of_pause(saga: &Saga, by: &str, expires_at_ms: i64) -> Decider {
+    let awaiting = saga.awaiting().expect("the saga waits");
+    let shown = &awaiting["approval"];
+    Decider {
+        by: by.into(),
+        approval: Some(Approval {
+            saga_id: shown["sagaId"].as_str().unwrap().into(),
+            step_id: shown["stepId"].as_str().unwrap().into(),
+            args_sha256: shown["argsSha256"].as_str().unwrap().into(),
+            expires_at_ms,
+        }),
+    }
+}
+
+#[test]
+fn an_approval_pause_shows_the_bound_arguments_and_their_hash() {
+    let mut saga = saga_from("examples/plans/invalid/undo-ttl-too-short.json");
+    start(&mut saga, &mut ok);
+    let awaiting = saga.awaiting().expect("the saga waits for an approval");
+    let shown = &awaiting["approval"];
+    assert_eq!(shown["stepId"], saga.spec.steps[2].id);
+    assert_eq!(shown["skill"], "compliance.review");
+    assert_eq!(shown["agent"], saga.spec.steps[2].call.agent);
+    // Bound (no runtime expression left), and hashed as RFC 8785 canonical JSON.
+    let args = &shown["args"];
+    assert!(!args.to_string().contains("$steps"), "{args}");
+    assert_eq!(
+        shown["argsSha256"],
+        shared_types::json::canonical_sha256(args).unwrap()
+    );
+    // What the approved call is then sent with is exactly what was shown.
+    let decider = approval_of_pause(&saga, "alice", T0 + 60_000);
+    let run = drive(
+        &mut saga,
+        Event::Resolve {
+            resolution: Resolution::Approve,
+            now_ms: T0 + 100,
+            decider: Some(decider),
+        },
+        &mut ok,
+    );
+    assert_eq!(&run.calls[0].2, args);
+    assert_eq!(run.ending(), Some(Ending::Completed));
+    let decisions = &saga.ledger()["steps"][2]["decisions"];
+    assert_eq!(decisions[0]["by"], "alice");
+    assert_eq!(decisions[0]["resolution"], "approve");
+    assert_eq!(decisions[0]["argsSha256"], shown["argsSha256"]);
+    assert_eq!(decisions[0]["at"], "2027-01-15T08:00:00.100Z");
+}
+
+#[test]
+fn an_approval_for_other_arguments_another_step_or_expired_moves_nothing() {
+    let mut saga = saga_from("examples/plans/invalid/undo-ttl-too-short.json");
+    start(&mut saga, &mut ok);
+    let good = approval_of_pause(&saga, "alice", T0 + 60_000);
+    let mut other_args = good.clone();
+    if let Some(a) = other_args.approval.as_mut() {
+        a.args_sha256 = shared_types::json::canonical_sha256(&json!({"other": 1})).unwrap();
+    }
+    let mut other_step = good.clone();
+    if let Some(a) = other_step.approval.as_mut() {
+        a.step_id = saga.spec.steps[1].id.clone();
+    }
+    let unbound = Decider {
+        by: "alice".into(),
+        approval: None,
+    };
+    let expired = approval_of_pause(&saga, "alice", T0 + 50);
+    for decider in [other_args, other_step, unbound, expired] {
+        let before = saga.clone();
+        let run = drive(
+            &mut saga,
+            Event::Resolve {
+                resolution: Resolution::Approve,
+                now_ms: T0 + 100,
+                decider: Some(decider.clone()),
+            },
+            &mut ok,
+        );
+        assert!(run.calls.is_empty(), "{decider:?}");
+        assert!(
+            matches!(run.last(), Command::Pause { reason } if reason.contains("not applied")),
+            "{decider:?}"
+        );
+        assert_eq!(saga, before, "{decider:?}");
+    }
+}
+
+#[test]
+fn escalation_answers_are_recorded_with_who_gave_them_and_replayed() {
+    let mut saga = supplier();
+    let run = start(&mut saga, &mut fault_on("payments.capture", unknown));
+    assert!(matches!(run.last(), Command::Pause { .. }));
+    assert_eq!(
+        saga.awaiting().unwrap()["escalation"]["skill"],
+        "payments.capture"
+    );
+    let answer = Event::Resolve {
+        resolution: Resolution::ResolvedManually,
+        now_ms: T0 + 500,
+        decider: Some(Decider {
+            by: "bob".into(),
+            approval: None,
+        }),
+    };
+    let mut replayed = saga.clone();
+    drive(&mut saga, answer.clone(), &mut ok);
+    replayed.step(answer);
+    let capture = saga
+        .spec
+        .steps
+        .iter()
+        .position(|s| s.call.skill == "payments.capture")
+        .unwrap();
+    let decisions = &saga.ledger()["steps"][capture]["decisions"];
+    assert_eq!(decisions[0]["by"], "bob");
+    assert_eq!(decisions[0]["resolution"], "resolved-manually");
+    assert!(decisions[0].get("argsSha256").is_none());
+    assert_eq!(
+        replayed.ledger()["steps"][capture]["decisions"],
+        *decisions,
+        "the journal's event rebuilds the decision"
+    );
 }
 
 #[test]

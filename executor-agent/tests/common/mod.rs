@@ -19,8 +19,8 @@ use agent_host::sdk::{
 };
 use agent_host::store::durable::Database;
 use agent_host::{
-    Agent, AgentClient, HostConfig, InboundAuth, OutboundCall, RequestContext, ServedCard,
-    SqliteTaskStore, TaskHandle, TaskManager, prepare_card,
+    Agent, AgentClient, HostConfig, InboundAuth, JwtPolicy, OutboundCall, RequestContext,
+    ServedCard, SqliteTaskStore, TaskHandle, TaskManager, mint_jwt, prepare_card,
 };
 use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::{Request, State};
@@ -665,7 +665,10 @@ impl<J: Journal> Journal for FlakyJournal<J> {
 /// with `faults`), with short timeouts and backoffs so that faults are quick.
 pub struct Harness {
     pub client: AgentClient,
+    /// The trusted planner (issuer `planner`): it signs the plans and sends them.
     pub planner: SigningIdentity,
+    /// The approver (issuer `approver`): it answers the sagas that wait for a person.
+    pub approver: SigningIdentity,
     /// The platform key that curates cards and MCP manifests.
     pub platform: SigningIdentity,
     pub registry: Registry,
@@ -702,6 +705,7 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let platform = SigningIdentity::from_seed([21; 32], Some("platform".into()));
         let planner = SigningIdentity::from_seed([22; 32], Some("planner".into()));
+        let approver = SigningIdentity::from_seed([23; 32], Some("approver".into()));
         let mut platform_keys = TrustStore::new();
         platform_keys.add_jwk(&platform.public_jwk()).unwrap();
         // The executor's one state file, as `executor-agent` keeps it.
@@ -727,6 +731,7 @@ impl Harness {
             registry: registry.clone(),
             planner_keys,
             mandates: executor_agent::mandates::MandateBook::on(&db, principals()).unwrap(),
+            approvers: ["approver".to_owned()].into(),
             journal: journal.clone(),
             mcp: mcp.clone(),
             credentials,
@@ -741,7 +746,12 @@ impl Harness {
         let card = json!({"name": "executor", "description": "", "version": "1", "supportedInterfaces": [],
             "capabilities": {"streaming": true}, "defaultInputModes": [], "defaultOutputModes": [], "skills": []});
         let card = ServedCard::new(&prepare_card(card, &url, None).unwrap()).unwrap();
-        let config = HostConfig::new(card, InboundAuth::Open);
+        let callers = [
+            ("planner".to_owned(), planner.public_jwk()),
+            ("approver".to_owned(), approver.public_jwk()),
+        ];
+        let policy = JwtPolicy::new("executor", &callers).unwrap();
+        let config = HostConfig::new(card, InboundAuth::Jwt(Arc::new(policy)));
         let router = agent_host::app(&config, Arc::new(ExecutorAgent(executor.clone())), tasks)
             .merge(executor_agent::http::metrics_routes(executor.clone()));
         tokio::spawn(agent_host::serve(listener, router, config.shutdown.clone()));
@@ -750,6 +760,7 @@ impl Harness {
             url,
             db,
             planner,
+            approver,
             platform,
             registry,
             mcp,
@@ -768,19 +779,45 @@ impl Harness {
         plan
     }
 
-    /// Sends one data part (on `task_id`, if given); the executor answers when the saga
-    /// stops (its end, or a pause for a person).
+    /// Sends one data part as the planner (on `task_id`, if given); the executor
+    /// answers when the saga stops (its end, or a pause for a person).
     pub async fn send(&self, data: Value, task_id: Option<&str>) -> Task {
+        self.send_as(&self.as_planner(), data, task_id).await
+    }
+
+    /// Sends a person's answer on `task_id` as the approver.
+    pub async fn resolve(&self, data: Value, task_id: &str) -> Task {
+        self.send_as(&self.as_approver(), data, Some(task_id)).await
+    }
+
+    async fn send_as(&self, call: &OutboundCall, data: Value, task_id: Option<&str>) -> Task {
         let request = data_message(data, task_id);
-        match self.client.send(&OutboundCall::default(), &request).await {
+        match self.client.send(call, &request).await {
             Ok(SendMessageResponse::Task(task)) => task,
             other => panic!("expected a task, got {other:?}"),
         }
     }
 
+    /// A request's credential as the planner (a fresh JWT: each is good for one request).
+    pub fn as_planner(&self) -> OutboundCall {
+        bearer(mint_jwt(&self.planner, "planner", "executor", 60).unwrap())
+    }
+
+    /// A request's credential as the approver.
+    pub fn as_approver(&self) -> OutboundCall {
+        bearer(mint_jwt(&self.approver, "approver", "executor", 60).unwrap())
+    }
+
     /// What the tool agent `agent` saw and did.
     pub fn log(&self, agent: &str) -> MutexGuard<'_, ToolLog> {
         self.logs[agent].lock().unwrap()
+    }
+}
+
+fn bearer(token: String) -> OutboundCall {
+    OutboundCall {
+        bearer: Some(token),
+        ..OutboundCall::default()
     }
 }
 

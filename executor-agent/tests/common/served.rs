@@ -21,7 +21,12 @@ pub const ADMIN_TOKEN: &str = "admin-token-for-security-tests";
 
 pub struct Served {
     pub url: String,
+    /// Planner `planner-1`, who signs and sends the plans.
     pub planner: SigningIdentity,
+    /// Another trusted planner, `planner-2`.
+    pub other_planner: SigningIdentity,
+    /// The approver `approver-1` (a person).
+    pub approver: SigningIdentity,
     pub platform: SigningIdentity,
     pub logs: HashMap<String, Arc<Mutex<ToolLog>>>,
     /// The signed cards registered, in `AGENTS` order.
@@ -51,6 +56,8 @@ pub async fn serve_faulty(hosts: RegistrationHosts, faults: &[(&str, Fault)]) ->
     let dir = tempfile::tempdir().unwrap();
     let platform = SigningIdentity::from_seed([41; 32], Some("platform".into()));
     let planner = SigningIdentity::from_seed([42; 32], Some("planner-1".into()));
+    let other_planner = SigningIdentity::from_seed([43; 32], Some("planner-2".into()));
+    let approver = SigningIdentity::from_seed([44; 32], Some("approver-1".into()));
     let mut platform_keys = TrustStore::new();
     platform_keys.add_jwk(&platform.public_jwk()).unwrap();
     let (cards, logs) = start_tools(faults, &platform).await;
@@ -63,7 +70,11 @@ pub async fn serve_faulty(hosts: RegistrationHosts, faults: &[(&str, Fault)]) ->
             executor_id: "executor".into(),
             public_url: url.clone(),
             platform_keys,
-            planners: vec![("planner-1".into(), planner.public_jwk())],
+            planners: vec![
+                ("planner-1".into(), planner.public_jwk()),
+                ("planner-2".into(), other_planner.public_jwk()),
+            ],
+            approvers: vec![("approver-1".into(), approver.public_jwk())],
             principals: vec![super::principal().public_jwk()],
             admin_token: ADMIN_TOKEN.into(),
             credentials: AGENTS
@@ -97,11 +108,23 @@ pub async fn serve_faulty(hosts: RegistrationHosts, faults: &[(&str, Fault)]) ->
     Served {
         url,
         planner,
+        other_planner,
+        approver,
         platform,
         logs,
         cards,
         shutdown,
         _dir: dir,
+    }
+}
+
+impl Served {
+    /// The executor's state file (journal, registry, tasks).
+    pub fn state_file(&self) -> std::path::PathBuf {
+        self._dir
+            .path()
+            .join("data")
+            .join(executor_agent::state::STATE_FILE)
     }
 }
 
@@ -141,6 +164,16 @@ pub fn refusal(result: agent_host::Result<Task>) -> String {
 
 pub fn planner_jwt(served: &Served, audience: &str) -> Option<String> {
     Some(mint_jwt(&served.planner, "planner-1", audience, 60).unwrap())
+}
+
+/// A JWT of the other planner, `planner-2`, for the executor.
+pub fn other_planner_jwt(served: &Served) -> Option<String> {
+    Some(mint_jwt(&served.other_planner, "planner-2", "executor", 60).unwrap())
+}
+
+/// A JWT of the approver, `approver-1`, for the executor.
+pub fn approver_jwt(served: &Served) -> Option<String> {
+    Some(mint_jwt(&served.approver, "approver-1", "executor", 60).unwrap())
 }
 
 /// The plan at `path` under `who`'s test mandate, signed by `who`.

@@ -4,6 +4,7 @@ mod cards;
 mod keys;
 mod mandate;
 mod plan;
+mod resolve;
 mod task;
 
 pub use mandate::describe as describe_mandate;

@@ -61,14 +61,15 @@ pub enum TaskCommand {
         #[command(flatten)]
         credentials: Credentials,
     },
-    /// Answer a task that waits for a person.
+    /// Answer a saga that waits for a person, as an approver (`approve` prints the step
+    /// and the arguments it approves, and binds the answer to them until it expires).
     Resolve {
         #[arg(long)]
         agent: String,
         task: String,
         resolution: Resolution,
         #[command(flatten)]
-        credentials: Credentials,
+        approver: super::resolve::Approver,
     },
 }
 
@@ -178,10 +179,10 @@ pub fn run(command: TaskCommand) -> Result<(), Failure> {
                 agent,
                 task,
                 resolution,
-                credentials,
+                approver,
             } => {
-                let request = resolution_message(&task, resolution.wire());
-                let task = send_for_task(&agent, &credentials, &request).await?;
+                let task =
+                    super::resolve::resolve(&agent, &task, resolution.wire(), &approver).await?;
                 print!("{}", describe(&task));
                 outcome(&task)
             }
@@ -271,14 +272,15 @@ pub fn goal_message(goal: &str, data: Option<Value>) -> SendMessageRequest {
     message(Some(goal), data, None, false)
 }
 
-/// A person's answer on a task that waits for one.
+/// A person's answer on a task that waits for one (an escalation's: an approval names
+/// what it approves, `resolve::answer_for`).
 pub fn resolution_message(task: &str, resolution: &str) -> SendMessageRequest {
-    message(
-        None,
-        Some(json!({ "resolution": resolution })),
-        Some(task),
-        false,
-    )
+    data_message_on(task, json!({ "resolution": resolution }))
+}
+
+/// A message on `task` with one data part.
+pub(super) fn data_message_on(task: &str, data: Value) -> SendMessageRequest {
+    message(None, Some(data), Some(task), false)
 }
 
 fn message(
@@ -489,6 +491,23 @@ pub fn ledger_table(ledger: &Value) -> String {
             step["attempts"],
             step["undoAttempts"],
         ));
+    }
+    // Who decided what, and when (escaped: the names come from the executor).
+    for step in ledger["steps"].as_array().into_iter().flatten() {
+        for decision in step["decisions"].as_array().into_iter().flatten() {
+            let text = |v: &Value| v.as_str().unwrap_or("-").to_owned();
+            let hash = decision["argsSha256"]
+                .as_str()
+                .map(|h| format!(" argsSha256 {h:?}"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "  decided at {}: {:?} on step {:?} by {:?}{hash}\n",
+                text(&decision["at"]),
+                text(&decision["resolution"]),
+                text(&step["step"]),
+                text(&decision["by"]),
+            ));
+        }
     }
     out
 }

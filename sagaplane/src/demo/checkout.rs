@@ -71,7 +71,8 @@ async fn start(
     clock: &Clock,
 ) -> Result<Stack, Failure> {
     let (executor_bin, planner_bin, shop_bin) = (&bins[0], &bins[1], &bins[3]);
-    let (platform, planner_key) = demo_keys(work)?;
+    let keys = demo_keys(work)?;
+    let (platform, planner_key) = (keys.platform, keys.planner);
     // The principal grants the planner the shop's forward tools, for a few orders.
     let granted = super::mandate::grant(
         work,

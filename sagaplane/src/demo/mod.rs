@@ -119,9 +119,20 @@ fn private_folder(work: &Path) -> Result<(), Failure> {
     builder.recursive(false).create(work).map_err(cannot)
 }
 
-/// Creates a run's work folder (0700) with fresh platform and planner keys in it
-/// (private and public JWKs, 0600): the keys the demo's agents are started with.
-fn demo_keys(work: &Path) -> Result<(SigningIdentity, SigningIdentity), Failure> {
+/// The keys of one demo run (DESIGN.md §12): the platform signs the cards, the planner
+/// signs and submits plans, the approver (a person) answers the sagas that wait for one.
+struct DemoKeys {
+    platform: SigningIdentity,
+    planner: SigningIdentity,
+    approver: SigningIdentity,
+}
+
+/// The approver's issuer name in the demo (its key's kid).
+const DEMO_APPROVER: &str = "demo-approver";
+
+/// Creates a run's work folder (0700) with fresh platform, planner and approver keys in
+/// it (private and public JWKs, 0600): the keys the demo's agents are started with.
+fn demo_keys(work: &Path) -> Result<DemoKeys, Failure> {
     private_folder(work)?;
     let generate = |kid: &str| {
         SigningIdentity::generate(Some(kid.into()))
@@ -133,7 +144,14 @@ fn demo_keys(work: &Path) -> Result<(SigningIdentity, SigningIdentity), Failure>
     write(&work.join("platform.pub.jwk"), &platform.public_jwk())?;
     write(&work.join("planner.jwk"), &planner_key.private_jwk())?;
     write(&work.join("planner.pub.jwk"), &planner_key.public_jwk())?;
-    Ok((platform, planner_key))
+    let approver = generate(DEMO_APPROVER)?;
+    write(&work.join("approver.jwk"), &approver.private_jwk())?;
+    write(&work.join("approver.pub.jwk"), &approver.public_jwk())?;
+    Ok(DemoKeys {
+        platform,
+        planner: planner_key,
+        approver,
+    })
 }
 
 /// Writes `value` as JSON to a file readable by its owner only (0600 as it is created:
@@ -166,6 +184,8 @@ struct Running {
     executor_bin: PathBuf,
     planner: Process,
     planner_key: SigningIdentity,
+    /// The person who answers a saga that waits for one.
+    approver_key: SigningIdentity,
     tool_token: String,
     /// The executor's admin token (reads the mandate's account).
     admin_token: String,
@@ -183,12 +203,13 @@ impl Running {
 
     /// A call to the executor as the planner (a fresh JWT each time).
     fn as_planner(&self) -> Result<agent_host::OutboundCall, Failure> {
-        let jwt = agent_host::mint_jwt(&self.planner_key, self.planner_key.kid(), "executor", 120)
-            .map_err(|e| Failure::unusable(e.to_string()))?;
-        Ok(agent_host::OutboundCall {
-            bearer: Some(jwt),
-            ..agent_host::OutboundCall::default()
-        })
+        executor_call(&self.planner_key)
+    }
+
+    /// A call to the executor as the approver: only an approver answers a saga, and it
+    /// sees every saga's task.
+    fn as_approver(&self) -> Result<agent_host::OutboundCall, Failure> {
+        executor_call(&self.approver_key)
     }
 
     async fn restart_executor(&mut self) -> Result<(), Failure> {
@@ -225,7 +246,17 @@ impl Running {
     }
 }
 
-/// The executor's arguments: its data, the platform, planner and principal keys and the
+/// A call to the executor with a fresh JWT of `key` (its kid is the issuer).
+fn executor_call(key: &SigningIdentity) -> Result<agent_host::OutboundCall, Failure> {
+    let jwt = agent_host::mint_jwt(key, key.kid(), "executor", 120)
+        .map_err(|e| Failure::unusable(e.to_string()))?;
+    Ok(agent_host::OutboundCall {
+        bearer: Some(jwt),
+        ..agent_host::OutboundCall::default()
+    })
+}
+
+/// The executor's arguments: its data, the platform, planner, approver and principal keys and the
 /// tools' credentials, all in the run's folder `work`.
 fn executor_args(work: &Path) -> Vec<String> {
     let path = |name: &str| work.join(name).display().to_string();
@@ -240,6 +271,8 @@ fn executor_args(work: &Path) -> Vec<String> {
         path("planner.pub.jwk"),
         "--principal".into(),
         path(mandate::PRINCIPAL_PUB_FILE),
+        "--approver".into(),
+        path("approver.pub.jwk"),
         "--credentials".into(),
         path("credentials.json"),
     ]
@@ -286,10 +319,10 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
         std::process::id(),
         chrono::Utc::now().format("%H%M%S")
     ));
-    let (_, planner_key) = demo_keys(&work)?;
+    let keys = demo_keys(&work)?;
     let granted = mandate::grant(
         &work,
-        planner_key.kid(),
+        keys.planner.kid(),
         mandate::supplier_budget(fail_at),
         mandate::SUPPLIER_SCOPE,
     )?;
@@ -371,7 +404,8 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
         executor_env,
         executor_bin: executor_bin.clone(),
         planner,
-        planner_key,
+        planner_key: keys.planner,
+        approver_key: keys.approver,
         tool_token,
         admin_token,
         granted,
@@ -445,7 +479,9 @@ fn serving_help(running: &Running) -> String {
     let principal = format!("{work}/{}", mandate::PRINCIPAL_KEY_FILE);
     let granted = format!("{work}/{}", mandate::MANDATE_FILE);
     let mandate_id = mandate::MANDATE_ID;
-    let approver = format!("--jwt-key {work}/planner.jwk --audience executor");
+    let as_planner = format!("--jwt-key {work}/planner.jwk --audience executor");
+    let approver = format!("--jwt-key {work}/approver.jwk --audience executor");
+    let resolver = format!("--approver-key {work}/approver.jwk");
     format!(
         "planner listening on {planner}\n\
          executor listening on {executor}\n\
@@ -459,11 +495,12 @@ fn serving_help(running: &Running) -> String {
          follow the planner's task:\n  \
          sagaplane task watch --agent {planner} {token} PLANNER_TASK\n\
          the executor's task (its id is the planner task's executorTaskId):\n  \
-         sagaplane task get --agent {executor} {approver} EXECUTOR_TASK\n  \
-         sagaplane task watch --agent {executor} {approver} EXECUTOR_TASK\n  \
+         sagaplane task get --agent {executor} {as_planner} EXECUTOR_TASK\n  \
+         sagaplane task watch --agent {executor} {as_planner} EXECUTOR_TASK\n\
+         every saga waiting for a person, as the approver (who sees every saga):\n  \
          sagaplane task list --agent {executor} {approver} --state input-required\n\
-         answer a saga that waits for a person (on the executor's task):\n  \
-         sagaplane task resolve --agent {executor} {approver} EXECUTOR_TASK approve|retry|resolved-manually|compensate\n\
+         answer one, as the approver (a planner never decides; approve shows the step and its arguments, and binds the answer to them):\n  \
+         sagaplane task resolve --agent {executor} {resolver} EXECUTOR_TASK approve|retry|resolved-manually|compensate\n\
          the mandate's budget as the executor holds it (reserved, spent, remaining):\n  \
          sagaplane mandate show --executor {executor} --admin-token-file {work}/{ADMIN_TOKEN_FILE} {mandate_id}\n\
          revoke it (new plans refused, sagas before their pivot unwind):\n  \
@@ -543,12 +580,12 @@ async fn saga(
         .map_err(|e| crate::a2a::failure("cannot read the executor's task", e))?;
     if task.status.state == TaskState::InputRequired {
         clock.say(&format!(
-            "{:<15} the executor's task {executor_task} waits for a person; a person answers the escalation there: resolved-manually",
+            "{:<15} the executor's task {executor_task} waits for a person; a person answers the escalation there, as the approver {DEMO_APPROVER}: resolved-manually",
             state_name(&task.status.state)
         ));
         let answer = crate::commands::resolution_message(&executor_task, "resolved-manually");
         executor
-            .send(&running.as_planner()?, &answer)
+            .send(&running.as_approver()?, &answer)
             .await
             .map_err(|e| crate::a2a::failure("the executor refused the answer", e))?;
         task = executor
@@ -661,6 +698,7 @@ mod tests {
         for secret in [
             "platform.jwk",
             "planner.jwk",
+            "approver.jwk",
             "credentials.json",
             PLANNER_TOKEN_FILE,
         ] {

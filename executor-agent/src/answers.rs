@@ -1,0 +1,168 @@
+//! A person's answer on a saga's task (DESIGN.md §12): only an approver answers, and an
+//! approval names what it approves — the saga, the step and the SHA-256 of the step's
+//! arguments as they will be sent, shown on the task while it waits — with an expiry.
+//! Everything here is checked before the answer is recorded on the task, so a refused
+//! answer changes nothing; the engine checks the approval's binding once more when it
+//! applies it (`saga::approval`).
+
+use agent_host::sdk::{A2AError, Message, PartContent, Task, TaskState};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::saga::{Approval, Decider, Resolution};
+
+/// The caller is not one of the executor's approvers (a planner, for one).
+pub const NOT_AN_APPROVER: &str = "NOT_AN_APPROVER";
+/// An approver sent a plan: plans come from planners.
+pub const NOT_A_PLANNER: &str = "NOT_A_PLANNER";
+/// The message is not an answer the executor reads.
+pub const RESOLUTION_INVALID: &str = "RESOLUTION_INVALID";
+/// An `approve` without `approval` naming what it approves.
+pub const APPROVAL_UNBOUND: &str = "APPROVAL_UNBOUND";
+/// The task does not wait for an approval.
+pub const NOT_AWAITING_APPROVAL: &str = "NOT_AWAITING_APPROVAL";
+/// The approval names another saga, another step or other arguments.
+pub const APPROVAL_MISMATCH: &str = "APPROVAL_MISMATCH";
+/// The approval's `expiresAt` has passed.
+pub const APPROVAL_EXPIRED: &str = "APPROVAL_EXPIRED";
+
+/// What a message on a saga's task answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub resolution: Resolution,
+    /// For `approve`: what it approves.
+    pub approval: Option<Approval>,
+}
+
+/// An approval as an approver sends it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SentApproval {
+    saga_id: String,
+    step_id: String,
+    args_sha256: String,
+    expires_at: String,
+}
+
+/// A refusal: `CODE: reason`, one line.
+fn refused(code: &str, reason: &str) -> A2AError {
+    A2AError::invalid_params(format!("{code}: {reason}"))
+}
+
+/// The answer in `message`'s data part `{"resolution": …, "approval": {…}}`; `None`
+/// when no data part has a `resolution`.
+pub fn answer_of(message: &Message) -> Option<Result<Answer, A2AError>> {
+    message.parts.iter().find_map(|p| match &p.content {
+        PartContent::Data(v) => v.get("resolution").map(|r| parse(r, v.get("approval"))),
+        _ => None,
+    })
+}
+
+fn parse(resolution: &Value, approval: Option<&Value>) -> Result<Answer, A2AError> {
+    let resolution: Resolution = serde_json::from_value(resolution.clone()).map_err(|_| {
+        refused(
+            RESOLUTION_INVALID,
+            "resolution is not one of approve, retry, resolved-manually, compensate",
+        )
+    })?;
+    let approval = match (resolution, approval) {
+        (Resolution::Approve, None) => {
+            return Err(refused(
+                APPROVAL_UNBOUND,
+                "an approve must carry approval {sagaId, stepId, argsSha256, expiresAt} naming what it approves (the task's status shows them)",
+            ));
+        }
+        (Resolution::Approve, Some(sent)) => Some(approval_of(sent)?),
+        (_, None) => None,
+        (_, Some(_)) => {
+            return Err(refused(
+                RESOLUTION_INVALID,
+                "only an approve carries an approval",
+            ));
+        }
+    };
+    Ok(Answer {
+        resolution,
+        approval,
+    })
+}
+
+fn approval_of(sent: &Value) -> Result<Approval, A2AError> {
+    let sent: SentApproval = serde_json::from_value(sent.clone()).map_err(|_| {
+        refused(
+            APPROVAL_UNBOUND,
+            "approval must be {sagaId, stepId, argsSha256, expiresAt} (strings; expiresAt in RFC 3339)",
+        )
+    })?;
+    let expires_at = chrono::DateTime::parse_from_rfc3339(&sent.expires_at).map_err(|_| {
+        refused(
+            APPROVAL_UNBOUND,
+            "approval.expiresAt is not an RFC 3339 time",
+        )
+    })?;
+    Ok(Approval {
+        saga_id: sent.saga_id,
+        step_id: sent.step_id,
+        args_sha256: sent.args_sha256,
+        expires_at_ms: expires_at.timestamp_millis(),
+    })
+}
+
+/// Who decides, once `caller`'s `answer` on `task` is one the executor takes at
+/// `now_ms`: `caller` is an approver, and an approval names the saga, the step and the
+/// arguments the task waits for approval of, and has not expired.
+pub fn check(
+    caller: &str,
+    is_approver: bool,
+    task: &Task,
+    answer: Answer,
+    now_ms: i64,
+) -> Result<Decider, A2AError> {
+    if !is_approver {
+        return Err(refused(
+            NOT_AN_APPROVER,
+            "only an approver answers a saga (approve, retry, resolved-manually, compensate); a planner never decides",
+        ));
+    }
+    if let Some(approval) = &answer.approval {
+        let Some(waiting) = awaiting_approval(task) else {
+            return Err(refused(
+                NOT_AWAITING_APPROVAL,
+                "the task does not wait for an approval",
+            ));
+        };
+        let same = |key: &str, sent: &str| waiting.get(key).and_then(Value::as_str) == Some(sent);
+        if !same("sagaId", &approval.saga_id) || !same("stepId", &approval.step_id) {
+            return Err(refused(
+                APPROVAL_MISMATCH,
+                "the approval names another saga or step than the one the task waits for",
+            ));
+        }
+        if !same("argsSha256", &approval.args_sha256) {
+            return Err(refused(
+                APPROVAL_MISMATCH,
+                "the approval's argsSha256 is not that of the arguments the step waits with",
+            ));
+        }
+        if approval.expires_at_ms < now_ms {
+            return Err(refused(APPROVAL_EXPIRED, "the approval has expired"));
+        }
+    }
+    Ok(Decider {
+        by: caller.to_owned(),
+        approval: answer.approval,
+    })
+}
+
+/// What the task waits for approval of: the `approval` member of the data part of its
+/// INPUT_REQUIRED status (`Saga::awaiting`).
+pub fn awaiting_approval(task: &Task) -> Option<&Value> {
+    if task.status.state != TaskState::InputRequired {
+        return None;
+    }
+    let message = task.status.message.as_ref()?;
+    message.parts.iter().find_map(|p| match &p.content {
+        PartContent::Data(v) => v.get("approval"),
+        _ => None,
+    })
+}

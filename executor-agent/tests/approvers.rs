@@ -1,0 +1,528 @@
+//! People decide, planners do not; each planner sees its own sagas (DESIGN.md §12). Each
+//! test sends its requests over A2A to the executor as `main` serves it, with two
+//! planners (`planner-1`, `planner-2`) and one approver (`approver-1`) trusted, and
+//! checks the refusal, and that the saga did not move: the same task, the same journal,
+//! no tool call.
+
+mod common;
+
+use agent_host::sdk::{A2AError, ListTasksRequest, StreamResponse, Task, TaskState};
+use agent_host::{AgentClient, OutboundCall};
+use common::served::*;
+use common::{Harness, data_message, ledger_of, read};
+use executor_agent::journal::Journal;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+/// The supplier plan as saga `saga_id`, with a compliance review (whose curated card
+/// requires approval) after the vendor is created, signed by planner-1.
+fn approval_plan(served: &Served, saga_id: &str) -> Value {
+    approval_plan_by(&served.planner, saga_id)
+}
+
+fn approval_plan_by(planner: &shared_types::SigningIdentity, saga_id: &str) -> Value {
+    let text = serde_json::to_string(&read("examples/plans/supplier-onboarding.json"))
+        .unwrap()
+        .replace("sg_demo_supplier_onboarding", saga_id);
+    let mut plan: Value = serde_json::from_str(&text).unwrap();
+    let review = json!({
+        "id": "s0r", "agent": "compliance-registry", "skill": "compliance.review",
+        "args": {"vendorId": "$steps.s0.response.body#/vendorId"},
+        "class": "retriable", "idempotencyKey": format!("{saga_id}:s0r"),
+    });
+    let steps = plan["steps"].as_array_mut().unwrap();
+    steps.insert(1, review);
+    plan["pivotIndex"] = json!(5);
+    planner.sign_in_place(&mut plan).unwrap();
+    plan
+}
+
+fn call(bearer: Option<String>) -> OutboundCall {
+    OutboundCall {
+        bearer,
+        ..OutboundCall::default()
+    }
+}
+
+fn client(served: &Served) -> AgentClient {
+    AgentClient::new(&served.url).unwrap()
+}
+
+/// Sends `data` on task `id` with `bearer`; the refusal, or the task.
+async fn answer(
+    served: &Served,
+    bearer: Option<String>,
+    id: &str,
+    data: Value,
+) -> Result<Task, A2AError> {
+    match client(served)
+        .send(&call(bearer), &data_message(data, Some(id)))
+        .await
+    {
+        Ok(agent_host::sdk::SendMessageResponse::Task(task)) => Ok(task),
+        Ok(other) => panic!("expected a task, got {other:?}"),
+        Err(agent_host::Error::Protocol(e)) => Err(e),
+        Err(other) => panic!("expected an A2A answer, got {other:?}"),
+    }
+}
+
+/// The saga paused for its approval: planner-1's task, waiting for a person.
+async fn paused(served: &Served, saga_id: &str) -> Task {
+    let task = send(
+        served,
+        planner_jwt(served, "executor"),
+        approval_plan(served, saga_id),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        task.status.state,
+        TaskState::InputRequired,
+        "{:?}",
+        task.status
+    );
+    task
+}
+
+/// The task as the approver reads it.
+async fn task_now(served: &Served, id: &str) -> Task {
+    client(served)
+        .get_task(&call(approver_jwt(served)), id)
+        .await
+        .unwrap()
+}
+
+/// The entries in the executor's journal (every event and every call's intent).
+fn journal_entries(served: &Served) -> i64 {
+    let db = rusqlite::Connection::open_with_flags(
+        served.state_file(),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    db.query_row("SELECT count(*) FROM entries", [], |row| row.get(0))
+        .unwrap()
+}
+
+/// What the paused task shows it waits for approval of.
+fn awaiting(task: &Task) -> Value {
+    executor_agent::answers::awaiting_approval(task)
+        .cloned()
+        .expect("the task's status carries what it waits for approval of")
+}
+
+/// An approval of what `task` waits for, expiring at `expires_at`.
+fn approval(task: &Task, expires_at: chrono::DateTime<chrono::Utc>) -> Value {
+    let shown = awaiting(task);
+    json!({"resolution": "approve", "approval": {
+        "sagaId": shown["sagaId"], "stepId": shown["stepId"], "argsSha256": shown["argsSha256"],
+        "expiresAt": expires_at.to_rfc3339(),
+    }})
+}
+
+fn in_five_minutes() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now() + chrono::Duration::minutes(5)
+}
+
+/// What must not change when an answer is refused.
+#[derive(Debug, PartialEq)]
+struct Standing {
+    state: TaskState,
+    status: Option<Value>,
+    history: usize,
+    ledger: Value,
+    journal: i64,
+    calls: usize,
+}
+
+async fn standing(served: &Served, id: &str) -> Standing {
+    let task = task_now(served, id).await;
+    Standing {
+        state: task.status.state.clone(),
+        status: task
+            .status
+            .message
+            .as_ref()
+            .map(|m| serde_json::to_value(&m.parts).unwrap()),
+        history: task.history.as_ref().map_or(0, Vec::len),
+        ledger: ledger_of(&task),
+        journal: journal_entries(served),
+        calls: calls_seen(served),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planners_resolution_is_refused_and_the_saga_does_not_move() {
+    let served = serve().await;
+    let task = paused(&served, "sg_planner_answers").await;
+    let shown = awaiting(&task);
+    assert_eq!(shown["skill"], "compliance.review");
+    assert_eq!(shown["stepId"], "s0r");
+    let before = standing(&served, &task.id).await;
+    assert_eq!(
+        before.calls, 1,
+        "only vendor.create ran before the approval"
+    );
+
+    // The saga's own planner, with every answer there is (an approval bound correctly).
+    for data in [
+        approval(&task, in_five_minutes()),
+        json!({"resolution": "resolved-manually"}),
+        json!({"resolution": "compensate"}),
+        json!({"resolution": "retry"}),
+    ] {
+        let refused = answer(
+            &served,
+            planner_jwt(&served, "executor"),
+            &task.id,
+            data.clone(),
+        )
+        .await
+        .expect_err("a planner's answer is refused");
+        assert!(
+            refused.message.starts_with("NOT_AN_APPROVER: "),
+            "{data}: {}",
+            refused.message
+        );
+        assert!(
+            !refused.message.contains('\n'),
+            "one line: {}",
+            refused.message
+        );
+        assert_eq!(
+            standing(&served, &task.id).await,
+            before,
+            "{data}: nothing moved"
+        );
+    }
+
+    // The approver's answer moves it: the review runs with the arguments shown, and the
+    // ledger says who approved which arguments.
+    let done = answer(
+        &served,
+        approver_jwt(&served),
+        &task.id,
+        approval(&task, in_five_minutes()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.status.state, TaskState::Completed, "{:?}", done.status);
+    let sent = served.logs["compliance-registry"].lock().unwrap().results["sg_planner_answers:s0r"]
+        .0
+        .clone();
+    assert_eq!(
+        sent, shown["args"],
+        "the review ran with the arguments approved"
+    );
+    let ledger = ledger_of(&task_now(&served, &task.id).await);
+    let decisions = &ledger["steps"][1]["decisions"];
+    assert_eq!(decisions.as_array().map(Vec::len), Some(1), "{ledger}");
+    assert_eq!(decisions[0]["by"], "approver-1");
+    assert_eq!(decisions[0]["resolution"], "approve");
+    assert_eq!(decisions[0]["argsSha256"], shown["argsSha256"]);
+    assert!(
+        decisions[0]["at"]
+            .as_str()
+            .is_some_and(|t| chrono::DateTime::parse_from_rfc3339(t).is_ok())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_for_other_arguments_another_step_or_expired_is_refused() {
+    let served = serve().await;
+    let task = paused(&served, "sg_bound_approvals").await;
+    let before = standing(&served, &task.id).await;
+    let good = approval(&task, in_five_minutes());
+    let with = |pointer: &str, value: Value| {
+        let mut data = good.clone();
+        *data.pointer_mut(pointer).unwrap() = value;
+        data
+    };
+    let other_args = shared_types::json::canonical_sha256(&json!({"vendorId": "v-other"})).unwrap();
+    let past = (chrono::Utc::now() - chrono::Duration::seconds(1)).to_rfc3339();
+    let cases = [
+        (
+            with("/approval/argsSha256", json!(other_args)),
+            "APPROVAL_MISMATCH: ",
+        ),
+        (with("/approval/stepId", json!("s0")), "APPROVAL_MISMATCH: "),
+        (
+            with("/approval/sagaId", json!("sg_another")),
+            "APPROVAL_MISMATCH: ",
+        ),
+        (
+            with("/approval/expiresAt", json!(past)),
+            "APPROVAL_EXPIRED: ",
+        ),
+        (
+            with("/approval/expiresAt", json!("tomorrow")),
+            "APPROVAL_UNBOUND: ",
+        ),
+        (json!({"resolution": "approve"}), "APPROVAL_UNBOUND: "),
+        (json!({"resolution": "maybe"}), "RESOLUTION_INVALID: "),
+    ];
+    for (data, code) in cases {
+        let refused = answer(&served, approver_jwt(&served), &task.id, data.clone())
+            .await
+            .expect_err("refused");
+        assert!(
+            refused.message.starts_with(code),
+            "{data}: {}",
+            refused.message
+        );
+        assert_eq!(
+            standing(&served, &task.id).await,
+            before,
+            "{data}: nothing moved"
+        );
+    }
+    // An escalation answer is not an approval: it names nothing more.
+    let compensated = answer(
+        &served,
+        approver_jwt(&served),
+        &task.id,
+        json!({"resolution": "compensate"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        compensated.status.state,
+        TaskState::Failed,
+        "{:?}",
+        compensated.status
+    );
+    let ledger = ledger_of(&task_now(&served, &task.id).await);
+    assert_eq!(ledger["steps"][1]["decisions"][0]["by"], "approver-1");
+    assert_eq!(
+        ledger["steps"][1]["decisions"][0]["resolution"],
+        "compensate"
+    );
+}
+
+/// `ListTasks` as `bearer`: the ids of every task listed.
+async fn listed(served: &Served, bearer: Option<String>, state: Option<TaskState>) -> Vec<String> {
+    let request = ListTasksRequest {
+        context_id: None,
+        status: state,
+        page_size: Some(100),
+        page_token: None,
+        history_length: Some(0),
+        status_timestamp_after: None,
+        include_artifacts: Some(false),
+        tenant: None,
+    };
+    client(served)
+        .list_tasks(&call(bearer), &request)
+        .await
+        .unwrap()
+        .tasks
+        .into_iter()
+        .map(|t| t.id)
+        .collect()
+}
+
+fn is_not_found(result: Result<impl std::fmt::Debug, agent_host::Error>) -> bool {
+    matches!(result, Err(agent_host::Error::Protocol(e)) if e.code == A2AError::task_not_found("").code)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_planner_cannot_get_list_subscribe_to_cancel_or_answer_a_saga() {
+    let served = serve().await;
+    let task = paused(&served, "sg_planner_one").await;
+    let before = standing(&served, &task.id).await;
+    let other = || call(other_planner_jwt(&served));
+
+    assert!(is_not_found(
+        client(&served).get_task(&other(), &task.id).await
+    ));
+    assert!(is_not_found(
+        client(&served)
+            .subscribe(&other(), &task.id)
+            .await
+            .map(|_| ())
+    ));
+    assert!(is_not_found(
+        client(&served).cancel_task(&other(), &task.id).await
+    ));
+    let on_task = client(&served)
+        .send(
+            &other(),
+            &data_message(json!({"resolution": "compensate"}), Some(&task.id)),
+        )
+        .await;
+    assert!(is_not_found(on_task));
+    // Planner-1's plan sent again by planner-2 is not answered with planner-1's task.
+    let again = send(
+        &served,
+        other_planner_jwt(&served),
+        approval_plan(&served, "sg_planner_one"),
+    )
+    .await;
+    assert!(is_not_found(again), "the same plan from another planner");
+    assert!(
+        !listed(&served, other_planner_jwt(&served), None)
+            .await
+            .contains(&task.id)
+    );
+    assert_eq!(standing(&served, &task.id).await, before, "nothing moved");
+
+    // Its own planner and the approver see it; the approver lists every saga that
+    // waits for a person, and may follow and cancel it.
+    assert_eq!(
+        listed(&served, planner_jwt(&served, "executor"), None).await,
+        vec![task.id.clone()]
+    );
+    assert!(
+        listed(
+            &served,
+            approver_jwt(&served),
+            Some(TaskState::InputRequired)
+        )
+        .await
+        .contains(&task.id)
+    );
+    let mut stream = client(&served)
+        .subscribe(&call(approver_jwt(&served)), &task.id)
+        .await
+        .unwrap();
+    match stream.next().await {
+        Some(Ok(StreamResponse::Task(t))) => assert_eq!(t.id, task.id),
+        other => panic!("expected the task first, got {other:?}"),
+    }
+    drop(stream);
+    client(&served)
+        .cancel_task(&call(approver_jwt(&served)), &task.id)
+        .await
+        .expect("the approver may cancel it");
+    // (CancelTask answers a saga paused for a person before its unwind has ended: the
+    // end is read until it comes, for at most ten seconds.)
+    let mut state = TaskState::InputRequired;
+    for _ in 0..200 {
+        state = task_now(&served, &task.id).await.status.state;
+        if state.is_terminal() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(state, TaskState::Canceled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approver_submits_no_plan() {
+    let served = serve().await;
+    let plan = approval_plan(&served, "sg_approver_plans");
+    let refused = send(&served, approver_jwt(&served), plan).await;
+    match refused {
+        Err(agent_host::Error::Protocol(e)) => {
+            assert!(e.message.starts_with("NOT_A_PLANNER: "), "{}", e.message)
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(calls_seen(&served), 0);
+    assert_eq!(journal_entries(&served), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_decision_is_journaled_with_who_took_it_and_rebuilt_after_a_restart() {
+    let setup = Harness::start(&[]).await;
+    let saga_id = "sg_decisions_journaled";
+    let task = setup
+        .send(approval_plan_by(&setup.planner, saga_id), None)
+        .await;
+    assert_eq!(
+        task.status.state,
+        TaskState::InputRequired,
+        "{:?}",
+        task.status
+    );
+    let done = setup
+        .resolve(approval(&task, in_five_minutes()), &task.id)
+        .await;
+    assert_eq!(done.status.state, TaskState::Completed, "{:?}", done.status);
+    let shown = ledger_of(&done);
+    assert_eq!(shown["steps"][1]["decisions"][0]["by"], "approver");
+
+    // What a restart rebuilds the saga from: its journal alone.
+    let (header, entries) = setup.journal.load(saga_id).await.unwrap().unwrap();
+    let recovered = executor_agent::recovery::replay(
+        header.spec,
+        &entries,
+        chrono::Utc::now().timestamp_millis(),
+    );
+    let mut rebuilt = recovered.saga.ledger();
+    shared_types::json::normalize_integers(&mut rebuilt);
+    assert_eq!(
+        rebuilt["steps"][1]["decisions"],
+        shown["steps"][1]["decisions"]
+    );
+    assert_eq!(
+        rebuilt["steps"][1]["decisions"][0]["argsSha256"],
+        awaiting(&task)["argsSha256"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_from_before_owners_is_seen_by_approvers_only() {
+    use agent_host::store::TaskStore;
+    let setup = Harness::start(&[]).await;
+    // A task as the executor stored it before tasks had owners: no `owner` in metadata.
+    let ownerless = Task {
+        id: "task-before-owners".into(),
+        context_id: "ctx-before-owners".into(),
+        status: agent_host::sdk::TaskStatus {
+            state: TaskState::Completed,
+            message: None,
+            timestamp: Some(chrono::Utc::now()),
+        },
+        artifacts: None,
+        history: None,
+        metadata: Some([("sagaId".to_owned(), json!("sg_before_owners"))].into()),
+    };
+    agent_host::SqliteTaskStore::on(&setup.db)
+        .unwrap()
+        .put(&ownerless)
+        .await
+        .unwrap();
+    let as_planner = setup
+        .client
+        .get_task(&setup.as_planner(), &ownerless.id)
+        .await;
+    assert!(is_not_found(as_planner));
+    let as_approver = setup
+        .client
+        .get_task(&setup.as_approver(), &ownerless.id)
+        .await;
+    assert_eq!(as_approver.unwrap().id, ownerless.id);
+}
+
+#[test]
+fn a_name_or_key_of_both_a_planner_and_an_approver_is_refused_at_start() {
+    use executor_agent::service::{Settings, build};
+    let planner = shared_types::SigningIdentity::from_seed([42; 32], Some("planner-1".into()));
+    let person = shared_types::SigningIdentity::from_seed([44; 32], Some("approver-1".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let settings = |approver: (&str, &shared_types::SigningIdentity)| Settings {
+        data_dir: dir.path().join("data"),
+        executor_id: "executor".into(),
+        public_url: "http://127.0.0.1:1".into(),
+        platform_keys: shared_types::TrustStore::new(),
+        planners: vec![("planner-1".into(), planner.public_jwk())],
+        approvers: vec![(approver.0.into(), approver.1.public_jwk())],
+        principals: vec![common::principal().public_jwk()],
+        admin_token: ADMIN_TOKEN.into(),
+        credentials: Default::default(),
+        pause_after_journal_writes: None,
+        gather_progress: executor_agent::report::GATHER_PROGRESS,
+        max_running_sagas: 1,
+        registration_hosts: executor_agent::http::RegistrationHosts::any(),
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    for (name, key) in [("planner-1", &person), ("approver-1", &planner)] {
+        let refused = build(settings((name, key)), shutdown.clone()).err();
+        let refused = refused.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            refused.contains("a planner must not decide its own sagas"),
+            "{name}: {refused:?}"
+        );
+    }
+    assert!(build(settings(("approver-1", &person)), shutdown).is_ok());
+}
