@@ -13,6 +13,7 @@ use super::model::{
     CallOutcome, Cause, Command, Ending, Event, Forward, Invocation, PauseOn, Phase, Resolution,
     StepRecord, Target, Timer, Undo,
 };
+use super::deadline::UndoDeadline;
 use super::spec::{CallSpec, SagaSpec};
 
 /// The whole state: the spec, the phase and the ledger.
@@ -41,6 +42,8 @@ impl Saga {
                     Undo::NotNeeded
                 },
                 undo_attempts: 0,
+                started_at_ms: None,
+                undo_deadline: None,
             })
             .collect();
         Self {
@@ -273,6 +276,7 @@ impl Saga {
                 if forward {
                     record.forward = Forward::Running { attempt };
                     record.attempts = attempt;
+                    record.started_at_ms.get_or_insert(now_ms);
                     record.request = Some(Arc::new(args.clone()));
                 } else {
                     record.undo = Undo::Running { attempt };
@@ -324,6 +328,12 @@ impl Saga {
                 let id = self.spec.steps[i].id.clone();
                 match outcome {
                     CallOutcome::Succeeded { response } => {
+                        let step = &self.spec.steps[i];
+                        if step.compensation.is_some() {
+                            let started = self.records[i].started_at_ms.unwrap_or(now_ms);
+                            self.records[i].undo_deadline =
+                                Some(UndoDeadline::of(step, &response, started, now_ms));
+                        }
                         self.records[i].forward = Forward::Succeeded {
                             response: Arc::new(response),
                             at_ms: now_ms,
@@ -491,11 +501,12 @@ impl Saga {
             self.finish(out, ending, reason);
             return;
         };
-        if let (Some(ttl), Forward::Succeeded { at_ms, .. }) =
-            (self.spec.steps[i].undo_ttl_ms, &self.records[i].forward)
-            && now_ms.saturating_sub(*at_ms) > ttl as i64
+        if let (Some(deadline), Forward::Succeeded { .. }) =
+            (&self.records[i].undo_deadline, &self.records[i].forward)
+            && deadline.expired(now_ms)
         {
-            let reason = format!("the undo expired {ttl} ms after the step succeeded");
+            // As for an undo that cannot be bound: a person decides, nothing is called.
+            let reason = deadline.expiry_reason();
             self.records[i].undo = Undo::Unavailable {
                 reason: reason.clone(),
             };
@@ -714,9 +725,13 @@ impl Saga {
         let (Some(s), Some(r)) = (self.spec.steps.get(index), self.records.get(index)) else {
             return Value::Null;
         };
-        json!({
+        let mut entry = json!({
             "step": s.id, "skill": s.call.skill, "idempotencyKey": s.idempotency_key,
             "attempts": r.attempts, "forward": r.forward, "undo": r.undo, "undoAttempts": r.undo_attempts,
-        })
+        });
+        if let (Some(deadline), Value::Object(members)) = (&r.undo_deadline, &mut entry) {
+            members.insert("undoDeadline".to_owned(), deadline.ledger());
+        }
+        entry
     }
 }

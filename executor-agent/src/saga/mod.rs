@@ -1,10 +1,13 @@
 //! The saga: its spec (plan joined with curated declarations), its vocabulary, and the
 //! pure engine.
 
+pub mod deadline;
 pub mod engine;
 pub mod model;
 pub mod spec;
 
+#[cfg(test)]
+mod deadline_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 
