@@ -65,6 +65,31 @@ impl Saga {
         )
     }
 
+    /// The undo handles still open, as (step index, deadline in ms): steps that succeeded
+    /// and whose undo is still to run (pending, under way, or dead-lettered and waiting for
+    /// a person to retry it), while the saga can still unwind. None once it has ended or
+    /// gone past its point of no return: those undos will never be posted back.
+    pub fn open_undo_handles(&self) -> Vec<(usize, Option<i64>)> {
+        if matches!(self.phase, Phase::Done { .. }) || self.past_no_return() {
+            return Vec::new();
+        }
+        self.records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                matches!(r.forward, Forward::Succeeded { .. })
+                    && matches!(
+                        r.undo,
+                        Undo::Pending
+                            | Undo::Running { .. }
+                            | Undo::WaitingRetry { .. }
+                            | Undo::DeadLettered { .. }
+                    )
+            })
+            .map(|(i, r)| (i, r.undo_deadline.as_ref().and_then(|d| d.at_ms)))
+            .collect()
+    }
+
     /// The engine's one entry point.
     pub fn step(&mut self, event: Event) -> Vec<Command> {
         let mut out = Vec::new();

@@ -662,6 +662,7 @@ impl Harness {
             credentials,
             gather_progress: GATHER_PROGRESS,
             max_running_sagas,
+            undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             shutdown: shutdown.clone(),
         };
         let executor = Executor::new(config, tasks.clone());
