@@ -299,7 +299,10 @@ async fn expire_early_reports_a_hold_that_has_lapsed_where_the_card_says_24_hour
     let held = hold_of(&task);
     // A normal hold lapses 24 hours after it was made, as the card's undoTtlSeconds says.
     assert!(held >= before + chrono::TimeDelta::hours(24), "{held}");
-    assert!(held <= chrono::Utc::now() + chrono::TimeDelta::hours(24), "{held}");
+    assert!(
+        held <= chrono::Utc::now() + chrono::TimeDelta::hours(24),
+        "{held}"
+    );
 
     budget
         .tool

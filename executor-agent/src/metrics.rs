@@ -95,7 +95,9 @@ impl Default for Metrics {
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Metrics {
@@ -113,8 +115,7 @@ impl Metrics {
             undo_open: Family::default(),
             undo_expiring: Family::default(),
             undo_expiring_within: Gauge::default(),
-            expiring_within_ms: i64::try_from(undo_expiring_within.as_millis())
-                .unwrap_or(i64::MAX),
+            expiring_within_ms: i64::try_from(undo_expiring_within.as_millis()).unwrap_or(i64::MAX),
             open_handles: Mutex::default(),
             undo_agents: Mutex::default(),
             live: Gauge::default(),

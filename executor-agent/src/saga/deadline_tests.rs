@@ -190,7 +190,10 @@ fn steps_without_an_undo_have_no_deadline_and_the_ttl_alone_applies_without_a_de
     reserve_then_fail(&mut saga, hold, T0 + 40, T0 + 1_000);
     // vendor.create declares no TTL and no reported deadline: it never expires.
     let vendor = saga.records[0].undo_deadline.clone().unwrap();
-    assert_eq!((vendor.at_ms, vendor.reported), (None, Reported::NotDeclared));
+    assert_eq!(
+        (vendor.at_ms, vendor.reported),
+        (None, Reported::NotDeclared)
+    );
     assert_eq!(
         saga.ledger()["steps"][0]["undoDeadline"],
         json!({"at": null, "setBy": null})

@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shared_types::expr::{self, EvalContext};
 
+use super::deadline::UndoDeadline;
 use super::model::{
     CallOutcome, Cause, Command, Ending, Event, Forward, Invocation, PauseOn, Phase, Resolution,
     StepRecord, Target, Timer, Undo,
 };
-use super::deadline::UndoDeadline;
 use super::spec::{CallSpec, SagaSpec};
 
 /// The whole state: the spec, the phase and the ledger.

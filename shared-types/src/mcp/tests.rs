@@ -353,6 +353,9 @@ fn a_curated_undo_deadline_is_carried_over_and_checked_against_the_output_schema
             .catalog_agent(&server_tools(charge.clone()))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("undoExpiresAt") && err.contains(says), "{bad}: {err}");
+        assert!(
+            err.contains("undoExpiresAt") && err.contains(says),
+            "{bad}: {err}"
+        );
     }
 }

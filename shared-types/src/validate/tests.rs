@@ -628,8 +628,8 @@ fn the_compensation_that_will_run_must_read_what_the_schemas_declare() {
 fn an_undo_deadline_is_read_from_a_member_of_the_result_the_output_schema_declares() {
     let budget = |at: Value| {
         let mut card = read(&root().join("agent-cards/budget.json"));
-        card["capabilities"]["extensions"][0]["params"]["skills"]["budget.reserve"]
-            ["undoExpiresAt"] = at;
+        card["capabilities"]["extensions"][0]["params"]["skills"]["budget.reserve"]["undoExpiresAt"] =
+            at;
         card
     };
     // The committed card declares one, and it types.
@@ -644,18 +644,27 @@ fn an_undo_deadline_is_read_from_a_member_of_the_result_the_output_schema_declar
         // A pointer the outputSchema does not declare (a typo).
         (json!("$response.body#/holdExpiresat"), "\"holdExpiresAt\""),
         // Not an expression, or one with no pointer.
-        (json!("$response.body/holdExpiresAt"), "not a runtime expression"),
+        (
+            json!("$response.body/holdExpiresAt"),
+            "not a runtime expression",
+        ),
         (json!("$response.body#holdExpiresAt"), "pointer"),
         (json!("tomorrow"), "not a runtime expression"),
         // Another source than the step's own result.
         (json!("$request.body#/vendorId"), "step's own result"),
-        (json!("$steps.s0.response.body#/vendorId"), "step's own result"),
+        (
+            json!("$steps.s0.response.body#/vendorId"),
+            "step's own result",
+        ),
     ] {
         let err = Catalog::default()
             .add_card(&budget(bad.clone()))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("undoExpiresAt") && err.contains(says), "{bad}: {err}");
+        assert!(
+            err.contains("undoExpiresAt") && err.contains(says),
+            "{bad}: {err}"
+        );
     }
     // Not a string at all: the declaration does not type.
     let err = Catalog::default()
