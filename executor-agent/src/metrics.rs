@@ -400,10 +400,12 @@ impl MeteredReporter {
 
     fn observe(&self, saga: &Saga) {
         let mut seen = locked(&self.seen);
-        for (i, (before, now)) in seen.iter().zip(&saga.records).enumerate() {
+        let mut changed = false;
+        for (i, (before, now)) in seen.iter_mut().zip(&saga.records).enumerate() {
             if before == now {
                 continue;
             }
+            changed = true;
             let agent = &saga.spec.steps[i].call.agent;
             if !matches!(before.forward, Forward::Succeeded { .. })
                 && let (Forward::Succeeded { .. }, Some(deadline)) =
@@ -418,10 +420,14 @@ impl MeteredReporter {
                     _ => {}
                 }
             }
+            before.clone_from(now);
         }
-        seen.clone_from(&saga.records);
         drop(seen);
-        self.hold(saga);
+        // The phase decides too (an end, the point of no return passed), and it changes
+        // only with a record.
+        if changed {
+            self.hold(saga);
+        }
     }
 }
 
