@@ -469,3 +469,55 @@ async fn a_dead_lettered_compensation_is_counted_and_its_handle_stays_open_for_a
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_whose_undo_deadline_cannot_be_read_is_refused_at_registration_and_changes_nothing()
+{
+    let demo = Demo::start(&[]).await;
+    let platform = SigningIdentity::from_seed([51; 32], Some("platform".into()));
+    let http = reqwest::Client::new();
+    let history = || async {
+        http.get(format!("{}/admin/registry-history?agent=budget", demo.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    let before = history().await;
+    assert!(before.to_string().contains("\"budget\""), "{before}");
+    for (bad, says) in [
+        ("$response.body#/holdExpiresat", "outputSchema"),
+        ("$request.body#/vendorId", "step's own result"),
+        ("$response.body/holdExpiresAt", "not a runtime expression"),
+    ] {
+        let mut card = demo.tool("budget").card.clone();
+        card.as_object_mut().unwrap().remove("signatures");
+        card["capabilities"]["extensions"][0]["params"]["skills"]["budget.reserve"]["undoExpiresAt"] =
+            bad.into();
+        platform.sign_in_place(&mut card).unwrap();
+        let response = http
+            .post(format!("{}/admin/cards", demo.url))
+            .bearer_auth(ADMIN)
+            .json(&card)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 422, "{bad}");
+        let body = response.text().await.unwrap();
+        assert!(
+            body.contains("undoExpiresAt") && body.contains(says),
+            "{bad}: {body}"
+        );
+    }
+    assert_eq!(history().await, before, "no registration was recorded");
+    // The curated declaration stands: a saga still reads the hold the budget reports.
+    let task = demo.run().await;
+    assert_eq!(task.status.state, TaskState::Completed, "{:?}", task.status);
+    assert_eq!(
+        ledger_of(&task)["steps"][1]["undoDeadline"]["setBy"],
+        "reported"
+    );
+}
