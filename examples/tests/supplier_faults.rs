@@ -1,6 +1,6 @@
 //! The supplier tool agents' fault switches, against real servers on 127.0.0.1:0: each
 //! mode does what the demo's `--fail-at` scenarios rely on (decline, hang, apply-then-hang,
-//! unavailable, fail-always), faults set by flag and at runtime through `PUT /faults`, and
+//! unavailable, fail-always, expire-early), faults set by flag and at runtime through `PUT /faults`, and
 //! the scenario table of DESIGN.md §11.
 
 use std::collections::BTreeMap;
@@ -275,6 +275,63 @@ async fn fail_always_declines_every_compensation_and_nothing_is_undone() {
     assert_eq!(ledger.effects.len(), 1);
     assert_eq!(ledger.effects[0].undone_by, None, "{ledger:#?}");
     assert_eq!(ledger.calls_with("budget.release", "declined"), 3);
+}
+
+#[tokio::test]
+async fn expire_early_reports_a_hold_that_has_lapsed_where_the_card_says_24_hours() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = serve("budget", dir.path(), &[]).await;
+    let reserve = json!({"vendorId": "v_1", "amountMinor": 12000, "currency": "EUR"});
+    let hold_of = |task: &Task| {
+        let at = task_data(task).unwrap()["holdExpiresAt"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap();
+        chrono::DateTime::parse_from_rfc3339(&at).unwrap()
+    };
+    let before = chrono::Utc::now();
+    let task = budget
+        .client
+        .call("budget.reserve", reserve.clone(), Some("sg:s1"), WAIT)
+        .await
+        .unwrap();
+    assert_eq!(state(&task), TaskState::Completed);
+    let held = hold_of(&task);
+    // A normal hold lapses 24 hours after it was made, as the card's undoTtlSeconds says.
+    assert!(held >= before + chrono::TimeDelta::hours(24), "{held}");
+    assert!(
+        held <= chrono::Utc::now() + chrono::TimeDelta::hours(24),
+        "{held}"
+    );
+
+    budget
+        .tool
+        .faults
+        .replace(BTreeMap::from([(
+            "budget.reserve".to_owned(),
+            FaultMode::ExpireEarly,
+        )]))
+        .unwrap();
+    let task = budget
+        .client
+        .call("budget.reserve", reserve.clone(), Some("sg2:s1"), WAIT)
+        .await
+        .unwrap();
+    assert_eq!(state(&task), TaskState::Completed);
+    let lapsed = hold_of(&task);
+    assert!(lapsed <= chrono::Utc::now(), "{lapsed}");
+    // The reservation is made all the same, and a repeat with its key replays the same
+    // lapsed hold, fault or not.
+    budget.tool.faults.replace(BTreeMap::new()).unwrap();
+    let again = budget
+        .client
+        .call("budget.reserve", reserve, Some("sg2:s1"), WAIT)
+        .await
+        .unwrap();
+    assert_eq!(task_data(&again), task_data(&task));
+    let ledger = budget.client.ledger().await.unwrap();
+    assert_eq!(ledger.forwards("budget.reserve").len(), 2);
+    sound(&ledger);
 }
 
 #[tokio::test]

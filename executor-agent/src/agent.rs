@@ -27,7 +27,7 @@ use crate::invoke::{A2aInvoker, Endpoint, Invoker, ToolInvoker};
 use crate::journal::{Journal, SagaHeader};
 use crate::mandates::{MandateBook, MandateHold, Revoked};
 use crate::mcp::invoker::McpInvoker;
-use crate::metrics::{CountedInvoker, Metrics, Now};
+use crate::metrics::{CountedInvoker, MeteredReporter, Metrics, Now};
 use crate::recovery::replay;
 use crate::registry::AgentKind;
 use crate::registry::Registry;
@@ -58,6 +58,9 @@ pub struct ExecutorConfig {
     /// How many sagas may make progress at once (`DEFAULT_MAX_RUNNING_SAGAS` by
     /// default); the others wait for a slot (see `slots`).
     pub max_running_sagas: usize,
+    /// How near its deadline an open undo handle counts as expiring on `/metrics`
+    /// (`metrics::DEFAULT_UNDO_EXPIRING_WITHIN` by default).
+    pub undo_expiring_within: Duration,
     /// Cancelled to stop: every driver then waits for the call it has out, journals the
     /// answer and returns (see `Executor::stopped`).
     pub shutdown: CancellationToken,
@@ -110,13 +113,13 @@ impl Executor {
     pub fn new(config: ExecutorConfig, tasks: Arc<TaskManager>) -> Arc<Self> {
         Arc::new(Self {
             slots: Slots::new(config.max_running_sagas),
-            config,
             tasks,
             live: Mutex::new(HashMap::new()),
             taking_in: Arc::default(),
             invoker: Mutex::new(None),
             drivers: TaskTracker::new(),
-            metrics: Arc::default(),
+            metrics: Arc::new(Metrics::new(config.undo_expiring_within)),
+            config,
         })
     }
 
@@ -135,6 +138,7 @@ impl Executor {
             slots: self.slots.limit(),
             waiting_for_a_person: store.list(&waiting).await?.total,
             state_file_writable: store.write_failure().is_none(),
+            at_ms: chrono::Utc::now().timestamp_millis(),
         };
         self.metrics
             .encode(now)
@@ -267,6 +271,7 @@ impl Executor {
         let (control, rx) = mpsc::channel(8);
         let (reporter, reporting) =
             TaskReporter::start(task.clone(), metadata, self.config.gather_progress);
+        let reporter = Arc::new(MeteredReporter::new(reporter, self.metrics.clone(), &saga));
         let stops = reporting.stops();
         let mut first_stop = stops.clone();
         let mandate = saga

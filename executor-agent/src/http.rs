@@ -305,7 +305,8 @@ async fn metrics(State(executor): State<Arc<Executor>>) -> Response {
     }
 }
 
-/// `GET /metrics`: counts of sagas and tool calls, no task or caller named. Open, so that
+/// `GET /metrics`: counts of sagas, tool calls, compensations and open undo handles, no
+/// saga, task or caller named. Open, so that
 /// a scraper needs no credential that could do more.
 pub fn metrics_routes(executor: Arc<Executor>) -> Router {
     Router::new()

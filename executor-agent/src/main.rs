@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
 use executor_agent::http::RegistrationHosts;
+use executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN;
 use executor_agent::report::{GATHER_PROGRESS, MAX_GATHER};
 use executor_agent::service::{Settings, build_with};
 
@@ -104,6 +105,12 @@ struct Args {
     /// MCP registrations may fetch from. Repeatable; without it, any host (logged at start).
     #[arg(long = "allow-registration-host", value_name = "HOST[:PORT]")]
     allow_registration_hosts: Vec<String>,
+    /// On /metrics, an undo handle still open in an unfinished saga counts as expiring
+    /// (`sagaplane_undo_handles_expiring`) once its deadline is at most this many seconds
+    /// away, or past. At most 31536000 (a year).
+    #[arg(long, default_value_t = DEFAULT_UNDO_EXPIRING_WITHIN.as_secs(), value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(0..=31_536_000))]
+    undo_expiring_within_secs: u64,
     #[command(flatten)]
     serving: agent_host::cli::ServingArgs,
     /// Crash-test fault injection: stop after this many durable journal writes.
@@ -235,6 +242,7 @@ async fn main() -> anyhow::Result<()> {
             } else {
                 RegistrationHosts::only(args.allow_registration_hosts)
             },
+            undo_expiring_within: Duration::from_secs(args.undo_expiring_within_secs),
         },
         shutdown.clone(),
         args.serving.max_concurrent_requests,

@@ -1,10 +1,14 @@
 //! The executor's metrics in the OpenMetrics text format Prometheus scrapes
 //! (`GET /metrics`): sagas begun, resumed and ended (by ending), tool calls answered (by
-//! agent and outcome) as they happen; sagas live, sagas running and waiting for a slot,
-//! sagas waiting for a person, and whether the state file takes writes, read at each
-//! scrape.
+//! agent and outcome), compensations (by agent and outcome) and tools reporting an undo
+//! deadline earlier than their cards declare (by agent) as they happen; sagas live, sagas
+//! running and waiting for a slot, sagas waiting for a person, whether the state file
+//! takes writes, and the undo handles open in unfinished sagas (and those expiring soon,
+//! by agent), read at each scrape. No label names a saga.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -13,8 +17,14 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::driver::Reporter;
 use crate::invoke::{CallContext, Invoker};
-use crate::saga::{CallOutcome, Ending, Invocation};
+use crate::saga::deadline::{Reported, UndoDeadline, rfc3339};
+use crate::saga::model::{Forward, StepRecord, Undo};
+use crate::saga::{CallOutcome, Command, Ending, Invocation, Saga, Target};
+
+/// `--undo-expiring-within-secs` unless set: an undo handle expiring within the hour.
+pub const DEFAULT_UNDO_EXPIRING_WITHIN: Duration = Duration::from_secs(3600);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EndLabels {
@@ -26,6 +36,14 @@ struct CallLabels {
     agent: String,
     outcome: &'static str,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentLabels {
+    agent: String,
+}
+
+/// The undo handles open in each unfinished saga with a driver here: (agent, deadline).
+type OpenHandles = HashMap<String, Vec<(String, Option<i64>)>>;
 
 /// What the gauges show, read when scraped.
 #[derive(Debug, Clone, Copy, Default)]
@@ -40,6 +58,8 @@ pub struct Now {
     pub waiting_for_a_person: usize,
     /// The state file's last write landed.
     pub state_file_writable: bool,
+    /// The time of the scrape (ms since the epoch), for the undo handles expiring soon.
+    pub at_ms: i64,
 }
 
 /// The executor's metrics. Cheap to share; every update is an atomic add.
@@ -50,6 +70,16 @@ pub struct Metrics {
     resumed: Counter,
     ended: Family<EndLabels, Counter>,
     calls: Family<CallLabels, Counter>,
+    compensations: Family<CallLabels, Counter>,
+    misdeclared: Family<AgentLabels, Counter>,
+    undo_open: Family<AgentLabels, Gauge>,
+    undo_expiring: Family<AgentLabels, Gauge>,
+    undo_expiring_within: Gauge,
+    expiring_within_ms: i64,
+    open_handles: Mutex<OpenHandles>,
+    /// Every agent the undo gauges have shown, so that one whose handles are all gone
+    /// shows 0 rather than vanishing.
+    undo_agents: Mutex<BTreeSet<String>>,
     live: Gauge,
     running: Gauge,
     waiting_for_a_slot: Gauge,
@@ -60,12 +90,34 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
+        Self::new(DEFAULT_UNDO_EXPIRING_WITHIN)
+    }
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Metrics {
+    /// The metrics, counting an open undo handle as expiring once its deadline is at most
+    /// `undo_expiring_within` away (or past).
+    pub fn new(undo_expiring_within: Duration) -> Self {
         let mut metrics = Self {
             registry: Registry::with_prefix("sagaplane"),
             begun: Counter::default(),
             resumed: Counter::default(),
             ended: Family::default(),
             calls: Family::default(),
+            compensations: Family::default(),
+            misdeclared: Family::default(),
+            undo_open: Family::default(),
+            undo_expiring: Family::default(),
+            undo_expiring_within: Gauge::default(),
+            expiring_within_ms: i64::try_from(undo_expiring_within.as_millis()).unwrap_or(i64::MAX),
+            open_handles: Mutex::default(),
+            undo_agents: Mutex::default(),
             live: Gauge::default(),
             running: Gauge::default(),
             waiting_for_a_slot: Gauge::default(),
@@ -93,6 +145,30 @@ impl Default for Metrics {
             "tool_calls",
             "Tool calls answered, by agent and outcome (succeeded, failed, unknown)",
             metrics.calls.clone(),
+        );
+        r.register(
+            "compensations",
+            "Compensations, by agent and outcome: succeeded and failed attempts; dead_lettered \
+             (attempts exhausted) and unavailable (its undo expired or could not be bound), \
+             each then put to a person",
+            metrics.compensations.clone(),
+        );
+        r.register(
+            "undo_deadline_misdeclared",
+            "Results whose reported undo deadline comes before the undoTtlSeconds their \
+             card declares, by agent",
+            metrics.misdeclared.clone(),
+        );
+        r.register(
+            "undo_handles_open",
+            "Undo handles open in unfinished sagas that can still unwind, by agent",
+            metrics.undo_open.clone(),
+        );
+        r.register(
+            "undo_handles_expiring",
+            "Open undo handles whose deadline is within --undo-expiring-within-secs \
+             (or past), by agent",
+            metrics.undo_expiring.clone(),
         );
         let gauges = [
             (
@@ -129,11 +205,18 @@ impl Default for Metrics {
         for (name, help, gauge) in gauges {
             r.register(name, help, gauge.clone());
         }
+        r.register(
+            "undo_expiring_within_seconds",
+            "How near its deadline an open undo handle counts as expiring \
+             (--undo-expiring-within-secs)",
+            metrics.undo_expiring_within.clone(),
+        );
+        metrics
+            .undo_expiring_within
+            .set(metrics.expiring_within_ms / 1000);
         metrics
     }
-}
 
-impl Metrics {
     pub fn saga_begun(&self) {
         self.begun.inc();
     }
@@ -164,6 +247,84 @@ impl Metrics {
         self.calls.get_or_create(&labels).inc();
     }
 
+    fn compensation(&self, agent: &str, outcome: &'static str) {
+        let labels = CallLabels {
+            agent: agent.to_owned(),
+            outcome,
+        };
+        self.compensations.get_or_create(&labels).inc();
+    }
+
+    /// Replaces what saga `saga_id` holds open (nothing: it is gone).
+    fn hold_undo_handles(&self, saga_id: &str, handles: Vec<(String, Option<i64>)>) {
+        if !handles.is_empty() {
+            let mut agents = locked(&self.undo_agents);
+            for (agent, _) in &handles {
+                if !agents.contains(agent) {
+                    agents.insert(agent.clone());
+                }
+            }
+        }
+        let mut open = locked(&self.open_handles);
+        if handles.is_empty() {
+            open.remove(saga_id);
+        } else {
+            open.insert(saga_id.to_owned(), handles);
+        }
+    }
+
+    /// Sets the undo gauges for a scrape at `at_ms`.
+    fn count_undo_handles(&self, at_ms: i64) {
+        let soon = at_ms.saturating_add(self.expiring_within_ms);
+        let mut counts: BTreeMap<String, (i64, i64)> = locked(&self.undo_agents)
+            .iter()
+            .map(|agent| (agent.clone(), (0, 0)))
+            .collect();
+        for (agent, deadline) in locked(&self.open_handles).values().flatten() {
+            let count = counts.entry(agent.clone()).or_default();
+            count.0 += 1;
+            if deadline.is_some_and(|at| at <= soon) {
+                count.1 += 1;
+            }
+        }
+        for (agent, (open, expiring)) in counts {
+            let labels = AgentLabels { agent };
+            self.undo_open.get_or_create(&labels).set(open);
+            self.undo_expiring.get_or_create(&labels).set(expiring);
+        }
+    }
+
+    /// What a compensable step's result said about its undo deadline: logged when it is
+    /// unusable (the TTL alone decides), logged and counted when it is earlier than the
+    /// card declares.
+    fn undo_deadline_read(&self, saga: &Saga, step: usize, deadline: &UndoDeadline) {
+        let spec = &saga.spec.steps[step];
+        if let Reported::Unreadable { reason } = &deadline.reported {
+            tracing::warn!(
+                saga = ?saga.spec.saga_id, step = ?spec.id, agent = ?spec.call.agent,
+                skill = ?spec.call.skill, ?reason, until = ?rfc3339(deadline.at_ms),
+                "the tool's result states no usable undo deadline; undoTtlSeconds alone decides"
+            );
+        }
+        if deadline.earlier_than_declared {
+            let reported = match deadline.reported {
+                Reported::At { at_ms } => rfc3339(Some(at_ms)),
+                _ => String::new(),
+            };
+            tracing::warn!(
+                saga = ?saga.spec.saga_id, step = ?spec.id, agent = ?spec.call.agent,
+                skill = ?spec.call.skill, ?reported,
+                declared_ttl_ms = ?spec.undo_ttl_ms,
+                "the tool reported an undo deadline earlier than its card's undoTtlSeconds: \
+                 the card misdeclares it; the reported deadline is used"
+            );
+            let labels = AgentLabels {
+                agent: spec.call.agent.clone(),
+            };
+            self.misdeclared.get_or_create(&labels).inc();
+        }
+    }
+
     /// Every metric, the gauges set to `now`, as OpenMetrics text.
     pub fn encode(&self, now: Now) -> Result<String, std::fmt::Error> {
         let gauge =
@@ -174,6 +335,7 @@ impl Metrics {
         gauge(&self.slots, now.slots);
         gauge(&self.waiting, now.waiting_for_a_person);
         self.writable.set(i64::from(now.state_file_writable));
+        self.count_undo_handles(now.at_ms);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
         Ok(text)
@@ -190,7 +352,105 @@ pub struct CountedInvoker {
 impl Invoker for CountedInvoker {
     async fn invoke(&self, invocation: &Invocation, context: &CallContext) -> CallOutcome {
         let outcome = self.inner.invoke(invocation, context).await;
-        self.metrics.call_answered(&invocation.call.agent, &outcome);
+        let agent = &invocation.call.agent;
+        self.metrics.call_answered(agent, &outcome);
+        if let Target::Compensation(_) = invocation.target {
+            let attempt = match outcome {
+                CallOutcome::Succeeded { .. } => "succeeded",
+                CallOutcome::Failed { .. } | CallOutcome::Unknown { .. } => "failed",
+            };
+            self.metrics.compensation(agent, attempt);
+        }
         outcome
+    }
+}
+
+/// A reporter that feeds the metrics from each saga's state as it is shown, then hands
+/// the report on: compensations given up (dead-lettered, unavailable), undo deadlines
+/// read from results, and the undo handles the saga holds open. Changes are counted
+/// against the saga as this reporter first saw it, so a resumed saga's past is not
+/// counted again.
+pub struct MeteredReporter {
+    inner: Arc<dyn Reporter>,
+    metrics: Arc<Metrics>,
+    saga_id: String,
+    seen: Mutex<Vec<StepRecord>>,
+}
+
+impl MeteredReporter {
+    pub fn new(inner: Arc<dyn Reporter>, metrics: Arc<Metrics>, saga: &Saga) -> Self {
+        let reporter = Self {
+            inner,
+            metrics,
+            saga_id: saga.spec.saga_id.clone(),
+            seen: Mutex::new(saga.records.clone()),
+        };
+        reporter.hold(saga);
+        reporter
+    }
+
+    fn hold(&self, saga: &Saga) {
+        let handles = saga
+            .open_undo_handles()
+            .into_iter()
+            .map(|(i, deadline)| (saga.spec.steps[i].call.agent.clone(), deadline))
+            .collect();
+        self.metrics.hold_undo_handles(&self.saga_id, handles);
+    }
+
+    fn observe(&self, saga: &Saga) {
+        let mut seen = locked(&self.seen);
+        let mut changed = false;
+        for (i, (before, now)) in seen.iter_mut().zip(&saga.records).enumerate() {
+            if before == now {
+                continue;
+            }
+            changed = true;
+            let agent = &saga.spec.steps[i].call.agent;
+            if !matches!(before.forward, Forward::Succeeded { .. })
+                && let (Forward::Succeeded { .. }, Some(deadline)) =
+                    (&now.forward, &now.undo_deadline)
+            {
+                self.metrics.undo_deadline_read(saga, i, deadline);
+            }
+            if before.undo != now.undo {
+                match now.undo {
+                    Undo::DeadLettered { .. } => self.metrics.compensation(agent, "dead_lettered"),
+                    Undo::Unavailable { .. } => self.metrics.compensation(agent, "unavailable"),
+                    _ => {}
+                }
+            }
+            before.clone_from(now);
+        }
+        drop(seen);
+        // The phase decides too (an end, the point of no return passed), and it changes
+        // only with a record.
+        if changed {
+            self.hold(saga);
+        }
+    }
+}
+
+impl Drop for MeteredReporter {
+    fn drop(&mut self) {
+        // The saga has no driver here any more (it ended, or the executor stops).
+        self.metrics.hold_undo_handles(&self.saga_id, Vec::new());
+    }
+}
+
+#[async_trait]
+impl Reporter for MeteredReporter {
+    async fn report(&self, command: &Command, saga: &Saga) {
+        self.observe(saga);
+        self.inner.report(command, saga).await;
+    }
+
+    async fn report_all(&self, shown: &[Command], saga: &Saga) {
+        self.observe(saga);
+        self.inner.report_all(shown, saga).await;
+    }
+
+    async fn settled(&self) -> bool {
+        self.inner.settled().await
     }
 }

@@ -56,6 +56,8 @@ pub struct Settings {
     pub max_running_sagas: usize,
     /// The hosts a registration may make the executor fetch a card or a tool list from.
     pub registration_hosts: crate::http::RegistrationHosts,
+    /// How near its deadline an open undo handle counts as expiring on `/metrics`.
+    pub undo_expiring_within: Duration,
 }
 
 /// A built executor, ready to serve.
@@ -214,6 +216,7 @@ pub fn build_with(
             mcp: mcp.clone(),
             gather_progress: settings.gather_progress,
             max_running_sagas: settings.max_running_sagas,
+            undo_expiring_within: settings.undo_expiring_within,
             shutdown,
         },
         tasks.clone(),

@@ -33,7 +33,7 @@ fn approval_plan_by(planner: &shared_types::SigningIdentity, saga_id: &str) -> V
     let steps = plan["steps"].as_array_mut().unwrap();
     steps.insert(1, review);
     plan["pivotIndex"] = json!(5);
-    planner.sign_in_place(&mut plan).unwrap();
+    common::sign_plan(planner, &mut plan);
     plan
 }
 
@@ -508,6 +508,7 @@ fn a_name_or_key_of_both_a_planner_and_an_approver_is_refused_at_start() {
         planners: vec![("planner-1".into(), planner.public_jwk())],
         approvers: vec![(approver.0.into(), approver.1.public_jwk())],
         principals: vec![common::principal().public_jwk()],
+        undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
         admin_token: ADMIN_TOKEN.into(),
         credentials: Default::default(),
         pause_after_journal_writes: None,

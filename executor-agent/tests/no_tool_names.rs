@@ -25,7 +25,7 @@ fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
         } else if path.extension().is_some_and(|e| e == "rs") {
             // The engine's own unit tests drive it with the demo's names; they are not
             // part of the executor.
-            if path.ends_with("saga/tests.rs") {
+            if path.ends_with("saga/tests.rs") || path.ends_with("saga/deadline_tests.rs") {
                 continue;
             }
             out.push((

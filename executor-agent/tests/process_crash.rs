@@ -838,3 +838,43 @@ async fn a_saga_killed_before_its_first_report_shows_its_id_from_the_restart_on(
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_undo_expiring_threshold_is_a_flag_shown_on_the_metrics() {
+    let world = World::new();
+    let data = tempfile::tempdir().unwrap();
+    let metrics = |executor: &Executor| {
+        let url = format!("{}/metrics", executor.url);
+        async move { reqwest::get(url).await.unwrap().text().await.unwrap() }
+    };
+    let executor = Executor::start(&world, data.path(), None);
+    let text = metrics(&executor).await;
+    assert!(
+        text.lines()
+            .any(|l| l == "sagaplane_undo_expiring_within_seconds 3600"),
+        "the default is an hour: {text}"
+    );
+    executor.kill();
+    let extra = ["--undo-expiring-within-secs", "60"];
+    let executor = Executor::start_logging(&world, data.path(), None, "warn", &extra);
+    let text = metrics(&executor).await;
+    assert!(
+        text.lines()
+            .any(|l| l == "sagaplane_undo_expiring_within_seconds 60"),
+        "{text}"
+    );
+    executor.kill();
+    // More than a year is refused before anything starts.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_executor-agent"))
+        .args(["--undo-expiring-within-secs", "31536001", "--data"])
+        .arg(data.path())
+        .arg("--platform-key")
+        .arg(world.path("platform.pub.jwk"))
+        .arg("--planner")
+        .arg(world.path("planner.pub.jwk"))
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--undo-expiring-within-secs"), "{stderr}");
+}

@@ -126,10 +126,13 @@ async fn a_changed_declaration_is_recorded_with_who_when_and_what_it_was() {
     let mut changed = card("budget");
     let skills = &mut changed["capabilities"]["extensions"][0]["params"]["skills"];
     skills["budget.reserve"]["class"] = "irreversible".into();
-    skills["budget.reserve"]
-        .as_object_mut()
-        .unwrap()
-        .remove("compensation");
+    // Irreversible: no compensation, and so no undo deadline either.
+    for member in ["compensation", "undoExpiresAt"] {
+        skills["budget.reserve"]
+            .as_object_mut()
+            .unwrap()
+            .remove(member);
+    }
     platform().sign_in_place(&mut changed).unwrap();
     let (_, registration) = registry.register(changed, "mallory").await.unwrap();
     assert_eq!(registration.kind, "changed");

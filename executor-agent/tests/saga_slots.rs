@@ -353,6 +353,7 @@ async fn a_plan_left_waiting_at_a_stop_is_taken_in_at_the_next_start() {
             mcp: setup.mcp.clone(),
             gather_progress: GATHER_PROGRESS,
             max_running_sagas: 1,
+            undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             shutdown: tokio_util::sync::CancellationToken::new(),
         },
         tasks.clone(),

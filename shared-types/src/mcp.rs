@@ -142,6 +142,10 @@ pub struct ManifestTool {
     pub retry: Option<RetryPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undo_ttl_seconds: Option<u64>,
+    /// Where the tool's `structuredContent` states its undo deadline (as an agent card's
+    /// `undoExpiresAt`: `"$response.body#/holdExpiresAt"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_expires_at: Option<String>,
     #[serde(default)]
     pub requires_approval: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -253,6 +257,7 @@ impl McpManifest {
                     timeout_ms: curated.timeout_ms,
                     retry: curated.retry,
                     undo_ttl_seconds: curated.undo_ttl_seconds,
+                    undo_expires_at: curated.undo_expires_at.clone(),
                     requires_approval: curated.requires_approval,
                     approval_timeout_seconds: curated.approval_timeout_seconds,
                     spend: curated.spend.clone(),

@@ -107,6 +107,11 @@ pub struct SkillDeclaration {
     pub retry: Option<RetryPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undo_ttl_seconds: Option<u64>,
+    /// Where the tool's result states its undo deadline: one `$response.body` expression
+    /// naming an RFC 3339 time (`"$response.body#/holdExpiresAt"`). The engine uses the
+    /// earlier of it and `undoTtlSeconds` from the step's success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_expires_at: Option<String>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub requires_approval: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -206,6 +211,16 @@ impl SkillDeclaration {
                 ));
             }
         }
+        if let Some(at) = &self.undo_expires_at {
+            if let Some(problem) = undo_expires_at_problem(at) {
+                out.push(format!("{skill}'s undoExpiresAt {problem}"));
+            }
+            if self.class != ReversibilityClass::Compensable {
+                out.push(format!(
+                    "{skill} declares undoExpiresAt but is not compensable: it has no undo to expire"
+                ));
+            }
+        }
         if self.requires_approval && self.approval_timeout_seconds.is_none() {
             out.push(format!(
                 "{skill} requires approval but declares no approvalTimeoutSeconds"
@@ -250,6 +265,14 @@ impl SkillDeclaration {
         if let Some(spend) = &self.spend {
             bindings.push(("spend.amountMinor", &spend.amount_minor));
             bindings.push(("spend.currency", &spend.currency));
+        }
+        // The deadline's pointer: a single expression, not a binding template.
+        let deadline = self
+            .undo_expires_at
+            .as_ref()
+            .map(|at| Value::String(at.clone()));
+        if let Some(deadline) = &deadline {
+            bindings.push(("undoExpiresAt", deadline));
         }
         let mut out = Vec::new();
         for (field, args) in bindings {
@@ -314,6 +337,18 @@ fn spend_binding_problem(value: &Value) -> Option<String> {
         other => Some(format!(
             "must be a literal or a $request.body expression, found {other}"
         )),
+    }
+}
+
+/// `undoExpiresAt` is one `$response.body` expression: the deadline is read from the
+/// step's own result, never from its arguments or another step.
+fn undo_expires_at_problem(text: &str) -> Option<String> {
+    match expr::Expr::parse(text) {
+        Ok(e) if matches!(e.source, Source::ResponseBody(_)) => None,
+        Ok(e) => Some(format!(
+            "uses {e}; the undo deadline may only be read from the step's own result ($response.body)"
+        )),
+        Err(e) => Some(e.to_string()),
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::faults::{FaultMode, Faults};
 use super::ledger::{Call, Ledger, Outcome};
-use super::skills::{Behaviour, SkillSpec, skills_of};
+use super::skills::{Behaviour, HOLD, SkillSpec, skills_of};
 use super::{Result, SupplierError};
 
 /// A skill ready to serve: what it does and its compiled input schema.
@@ -172,11 +172,16 @@ impl ToolAgent {
             // `Unavailable` is answered by the transport layer before the call gets here.
             _ => {}
         }
+        let hold = match fault {
+            Some(FaultMode::ExpireEarly) => chrono::TimeDelta::zero(),
+            _ => HOLD,
+        };
         let call = Call {
             key,
             skill: name,
             behaviour: skill.spec.behaviour,
             args: &args,
+            hold,
         };
         let result = match self.ledger.perform(call).await? {
             Outcome::Refused(why) => return finish(task, TaskState::Rejected, &why, None).await,

@@ -25,15 +25,20 @@ pub enum FaultMode {
     Unavailable,
     /// A compensation that fails every time (a task that fails, as `Decline`).
     FailAlways,
+    /// `budget.reserve` reserves, but its hold has lapsed by the time it answers: the
+    /// `holdExpiresAt` it reports (and records) is the moment the hold was made, not 24
+    /// hours later as its card declares. Other skills ignore it.
+    ExpireEarly,
 }
 
 impl FaultMode {
-    pub const ALL: [FaultMode; 5] = [
+    pub const ALL: [FaultMode; 6] = [
         Self::Decline,
         Self::Hang,
         Self::ApplyThenHang,
         Self::Unavailable,
         Self::FailAlways,
+        Self::ExpireEarly,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -43,6 +48,7 @@ impl FaultMode {
             Self::ApplyThenHang => "apply-then-hang",
             Self::Unavailable => "unavailable",
             Self::FailAlways => "fail-always",
+            Self::ExpireEarly => "expire-early",
         }
     }
 }

@@ -142,6 +142,8 @@ pub(crate) struct Call<'a> {
     pub skill: &'a str,
     pub behaviour: Behaviour,
     pub args: &'a Value,
+    /// How long a hold it makes lasts (`skills::HOLD`, unless a fault cuts it short).
+    pub hold: chrono::TimeDelta,
 }
 
 /// The ledger of one agent.
@@ -278,9 +280,10 @@ impl Ledger {
     pub async fn perform(&self, call: Call<'_>) -> Result<Outcome> {
         let args = canonical(call.args)?;
         let (key, skill) = (call.key.map(str::to_owned), call.skill.to_owned());
-        let (behaviour, value) = (call.behaviour, call.args.clone());
+        let (behaviour, value, hold) = (call.behaviour, call.args.clone(), call.hold);
         self.transact(move |tx| {
-            let (outcome, name) = decide(tx, key.as_deref(), &skill, behaviour, &value, &args)?;
+            let (outcome, name) =
+                decide(tx, key.as_deref(), &skill, behaviour, &value, &args, hold)?;
             let reason = match &outcome {
                 Outcome::Refused(why) => Some(why.as_str()),
                 _ => None,
@@ -414,7 +417,8 @@ fn insert(
     .map_err(store_error)
 }
 
-/// The decision itself, inside the call's transaction.
+/// The decision itself, inside the call's transaction (`hold`: how long a hold it makes
+/// lasts).
 fn decide(
     tx: &Transaction<'_>,
     key: Option<&str>,
@@ -422,6 +426,7 @@ fn decide(
     behaviour: Behaviour,
     value: &Value,
     args: &str,
+    hold: chrono::TimeDelta,
 ) -> Result<(Outcome, &'static str)> {
     let refused = |why: String| Ok((Outcome::Refused(why), "refused"));
     if let Some(key) = key {
@@ -467,7 +472,7 @@ fn decide(
                 )
                 .map_err(store_error)?;
             let id = format!("{prefix}_{:04}", made + 1);
-            let result = fresh_result(skill, &id, value);
+            let result = fresh_result(skill, &id, value, chrono::Utc::now(), hold);
             let kind = match behaviour {
                 Behaviour::Forward { .. } => EffectKind::Forward,
                 _ => EffectKind::Read,

@@ -130,11 +130,25 @@ pub fn spec(skill: &str) -> Option<SkillSpec> {
     SKILLS.iter().find(|s| s.skill == skill).copied()
 }
 
-/// The result of a forward or read skill that minted `id` from `args`.
-pub(crate) fn fresh_result(skill: &str, id: &str, args: &Value) -> Value {
+/// How long a budget hold lasts: the 24 hours the budget card declares as the undo's
+/// `undoTtlSeconds`, stated in each reservation's `holdExpiresAt`.
+pub const HOLD: chrono::TimeDelta = chrono::TimeDelta::hours(24);
+
+/// The result of a forward or read skill that minted `id` from `args` at `at`; a budget
+/// hold made then lapses `hold` later.
+pub(crate) fn fresh_result(
+    skill: &str,
+    id: &str,
+    args: &Value,
+    at: chrono::DateTime<chrono::Utc>,
+    hold: chrono::TimeDelta,
+) -> Value {
     match skill {
         "vendor.create" => json!({"vendorId": id}),
-        "budget.reserve" => json!({"reservationId": id}),
+        "budget.reserve" => json!({
+            "reservationId": id,
+            "holdExpiresAt": (at + hold).to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        }),
         "sandbox.provision" => json!({"tenantId": id, "login": format!("admin@{id}")}),
         "compliance.check" | "compliance.review" => json!({"status": "clear", "reference": id}),
         "payments.capture" => json!({

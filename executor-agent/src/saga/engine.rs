@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shared_types::expr::{self, EvalContext};
 
+use super::deadline::UndoDeadline;
 use super::model::{
     CallOutcome, Cause, Command, Decider, Ending, Event, Forward, Invocation, PauseOn, Phase,
     Resolution, StepRecord, Target, Timer, Undo,
@@ -42,6 +43,8 @@ impl Saga {
                 },
                 undo_attempts: 0,
                 decisions: Vec::new(),
+                started_at_ms: None,
+                undo_deadline: None,
             })
             .collect();
         Self {
@@ -61,6 +64,31 @@ impl Saga {
             self.records[p].forward,
             Forward::Pending | Forward::AwaitingApproval
         )
+    }
+
+    /// The undo handles still open, as (step index, deadline in ms): steps that succeeded
+    /// and whose undo is still to run (pending, under way, or dead-lettered and waiting for
+    /// a person to retry it), while the saga can still unwind. None once it has ended or
+    /// gone past its point of no return: those undos will never be posted back.
+    pub fn open_undo_handles(&self) -> Vec<(usize, Option<i64>)> {
+        if matches!(self.phase, Phase::Done { .. }) || self.past_no_return() {
+            return Vec::new();
+        }
+        self.records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                matches!(r.forward, Forward::Succeeded { .. })
+                    && matches!(
+                        r.undo,
+                        Undo::Pending
+                            | Undo::Running { .. }
+                            | Undo::WaitingRetry { .. }
+                            | Undo::DeadLettered { .. }
+                    )
+            })
+            .map(|(i, r)| (i, r.undo_deadline.as_ref().and_then(|d| d.at_ms)))
+            .collect()
     }
 
     /// The engine's one entry point.
@@ -280,6 +308,7 @@ impl Saga {
                 if forward {
                     record.forward = Forward::Running { attempt };
                     record.attempts = attempt;
+                    record.started_at_ms.get_or_insert(now_ms);
                     record.request = Some(Arc::new(args.clone()));
                 } else {
                     record.undo = Undo::Running { attempt };
@@ -331,6 +360,12 @@ impl Saga {
                 let id = self.spec.steps[i].id.clone();
                 match outcome {
                     CallOutcome::Succeeded { response } => {
+                        let step = &self.spec.steps[i];
+                        if step.compensation.is_some() {
+                            let started = self.records[i].started_at_ms.unwrap_or(now_ms);
+                            self.records[i].undo_deadline =
+                                Some(UndoDeadline::of(step, &response, started, now_ms));
+                        }
                         self.records[i].forward = Forward::Succeeded {
                             response: Arc::new(response),
                             at_ms: now_ms,
@@ -502,11 +537,12 @@ impl Saga {
             self.finish(out, ending, reason);
             return;
         };
-        if let (Some(ttl), Forward::Succeeded { at_ms, .. }) =
-            (self.spec.steps[i].undo_ttl_ms, &self.records[i].forward)
-            && now_ms.saturating_sub(*at_ms) > ttl as i64
+        if let (Some(deadline), Forward::Succeeded { .. }) =
+            (&self.records[i].undo_deadline, &self.records[i].forward)
+            && deadline.expired(now_ms)
         {
-            let reason = format!("the undo expired {ttl} ms after the step succeeded");
+            // As for an undo that cannot be bound: a person decides, nothing is called.
+            let reason = deadline.expiry_reason();
             self.records[i].undo = Undo::Unavailable {
                 reason: reason.clone(),
             };
@@ -753,15 +789,18 @@ impl Saga {
         let (Some(s), Some(r)) = (self.spec.steps.get(index), self.records.get(index)) else {
             return Value::Null;
         };
-        let mut step = json!({
+        let mut entry = json!({
             "step": s.id, "skill": s.call.skill, "idempotencyKey": s.idempotency_key,
             "attempts": r.attempts, "forward": r.forward, "undo": r.undo, "undoAttempts": r.undo_attempts,
         });
-        if !r.decisions.is_empty()
-            && let Value::Object(members) = &mut step
-        {
-            members.insert("decisions".to_owned(), super::approval::ledger_decisions(r));
+        if let Value::Object(members) = &mut entry {
+            if !r.decisions.is_empty() {
+                members.insert("decisions".to_owned(), super::approval::ledger_decisions(r));
+            }
+            if let Some(deadline) = &r.undo_deadline {
+                members.insert("undoDeadline".to_owned(), deadline.ledger());
+            }
         }
-        step
+        entry
     }
 }

@@ -2,10 +2,13 @@
 //! pure engine.
 
 mod approval;
+pub mod deadline;
 pub mod engine;
 pub mod model;
 pub mod spec;
 
+#[cfg(test)]
+mod deadline_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::deadline::UndoDeadline;
 use super::spec::CallSpec;
 
 /// Which call an invocation or result belongs to.
@@ -235,6 +236,12 @@ pub struct StepRecord {
     /// What people decided while the saga waited at this step, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decisions: Vec<Decision>,
+    /// When the forward call was first made (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at_ms: Option<i64>,
+    /// A compensable step's undo deadline, from its success on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_deadline: Option<UndoDeadline>,
 }
 
 /// Where the saga stands.

@@ -39,6 +39,10 @@ pub struct StepSpec {
     pub class: ReversibilityClass,
     pub read_only: bool,
     pub undo_ttl_ms: Option<u64>,
+    /// Where the result states the undo deadline (the card's `undoExpiresAt`). Absent in
+    /// the headers of sagas begun before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_expires_at: Option<String>,
     pub approval_timeout_ms: Option<u64>,
     pub compensation: Option<CompensationSpec>,
 }
@@ -109,6 +113,7 @@ impl SagaSpec {
                 class: declared.class,
                 read_only: declared.read_only,
                 undo_ttl_ms: declared.undo_ttl_seconds.map(|s| s.saturating_mul(1000)),
+                undo_expires_at: declared.undo_expires_at.clone(),
                 approval_timeout_ms: declared.requires_approval.then(|| {
                     declared
                         .approval_timeout_seconds

@@ -219,6 +219,8 @@ pub struct ToolLog {
     pub applied: Arc<tokio::sync::Notify>,
     /// Lets a call held by `Fault::ApplyThenHold` answer.
     pub release: Arc<tokio::sync::Notify>,
+    /// Results to answer instead of `response(skill)`, by skill.
+    pub answers: HashMap<String, Value>,
 }
 
 /// The idempotency keys of every effect the tools applied, in the order they applied them.
@@ -295,7 +297,11 @@ impl Agent for Tool {
                 Some((args, result)) if *args == call["args"] => result.clone(),
                 Some(_) => Value::Null,
                 None => {
-                    let result = response(&skill);
+                    let result = log
+                        .answers
+                        .get(&skill)
+                        .cloned()
+                        .unwrap_or_else(|| response(&skill));
                     log.effects.push((key.clone(), skill.clone()));
                     log.effect_seq
                         .push(EFFECT_SEQ.fetch_add(1, Ordering::SeqCst));
@@ -737,6 +743,7 @@ impl Harness {
             credentials,
             gather_progress: GATHER_PROGRESS,
             max_running_sagas,
+            undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             shutdown: shutdown.clone(),
         };
         let executor = Executor::new(config, tasks.clone());

@@ -84,6 +84,7 @@ pub async fn serve_faulty(hosts: RegistrationHosts, faults: &[(&str, Fault)]) ->
             pause_after_journal_writes: None,
             gather_progress: GATHER_PROGRESS,
             max_running_sagas: DEFAULT_MAX_RUNNING_SAGAS,
+            undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             registration_hosts: hosts,
         },
         shutdown.clone(),

@@ -320,3 +320,42 @@ proptest! {
         let _ = declared_recovery(&json!({"annotations": {"recovery": value.clone()}, "_meta": {RECOVERY_META_KEY: value}}));
     }
 }
+
+#[test]
+fn a_curated_undo_deadline_is_carried_over_and_checked_against_the_output_schema() {
+    let with_deadline = |at: &str| {
+        McpManifest::parse(&json!({
+            "agent": "shop",
+            "server": {"name": "shop-mcp"},
+            "tools": {
+                "charge_payment": {"class": "compensable", "idempotent": true,
+                                   "recovery": refund_recovery(), "undoExpiresAt": at},
+                "refund_payment": {"class": "retriable", "idempotent": true}
+            }
+        }))
+        .unwrap()
+    };
+    let mut charge = tool("charge_payment", Some(refund_recovery()), None);
+    charge["outputSchema"]["properties"]["voidBefore"] = json!({"type": "string"});
+    let agent = with_deadline("$response.body#/voidBefore")
+        .catalog_agent(&server_tools(charge.clone()))
+        .unwrap();
+    assert_eq!(
+        agent.skills["charge_payment"].undo_expires_at.as_deref(),
+        Some("$response.body#/voidBefore")
+    );
+    for (bad, says) in [
+        ("$response.body#/voidbefore", "outputSchema"),
+        ("$request.body#/amountMinor", "step's own result"),
+        ("$response.body/voidBefore", "not a runtime expression"),
+    ] {
+        let err = with_deadline(bad)
+            .catalog_agent(&server_tools(charge.clone()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("undoExpiresAt") && err.contains(says),
+            "{bad}: {err}"
+        );
+    }
+}

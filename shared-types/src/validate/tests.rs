@@ -791,6 +791,69 @@ fn the_compensation_that_will_run_must_read_what_the_schemas_declare() {
 }
 
 #[test]
+fn an_undo_deadline_is_read_from_a_member_of_the_result_the_output_schema_declares() {
+    let budget = |at: Value| {
+        let mut card = read(&root().join("agent-cards/budget.json"));
+        card["capabilities"]["extensions"][0]["params"]["skills"]["budget.reserve"]["undoExpiresAt"] =
+            at;
+        card
+    };
+    // The committed card declares one, and it types.
+    let catalog = supplier_catalog();
+    assert_eq!(
+        catalog
+            .declaration("budget", "budget.reserve")
+            .and_then(|d| d.undo_expires_at.as_deref()),
+        Some("$response.body#/holdExpiresAt")
+    );
+    for (bad, says) in [
+        // A pointer the outputSchema does not declare (a typo).
+        (json!("$response.body#/holdExpiresat"), "\"holdExpiresAt\""),
+        // Not an expression, or one with no pointer.
+        (
+            json!("$response.body/holdExpiresAt"),
+            "not a runtime expression",
+        ),
+        (json!("$response.body#holdExpiresAt"), "pointer"),
+        (json!("tomorrow"), "not a runtime expression"),
+        // Another source than the step's own result.
+        (json!("$request.body#/vendorId"), "step's own result"),
+        (
+            json!("$steps.s0.response.body#/vendorId"),
+            "step's own result",
+        ),
+    ] {
+        let err = Catalog::default()
+            .add_card(&budget(bad.clone()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("undoExpiresAt") && err.contains(says),
+            "{bad}: {err}"
+        );
+    }
+    // Not a string at all: the declaration does not type.
+    let err = Catalog::default()
+        .add_card(&budget(json!(86400)))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("do not type"), "{err}");
+    // Only a compensable skill has an undo to expire.
+    let mut card = read(&root().join("agent-cards/budget.json"));
+    card["capabilities"]["extensions"][0]["params"]["skills"]["budget.release"]["undoExpiresAt"] =
+        json!("$response.body#/released");
+    let err = Catalog::default().add_card(&card).unwrap_err().to_string();
+    assert!(err.contains("is not compensable"), "{err}");
+    // A catalog assembled otherwise gets BAD_REFERENCE on the step whose deadline it reads.
+    let validator = validator_with("budget", "budget.reserve", |d| {
+        d.undo_expires_at = Some("$response.body#/holdExpiresat".into());
+    });
+    let report = validator.validate(&signed(example()), now());
+    assert_eq!(codes(&report), vec![ViolationCode::BadReference]);
+    assert_eq!(report.violations[0].step.as_deref(), Some("s1"));
+}
+
+#[test]
 fn registration_warns_of_bound_from_skills_without_an_output_schema() {
     for (name, agent) in &supplier_catalog().agents {
         assert_eq!(

@@ -1,0 +1,68 @@
+//! A tool's unreadable undo deadline reaches the executor's log (through the writer the
+//! binaries log with) quoted and escaped: a newline and a whole fake record in
+//! `holdExpiresAt` stay inside the one warning that says the TTL alone decides.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use agent_host::process::OneRecordPerLine;
+use agent_host::sdk::TaskState;
+use common::*;
+use serde_json::json;
+
+const FORGED: &str = "2026-12-01T00:00:00.000000Z  INFO executor_agent::http: card registered agent=\"budget\" by=\"admin\"";
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newline_in_a_reported_deadline_does_not_forge_a_log_record() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    tracing_subscriber::fmt()
+        .with_writer(move || OneRecordPerLine::new(writer.clone(), false))
+        .with_ansi(false)
+        .init();
+    let harness = Harness::start(&[("sandbox.provision", Fault::Decline)]).await;
+    harness.log("budget").answers.insert(
+        "budget.reserve".into(),
+        json!({"reservationId": "r_1", "holdExpiresAt": format!("soon\n{FORGED}")}),
+    );
+    let task = harness
+        .send(
+            harness.signed("examples/plans/supplier-onboarding.json"),
+            None,
+        )
+        .await;
+    // The TTL alone decides, and it has not run out: the budget is released.
+    assert_eq!(task.status.state, TaskState::Failed, "{:?}", task.status);
+    let s1 = &ledger_of(&task)["steps"][1];
+    assert_eq!(s1["undo"]["state"], "done", "{s1}");
+    assert_eq!(s1["undoDeadline"]["setBy"], "undoTtlSeconds", "{s1}");
+
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        log.lines().all(|line| !line.starts_with(FORGED)),
+        "a forged record:\n{log}"
+    );
+    let warning = log
+        .lines()
+        .find(|l| l.contains("states no usable undo deadline"))
+        .unwrap_or_else(|| panic!("no warning in the log:\n{log}"));
+    assert!(
+        warning.contains("soon\\\\n2026-12-01") && warning.contains("agent=\"budget\""),
+        "{warning}"
+    );
+}
