@@ -292,11 +292,8 @@ async fn a_saga_before_its_pivot_unwinds_when_its_mandate_is_revoked() {
     let mandate_id = plan["mandate"]["mandateId"].as_str().unwrap().to_owned();
     let client = agent_host::AgentClient::new(&setup.url).unwrap();
     let request = common::data_message(plan, None);
-    let mut sent = tokio::spawn(async move {
-        client
-            .send(&agent_host::OutboundCall::default(), &request)
-            .await
-    });
+    let call = setup.as_planner();
+    let mut sent = tokio::spawn(async move { client.send(&call, &request).await });
     let applied = setup.log("sandbox").applied.clone();
     tokio::select! {
         () = applied.notified() => {}

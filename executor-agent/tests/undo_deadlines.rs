@@ -336,11 +336,8 @@ async fn metrics_show_open_and_expiring_undo_handles_during_a_saga_and_count_its
     let plan = harness.signed(PLAN);
     let sent = {
         let client = AgentClient::new(&harness.url).unwrap();
-        tokio::spawn(async move {
-            client
-                .send(&OutboundCall::default(), &data_message(plan, None))
-                .await
-        })
+        let call = harness.as_planner();
+        tokio::spawn(async move { client.send(&call, &data_message(plan, None)).await })
     };
     // While s3 is out: vendor (no deadline), budget (24 h) and sandbox (1 h, within the
     // default hour) hold open handles.
