@@ -10,6 +10,7 @@ use agent_host::sdk::{Task, TaskState};
 use common::served::*;
 use common::{principal, read};
 use serde_json::{Value, json};
+use shared_types::SigningIdentity;
 
 /// The example plan as saga `saga_id`, under `mandate` (a signed document), signed by
 /// the served executor's planner.
@@ -326,4 +327,85 @@ async fn a_saga_before_its_pivot_unwinds_when_its_mandate_is_revoked() {
     assert!(effects.iter().all(|e| !e.contains(":s4")), "{effects:?}");
     let undone: Vec<&String> = effects.iter().filter(|e| e.ends_with(":undo")).collect();
     assert_eq!(undone.len(), 3, "{effects:?}");
+}
+
+#[test]
+fn a_planners_or_approvers_key_is_refused_as_a_principal_at_start() {
+    use executor_agent::service::{Settings, build};
+    let planner = SigningIdentity::from_seed([42; 32], Some("planner-1".into()));
+    let person = SigningIdentity::from_seed([44; 32], Some("approver-1".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let settings = |principal: &SigningIdentity| Settings {
+        data_dir: dir.path().join("data"),
+        executor_id: "executor".into(),
+        public_url: "http://127.0.0.1:1".into(),
+        platform_keys: shared_types::TrustStore::new(),
+        planners: vec![("planner-1".into(), planner.public_jwk())],
+        approvers: vec![("approver-1".into(), person.public_jwk())],
+        principals: vec![principal.public_jwk()],
+        undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
+        admin_token: ADMIN_TOKEN.into(),
+        credentials: Default::default(),
+        pause_after_journal_writes: None,
+        gather_progress: executor_agent::report::GATHER_PROGRESS,
+        max_running_sagas: 1,
+        registration_hosts: executor_agent::http::RegistrationHosts::any(),
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    for (who, key) in [("planner-1", &planner), ("approver-1", &person)] {
+        let refused = build(settings(key), shutdown.clone()).err();
+        let refused = refused.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            refused.contains(&format!("is also the key of planner or approver {who}")),
+            "{who}: {refused:?}"
+        );
+    }
+    assert!(build(settings(&principal()), shutdown).is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_that_is_not_json_or_too_large_is_refused_and_records_nothing() {
+    let served = serve().await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/mandates/revocations", served.url);
+    let answer = http
+        .post(&url)
+        .body("{\"revokedMandateId\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 400);
+    let duplicate = r#"{"revokedMandateId": "md_a", "revokedMandateId": "md_b", "revokedAt": "2026-12-01T00:00:00Z"}"#;
+    assert_eq!(
+        http.post(&url)
+            .body(duplicate)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    let huge = format!("{{\"reason\": \"{}\"}}", "x".repeat(2 * 1024 * 1024));
+    assert_eq!(
+        http.post(&url).body(huge).send().await.unwrap().status(),
+        413
+    );
+    // A principal's signature over a bad id is still refused.
+    let mut bad_id = json!({"revokedMandateId": "has space", "revokedAt": "2026-12-01T00:00:00Z"});
+    principal().sign_in_place(&mut bad_id).unwrap();
+    assert_eq!(
+        http.post(&url).json(&bad_id).send().await.unwrap().status(),
+        422
+    );
+    // Nothing was revoked: a plan under the example's mandate still runs.
+    let task = submit(
+        &served,
+        plan_under(
+            &served,
+            "sg_still_granted",
+            mandate(&served, "md_a", |_| {}),
+        ),
+    )
+    .await;
+    assert_eq!(task.status.state, TaskState::Completed, "{task:?}");
 }
