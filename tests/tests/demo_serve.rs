@@ -134,8 +134,8 @@ fn the_served_demo_prints_its_folder_and_commands_that_work() {
     let (code, shown) = run(&served.command("mandate show"));
     assert_eq!(code, 0, "{shown}");
     assert!(
-        shown.contains("budget 100000 EUR")
-            && (shown.contains("spent 12000 EUR") || shown.contains("reserved 12000 EUR")),
+        shown.contains("in EUR minor units: budget 100000")
+            && (shown.contains("spent 12000") || shown.contains("reserved 12000")),
         "{shown}"
     );
 }

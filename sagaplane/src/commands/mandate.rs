@@ -161,9 +161,9 @@ pub fn describe(shown: &Value) -> String {
     let mut out = String::new();
     for m in shown["mandates"].as_array().into_iter().flatten() {
         let currency = m["currency"].as_str().unwrap_or("?");
-        let amount = |name: &str| format!("{} {currency}", minor(&m[name]));
+        let amount = |name: &str| minor(&m[name]);
         out.push_str(&format!(
-            "mandate {} of {} (key {}){}\n  budget {}  reserved {}  spent {}  remaining {}\n  sagas: {}\n",
+            "mandate {} of {} (key {}){}\n  in {currency} minor units: budget {}  reserved {}  spent {}  remaining {}\n  sagas: {}\n",
             m["mandateId"].as_str().unwrap_or("?"),
             m["principal"].as_str().unwrap_or("?"),
             m["principalKey"].as_str().unwrap_or("?"),
