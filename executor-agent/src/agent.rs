@@ -41,6 +41,10 @@ use crate::taking_in::{Intake, TakingIn};
 pub struct ExecutorConfig {
     pub registry: Registry,
     pub planner_keys: TrustStore,
+    /// Each planner's JWT issuer name and the key id its plans are signed with: a planner
+    /// submits only the plans it signed (another's would spend that planner's mandate
+    /// and take its saga's task).
+    pub planner_key_ids: HashMap<String, String>,
     /// The principals' mandates: whose are honoured, what they reserved, which were
     /// revoked.
     pub mandates: MandateBook,
@@ -814,8 +818,16 @@ impl Agent for ExecutorAgent {
             .unwrap_or_default();
         // An existing task is answered only to a plan a trusted planner signed; anything
         // else gets a task of its own, which validation then refuses.
-        if self.config.planner_keys.verify(&plan).is_err() {
+        let Ok(signer) = self.config.planner_keys.verify(&plan) else {
             return Ok(Reply::Task);
+        };
+        if let Some(own) = self.config.planner_key_ids.get(&ctx.caller)
+            && *own != signer
+        {
+            tracing::info!(caller = ?ctx.caller, signer = ?signer, "a plan signed by another planner was refused");
+            return Err(A2AError::invalid_params(format!(
+                "PLANNER_MISMATCH: the plan is signed by planner key {signer:?}, not by the caller's; a planner submits only the plans it signed"
+            )));
         }
         if let Ok(Some(accepted)) = self.config.journal.header(saga_id).await
             && compare_with_accepted(&accepted.plan, &plan) == Resubmission::Identical

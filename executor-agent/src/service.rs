@@ -205,6 +205,11 @@ pub fn build_with(
         ExecutorConfig {
             registry: registry.clone(),
             planner_keys,
+            planner_key_ids: settings
+                .planners
+                .iter()
+                .map(|(issuer, jwk)| (issuer.clone(), jwk.key_id()))
+                .collect(),
             mandates,
             approvers: settings
                 .approvers

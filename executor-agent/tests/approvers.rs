@@ -357,7 +357,13 @@ async fn another_planner_cannot_get_list_subscribe_to_cancel_or_answer_a_saga() 
         approval_plan(&served, "sg_planner_one"),
     )
     .await;
-    assert!(is_not_found(again), "the same plan from another planner");
+    // It is refused for being another planner's plan, before any saga is looked up.
+    match again {
+        Err(agent_host::Error::Protocol(e)) => {
+            assert!(e.message.starts_with("PLANNER_MISMATCH"), "{}", e.message)
+        }
+        other => panic!("the same plan from another planner: {other:?}"),
+    }
     assert!(
         !listed(&served, other_planner_jwt(&served), None)
             .await

@@ -409,3 +409,27 @@ async fn a_revocation_that_is_not_json_or_too_large_is_refused_and_records_nothi
     .await;
     assert_eq!(task.status.state, TaskState::Completed, "{task:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planner_cannot_submit_another_planners_plan_and_spend_its_mandate() {
+    let served = serve().await;
+    // planner-1's plan under planner-1's mandate, sent by planner-2.
+    let plan = plan_under(
+        &served,
+        "sg_not_yours",
+        mandate(&served, "md_not_yours", |_| {}),
+    );
+    let refused = send(&served, other_planner_jwt(&served), plan.clone()).await;
+    let Err(agent_host::Error::Protocol(e)) = refused else {
+        panic!("expected a refusal, got {refused:?}");
+    };
+    assert!(e.message.starts_with("PLANNER_MISMATCH"), "{}", e.message);
+    assert_eq!(calls_seen(&served), 0, "no tool was called");
+    assert_eq!(
+        account(&served, "md_not_yours").await["mandates"],
+        json!([])
+    );
+    // Its own planner may still send it.
+    let task = submit(&served, plan).await;
+    assert_eq!(task.status.state, TaskState::Completed, "{task:?}");
+}

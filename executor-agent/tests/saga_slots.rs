@@ -345,6 +345,7 @@ async fn a_plan_left_waiting_at_a_stop_is_taken_in_at_the_next_start() {
         ExecutorConfig {
             registry: setup.registry.clone(),
             planner_keys,
+            planner_key_ids: [("planner".to_owned(), setup.planner.kid().to_owned())].into(),
             mandates: executor_agent::mandates::MandateBook::on(&setup.db, common::principals())
                 .unwrap(),
             approvers: ["approver".to_owned()].into(),

@@ -736,6 +736,7 @@ impl Harness {
         let config = ExecutorConfig {
             registry: registry.clone(),
             planner_keys,
+            planner_key_ids: [("planner".to_owned(), planner.kid().to_owned())].into(),
             mandates: executor_agent::mandates::MandateBook::on(&db, principals()).unwrap(),
             approvers: ["approver".to_owned()].into(),
             journal: journal.clone(),
