@@ -507,20 +507,9 @@ fn a_name_or_key_of_both_a_planner_and_an_approver_is_refused_at_start() {
     let person = shared_types::SigningIdentity::from_seed([44; 32], Some("approver-1".into()));
     let dir = tempfile::tempdir().unwrap();
     let settings = |approver: (&str, &shared_types::SigningIdentity)| Settings {
-        data_dir: dir.path().join("data"),
-        executor_id: "executor".into(),
-        public_url: "http://127.0.0.1:1".into(),
-        platform_keys: shared_types::TrustStore::new(),
         planners: vec![("planner-1".into(), planner.public_jwk())],
         approvers: vec![(approver.0.into(), approver.1.public_jwk())],
-        principals: vec![common::principal().public_jwk()],
-        undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
-        admin_token: ADMIN_TOKEN.into(),
-        credentials: Default::default(),
-        pause_after_journal_writes: None,
-        gather_progress: executor_agent::report::GATHER_PROGRESS,
-        max_running_sagas: 1,
-        registration_hosts: executor_agent::http::RegistrationHosts::any(),
+        ..test_settings(dir.path().join("data"), "http://127.0.0.1:1")
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     for (name, key) in [("planner-1", &person), ("approver-1", &planner)] {

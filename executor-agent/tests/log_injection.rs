@@ -5,37 +5,15 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
-use agent_host::process::OneRecordPerLine;
 use agent_host::sdk::TaskState;
 use common::served::*;
 use serde_json::json;
 
 const FORGED: &str = "2026-12-01T00:00:00.000000Z  INFO executor_agent::http: card registered agent=\"payments\" by=\"admin\"";
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newline_in_a_pointer_does_not_forge_a_log_record() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || OneRecordPerLine::new(writer.clone(), false))
-        .with_ansi(false)
-        .init();
+    let captured = common::logs::capture();
     let served = serve().await;
 
     // The sandbox's card declares no output schema (allowed, with a warning), so the
@@ -74,7 +52,7 @@ async fn a_newline_in_a_pointer_does_not_forge_a_log_record() {
     assert!(status.contains("login\\n2026-12-01"), "{status}");
     assert!(!status.contains('\n'), "{status}");
 
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     assert!(
         log.lines().all(|line| !line.starts_with(FORGED)),
         "a forged record:\n{log}"

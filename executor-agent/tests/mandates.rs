@@ -336,20 +336,10 @@ fn a_planners_or_approvers_key_is_refused_as_a_principal_at_start() {
     let person = SigningIdentity::from_seed([44; 32], Some("approver-1".into()));
     let dir = tempfile::tempdir().unwrap();
     let settings = |principal: &SigningIdentity| Settings {
-        data_dir: dir.path().join("data"),
-        executor_id: "executor".into(),
-        public_url: "http://127.0.0.1:1".into(),
-        platform_keys: shared_types::TrustStore::new(),
         planners: vec![("planner-1".into(), planner.public_jwk())],
         approvers: vec![("approver-1".into(), person.public_jwk())],
         principals: vec![principal.public_jwk()],
-        undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
-        admin_token: ADMIN_TOKEN.into(),
-        credentials: Default::default(),
-        pause_after_journal_writes: None,
-        gather_progress: executor_agent::report::GATHER_PROGRESS,
-        max_running_sagas: 1,
-        registration_hosts: executor_agent::http::RegistrationHosts::any(),
+        ..test_settings(dir.path().join("data"), "http://127.0.0.1:1")
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     for (who, key) in [("planner-1", &planner), ("approver-1", &person)] {

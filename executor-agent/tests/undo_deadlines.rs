@@ -11,10 +11,6 @@ use std::time::Duration;
 use agent_host::sdk::{Task, TaskState};
 use agent_host::{AgentClient, OutboundCall, mint_jwt};
 use common::*;
-use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
-use executor_agent::http::RegistrationHosts;
-use executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN;
-use executor_agent::report::GATHER_PROGRESS;
 use executor_agent::service::{Settings, build};
 use sagaplane_examples::supplier::{
     FaultMode, RunningTool, SuiteSettings, check_ledger, start_all,
@@ -103,23 +99,10 @@ impl Demo {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let service = build(
             Settings {
-                data_dir: dir.path().join("executor"),
-                executor_id: "executor".into(),
-                public_url: url.clone(),
                 platform_keys,
                 planners: vec![("planner-1".into(), planner.public_jwk())],
-                approvers: Vec::new(),
-                principals: vec![principal().public_jwk()],
                 admin_token: ADMIN.into(),
-                credentials: AGENTS
-                    .iter()
-                    .map(|a| (a.to_string(), TOOL_TOKEN.to_owned()))
-                    .collect(),
-                pause_after_journal_writes: None,
-                gather_progress: GATHER_PROGRESS,
-                max_running_sagas: DEFAULT_MAX_RUNNING_SAGAS,
-                registration_hosts: RegistrationHosts::any(),
-                undo_expiring_within: DEFAULT_UNDO_EXPIRING_WITHIN,
+                ..served::test_settings(dir.path().join("executor"), &url)
             },
             shutdown.clone(),
         )

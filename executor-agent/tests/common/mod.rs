@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod logs;
 pub mod served;
 
 use std::collections::HashMap;

@@ -41,6 +41,31 @@ impl Drop for Served {
     }
 }
 
+/// An executor's settings as the tests' executors use them, with no planner and no
+/// approver yet: the data in `data_dir`, reached at `public_url`, trusting the test
+/// principal, holding the tool credentials, the admin token `ADMIN_TOKEN`.
+pub fn test_settings(data_dir: std::path::PathBuf, public_url: &str) -> Settings {
+    Settings {
+        data_dir,
+        executor_id: "executor".into(),
+        public_url: public_url.into(),
+        platform_keys: TrustStore::new(),
+        planners: Vec::new(),
+        approvers: Vec::new(),
+        principals: vec![super::principal().public_jwk()],
+        admin_token: ADMIN_TOKEN.into(),
+        credentials: AGENTS
+            .iter()
+            .map(|a| (a.to_string(), TOOL_TOKEN.to_owned()))
+            .collect(),
+        pause_after_journal_writes: None,
+        gather_progress: GATHER_PROGRESS,
+        max_running_sagas: DEFAULT_MAX_RUNNING_SAGAS,
+        undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
+        registration_hosts: RegistrationHosts::any(),
+    }
+}
+
 /// The executor as `main` serves it, with the six tool agents registered.
 pub async fn serve() -> Served {
     serve_with(RegistrationHosts::any()).await
@@ -66,26 +91,14 @@ pub async fn serve_faulty(hosts: RegistrationHosts, faults: &[(&str, Fault)]) ->
     let shutdown = CancellationToken::new();
     let service = build(
         Settings {
-            data_dir: dir.path().join("data"),
-            executor_id: "executor".into(),
-            public_url: url.clone(),
             platform_keys,
             planners: vec![
                 ("planner-1".into(), planner.public_jwk()),
                 ("planner-2".into(), other_planner.public_jwk()),
             ],
             approvers: vec![("approver-1".into(), approver.public_jwk())],
-            principals: vec![super::principal().public_jwk()],
-            admin_token: ADMIN_TOKEN.into(),
-            credentials: AGENTS
-                .iter()
-                .map(|a| (a.to_string(), TOOL_TOKEN.to_owned()))
-                .collect(),
-            pause_after_journal_writes: None,
-            gather_progress: GATHER_PROGRESS,
-            max_running_sagas: DEFAULT_MAX_RUNNING_SAGAS,
-            undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             registration_hosts: hosts,
+            ..test_settings(dir.path().join("data"), &url)
         },
         shutdown.clone(),
     )

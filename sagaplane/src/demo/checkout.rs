@@ -6,8 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agent_host::sdk::{StreamResponse, Task, TaskState};
-use futures::StreamExt;
+use agent_host::sdk::{Task, TaskState};
 use sagaplane_examples::checkout::{
     self, Hold, LedgerReport, PaymentStatus, render_summary, side_by_side,
 };
@@ -15,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::processes::{Process, binaries};
 use super::{Clock, demo_keys, executor_args, random_token, start_planner, write};
-use crate::a2a::{client, message_text, state_name};
+use crate::a2a::{message_text, state_name};
 use crate::failure::Failure;
 
 /// The order the demo checks out.
@@ -160,29 +159,8 @@ async fn start(
 
 /// Sends the goal to the planner and follows it to the end (or to a person's desk).
 async fn checkout_once(stack: &Stack, clock: &Clock) -> Result<Run, Failure> {
-    let planner = client(stack.planner.url())?;
     let request = crate::commands::goal_message(GOAL, Some(goal_data()));
-    let open = stack.planner.call();
-    let mut events = planner
-        .stream(&open, &request)
-        .await
-        .map_err(|e| crate::a2a::failure("the planner refused the goal", e))?;
-    let mut task_id = None;
-    while let Some(Ok(event)) = events.next().await {
-        match &event {
-            StreamResponse::Task(task) => task_id = Some(task.id.clone()),
-            StreamResponse::StatusUpdate(update) => {
-                clock.show(update);
-            }
-            _ => {}
-        }
-    }
-    let task_id =
-        task_id.ok_or_else(|| Failure::unusable("the planner answered without a task"))?;
-    let task = planner
-        .get_task(&open, &task_id)
-        .await
-        .map_err(|e| crate::a2a::failure("cannot read the planner's task", e))?;
+    let task = stack.planner.follow_goal(&request, clock).await?;
     let ledger = checkout::fetch_ledger(&stack.shop_url, Some(&stack.token))
         .await
         .map_err(|e| Failure::unusable(format!("cannot read the shop's ledger: {e}")))?;

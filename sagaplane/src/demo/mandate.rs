@@ -6,14 +6,13 @@
 
 use std::path::Path;
 
-use agent_host::sdk::{PartContent, StreamResponse, Task, TaskState};
+use agent_host::sdk::{PartContent, Task, TaskState};
 use chrono::{SubsecRound, TimeDelta, Utc};
-use futures::StreamExt;
 use serde_json::{Value, json};
 use shared_types::{Mandate, SigningIdentity};
 
 use super::{Clock, FailAt, GOAL, Running, write};
-use crate::a2a::{client, message_text, state_name};
+use crate::a2a::{message_text, state_name};
 use crate::failure::Failure;
 
 /// The principal's key files and the signed mandate, in the run's folder.
@@ -160,29 +159,8 @@ fn unspent(mandate: &Mandate) -> Value {
 /// the executor refused the plan `MANDATE_EXHAUSTED` and no tool was called).
 pub async fn second_saga(running: &Running, clock: &Clock) -> Result<(Task, Vec<String>), Failure> {
     clock.say(&format!("second goal → planner: \"{GOAL}\""));
-    let planner = client(running.planner.url())?;
     let request = crate::commands::goal_message(GOAL, None);
-    let mut events = planner
-        .stream(&running.planner.call(), &request)
-        .await
-        .map_err(|e| crate::a2a::failure("the planner refused the goal", e))?;
-    let mut task_id = None;
-    while let Some(Ok(event)) = events.next().await {
-        match &event {
-            StreamResponse::Task(task) => task_id = Some(task.id.clone()),
-            StreamResponse::StatusUpdate(update) => {
-                clock.show(update);
-            }
-            _ => {}
-        }
-    }
-    let Some(task_id) = task_id else {
-        return Err(Failure::unusable("the planner answered without a task"));
-    };
-    let task = planner
-        .get_task(&running.planner.call(), &task_id)
-        .await
-        .map_err(|e| crate::a2a::failure("cannot read the planner's task", e))?;
+    let task = running.planner.follow_goal(&request, clock).await?;
     let mut problems = Vec::new();
     if task.status.state != TaskState::Rejected {
         problems.push(format!(

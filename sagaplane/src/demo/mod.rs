@@ -78,7 +78,7 @@ struct Clock(Instant);
 
 impl Clock {
     /// Prints a task's status update as a line of the timeline; returns its text.
-    fn show(&self, update: &agent_host::sdk::TaskStatusUpdateEvent) -> String {
+    pub(super) fn show(&self, update: &agent_host::sdk::TaskStatusUpdateEvent) -> String {
         let status = &update.status;
         let text = status
             .message

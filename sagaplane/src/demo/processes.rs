@@ -149,6 +149,38 @@ impl Process {
         self
     }
 
+    /// Sends `request` (a goal) to this agent, shows its status updates as they stream,
+    /// and returns its task as it ended.
+    pub async fn follow_goal(
+        &self,
+        request: &agent_host::sdk::SendMessageRequest,
+        clock: &super::Clock,
+    ) -> Result<agent_host::sdk::Task, Failure> {
+        use agent_host::sdk::StreamResponse;
+        use futures::StreamExt;
+        let agent = crate::a2a::client(self.url())?;
+        let mut events = agent
+            .stream(&self.call(), request)
+            .await
+            .map_err(|e| crate::a2a::failure("the planner refused the goal", e))?;
+        let mut task_id = None;
+        while let Some(Ok(event)) = events.next().await {
+            match &event {
+                StreamResponse::Task(task) => task_id = Some(task.id.clone()),
+                StreamResponse::StatusUpdate(update) => {
+                    clock.show(update);
+                }
+                _ => {}
+            }
+        }
+        let task_id =
+            task_id.ok_or_else(|| Failure::unusable("the planner answered without a task"))?;
+        agent
+            .get_task(&self.call(), &task_id)
+            .await
+            .map_err(|e| crate::a2a::failure("cannot read the planner's task", e))
+    }
+
     /// How to call this process: with its bearer token, if it wants one.
     pub fn call(&self) -> agent_host::OutboundCall {
         agent_host::OutboundCall {
