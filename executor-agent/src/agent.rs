@@ -902,16 +902,20 @@ impl Agent for ExecutorAgent {
             Ok(Err(_refused)) => Err(A2AError::task_not_cancelable(task.id())),
             _ => {
                 // "Canceled" means compensated: wait for the unwind to end (or to stop
-                // for a person, when a compensation cannot be done).
+                // for a person, when a compensation cannot be done). A saga that waited
+                // for a person when the cancel came shows that pause until its next stop.
+                let mut paused_before = true;
                 loop {
                     match task.snapshot().await.map(|t| t.status.state) {
-                        Ok(s) if s.is_terminal() || s == TaskState::InputRequired => break,
+                        Ok(s) if s.is_terminal() => break,
+                        Ok(TaskState::InputRequired) if !paused_before => break,
                         Err(_) => break,
                         _ => {}
                     }
                     if stops.changed().await.is_err() {
                         break;
                     }
+                    paused_before = false;
                 }
                 task.snapshot().await.map_err(agent_host::Error::into_a2a)
             }
