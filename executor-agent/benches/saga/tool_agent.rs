@@ -22,7 +22,11 @@ use crate::TOOL_TOKEN;
 pub(crate) fn tool_result(skill: &str) -> Value {
     match skill {
         "vendor.create" => json!({"vendorId": "v_1"}),
-        "budget.reserve" => json!({"reservationId": "r_1"}),
+        // The card declares where the hold's expiry stands (`undoExpiresAt`); a result
+        // without it would be logged as unusable at every saga.
+        "budget.reserve" => {
+            json!({"reservationId": "r_1", "holdExpiresAt": "2099-01-01T00:00:00Z"})
+        }
         "sandbox.provision" => json!({"tenantId": "t_1", "login": "acme-admin"}),
         "compliance.check" => json!({"status": "clear", "reference": "c_1"}),
         "payments.capture" => json!({"captureId": "p_1", "amountMinor": 12000, "currency": "EUR"}),
