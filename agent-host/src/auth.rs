@@ -315,7 +315,10 @@ pub async fn authenticate(
             Caller { id: name.clone() }
         }
         (InboundAuth::Jwt(policy), Some(given)) => {
-            match policy.check(&given, chrono::Utc::now().timestamp()) {
+            let checked = crate::cpu::measure(crate::cpu::Phase::Authentication, || {
+                policy.check(&given, chrono::Utc::now().timestamp())
+            });
+            match checked {
                 Ok(iss) => Caller { id: iss },
                 Err(why) => return unauthorized(request, refused(&why)).await,
             }

@@ -9,6 +9,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use crate::cpu::{self, Phase};
 use crate::agent::{Agent, OWNER_METADATA, Reply, RequestContext};
 use crate::modes::InputModes;
 use crate::sdk;
@@ -135,8 +136,7 @@ impl<A: Agent> HostHandler<A> {
                         .into()
                     }),
                 };
-                self.tasks
-                    .create(task)
+                cpu::measured(Phase::TaskCreation, self.tasks.create(task))
                     .await
                     .map_err(crate::Error::into_a2a)?
             }
@@ -150,7 +150,9 @@ impl<A: Agent> HostHandler<A> {
         let first = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
         let agent = self.agent.clone();
         let run_handle = handle.clone();
-        let run = tokio::spawn(async move { agent.run(ctx, run_handle, message).await });
+        let run = tokio::spawn(cpu::measured(Phase::Intake, async move {
+            agent.run(ctx, run_handle, message).await
+        }));
         Ok(Started::Task {
             handle,
             first: Box::new(first),
@@ -354,11 +356,16 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
                 events,
                 run,
             } => {
+                let ended = events.ended();
                 if !immediately {
                     let mut stream = self.follow(*first, events, Some(run));
                     while stream.next().await.is_some() {}
                 }
-                let task = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
+                // The task as it ended, when the stream saw it end; else as it stands.
+                let task = match ended.get() {
+                    Some(task) => task.clone(),
+                    None => handle.snapshot().await.map_err(crate::Error::into_a2a)?,
+                };
                 Ok(SendMessageResponse::Task(trim_history(
                     task,
                     history_length,

@@ -9,6 +9,7 @@ pub mod card;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
+pub mod cpu;
 pub mod error;
 pub mod handler;
 pub mod health;

@@ -12,6 +12,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+
+use crate::cpu::{self, Phase};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -216,12 +218,12 @@ pub async fn serve_with(
             .serve_connection(TokioIo::new(stream), service)
             .into_owned();
         let connection = graceful.watch(connection);
-        connections.spawn(async move {
+        connections.spawn(cpu::measured(Phase::Serving, async move {
             if let Err(error) = connection.await {
                 tracing::debug!(error = ?error, "connection ended with an error");
             }
             drop(permit);
-        });
+        }));
     }
     drop(listener);
     graceful.shutdown().await;

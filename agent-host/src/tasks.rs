@@ -20,10 +20,20 @@ const EVENT_BUFFER: usize = 256;
 
 type WriteLock = Arc<tokio::sync::Mutex<Option<Task>>>;
 
+/// The task as it ended, for the subscribers that watched it end (a blocking send
+/// answers with it without reading the store back).
+type Ended = Arc<std::sync::OnceLock<Task>>;
+
+/// A watched task's event bus.
+struct Channel {
+    sender: broadcast::Sender<StreamResponse>,
+    ended: Ended,
+}
+
 /// Owns the store and the event bus; hands out `TaskHandle`s.
 pub struct TaskManager {
     store: Arc<dyn TaskStore>,
-    channels: Mutex<HashMap<String, broadcast::Sender<StreamResponse>>>,
+    channels: Mutex<HashMap<String, Channel>>,
     /// One writer at a time per task keeps events in store order. The lock holds the
     /// task as last written, so an update need not read and decode it again; `None`
     /// after a failed write (the next update reads the store).
@@ -55,12 +65,15 @@ impl TaskManager {
             .channels
             .lock()
             .map_err(|_| Error::store("event bus poisoned"))?;
-        let events = channels
+        let channel = channels
             .entry(task_id.to_owned())
-            .or_insert_with(|| broadcast::channel(EVENT_BUFFER).0)
-            .subscribe();
+            .or_insert_with(|| Channel {
+                sender: broadcast::channel(EVENT_BUFFER).0,
+                ended: Ended::default(),
+            });
         Ok(Subscription {
-            events,
+            events: channel.sender.subscribe(),
+            ended: channel.ended.clone(),
             manager: self.clone(),
             task_id: task_id.to_owned(),
         })
@@ -78,13 +91,26 @@ impl TaskManager {
         let Ok(mut channels) = self.channels.lock() else {
             return;
         };
-        if let Some(sender) = channels.get(task_id) {
+        if let Some(channel) = channels.get(task_id) {
             // The last subscriber may have just left: nobody is watching, which is fine.
-            let _ = sender.send(event);
+            let _ = channel.sender.send(event);
             if last {
                 channels.remove(task_id);
             }
         }
+    }
+
+    fn ended_slot(&self, task_id: &str) -> Option<Ended> {
+        let channels = self.channels.lock().ok()?;
+        channels.get(task_id).map(|c| c.ended.clone())
+    }
+
+    /// The task as last written by this manager, when it holds it (a task being worked
+    /// on); `None` sends the reader to the store.
+    async fn last_written(&self, task_id: &str) -> Option<Task> {
+        let lock = self.write_locks.lock().ok()?.get(task_id).cloned()?;
+        let written = lock.lock().await;
+        written.clone()
     }
 
     fn write_lock(&self, task_id: &str) -> Result<WriteLock> {
@@ -159,6 +185,9 @@ impl TaskManager {
         if self.is_watched(task_id) {
             let events = events(&task);
             let count = events.len();
+            if last && let Some(ended) = self.ended_slot(task_id) {
+                let _ = ended.set(task.clone());
+            }
             for (i, event) in events.into_iter().enumerate() {
                 self.publish(task_id, event, last && i + 1 == count);
             }
@@ -179,6 +208,7 @@ impl TaskManager {
 /// keeps nothing behind for subscribers that left.
 pub struct Subscription {
     events: broadcast::Receiver<StreamResponse>,
+    ended: Ended,
     manager: Arc<TaskManager>,
     task_id: String,
 }
@@ -197,6 +227,14 @@ impl std::ops::DerefMut for Subscription {
     }
 }
 
+impl Subscription {
+    /// The task as it ended, once this subscription has seen it end; the same as the
+    /// store holds, shared by the task's subscribers.
+    pub fn ended(&self) -> Arc<std::sync::OnceLock<Task>> {
+        self.ended.clone()
+    }
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
         let Ok(mut channels) = self.manager.channels.lock() else {
@@ -205,8 +243,9 @@ impl Drop for Subscription {
         // Counted under the lock, so nobody subscribes in between. The task's channel may
         // be a newer one (the old one went with the task's last event): only ours, with
         // no receiver but this one, goes.
-        let ours_alone = channels.get(&self.task_id).is_some_and(|sender| {
-            sender.receiver_count() == 1 && sender.subscribe().same_channel(&self.events)
+        let ours_alone = channels.get(&self.task_id).is_some_and(|channel| {
+            channel.sender.receiver_count() == 1
+                && channel.sender.subscribe().same_channel(&self.events)
         });
         if ours_alone {
             channels.remove(&self.task_id);
@@ -231,8 +270,11 @@ impl TaskHandle {
         &self.context_id
     }
 
-    /// The task as stored now.
+    /// The task as stored now (the copy this manager last wrote, when it holds one).
     pub async fn snapshot(&self) -> Result<Task> {
+        if let Some(task) = self.manager.last_written(&self.id).await {
+            return Ok(task);
+        }
         self.manager
             .store
             .get(&self.id)

@@ -1,22 +1,29 @@
-//! Benchmark of the path users take (issue 21, first cut): the real `executor-agent`
-//! binary as a process with its default SQLite state, six loopback A2A tool agents (in
-//! this process, on threads of their own), and a load client that, for every saga, signs
-//! a fresh plan (a unique saga id) under a principal's mandate, mints a fresh planner JWT
-//! and sends it with a blocking `SendMessage`, as a planner does. It reports sagas/s,
-//! steps/s, latency, and CPU per saga of the executor process, of the tool agents' threads
-//! and of the client's threads, from `/proc`.
+//! Benchmark of the path users take (issue 21): the real `executor-agent` binary as a
+//! process with its default SQLite state, six loopback A2A tool agents (in this process,
+//! on threads of their own), and load clients that, for every saga, sign a fresh plan (a
+//! unique saga id) under a principal's mandate, mint a fresh planner JWT and wait for the
+//! saga's end as a planner does: a blocking `SendMessage`, or `SendStreamingMessage` read
+//! to its end. It prints sagas/s, steps/s, latency, CPU per saga of the executor process,
+//! of the tool agents' threads and of the clients' threads (from `/proc`), the state
+//! file's commits (fsyncs) per saga, and, from a second executor that measures them, the
+//! executor's CPU per saga by phase.
 //!
-//! `cargo bench -p executor-agent --bench whole_path` (`WHOLE_PATH_SECONDS`, 5 by default,
-//! per concurrency level).
+//! `cargo bench -p executor-agent --bench whole_path`. `WHOLE_PATH_SECONDS` (5 by default)
+//! per round; `WHOLE_PATH_LEVELS` (`1,64,256`) and `WHOLE_PATH_MODES`
+//! (`blocking,streaming`) choose the rounds; `WHOLE_PATH_EXECUTOR` measures another
+//! build of the binary (an earlier commit's, to compare the two in one sitting).
 
+use std::collections::HashMap;
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_host::sdk::{
-    Message, Part, Role, SendMessageRequest, SendMessageResponse, TaskState, new_message_id,
+    Message, Part, Role, SendMessageRequest, SendMessageResponse, StreamResponse, TaskState,
+    new_message_id,
 };
+use futures::StreamExt;
 use agent_host::{AgentClient, OutboundCall, mint_jwt};
 use serde_json::{Value, json};
 use shared_types::SigningIdentity;
@@ -37,6 +44,8 @@ const STEPS: u64 = 6;
 const ADMIN_TOKEN: &str = "admin-token-for-the-whole-path-bench";
 const TOOL_THREADS: &str = "tool-agent";
 const CLIENT_THREADS: &str = "load-client";
+/// The executor's state file writer (`{name}-writer`, agent-host's durable.rs).
+const WRITER_THREAD: &str = "executor-writer";
 
 fn root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -66,9 +75,9 @@ fn process_ticks(pid: u32) -> u64 {
     ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
 }
 
-/// Ticks of this process's threads whose name starts with `prefix`.
-fn thread_ticks(prefix: &str) -> u64 {
-    let Ok(entries) = std::fs::read_dir("/proc/self/task") else {
+/// Ticks of the threads of process `pid` (or `self`) whose name starts with `prefix`.
+fn thread_ticks(pid: &str, prefix: &str) -> u64 {
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
     };
     entries
@@ -104,7 +113,23 @@ fn write(dir: &std::path::Path, name: &str, value: &Value) -> std::path::PathBuf
     path
 }
 
-fn start_executor(dir: &std::path::Path, keys: &Keys) -> Executor {
+/// The executor's `/metrics`, by sample name with its labels (`name{label="value"}`).
+async fn scrape(url: &str) -> HashMap<String, f64> {
+    let Ok(answer) = reqwest::get(format!("{url}/metrics")).await else {
+        return HashMap::new();
+    };
+    let text = answer.text().await.unwrap_or_default();
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            Some((name.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+fn start_executor(dir: &std::path::Path, keys: &Keys, phases: bool) -> Executor {
+    std::fs::create_dir_all(dir).expect("a data directory");
     let public = |name: &str, id: &SigningIdentity| {
         write(
             dir,
@@ -116,7 +141,7 @@ fn start_executor(dir: &std::path::Path, keys: &Keys) -> Executor {
         .iter()
         .map(|a| (a.to_string(), json!(TOOL_TOKEN)))
         .collect();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_executor-agent"))
+    let mut child = Command::new(executor_binary())
         .args(["--listen", "127.0.0.1:0", "--data"])
         .arg(dir.join("data"))
         .arg("--platform-key")
@@ -136,6 +161,7 @@ fn start_executor(dir: &std::path::Path, keys: &Keys) -> Executor {
         ])
         .env("SAGAPLANE_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("RUST_LOG", "warn")
+        .env("SAGAPLANE_CPU_PHASES", if phases { "1" } else { "0" })
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -153,6 +179,43 @@ fn start_executor(dir: &std::path::Path, keys: &Keys) -> Executor {
     Executor { child, url }
 }
 
+/// The rounds to run, in order: each way of waiting (`WHOLE_PATH_MODES`, `blocking,streaming`
+/// by default) at each concurrency level (`WHOLE_PATH_LEVELS`, `1,64,256` by default).
+fn rounds() -> Vec<(Mode, usize)> {
+    let list = |name: &str, default: &str| -> Vec<String> {
+        std::env::var(name)
+            .unwrap_or_else(|_| default.to_owned())
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let levels: Vec<usize> = list("WHOLE_PATH_LEVELS", "1,64,256")
+        .iter()
+        .map(|l| l.parse().expect("WHOLE_PATH_LEVELS: numbers of clients, comma-separated"))
+        .collect();
+    let modes: Vec<Mode> = list("WHOLE_PATH_MODES", "blocking,streaming")
+        .iter()
+        .map(|m| match m.as_str() {
+            "blocking" => Mode::Blocking,
+            "streaming" => Mode::Streaming,
+            other => panic!("WHOLE_PATH_MODES: {other:?} is neither blocking nor streaming"),
+        })
+        .collect();
+    modes
+        .iter()
+        .flat_map(|mode| levels.iter().map(move |level| (*mode, *level)))
+        .collect()
+}
+
+/// The binary to measure: this checkout's, or `WHOLE_PATH_EXECUTOR` (another build, to
+/// compare two commits in one sitting).
+fn executor_binary() -> std::path::PathBuf {
+    std::env::var_os("WHOLE_PATH_EXECUTOR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_executor-agent").into())
+}
+
 struct Keys {
     platform: SigningIdentity,
     planner: SigningIdentity,
@@ -161,6 +224,7 @@ struct Keys {
 
 /// One concurrency level's figures.
 struct Round {
+    mode: Mode,
     clients: usize,
     sagas: u64,
     seconds: f64,
@@ -168,7 +232,25 @@ struct Round {
     executor_ms: f64,
     tools_ms: f64,
     client_ms: f64,
+    /// The executor's state file writer thread.
+    writer_ms: f64,
+    /// The executor's metrics before and after the round.
+    before: HashMap<String, f64>,
+    after: HashMap<String, f64>,
 }
+
+const COMMITS: &str = "sagaplane_state_file_commits";
+
+/// The executor's phases, in the order of a request's life (agent-host's cpu.rs).
+const PHASES: [&str; 7] = [
+    "authentication",
+    "plan_verification",
+    "validation",
+    "task_creation",
+    "intake",
+    "saga",
+    "serving",
+];
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -199,59 +281,137 @@ fn main() {
         .iter()
         .map(|_| tool_agent::start_tool_agent(&tools))
         .collect();
-    let executor = start_executor(dir.path(), &keys);
     let client = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name(CLIENT_THREADS)
         .enable_all()
         .build()
         .expect("the client's runtime");
-    client.block_on(register(&executor.url, &keys.platform, &tool_urls));
     let template = plan_template(&keys);
+    let length = Duration::from_secs(seconds);
+    let executor = start_executor(&dir.path().join("measured"), &keys, false);
+    client.block_on(register(&executor.url, &keys.platform, &tool_urls));
     println!(
-        "whole path: the executor-agent binary (pid {}, SQLite state) ← a client signing a plan and minting a JWT per saga, blocking SendMessage; six tool agents in this process; {seconds} s per level",
+        "whole path: {} (pid {}, SQLite state, fresh data directory) <- clients on loopback that each sign a plan (a unique saga id, under a principal's mandate) and mint a planner JWT per saga, then wait for its end; six A2A tool agents in the bench's process; {seconds} s per round after a {WARM_UP_SECONDS} s warm-up at 64 clients",
+        executor_binary().display(),
         executor.child.id()
     );
+    client.block_on(run_round(
+        usize::MAX,
+        Mode::Blocking,
+        &executor,
+        &keys.planner,
+        &template,
+        64,
+        Duration::from_secs(WARM_UP_SECONDS),
+    ));
     println!(
-        "{:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>12} {:>12} {:>11} {:>11}",
+        "{:>9} {:>7} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "mode",
         "clients",
         "sagas",
         "sagas/s",
         "steps/s",
         "p50 ms",
         "p99 ms",
-        "exec ms/saga",
-        "exec ms/step",
-        "tools ms/s",
-        "client ms/s"
+        "exec/saga",
+        "exec/step",
+        "tool/saga",
+        "clnt/saga",
+        "fsync/saga"
     );
-    for clients in [1usize, 64, 256] {
+    for (index, (mode, clients)) in rounds().into_iter().enumerate() {
         let round = client.block_on(run_round(
+            index,
+            mode,
             &executor,
             &keys.planner,
             &template,
             clients,
-            Duration::from_secs(seconds),
+            length,
         ));
-        let mut sorted = round.latencies_ms.clone();
-        sorted.sort_by(f64::total_cmp);
-        let sagas = round.sagas.max(1) as f64;
-        println!(
-            "{:>7} {:>7} {:>8.0} {:>8.0} {:>8.1} {:>8.1} {:>12.2} {:>12.3} {:>11.2} {:>11.2}",
-            round.clients,
-            round.sagas,
-            round.sagas as f64 / round.seconds,
-            (round.sagas * STEPS) as f64 / round.seconds,
-            percentile(&sorted, 0.5),
-            percentile(&sorted, 0.99),
-            round.executor_ms / sagas,
-            round.executor_ms / (sagas * STEPS as f64),
-            round.tools_ms / sagas,
-            round.client_ms / sagas,
-        );
+        print_round(&round);
     }
     println!(
-        "CPU from /proc (10 ms ticks): the executor process; the tool agents' and the client's threads of this process. Every saga COMPLETED or the bench stops."
+        "CPU in ms, from /proc (10 ms ticks): exec = the executor process, tool = the tool agents' threads, clnt = the client's threads (signing and minting included). fsync/saga = the state file's commits per saga (/metrics sagaplane_state_file_commits; each is one fsync of its WAL under synchronous=FULL; '-' when the binary does not report it). Every saga COMPLETED, or the bench stops."
+    );
+    drop(executor);
+    let executor = start_executor(&dir.path().join("phases"), &keys, true);
+    client.block_on(register(&executor.url, &keys.platform, &tool_urls));
+    let round = client.block_on(run_round(
+        usize::MAX - 1,
+        Mode::Blocking,
+        &executor,
+        &keys.planner,
+        &template,
+        64,
+        length,
+    ));
+    print_phases(&round);
+}
+
+/// Unreported: connections opened, pools and the heap grown, before the first round.
+const WARM_UP_SECONDS: u64 = 2;
+
+fn print_round(round: &Round) {
+    let mut sorted = round.latencies_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    let sagas = round.sagas.max(1) as f64;
+    let fsyncs = match (round.before.get(COMMITS), round.after.get(COMMITS)) {
+        (Some(before), Some(after)) => format!("{:.2}", (after - before) / sagas),
+        _ => "-".into(),
+    };
+    println!(
+        "{:>9} {:>7} {:>6} {:>7.0} {:>7.0} {:>7.1} {:>7.1} {:>9.2} {:>9.3} {:>9.2} {:>9.2} {:>9}",
+        format!("{:?}", round.mode).to_lowercase(),
+        round.clients,
+        round.sagas,
+        round.sagas as f64 / round.seconds,
+        (round.sagas * STEPS) as f64 / round.seconds,
+        percentile(&sorted, 0.5),
+        percentile(&sorted, 0.99),
+        round.executor_ms / sagas,
+        round.executor_ms / (sagas * STEPS as f64),
+        round.tools_ms / sagas,
+        round.client_ms / sagas,
+        fsyncs,
+    );
+}
+
+/// The executor's CPU per saga by phase, from its own counters (thread CPU time per
+/// phase, nested phases exclusive) and its threads in `/proc`.
+fn print_phases(round: &Round) {
+    let sagas = round.sagas.max(1) as f64;
+    println!(
+        "\nexecutor CPU per saga by phase: a second executor with SAGAPLANE_CPU_PHASES=1, blocking, 64 clients, {} sagas, {:.2} ms/saga in all (from /proc)",
+        round.sagas, round.executor_ms / sagas
+    );
+    let phases: Vec<(&str, f64)> = PHASES
+        .iter()
+        .filter_map(|phase| {
+            let name = format!("sagaplane_phase_cpu_seconds{{phase=\"{phase}\"}}");
+            let after = round.after.get(&name)?;
+            let before = round.before.get(&name).copied().unwrap_or(0.0);
+            Some((*phase, (after - before) * 1000.0 / sagas))
+        })
+        .collect();
+    if phases.is_empty() {
+        println!("  (this binary does not report phases)");
+        return;
+    }
+    let writer = round.writer_ms / sagas;
+    let measured: f64 = phases.iter().map(|(_, ms)| ms).sum();
+    let total = round.executor_ms / sagas;
+    let row = |name: &str, ms: f64| {
+        println!("  {name:<58} {ms:>7.3} ms {:>5.1}%", 100.0 * ms / total.max(1e-9));
+    };
+    for (phase, ms) in &phases {
+        row(phase, *ms);
+    }
+    row("state file writer thread (SQL and commits, from /proc)", writer);
+    row(
+        "the rest (blocking-pool reads, runtime, timers; by difference)",
+        (total - measured - writer).max(0.0),
     );
 }
 
@@ -296,7 +456,18 @@ fn plan_template(keys: &Keys) -> String {
     plan.to_string()
 }
 
+/// How a client waits for its saga's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A blocking `SendMessage`: the answer is the ended task.
+    Blocking,
+    /// `SendStreamingMessage`, read until the stream ends.
+    Streaming,
+}
+
 async fn run_round(
+    round: usize,
+    mode: Mode,
     executor: &Executor,
     planner: &SigningIdentity,
     template: &str,
@@ -304,10 +475,12 @@ async fn run_round(
     length: Duration,
 ) -> Round {
     let pid = executor.child.id();
-    let (executor_before, tools_before, client_before) = (
+    let before = scrape(&executor.url).await;
+    let (executor_before, tools_before, client_before, writer_before) = (
         process_ticks(pid),
-        thread_ticks(TOOL_THREADS),
-        thread_ticks(CLIENT_THREADS),
+        thread_ticks("self", TOOL_THREADS),
+        thread_ticks("self", CLIENT_THREADS),
+        thread_ticks(&pid.to_string(), WRITER_THREAD),
     );
     let started = Instant::now();
     let deadline = started + length;
@@ -319,7 +492,8 @@ async fn run_round(
             let mut latencies = Vec::new();
             let mut n = 0u64;
             while Instant::now() < deadline {
-                let saga = format!("sg_wp_{clients}_{worker}_{n}");
+                // Unique across rounds: a saga id sent again is answered with its existing task.
+                let saga = format!("sg_wp_{round}_{worker}_{n}");
                 n += 1;
                 let sent = Instant::now();
                 let mut plan: Value =
@@ -345,10 +519,26 @@ async fn run_round(
                     metadata: None,
                     tenant: None,
                 };
-                match agent.send(&call, &request).await {
-                    Ok(SendMessageResponse::Task(task))
-                        if task.status.state == TaskState::Completed => {}
-                    other => panic!("saga {saga} did not complete: {other:?}"),
+                let ended = match mode {
+                    Mode::Blocking => match agent.send(&call, &request).await {
+                        Ok(SendMessageResponse::Task(task)) => Some(task.status.state),
+                        other => panic!("saga {saga}: {other:?}"),
+                    },
+                    Mode::Streaming => {
+                        let mut events = agent.stream(&call, &request).await.expect("a stream");
+                        let mut last = None;
+                        while let Some(event) = events.next().await {
+                            last = match event.expect("an event") {
+                                StreamResponse::Task(task) => Some(task.status.state),
+                                StreamResponse::StatusUpdate(update) => Some(update.status.state),
+                                _ => last,
+                            };
+                        }
+                        last
+                    }
+                };
+                if ended != Some(TaskState::Completed) {
+                    panic!("saga {saga} did not complete: it ended {ended:?}");
                 }
                 latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
             }
@@ -366,7 +556,11 @@ async fn run_round(
         seconds,
         latencies_ms,
         executor_ms: ms(process_ticks(pid) - executor_before),
-        tools_ms: ms(thread_ticks(TOOL_THREADS) - tools_before),
-        client_ms: ms(thread_ticks(CLIENT_THREADS) - client_before),
+        tools_ms: ms(thread_ticks("self", TOOL_THREADS) - tools_before),
+        client_ms: ms(thread_ticks("self", CLIENT_THREADS) - client_before),
+        writer_ms: ms(thread_ticks(&pid.to_string(), WRITER_THREAD) - writer_before),
+        after: scrape(&executor.url).await,
+        before,
+        mode,
     }
 }

@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_host::cpu;
 use agent_host::sdk::{A2AError, Message, PartContent, Task, TaskState};
 use agent_host::store::TaskQuery;
 use agent_host::{
@@ -93,6 +94,9 @@ pub struct Executor {
     /// The invoker, with its HTTP clients and their pooled connections, built for the
     /// registry generation it names: every saga shares it until a registration.
     invoker: Mutex<Option<(u64, Arc<dyn Invoker>)>>,
+    /// The validator (the curated catalog, its input schemas compiled) for the registry
+    /// generation it names: every plan shares it until a registration.
+    validator: Mutex<Option<(u64, Arc<PlanValidator>)>>,
     /// Every saga's driver (and its reporting), so that a stop can wait for them.
     drivers: TaskTracker,
     metrics: Arc<Metrics>,
@@ -121,6 +125,7 @@ impl Executor {
             live: Mutex::new(HashMap::new()),
             taking_in: Arc::default(),
             invoker: Mutex::new(None),
+            validator: Mutex::new(None),
             drivers: TaskTracker::new(),
             metrics: Arc::new(Metrics::new(config.undo_expiring_within)),
             config,
@@ -225,6 +230,31 @@ impl Executor {
         invoker
     }
 
+    /// The validator of the curated catalog as it stands, built once per registry
+    /// generation.
+    fn validator(&self) -> Result<Arc<PlanValidator>> {
+        // Read before building: a registration racing this build only causes a rebuild.
+        let generation = self.config.registry.generation();
+        if let Ok(cached) = self.validator.lock()
+            && let Some((built_for, validator)) = cached.as_ref()
+            && *built_for == generation
+        {
+            return Ok(validator.clone());
+        }
+        let validator = Arc::new(
+            PlanValidator::new(
+                self.config.registry.catalog()?,
+                self.config.planner_keys.clone(),
+            )
+            .map_err(|e| Error::Refused(e.to_string()))?
+            .with_principals(self.config.mandates.principals().clone()),
+        );
+        if let Ok(mut cached) = self.validator.lock() {
+            *cached = Some((generation, validator.clone()));
+        }
+        Ok(validator)
+    }
+
     fn build_invoker(&self) -> Arc<dyn Invoker> {
         let mut invoker = A2aInvoker::new();
         if let Ok(catalog) = self.config.registry.catalog() {
@@ -304,7 +334,7 @@ impl Executor {
         let saga_id = saga.spec.saga_id.clone();
         let stop = self.config.shutdown.clone();
         let slot = SlotHold::new(self.slots.clone(), permit);
-        self.drivers.spawn(async move {
+        self.drivers.spawn(cpu::measured(cpu::Phase::Saga, async move {
             let driven = drive(
                 saga_id, saga, start, journal, invoker, reporter, rx, stop, slot,
             )
@@ -327,7 +357,7 @@ impl Executor {
             if let Ok(mut live) = me.live.lock() {
                 live.remove(&task_id);
             }
-        });
+        }));
         let _ = first_stop.changed().await;
     }
 
@@ -597,46 +627,29 @@ impl Executor {
         plan: &Value,
         task: &TaskHandle,
     ) -> Result<Option<(Plan, SagaSpec)>> {
-        let catalog = self.config.registry.catalog()?;
-        let validator = PlanValidator::new(catalog.clone(), self.config.planner_keys.clone())
-            .map_err(|e| Error::Refused(e.to_string()))?
-            .with_principals(self.config.mandates.principals().clone());
-        let mut conflict = None;
+        let validator = self.validator()?;
+        let signature = cpu::measure(cpu::Phase::PlanVerification, || validator.verify(plan));
+        let report = cpu::measure(cpu::Phase::Validation, || {
+            validator.validate_verified(plan, signature, chrono::Utc::now())
+        });
+        let mut violations = report.violations;
         // Only a plan a trusted planner signed is compared with the sagas there are: an
         // unverified one learns nothing of them, and gets no task but its own.
-        if self.config.planner_keys.verify(plan).is_ok() {
+        if report.plan_signer.is_some() {
             match self.already_runs(saga_id, plan, task).await? {
                 Some(Resubmission::Identical) => return Ok(None),
-                Some(Resubmission::Conflict(v)) => conflict = Some(v),
+                Some(Resubmission::Conflict(v)) => violations.push(v),
                 _ => {}
             }
         }
-        let report = validator.validate(plan, chrono::Utc::now());
-        let mut violations = report.violations;
-        violations.extend(conflict);
         let Some(typed) = report.plan.filter(|_| violations.is_empty()) else {
             self.reject(task, &violations).await;
             return Ok(None);
         };
-        let mut spec = SagaSpec::new(&typed, &catalog)?;
+        let mut spec = SagaSpec::new(&typed, validator.catalog())?;
         // A valid plan's mandate verified: its principal's grant is what the saga holds.
+        // (Whether it was revoked is read in the accepting write, with its reservation.)
         if let (Some(principal_key), Some(raw)) = (report.mandate_signer, plan.get("mandate")) {
-            let mandates = &self.config.mandates;
-            if mandates
-                .is_revoked(&principal_key, &typed.mandate.mandate_id)
-                .await?
-            {
-                let violation = Violation {
-                    code: shared_types::ViolationCode::MandateRevoked,
-                    step: None,
-                    message: format!(
-                        "mandate {:?} was revoked by its principal; ask for a new one",
-                        typed.mandate.mandate_id
-                    ),
-                };
-                self.reject(task, &[violation]).await;
-                return Ok(None);
-            }
             let spends = validator.step_spends(&typed);
             spec.mandate = Some(MandateHold::of(&typed, raw, &principal_key, spends));
         }
@@ -818,7 +831,10 @@ impl Agent for ExecutorAgent {
             .unwrap_or_default();
         // An existing task is answered only to a plan a trusted planner signed; anything
         // else gets a task of its own, which validation then refuses.
-        let Ok(signer) = self.config.planner_keys.verify(&plan) else {
+        let verified = cpu::measure(cpu::Phase::PlanVerification, || {
+            self.config.planner_keys.verify(&plan)
+        });
+        let Ok(signer) = verified else {
             return Ok(Reply::Task);
         };
         if let Some(own) = self.config.planner_key_ids.get(&ctx.caller)

@@ -10,6 +10,7 @@
 //! The driver holds one of the executor's saga slots while it acts, and gives it back
 //! while the saga waits for a person.
 
+use agent_host::cpu;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -338,7 +339,7 @@ impl Ctx {
             trace_id: self.trace_id.clone(),
         };
         let (invoker, events) = (self.invoker.clone(), self.events.clone());
-        tokio::spawn(async move {
+        tokio::spawn(cpu::measured(cpu::Phase::Saga, async move {
             let outcome = invoker.invoke(&invocation, &context).await;
             let _ = events.send(Event::Result {
                 target: invocation.target,
@@ -346,7 +347,7 @@ impl Ctx {
                 outcome,
                 now_ms: now_ms(),
             });
-        });
+        }));
     }
 
     /// Arms a timer. Retry waits get jitter: a random share of the cap, never more.

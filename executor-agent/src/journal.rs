@@ -225,6 +225,7 @@ impl SqliteJournal {
         )?;
         // The accepting and finishing writes reserve and settle mandates' budgets.
         db.prepare(mandates::SCHEMA)?;
+        mandates::add_totals(db)?;
         add_finish_times(db)?;
         db.prepare(
             "CREATE INDEX IF NOT EXISTS sagas_by_finish ON sagas (finished_ms) WHERE finished = 1;",
@@ -268,6 +269,14 @@ fn add_finish_times(db: &Database) -> Result<()> {
 /// table would read every header ever journaled to reach `finished`).
 const UNFINISHED: &str =
     "SELECT saga_id FROM sagas INDEXED BY sagas_unfinished WHERE finished = 0 ORDER BY saga_id";
+
+fn read_header(conn: &rusqlite::Connection, saga_id: &str) -> rusqlite::Result<Option<SagaHeader>> {
+    conn.prepare_cached("SELECT header FROM sagas WHERE saga_id = ?1")?
+        .query_row([saga_id], |row| {
+            decode::<SagaHeader>(&row.get::<_, String>(0)?)
+        })
+        .optional()
+}
 
 fn encode<T: Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(|e| Error::Journal(format!("cannot encode: {e}")))
@@ -357,18 +366,11 @@ impl Journal for SqliteJournal {
         let found = self
             .reader
             .read(move |conn| {
-                let Some(header) = conn
-                    .query_row(
-                        "SELECT header FROM sagas WHERE saga_id = ?1",
-                        [&saga_id],
-                        |row| decode::<SagaHeader>(&row.get::<_, String>(0)?),
-                    )
-                    .optional()?
-                else {
+                let Some(header) = read_header(conn, &saga_id)? else {
                     return Ok(None);
                 };
-                let mut statement =
-                    conn.prepare("SELECT body FROM entries WHERE saga_id = ?1 ORDER BY seq")?;
+                let mut statement = conn
+                    .prepare_cached("SELECT body FROM entries WHERE saga_id = ?1 ORDER BY seq")?;
                 let mut entries = Vec::new();
                 let mut rows = statement.query([&saga_id])?;
                 while let Some(row) = rows.next()? {
@@ -385,6 +387,15 @@ impl Journal for SqliteJournal {
             })
             .await?;
         Ok(found)
+    }
+
+    /// The header alone: every submission asks, and a saga's entries are not needed.
+    async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
+        let saga_id = saga_id.to_owned();
+        Ok(self
+            .reader
+            .read(move |conn| read_header(conn, &saga_id))
+            .await?)
     }
 
     async fn unfinished(&self) -> Result<Vec<String>> {

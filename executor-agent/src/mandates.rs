@@ -94,6 +94,10 @@ pub(crate) const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS mandates (
          currency        TEXT NOT NULL,
          budget_minor    INTEGER NOT NULL,
          max_sagas       INTEGER,
+         -- Running totals of the reservations below, kept by `reserve` and `settle` so
+         -- that accepting a plan reads one row, not every saga ever run under it.
+         used_minor      INTEGER NOT NULL DEFAULT 0,
+         sagas           INTEGER NOT NULL DEFAULT 0,
          PRIMARY KEY (principal_key, mandate_id)
      );
      CREATE TABLE IF NOT EXISTS mandate_reservations (
@@ -177,8 +181,7 @@ pub(crate) fn reserve(
     }
     let (used, sagas): (i64, i64) = tx
         .prepare_cached(
-            "SELECT COALESCE(SUM(COALESCE(spent_minor, reserved_minor)), 0), COUNT(*)
-             FROM mandate_reservations WHERE principal_key = ?1 AND mandate_id = ?2",
+            "SELECT used_minor, sagas FROM mandates WHERE principal_key = ?1 AND mandate_id = ?2",
         )?
         .query_row(key, |row| Ok((row.get(0)?, row.get(1)?)))?;
     if let Some(max) = hold.max_sagas
@@ -215,16 +218,71 @@ pub(crate) fn reserve(
         to_sql(hold.reserved_minor),
         at_ms
     ])?;
+    tx.prepare_cached(
+        "UPDATE mandates SET used_minor = used_minor + ?3, sagas = sagas + 1
+         WHERE principal_key = ?1 AND mandate_id = ?2",
+    )?
+    .execute(params![
+        hold.principal_key,
+        hold.mandate_id,
+        to_sql(hold.reserved_minor)
+    ])?;
     Ok(None)
 }
 
-/// Inside the write that finishes `saga_id`: what it spent replaces what it reserved.
+/// Inside the write that finishes `saga_id`: what it spent replaces what it reserved, in
+/// its reservation and in its mandate's total. A reservation settled already is left as
+/// it is, so the total gives back a saga's unspent rest once.
 pub(crate) fn settle(tx: &Transaction<'_>, saga_id: &str, spent: u64) -> rusqlite::Result<()> {
+    let unsettled: Option<(String, String, i64)> = tx
+        .prepare_cached(
+            "SELECT principal_key, mandate_id, reserved_minor FROM mandate_reservations
+             WHERE saga_id = ?1 AND spent_minor IS NULL",
+        )?
+        .query_row([saga_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?;
+    let Some((principal_key, mandate_id, reserved)) = unsettled else {
+        return Ok(());
+    };
+    let spent = to_sql(spent).min(reserved);
+    tx.prepare_cached("UPDATE mandate_reservations SET spent_minor = ?2 WHERE saga_id = ?1")?
+        .execute(params![saga_id, spent])?;
     tx.prepare_cached(
-        "UPDATE mandate_reservations SET spent_minor = MIN(?2, reserved_minor) WHERE saga_id = ?1",
+        "UPDATE mandates SET used_minor = used_minor - ?3
+         WHERE principal_key = ?1 AND mandate_id = ?2",
     )?
-    .execute(params![saga_id, to_sql(spent)])?;
+    .execute(params![principal_key, mandate_id, reserved - spent])?;
     Ok(())
+}
+
+/// Gives a state file from before the mandates' running totals its `used_minor` and
+/// `sagas`, computed once from the reservations it holds.
+pub(crate) fn add_totals(db: &Database) -> Result<()> {
+    let conn = agent_host::store::durable::open_connection(db.path(), "mandates")?;
+    let migrate = || -> rusqlite::Result<()> {
+        let has_totals = conn
+            .prepare("SELECT 1 FROM pragma_table_info('mandates') WHERE name = 'used_minor'")?
+            .exists([])?;
+        if !has_totals {
+            tracing::info!("adding running totals to the mandates (once, after an upgrade)");
+            conn.execute_batch(
+                "BEGIN IMMEDIATE;
+                 ALTER TABLE mandates ADD COLUMN used_minor INTEGER NOT NULL DEFAULT 0;
+                 ALTER TABLE mandates ADD COLUMN sagas INTEGER NOT NULL DEFAULT 0;
+                 UPDATE mandates SET
+                     used_minor = (SELECT COALESCE(SUM(COALESCE(r.spent_minor, r.reserved_minor)), 0)
+                                   FROM mandate_reservations r
+                                   WHERE r.principal_key = mandates.principal_key
+                                     AND r.mandate_id = mandates.mandate_id),
+                     sagas = (SELECT COUNT(*) FROM mandate_reservations r
+                              WHERE r.principal_key = mandates.principal_key
+                                AND r.mandate_id = mandates.mandate_id);
+                 COMMIT;",
+            )?;
+        }
+        Ok(())
+    };
+    migrate().map_err(|e| Error::Journal(format!("cannot add totals to the mandates: {e}")))
 }
 
 /// Amounts are at most 2^53 - 1 (money's bound), so they fit SQLite's integers.
@@ -250,6 +308,7 @@ pub struct Revoked {
 impl MandateBook {
     pub fn on(db: &Database, principals: TrustStore) -> Result<Self> {
         db.prepare(SCHEMA)?;
+        add_totals(db)?;
         Ok(Self {
             reader: db.reader()?,
             db: db.clone(),

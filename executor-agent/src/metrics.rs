@@ -86,6 +86,15 @@ pub struct Metrics {
     slots: Gauge,
     waiting: Gauge,
     writable: Gauge,
+    /// Transactions the state file's writer committed (each one WAL fsync).
+    commits: Gauge,
+    /// CPU seconds by phase, when measured (`agent_host::cpu`).
+    phase_cpu: Family<PhaseLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: &'static str,
 }
 
 impl Default for Metrics {
@@ -124,6 +133,8 @@ impl Metrics {
             slots: Gauge::default(),
             waiting: Gauge::default(),
             writable: Gauge::default(),
+            commits: Gauge::default(),
+            phase_cpu: Family::default(),
         };
         let r = &mut metrics.registry;
         r.register(
@@ -204,6 +215,18 @@ impl Metrics {
         ];
         for (name, help, gauge) in gauges {
             r.register(name, help, gauge.clone());
+        }
+        r.register(
+            "state_file_commits",
+            "Transactions the state file's writer has committed since start (each one fsync of its write-ahead log; concurrent writes share one)",
+            metrics.commits.clone(),
+        );
+        if agent_host::cpu::enabled() {
+            r.register(
+                "phase_cpu_seconds",
+                "CPU seconds spent in each phase of the work since start (SAGAPLANE_CPU_PHASES=1)",
+                metrics.phase_cpu.clone(),
+            );
         }
         r.register(
             "undo_expiring_within_seconds",
@@ -335,6 +358,17 @@ impl Metrics {
         gauge(&self.slots, now.slots);
         gauge(&self.waiting, now.waiting_for_a_person);
         self.writable.set(i64::from(now.state_file_writable));
+        self.commits.set(
+            i64::try_from(agent_host::store::durable::commits(crate::state::STATE_FILE_NAME))
+                .unwrap_or(i64::MAX),
+        );
+        for (phase, seconds) in agent_host::cpu::spent_seconds() {
+            self.phase_cpu
+                .get_or_create(&PhaseLabels {
+                    phase: phase.name(),
+                })
+                .set(seconds);
+        }
         self.count_undo_handles(now.at_ms);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)?;

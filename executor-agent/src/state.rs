@@ -12,6 +12,9 @@ use crate::error::{Error, Result};
 /// The state file in the data directory.
 pub const STATE_FILE: &str = "executor.db";
 
+/// The name the state file's database (and its writer thread) goes by.
+pub const STATE_FILE_NAME: &str = "executor";
+
 /// The files of the earlier layout, one per store, in the order they are imported.
 pub const EARLIER_FILES: [&str; 3] = ["registry.db", "journal.db", "tasks.db"];
 
@@ -32,7 +35,7 @@ pub fn open(dir: &Path) -> Result<Database> {
             import(&earlier, &path)?;
         }
     }
-    Ok(Database::open_locked(&path, "executor", lock)?)
+    Ok(Database::open_locked(&path, STATE_FILE_NAME, lock)?)
 }
 
 /// Copies every table of `earlier` (schema, indexes and rows) into a new file that takes

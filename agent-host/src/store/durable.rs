@@ -319,28 +319,45 @@ impl Database {
 /// A read-only connection used from async code: each read runs on the blocking pool.
 #[derive(Debug, Clone)]
 pub struct Reader {
-    conn: std::sync::Arc<std::sync::Mutex<Connection>>,
+    conns: std::sync::Arc<[std::sync::Mutex<Connection>]>,
+    /// Where the next read starts looking for a free connection.
+    next: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     what: &'static str,
 }
 
+/// Connections a `Reader` keeps: WAL lets them read side by side, so concurrent reads do
+/// not queue on one connection's lock (each read holds a blocking thread meanwhile).
+const READ_CONNECTIONS: usize = 4;
+
 impl Reader {
     pub fn open(path: &Path, what: &'static str) -> Result<Self> {
+        let conns = (0..READ_CONNECTIONS)
+            .map(|_| open_connection(path, what).map(std::sync::Mutex::new))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
-            conn: std::sync::Arc::new(std::sync::Mutex::new(open_connection(path, what)?)),
+            conns: conns.into(),
+            next: std::sync::Arc::default(),
             what,
         })
     }
 
-    /// Runs `work` on the connection, off the async threads.
+    /// Runs `work` on a free connection (or waits for one), off the async threads.
     pub async fn read<T: Send + 'static>(
         &self,
         work: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
-        let (conn, what) = (self.conn.clone(), self.what);
+        let (conns, what) = (self.conns.clone(), self.what);
+        let start = self
+            .next
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tokio::task::spawn_blocking(move || {
-            let conn = conn
-                .lock()
-                .map_err(|_| Error::store(format!("{what} reader poisoned")))?;
+            let poisoned = || Error::store(format!("{what} reader poisoned"));
+            let count = conns.len();
+            let free = (0..count).find_map(|i| conns[(start + i) % count].try_lock().ok());
+            let conn = match free {
+                Some(conn) => conn,
+                None => conns[start % count].lock().map_err(|_| poisoned())?,
+            };
             work(&conn).map_err(|e| Error::store(format!("{what}: {e}")))
         })
         .await

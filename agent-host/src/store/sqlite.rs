@@ -151,10 +151,9 @@ impl TaskStore for SqliteTaskStore {
         let id = id.to_owned();
         self.reader
             .read(move |conn| {
-                conn.query_row("SELECT body FROM tasks WHERE id = ?1", [id], |row| {
-                    decode(&row.get::<_, String>(0)?)
-                })
-                .optional()
+                conn.prepare_cached("SELECT body FROM tasks WHERE id = ?1")?
+                    .query_row([id], |row| decode(&row.get::<_, String>(0)?))
+                    .optional()
             })
             .await
     }

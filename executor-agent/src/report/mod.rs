@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_host::cpu;
 use agent_host::sdk::{Artifact, Message, Part, PartContent, Task, TaskState};
 use agent_host::tasks::{edit_artifact, put_artifact};
 use agent_host::{TaskHandle, agent_message};
@@ -228,7 +229,10 @@ impl TaskReporter {
         let (stops_tx, stops) = watch::channel(0u64);
         let gather = gather.min(MAX_GATHER);
         let task_id = task.id().to_owned();
-        let writer = tokio::spawn(write_reports(task, shared.clone(), stops_tx, gather));
+        let writer = tokio::spawn(cpu::measured(
+            cpu::Phase::Saga,
+            write_reports(task, shared.clone(), stops_tx, gather),
+        ));
         let reporter = Self {
             shared,
             task_id,

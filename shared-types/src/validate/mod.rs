@@ -120,6 +120,8 @@ pub struct Report {
     pub violations: Vec<Violation>,
     /// The key id of the principal whose signature on the plan's mandate verified.
     pub mandate_signer: Option<String>,
+    /// The key id of the trusted planner whose signature on the plan verified.
+    pub plan_signer: Option<String>,
 }
 
 impl Report {
@@ -206,9 +208,25 @@ impl PlanValidator {
     /// Validates a plan as received: signature over the raw JSON first, then its type,
     /// then every semantic check. `now` is the validation time (the validator reads no clock).
     pub fn validate(&self, plan: &Value, now: DateTime<Utc>) -> Report {
+        self.validate_verified(plan, self.verify(plan), now)
+    }
+
+    /// The planner signature on a plan as received: the trusted key id that signed it.
+    pub fn verify(&self, plan: &Value) -> Result<String> {
+        self.planner_keys.verify(plan)
+    }
+
+    /// `validate`, given what `verify` said of the same plan (a caller that measures or
+    /// reuses the signature check apart).
+    pub fn validate_verified(
+        &self,
+        plan: &Value,
+        signature: Result<String>,
+        now: DateTime<Utc>,
+    ) -> Report {
         let mut violations = Vec::new();
         let mut planner_kid = None;
-        match self.planner_keys.verify(plan) {
+        match signature {
             Ok(kid) => planner_kid = Some(kid),
             Err(Error::SignerUntrusted { kids }) => violations.push(Violation {
                 code: ViolationCode::SignerUntrusted,
@@ -256,6 +274,7 @@ impl PlanValidator {
             plan: typed,
             violations,
             mandate_signer,
+            plan_signer: planner_kid,
         }
     }
 
