@@ -290,8 +290,8 @@ impl Executor {
         })
     }
 
-    /// Starts a driver for `saga` reporting on `task` (`metadata`, on the task already,
-    /// goes again with the first report), holding `permit` or waiting for a slot; returns
+    /// Starts a driver for `saga` reporting on `task` (`metadata` goes with the first
+    /// report, again for a resumed saga), holding `permit` or waiting for a slot; returns
     /// once the saga first stops. `intake`, for a new plan, ends once the saga is live.
     async fn launch(
         self: &Arc<Self>,
@@ -611,8 +611,9 @@ impl Executor {
                 },
             };
         self.metrics.saga_begun();
+        // The saga's id goes on its task with the first report, in the same write (a
+        // write of its own before it cost every saga one more durable task write).
         let metadata = saga_metadata(&header);
-        show_saga(&task, &metadata).await;
         self.launch(task, saga, start, metadata, Some(permit), Some(intake))
             .await;
         Ok(())

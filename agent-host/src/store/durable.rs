@@ -320,6 +320,9 @@ impl Database {
 #[derive(Debug, Clone)]
 pub struct Reader {
     conns: std::sync::Arc<[std::sync::Mutex<Connection>]>,
+    /// One per connection: a read waits here, not on a blocking thread of its own (which
+    /// at hundreds of concurrent reads meant hundreds of threads queued on locks).
+    free: std::sync::Arc<tokio::sync::Semaphore>,
     /// Where the next read starts looking for a free connection.
     next: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     what: &'static str,
@@ -335,6 +338,7 @@ impl Reader {
             .map(|_| open_connection(path, what).map(std::sync::Mutex::new))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
+            free: std::sync::Arc::new(tokio::sync::Semaphore::new(conns.len())),
             conns: conns.into(),
             next: std::sync::Arc::default(),
             what,
@@ -347,6 +351,12 @@ impl Reader {
         work: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
         let (conns, what) = (self.conns.clone(), self.what);
+        let permit = self
+            .free
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::store(format!("{what} reader closed")))?;
         let start = self
             .next
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -358,7 +368,9 @@ impl Reader {
                 Some(conn) => conn,
                 None => conns[start % count].lock().map_err(|_| poisoned())?,
             };
-            work(&conn).map_err(|e| Error::store(format!("{what}: {e}")))
+            let read = work(&conn).map_err(|e| Error::store(format!("{what}: {e}")));
+            drop((conn, permit));
+            read
         })
         .await
         .map_err(|e| Error::store(format!("{what} reader failed: {e}")))?
