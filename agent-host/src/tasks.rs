@@ -182,22 +182,25 @@ impl TaskManager {
         let answer = answer(&task);
         // Events are built only for someone listening. Checked after the write: whoever
         // subscribes later reads the written task first.
-        if self.is_watched(task_id) {
-            let events = events(&task);
-            let count = events.len();
-            if last && let Some(ended) = self.ended_slot(task_id) {
-                let _ = ended.set(task.clone());
-            }
-            for (i, event) in events.into_iter().enumerate() {
-                self.publish(task_id, event, last && i + 1 == count);
-            }
-        }
+        let events = if self.is_watched(task_id) {
+            events(&task)
+        } else {
+            Vec::new()
+        };
         if last {
             if let Ok(mut locks) = self.write_locks.lock() {
                 locks.remove(task_id);
             }
+            // Set before the last event goes out: whoever sees it end finds it there.
+            if let Some(ended) = self.ended_slot(task_id) {
+                let _ = ended.set(task);
+            }
         } else {
             *written = Some(task);
+        }
+        let count = events.len();
+        for (i, event) in events.into_iter().enumerate() {
+            self.publish(task_id, event, last && i + 1 == count);
         }
         Ok(answer)
     }

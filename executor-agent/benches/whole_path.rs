@@ -336,12 +336,16 @@ fn main() {
         "CPU in ms, from /proc (10 ms ticks): exec = the executor process, tool = the tool agents' threads, clnt = the client's threads (signing and minting included). fsync/saga = the state file's commits per saga (/metrics sagaplane_state_file_commits; each is one fsync of its WAL under synchronous=FULL; '-' when the binary does not report it). Every saga COMPLETED, or the bench stops."
     );
     drop(executor);
-    let executor = start_executor(&dir.path().join("phases"), &keys, true);
-    client.block_on(register(&executor.url, &keys.platform, &tool_urls));
+    // 0 skips the breakdown.
     let clients = std::env::var("WHOLE_PATH_PHASE_CLIENTS")
         .ok()
         .and_then(|c| c.parse().ok())
         .unwrap_or(64);
+    if clients == 0 {
+        return;
+    }
+    let executor = start_executor(&dir.path().join("phases"), &keys, true);
+    client.block_on(register(&executor.url, &keys.platform, &tool_urls));
     client.block_on(run_round(
         usize::MAX - 2,
         Mode::Blocking,

@@ -109,12 +109,16 @@ impl std::fmt::Debug for Executor {
 }
 
 /// The plan in a message: a data part that is the plan, or `{"plan": …}`.
-fn plan_of(message: &Message) -> Option<Value> {
+fn plan_in(message: &Message) -> Option<&Value> {
     message.parts.iter().find_map(|p| match &p.content {
-        PartContent::Data(v) if v.get("plan").is_some() => v.get("plan").cloned(),
-        PartContent::Data(v) if v.get("sagaId").is_some() => Some(v.clone()),
+        PartContent::Data(v) if v.get("plan").is_some() => v.get("plan"),
+        PartContent::Data(v) if v.get("sagaId").is_some() => Some(v),
         _ => None,
     })
+}
+
+fn plan_of(message: &Message) -> Option<Value> {
+    plan_in(message).cloned()
 }
 
 impl Executor {
@@ -819,13 +823,19 @@ impl Agent for ExecutorAgent {
                 answers::NOT_A_PLANNER
             )));
         }
-        let Some(plan) = plan_of(message) else {
+        let Some(plan) = plan_in(message) else {
             return Err(A2AError::invalid_params(
                 "execute-plan needs the signed plan as a data part",
             ));
         };
-        let mut plan = plan;
-        shared_types::json::normalize_integers(&mut plan);
+        // Copied only when a transport turned its integers into doubles.
+        let plan = if shared_types::json::has_integral_doubles(plan) {
+            let mut plan = plan.clone();
+            shared_types::json::normalize_integers(&mut plan);
+            std::borrow::Cow::Owned(plan)
+        } else {
+            std::borrow::Cow::Borrowed(plan)
+        };
         let saga_id = plan
             .get("sagaId")
             .and_then(Value::as_str)

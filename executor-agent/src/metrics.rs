@@ -408,7 +408,26 @@ pub struct MeteredReporter {
     inner: Arc<dyn Reporter>,
     metrics: Arc<Metrics>,
     saga_id: String,
-    seen: Mutex<Vec<StepRecord>>,
+    seen: Mutex<Vec<Seen>>,
+}
+
+/// What the metrics read of a step's record: compared at every report instead of the
+/// whole record (whose requests and responses are JSON compared member by member).
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    succeeded: bool,
+    undo: Undo,
+    undo_deadline: Option<UndoDeadline>,
+}
+
+impl Seen {
+    fn of(record: &StepRecord) -> Self {
+        Self {
+            succeeded: matches!(record.forward, Forward::Succeeded { .. }),
+            undo: record.undo.clone(),
+            undo_deadline: record.undo_deadline.clone(),
+        }
+    }
 }
 
 impl MeteredReporter {
@@ -417,7 +436,7 @@ impl MeteredReporter {
             inner,
             metrics,
             saga_id: saga.spec.saga_id.clone(),
-            seen: Mutex::new(saga.records.clone()),
+            seen: Mutex::new(saga.records.iter().map(Seen::of).collect()),
         };
         reporter.hold(saga);
         reporter
@@ -435,15 +454,15 @@ impl MeteredReporter {
     fn observe(&self, saga: &Saga) {
         let mut seen = locked(&self.seen);
         let mut changed = false;
-        for (i, (before, now)) in seen.iter_mut().zip(&saga.records).enumerate() {
-            if before == now {
+        for (i, (before, record)) in seen.iter_mut().zip(&saga.records).enumerate() {
+            let now = Seen::of(record);
+            if *before == now {
                 continue;
             }
             changed = true;
             let agent = &saga.spec.steps[i].call.agent;
-            if !matches!(before.forward, Forward::Succeeded { .. })
-                && let (Forward::Succeeded { .. }, Some(deadline)) =
-                    (&now.forward, &now.undo_deadline)
+            if !before.succeeded
+                && let (true, Some(deadline)) = (now.succeeded, &now.undo_deadline)
             {
                 self.metrics.undo_deadline_read(saga, i, deadline);
             }
@@ -454,11 +473,11 @@ impl MeteredReporter {
                     _ => {}
                 }
             }
-            before.clone_from(now);
+            *before = now;
         }
         drop(seen);
         // The phase decides too (an end, the point of no return passed), and it changes
-        // only with a record.
+        // only with what is seen of a record: a step's success or its undo.
         if changed {
             self.hold(saga);
         }
