@@ -240,6 +240,7 @@ struct Round {
 }
 
 const COMMITS: &str = "sagaplane_state_file_commits";
+const WRITES: &str = "sagaplane_state_file_writes";
 
 /// The executor's phases, in the order of a request's life (agent-host's cpu.rs).
 const PHASES: [&str; 7] = [
@@ -306,7 +307,7 @@ fn main() {
         Duration::from_secs(WARM_UP_SECONDS),
     ));
     println!(
-        "{:>9} {:>7} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "{:>9} {:>7} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
         "mode",
         "clients",
         "sagas",
@@ -318,6 +319,7 @@ fn main() {
         "exec/step",
         "tool/saga",
         "clnt/saga",
+        "write/saga",
         "fsync/saga"
     );
     for (index, (mode, clients)) in rounds().into_iter().enumerate() {
@@ -333,7 +335,7 @@ fn main() {
         print_round(&round);
     }
     println!(
-        "CPU in ms, from /proc (10 ms ticks): exec = the executor process, tool = the tool agents' threads, clnt = the client's threads (signing and minting included). fsync/saga = the state file's commits per saga (/metrics sagaplane_state_file_commits; each is one fsync of its WAL under synchronous=FULL; '-' when the binary does not report it). Every saga COMPLETED, or the bench stops."
+        "CPU in ms, from /proc (10 ms ticks): exec = the executor process, tool = the tool agents' threads, clnt = the client's threads (signing and minting included). write/saga = durable writes per saga; fsync/saga = the state file's commits per saga (/metrics sagaplane_state_file_commits; each is one fsync of its WAL under synchronous=FULL; '-' when the binary does not report it). Every saga COMPLETED, or the bench stops."
     );
     drop(executor);
     // 0 skips the breakdown.
@@ -374,12 +376,12 @@ fn print_round(round: &Round) {
     let mut sorted = round.latencies_ms.clone();
     sorted.sort_by(f64::total_cmp);
     let sagas = round.sagas.max(1) as f64;
-    let fsyncs = match (round.before.get(COMMITS), round.after.get(COMMITS)) {
+    let per_saga = |name: &str| match (round.before.get(name), round.after.get(name)) {
         (Some(before), Some(after)) => format!("{:.2}", (after - before) / sagas),
         _ => "-".into(),
     };
     println!(
-        "{:>9} {:>7} {:>6} {:>7.0} {:>7.0} {:>7.1} {:>7.1} {:>9.2} {:>9.3} {:>9.2} {:>9.2} {:>9}",
+        "{:>9} {:>7} {:>6} {:>7.0} {:>7.0} {:>7.1} {:>7.1} {:>9.2} {:>9.3} {:>9.2} {:>9.2} {:>10} {:>10}",
         format!("{:?}", round.mode).to_lowercase(),
         round.clients,
         round.sagas,
@@ -391,7 +393,8 @@ fn print_round(round: &Round) {
         round.executor_ms / (sagas * STEPS as f64),
         round.tools_ms / sagas,
         round.client_ms / sagas,
-        fsyncs,
+        per_saga(WRITES),
+        per_saga(COMMITS),
     );
 }
 

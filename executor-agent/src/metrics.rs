@@ -86,8 +86,10 @@ pub struct Metrics {
     slots: Gauge,
     waiting: Gauge,
     writable: Gauge,
-    /// Transactions the state file's writer committed (each one WAL fsync).
+    /// Transactions the state file's writer committed (each one WAL fsync), and the
+    /// writes they carried.
     commits: Gauge,
+    writes: Gauge,
     /// CPU seconds by phase, when measured (`agent_host::cpu`).
     phase_cpu: Family<PhaseLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
@@ -134,6 +136,7 @@ impl Metrics {
             waiting: Gauge::default(),
             writable: Gauge::default(),
             commits: Gauge::default(),
+            writes: Gauge::default(),
             phase_cpu: Family::default(),
         };
         let r = &mut metrics.registry;
@@ -220,6 +223,11 @@ impl Metrics {
             "state_file_commits",
             "Transactions the state file's writer has committed since start (each one fsync of its write-ahead log; concurrent writes share one)",
             metrics.commits.clone(),
+        );
+        r.register(
+            "state_file_writes",
+            "Writes the state file's writer has committed since start (in its commits)",
+            metrics.writes.clone(),
         );
         if agent_host::cpu::enabled() {
             r.register(
@@ -358,10 +366,12 @@ impl Metrics {
         gauge(&self.slots, now.slots);
         gauge(&self.waiting, now.waiting_for_a_person);
         self.writable.set(i64::from(now.state_file_writable));
-        self.commits.set(
-            i64::try_from(agent_host::store::durable::commits(crate::state::STATE_FILE_NAME))
-                .unwrap_or(i64::MAX),
-        );
+        let name = crate::state::STATE_FILE_NAME;
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.commits
+            .set(count(agent_host::store::durable::commits(name)));
+        self.writes
+            .set(count(agent_host::store::durable::writes(name)));
         for (phase, seconds) in agent_host::cpu::spent_seconds() {
             self.phase_cpu
                 .get_or_create(&PhaseLabels {

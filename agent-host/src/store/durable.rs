@@ -13,28 +13,38 @@ use crate::error::{Error, Result};
 /// Writes waiting beyond this many go into the next transaction.
 const MAX_BATCH: usize = 1024;
 
-/// Transactions committed so far by the group-commit writers of this process, by the name
-/// their `Database` was opened with.
-static COMMITS: std::sync::Mutex<Vec<(&'static str, u64)>> = std::sync::Mutex::new(Vec::new());
+/// Transactions committed, and writes they carried, so far by the group-commit writers of
+/// this process, by the name their `Database` was opened with.
+static COMMITS: std::sync::Mutex<Vec<(&'static str, u64, u64)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn counted(what: &str, pick: impl Fn(&(&'static str, u64, u64)) -> u64) -> u64 {
+    COMMITS.lock().map_or(0, |counts| {
+        counts.iter().filter(|c| c.0 == what).map(&pick).sum()
+    })
+}
 
 /// How many transactions the writers of the databases named `what` have committed in this
 /// process (each is one WAL fsync under `synchronous=FULL`; checkpoints add their own).
 /// Read-only instrumentation, for the executor's benchmark.
 pub fn commits(what: &str) -> u64 {
-    COMMITS.lock().map_or(0, |counts| {
-        counts
-            .iter()
-            .filter(|(w, _)| *w == what)
-            .map(|(_, n)| n)
-            .sum()
-    })
+    counted(what, |c| c.1)
 }
 
-fn count_commit(what: &'static str) {
+/// How many writes those transactions carried (a write tried again alone counts again).
+pub fn writes(what: &str) -> u64 {
+    counted(what, |c| c.2)
+}
+
+fn count_commit(what: &'static str, writes: usize) {
+    let writes = u64::try_from(writes).unwrap_or(u64::MAX);
     if let Ok(mut counts) = COMMITS.lock() {
-        match counts.iter_mut().find(|(w, _)| *w == what) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((what, 1)),
+        match counts.iter_mut().find(|c| c.0 == what) {
+            Some(count) => {
+                count.1 += 1;
+                count.2 += writes;
+            }
+            None => counts.push((what, 1, writes)),
         }
     }
 }
@@ -120,7 +130,7 @@ impl GroupCommit {
                         }
                     }
                     let result = commit(&mut conn, batch.iter().map(|(job, _)| job));
-                    count_commit(what);
+                    count_commit(what, batch.len());
                     note_outcome(&noted, &result);
                     match result {
                         Ok(()) => {
@@ -133,7 +143,7 @@ impl GroupCommit {
                         Err(_) if batch.len() > 1 => {
                             for (job, done) in batch.drain(..) {
                                 let alone = commit(&mut conn, [&job]);
-                                count_commit(what);
+                                count_commit(what, 1);
                                 note_outcome(&noted, &alone);
                                 let alone = alone
                                     .map_err(|e| Error::Store(format!("{what} write failed: {e}")));
