@@ -9,8 +9,8 @@ use futures::stream::{self, BoxStream, StreamExt};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::cpu::{self, Phase};
 use crate::agent::{Agent, OWNER_METADATA, Reply, RequestContext};
+use crate::cpu::{self, Phase};
 use crate::modes::InputModes;
 use crate::sdk;
 use crate::sdk::{
@@ -20,6 +20,7 @@ use crate::sdk::{
     new_context_id, new_task_id,
 };
 use crate::store::{TaskQuery, owner_of};
+use crate::tasks::Watch;
 use crate::tasks::{Subscription, TaskHandle, TaskManager};
 
 const DEFAULT_PAGE_SIZE: usize = 50;
@@ -57,6 +58,7 @@ impl<A: Agent> HostHandler<A> {
         &self,
         params: &ServiceParams,
         req: SendMessageRequest,
+        watch: Watch,
     ) -> Result<Started, A2AError> {
         let ctx = RequestContext::from_params(params);
         let message = validate_message(req.message)?;
@@ -89,7 +91,7 @@ impl<A: Agent> HostHandler<A> {
                 // never lost between the two.
                 let events = self
                     .tasks
-                    .subscribe(&task_id)
+                    .watch(&task_id, watch)
                     .map_err(crate::Error::into_a2a)?;
                 let task = self.get_for(&ctx.caller, &task_id).await?;
                 return Ok(Started::Existing {
@@ -143,7 +145,7 @@ impl<A: Agent> HostHandler<A> {
         };
         let events = self
             .tasks
-            .subscribe(handle.id())
+            .watch(handle.id(), watch)
             .map_err(crate::Error::into_a2a)?;
         // The task as it stands before the agent starts: a stream begins with it, and every
         // change the agent makes then arrives as an event (the subscription is older).
@@ -344,7 +346,8 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
             .as_ref()
             .and_then(|c| c.return_immediately)
             .unwrap_or(false);
-        match self.start(params, req).await? {
+        // A blocking send waits for the end alone: no other event is built for it.
+        match self.start(params, req, Watch::End).await? {
             Started::Message(m) => Ok(SendMessageResponse::Message(m)),
             Started::Existing { task, .. } => Ok(SendMessageResponse::Task(trim_history(
                 *task,
@@ -379,7 +382,7 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
         params: &ServiceParams,
         req: SendMessageRequest,
     ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>, A2AError> {
-        match self.start(params, req).await? {
+        match self.start(params, req, Watch::Everything).await? {
             Started::Message(m) => {
                 Ok(stream::once(async move { Ok(StreamResponse::Message(m)) }).boxed())
             }

@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use crate::error::{Error, Result};
 use crate::sdk::{
     A2AError, Artifact, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState,
-    TaskStatus, TaskStatusUpdateEvent, is_terminal,
+    TaskStatus, TaskStatusUpdateEvent, is_interrupted, is_terminal,
 };
 use crate::store::TaskStore;
 
@@ -28,6 +28,18 @@ type Ended = Arc<std::sync::OnceLock<Task>>;
 struct Channel {
     sender: broadcast::Sender<StreamResponse>,
     ended: Ended,
+    /// Subscribers that read every event (a stream); the others (a blocking send) wait
+    /// only for the task to end or be interrupted, and get only that status.
+    every_event: usize,
+}
+
+/// What a subscriber reads of a task's events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// Every event, in order.
+    Everything,
+    /// Only the status that ends or interrupts the task: no other event is built for it.
+    End,
 }
 
 /// Owns the store and the event bus; hands out `TaskHandle`s.
@@ -61,6 +73,11 @@ impl TaskManager {
 
     /// Subscribes to a task's future events.
     pub fn subscribe(self: &Arc<Self>, task_id: &str) -> Result<Subscription> {
+        self.watch(task_id, Watch::Everything)
+    }
+
+    /// Subscribes to a task's future events, or only to its end (`Watch::End`).
+    pub fn watch(self: &Arc<Self>, task_id: &str, watch: Watch) -> Result<Subscription> {
         let mut channels = self
             .channels
             .lock()
@@ -70,8 +87,13 @@ impl TaskManager {
             .or_insert_with(|| Channel {
                 sender: broadcast::channel(EVENT_BUFFER).0,
                 ended: Ended::default(),
+                every_event: 0,
             });
+        if watch == Watch::Everything {
+            channel.every_event += 1;
+        }
         Ok(Subscription {
+            watch,
             events: channel.sender.subscribe(),
             ended: channel.ended.clone(),
             manager: self.clone(),
@@ -79,12 +101,17 @@ impl TaskManager {
         })
     }
 
-    /// Whether anyone listens to the task's events (when nobody does, none are built).
-    /// A task has a channel only while it has subscribers (`Subscription`).
-    fn is_watched(&self, task_id: &str) -> bool {
-        self.channels
-            .lock()
-            .is_ok_and(|channels| channels.contains_key(task_id))
+    /// Who listens to the task's events: someone reading every event, only someone
+    /// waiting for its end, or nobody (then no event is built). A task has a channel only
+    /// while it has subscribers (`Subscription`).
+    fn watched(&self, task_id: &str) -> Option<Watch> {
+        let channels = self.channels.lock().ok()?;
+        let channel = channels.get(task_id)?;
+        Some(if channel.every_event > 0 {
+            Watch::Everything
+        } else {
+            Watch::End
+        })
     }
 
     fn publish(&self, task_id: &str, event: StreamResponse, last: bool) {
@@ -182,10 +209,17 @@ impl TaskManager {
         let answer = answer(&task);
         // Events are built only for someone listening. Checked after the write: whoever
         // subscribes later reads the written task first.
-        let events = if self.is_watched(task_id) {
-            events(&task)
-        } else {
-            Vec::new()
+        let events = match self.watched(task_id) {
+            Some(Watch::Everything) => events(&task),
+            Some(Watch::End) if last || is_interrupted(&task.status.state) => {
+                vec![StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                    task_id: task.id.clone(),
+                    context_id: task.context_id.clone(),
+                    status: task.status.clone(),
+                    metadata: None,
+                })]
+            }
+            _ => Vec::new(),
         };
         if last {
             if let Ok(mut locks) = self.write_locks.lock() {
@@ -212,6 +246,7 @@ impl TaskManager {
 pub struct Subscription {
     events: broadcast::Receiver<StreamResponse>,
     ended: Ended,
+    watch: Watch,
     manager: Arc<TaskManager>,
     task_id: String,
 }
@@ -243,6 +278,12 @@ impl Drop for Subscription {
         let Ok(mut channels) = self.manager.channels.lock() else {
             return;
         };
+        if self.watch == Watch::Everything
+            && let Some(channel) = channels.get_mut(&self.task_id)
+            && channel.sender.subscribe().same_channel(&self.events)
+        {
+            channel.every_event = channel.every_event.saturating_sub(1);
+        }
         // Counted under the lock, so nobody subscribes in between. The task's channel may
         // be a newer one (the old one went with the task's last event): only ours, with
         // no receiver but this one, goes.
@@ -594,6 +635,48 @@ mod tests {
             });
         }
         seen
+    }
+
+    #[tokio::test]
+    async fn a_watcher_of_the_end_gets_the_ending_status_alone_and_the_task_as_it_ended() {
+        let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+        let task = manager.create(working_task("t9")).await.unwrap();
+        let mut end = manager.watch("t9", Watch::End).unwrap();
+        task.set_statuses_with_artifact(
+            Some(ledger(1)),
+            vec![(TaskState::Working, said("s0: succeeded"))],
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            received(&mut end),
+            Vec::<String>::new(),
+            "progress is not built for it"
+        );
+        let mut every = manager.subscribe("t9").unwrap();
+        task.set_statuses_with_artifact(Some(ledger(2)), vec![(TaskState::Working, None)])
+            .await
+            .unwrap();
+        assert_eq!(
+            received(&mut every).len(),
+            2,
+            "a stream still gets every event"
+        );
+        drop(every);
+        task.set_statuses_with_artifact(
+            Some(ledger(3)),
+            vec![(TaskState::Completed, said("done"))],
+        )
+        .await
+        .unwrap();
+        // The progress seen while the stream watched, then the end alone.
+        assert_eq!(
+            received(&mut end).last().map(String::as_str),
+            Some("Completed done")
+        );
+        let ended = end.ended().get().cloned().expect("the task as it ended");
+        assert_eq!(ended.artifacts.unwrap(), [ledger(3)]);
+        assert_eq!(ended.status.state, TaskState::Completed);
     }
 
     #[tokio::test]

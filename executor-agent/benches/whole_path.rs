@@ -23,8 +23,8 @@ use agent_host::sdk::{
     Message, Part, Role, SendMessageRequest, SendMessageResponse, StreamResponse, TaskState,
     new_message_id,
 };
-use futures::StreamExt;
 use agent_host::{AgentClient, OutboundCall, mint_jwt};
+use futures::StreamExt;
 use serde_json::{Value, json};
 use shared_types::SigningIdentity;
 
@@ -192,7 +192,10 @@ fn rounds() -> Vec<(Mode, usize)> {
     };
     let levels: Vec<usize> = list("WHOLE_PATH_LEVELS", "1,64,256")
         .iter()
-        .map(|l| l.parse().expect("WHOLE_PATH_LEVELS: numbers of clients, comma-separated"))
+        .map(|l| {
+            l.parse()
+                .expect("WHOLE_PATH_LEVELS: numbers of clients, comma-separated")
+        })
         .collect();
     let modes: Vec<Mode> = list("WHOLE_PATH_MODES", "blocking,streaming")
         .iter()
@@ -404,7 +407,9 @@ fn print_phases(round: &Round) {
     let sagas = round.sagas.max(1) as f64;
     println!(
         "\nexecutor CPU per saga by phase: a second executor with SAGAPLANE_CPU_PHASES=1, after its own warm-up; blocking, {} clients (WHOLE_PATH_PHASE_CLIENTS), {} sagas, {:.2} ms/saga in all (from /proc)",
-        round.clients, round.sagas, round.executor_ms / sagas
+        round.clients,
+        round.sagas,
+        round.executor_ms / sagas
     );
     let phases: Vec<(&str, f64)> = PHASES
         .iter()
@@ -423,12 +428,18 @@ fn print_phases(round: &Round) {
     let measured: f64 = phases.iter().map(|(_, ms)| ms).sum();
     let total = round.executor_ms / sagas;
     let row = |name: &str, ms: f64| {
-        println!("  {name:<58} {ms:>7.3} ms {:>5.1}%", 100.0 * ms / total.max(1e-9));
+        println!(
+            "  {name:<58} {ms:>7.3} ms {:>5.1}%",
+            100.0 * ms / total.max(1e-9)
+        );
     };
     for (phase, ms) in &phases {
         row(phase, *ms);
     }
-    row("state file writer thread (SQL and commits, from /proc)", writer);
+    row(
+        "state file writer thread (SQL and commits, from /proc)",
+        writer,
+    );
     row(
         "the rest (blocking-pool reads, runtime, timers; by difference)",
         (total - measured - writer).max(0.0),

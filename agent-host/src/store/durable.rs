@@ -15,8 +15,7 @@ const MAX_BATCH: usize = 1024;
 
 /// Transactions committed, and writes they carried, so far by the group-commit writers of
 /// this process, by the name their `Database` was opened with.
-static COMMITS: std::sync::Mutex<Vec<(&'static str, u64, u64)>> =
-    std::sync::Mutex::new(Vec::new());
+static COMMITS: std::sync::Mutex<Vec<(&'static str, u64, u64)>> = std::sync::Mutex::new(Vec::new());
 
 fn counted(what: &str, pick: impl Fn(&(&'static str, u64, u64)) -> u64) -> u64 {
     COMMITS.lock().map_or(0, |counts| {
@@ -367,9 +366,7 @@ impl Reader {
             .acquire_owned()
             .await
             .map_err(|_| Error::store(format!("{what} reader closed")))?;
-        let start = self
-            .next
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let start = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tokio::task::spawn_blocking(move || {
             let poisoned = || Error::store(format!("{what} reader poisoned"));
             let count = conns.len();
