@@ -245,17 +245,6 @@ struct Round {
 const COMMITS: &str = "sagaplane_state_file_commits";
 const WRITES: &str = "sagaplane_state_file_writes";
 
-/// The executor's phases, in the order of a request's life (agent-host's cpu.rs).
-const PHASES: [&str; 7] = [
-    "authentication",
-    "plan_verification",
-    "validation",
-    "task_creation",
-    "intake",
-    "saga",
-    "serving",
-];
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -411,13 +400,14 @@ fn print_phases(round: &Round) {
         round.sagas,
         round.executor_ms / sagas
     );
-    let phases: Vec<(&str, f64)> = PHASES
+    let phases: Vec<(&str, f64)> = agent_host::cpu::Phase::ALL
         .iter()
+        .map(|phase| phase.name())
         .filter_map(|phase| {
             let name = format!("sagaplane_phase_cpu_seconds{{phase=\"{phase}\"}}");
             let after = round.after.get(&name)?;
             let before = round.before.get(&name).copied().unwrap_or(0.0);
-            Some((*phase, (after - before) * 1000.0 / sagas))
+            Some((phase, (after - before) * 1000.0 / sagas))
         })
         .collect();
     if phases.is_empty() {
