@@ -439,3 +439,93 @@ impl MandateBook {
         Ok(shown)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared_types::money::{AmountMinor, Currency};
+
+    fn hold(reserved_minor: u64) -> MandateHold {
+        MandateHold {
+            principal_key: "pk".into(),
+            mandate_id: "md_1".into(),
+            principal: "someone".into(),
+            budget: Money {
+                currency: Currency::new("EUR").unwrap(),
+                amount_minor: AmountMinor::new(100).unwrap(),
+            },
+            max_sagas: Some(3),
+            document_sha256: "d1".into(),
+            reserved_minor,
+            spend_minor: vec![reserved_minor],
+        }
+    }
+
+    fn reserve_in(db: &Database, saga_id: &'static str, reserved: u64) -> Option<ViolationCode> {
+        let refused = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let seen = refused.clone();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(db.submit(move |tx| {
+            *seen.lock().unwrap() = reserve(tx, saga_id, &hold(reserved), 0)?.map(|v| v.code);
+            Ok(())
+        }))
+        .unwrap();
+        refused.lock().unwrap().take()
+    }
+
+    /// A state file from before the running totals keeps what its reservations used: the
+    /// totals are computed from them once, and accepting goes on from there.
+    #[test]
+    fn totals_added_after_an_upgrade_hold_what_the_reservations_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("executor.db");
+        let earlier = rusqlite::Connection::open(&path).unwrap();
+        earlier
+            .execute_batch(
+                "CREATE TABLE mandates (principal_key TEXT NOT NULL, mandate_id TEXT NOT NULL,
+                     document_sha256 TEXT NOT NULL, principal TEXT NOT NULL, currency TEXT NOT NULL,
+                     budget_minor INTEGER NOT NULL, max_sagas INTEGER,
+                     PRIMARY KEY (principal_key, mandate_id));
+                 CREATE TABLE mandate_reservations (saga_id TEXT PRIMARY KEY,
+                     principal_key TEXT NOT NULL, mandate_id TEXT NOT NULL,
+                     reserved_minor INTEGER NOT NULL, spent_minor INTEGER, at_ms INTEGER NOT NULL);
+                 INSERT INTO mandates VALUES ('pk', 'md_1', 'd1', 'someone', 'EUR', 100, 3);
+                 -- Settled at 30 of 50, and still running with 40 reserved: 70 used.
+                 INSERT INTO mandate_reservations VALUES ('s1', 'pk', 'md_1', 50, 30, 0);
+                 INSERT INTO mandate_reservations VALUES ('s2', 'pk', 'md_1', 40, NULL, 0);",
+            )
+            .unwrap();
+        drop(earlier);
+        let db = Database::open(&path, "mandate-totals-test").unwrap();
+        MandateBook::on(&db, TrustStore::new()).unwrap();
+
+        assert_eq!(
+            reserve_in(&db, "s3", 31),
+            Some(ViolationCode::MandateExhausted),
+            "30 are left"
+        );
+        assert_eq!(reserve_in(&db, "s3", 30), None);
+        // s2 ends having spent 10 of its 40: 30 come back, but three sagas have run.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(db.submit(|tx| settle(tx, "s2", 10))).unwrap();
+        rt.block_on(db.submit(|tx| settle(tx, "s2", 0))).unwrap();
+        assert_eq!(
+            reserve_in(&db, "s4", 1),
+            Some(ViolationCode::MandateExhausted),
+            "maxSagas 3"
+        );
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let (used, sagas): (i64, i64) = conn
+            .query_row(
+                "SELECT used_minor, sagas FROM mandates WHERE mandate_id = 'md_1'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((used, sagas), (30 + 10 + 30, 3), "settled once, not twice");
+    }
+}
