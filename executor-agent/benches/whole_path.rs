@@ -25,6 +25,7 @@ use agent_host::sdk::{
 };
 use agent_host::{AgentClient, OutboundCall, mint_jwt};
 use futures::StreamExt;
+use sagaplane_examples::supplier::AGENTS;
 use serde_json::{Value, json};
 use shared_types::SigningIdentity;
 
@@ -32,14 +33,6 @@ use shared_types::SigningIdentity;
 mod tool_agent;
 
 pub(crate) const TOOL_TOKEN: &str = "tool-secret";
-const AGENTS: [&str; 6] = [
-    "vendor-registry",
-    "budget",
-    "sandbox",
-    "compliance-registry",
-    "payments",
-    "mailer",
-];
 const STEPS: u64 = 6;
 const ADMIN_TOKEN: &str = "admin-token-for-the-whole-path-bench";
 const TOOL_THREADS: &str = "tool-agent";
