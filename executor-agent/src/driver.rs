@@ -9,6 +9,9 @@
 //! the driver is told to stop: the saga waits, and nothing is acted on meanwhile.
 //! The driver holds one of the executor's saga slots while it acts, and gives it back
 //! while the saga waits for a person.
+//! Every call and every timer of a saga runs on a task the driver owns (one `JoinSet`):
+//! when the driver returns, what is still waiting (a mandate-expiry timer an hour away,
+//! a call the engine gave up on) is aborted with it, so nothing outlives its saga.
 
 use agent_host::cpu;
 use std::sync::Arc;
@@ -16,6 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
@@ -120,19 +124,25 @@ pub async fn drive(
             () = slot.take() => {}
         }
     }
-    let (events, mut incoming) = mpsc::unbounded_channel::<Event>();
+    // Events recovery found journaled but never acted on, stepped before anything else.
+    let mut lost = std::collections::VecDeque::new();
+    // The saga's calls and timers; each ends with the event it brings back.
+    let mut running = JoinSet::new();
     let ctx = Ctx {
         trace_id: trace_id(&saga_id),
         saga_id: saga_id.clone(),
         journal: journal.clone(),
         invoker,
-        events: events.clone(),
         stop: stop.clone(),
     };
     // The call made and not answered yet, as the engine names it.
     let mut out: Option<(Target, u32)> = None;
     match start {
-        Start::Begun(commands) => out = ctx.perform(&saga, commands, reporter.as_ref()).await,
+        Start::Begun(commands) => {
+            out = ctx
+                .perform(&saga, commands, reporter.as_ref(), &mut running)
+                .await;
+        }
         Start::Resumed(recovered) => {
             saga = recovered.saga;
             if let Some(shown) = &recovered.last_shown {
@@ -140,13 +150,11 @@ pub async fn drive(
             }
             for invocation in recovered.to_invoke {
                 out = Some((invocation.target, invocation.attempt));
-                ctx.call(&saga, invocation).await?;
+                ctx.call(&saga, invocation, &mut running).await?;
             }
-            for event in recovered.lost {
-                let _ = events.send(event);
-            }
+            lost.extend(recovered.lost);
             for (timer, deadline) in recovered.timers {
-                ctx.arm(timer, u64::try_from(deadline - now_ms()).unwrap_or(0));
+                arm(&mut running, timer, u64::try_from(deadline - now_ms()).unwrap_or(0));
             }
         }
     }
@@ -188,7 +196,17 @@ pub async fn drive(
                 stopping = true;
                 continue;
             }
-            Some(event) = incoming.recv() => event,
+            // Taken only when this branch is polled, so a stop that comes first loses none.
+            Some(event) = async { lost.pop_front() }, if !lost.is_empty() => event,
+            Some(joined) = running.join_next() => match joined {
+                Ok(event) => event,
+                // A call's task that panicked brings no answer: the engine's timeout for
+                // the call is what moves the saga on.
+                Err(e) => {
+                    tracing::error!(saga = %saga_id, error = %e, "a call or timer of the saga failed");
+                    continue;
+                }
+            },
             Some(request) = control.recv(), if !stopping => match request {
                 Control::Resolve(resolution, decider) => Event::Resolve {
                     resolution,
@@ -242,7 +260,10 @@ pub async fn drive(
             });
             let _ = reply.send(refused.map_or(Ok(()), Err));
         }
-        if let Some(made) = ctx.perform(&saga, commands, reporter.as_ref()).await {
+        if let Some(made) = ctx
+            .perform(&saga, commands, reporter.as_ref(), &mut running)
+            .await
+        {
             out = Some(made);
         }
     }
@@ -253,7 +274,6 @@ struct Ctx {
     trace_id: String,
     journal: Arc<dyn Journal>,
     invoker: Arc<dyn Invoker>,
-    events: mpsc::UnboundedSender<Event>,
     stop: CancellationToken,
 }
 
@@ -296,6 +316,7 @@ impl Ctx {
         saga: &Saga,
         commands: Vec<Command>,
         reporter: &dyn Reporter,
+        running: &mut JoinSet<Event>,
     ) -> Option<(Target, u32)> {
         let mut shown = Vec::new();
         let mut made = None;
@@ -303,9 +324,9 @@ impl Ctx {
             match command {
                 Command::Invoke(invocation) => {
                     made = Some((invocation.target, invocation.attempt));
-                    self.spawn_call(saga, invocation);
+                    self.spawn_call(saga, invocation, running);
                 }
-                Command::StartTimer { timer, after_ms } => self.arm(timer, after_ms),
+                Command::StartTimer { timer, after_ms } => arm(running, timer, after_ms),
                 Command::RefuseCancel { .. } => {}
                 Command::Report { .. } | Command::Pause { .. } | Command::Finish { .. } => {
                     shown.push(command);
@@ -319,15 +340,20 @@ impl Ctx {
     }
 
     /// Journals the intent, then calls (for calls recovery makes again).
-    async fn call(&self, saga: &Saga, invocation: Invocation) -> Result<()> {
+    async fn call(
+        &self,
+        saga: &Saga,
+        invocation: Invocation,
+        running: &mut JoinSet<Event>,
+    ) -> Result<()> {
         self.journal(&[Entry::Intent(invocation.clone())]).await?;
-        self.spawn_call(saga, invocation);
+        self.spawn_call(saga, invocation, running);
         Ok(())
     }
 
-    /// Makes a call whose intent is durable, on its own task; the result comes back as
-    /// an event.
-    fn spawn_call(&self, saga: &Saga, invocation: Invocation) {
+    /// Makes a call whose intent is durable, on a task of the saga's; the result comes
+    /// back as an event.
+    fn spawn_call(&self, saga: &Saga, invocation: Invocation, running: &mut JoinSet<Event>) {
         let (step, caused_by) = match invocation.target {
             Target::Forward(i) => (i, None),
             Target::Compensation(i) => (i, failed_step(saga)),
@@ -338,33 +364,33 @@ impl Ctx {
             caused_by,
             trace_id: self.trace_id.clone(),
         };
-        let (invoker, events) = (self.invoker.clone(), self.events.clone());
-        tokio::spawn(cpu::measured(cpu::Phase::Saga, async move {
+        let invoker = self.invoker.clone();
+        running.spawn(cpu::measured(cpu::Phase::Saga, async move {
             let outcome = invoker.invoke(&invocation, &context).await;
-            let _ = events.send(Event::Result {
+            Event::Result {
                 target: invocation.target,
                 attempt: invocation.attempt,
                 outcome,
                 now_ms: now_ms(),
-            });
+            }
         }));
     }
+}
 
-    /// Arms a timer. Retry waits get jitter: a random share of the cap, never more.
-    fn arm(&self, timer: Timer, after_ms: u64) {
-        let wait = match timer {
-            Timer::Retry { .. } if after_ms > 0 => after_ms / 2 + jitter(after_ms / 2),
-            _ => after_ms,
-        };
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(wait)).await;
-            let _ = events.send(Event::TimerFired {
-                timer,
-                now_ms: now_ms(),
-            });
-        });
-    }
+/// Arms a timer on a task of the saga's. Retry waits get jitter: a random share of the
+/// cap, never more.
+fn arm(running: &mut JoinSet<Event>, timer: Timer, after_ms: u64) {
+    let wait = match timer {
+        Timer::Retry { .. } if after_ms > 0 => after_ms / 2 + jitter(after_ms / 2),
+        _ => after_ms,
+    };
+    running.spawn(async move {
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        Event::TimerFired {
+            timer,
+            now_ms: now_ms(),
+        }
+    });
 }
 
 /// Whether people see the command (progress, a pause, the end).

@@ -1,0 +1,179 @@
+//! Nothing of a saga outlives it: its calls and timers (the mandate-expiry timer an hour
+//! away, undo deadlines) end with its driver, so the runtime's live tasks come back to
+//! where they were once the sagas have ended.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use common::{response, supplier_catalog, supplier_plan};
+use executor_agent::Result;
+use executor_agent::driver::{Control, Reporter, begin, drive};
+use executor_agent::invoke::{CallContext, Invoker};
+use executor_agent::journal::{Entry, Forgettable, Journal, SagaHeader};
+use executor_agent::saga::model::{CallOutcome, Phase};
+use executor_agent::saga::{Command, Ending, Invocation, Saga, SagaSpec};
+use executor_agent::slots::{SlotHold, Slots};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const SAGAS: usize = 10_000;
+/// Sagas driven at once.
+const AT_ONCE: usize = 200;
+
+/// A journal in memory: what the driver writes, kept, nothing durable; `finished` counts
+/// the sagas marked finished.
+#[derive(Default)]
+struct MemoryJournal {
+    sagas: Mutex<HashMap<String, (SagaHeader, Vec<Entry>)>>,
+    finished: tokio::sync::watch::Sender<usize>,
+}
+
+#[async_trait::async_trait]
+impl Journal for MemoryJournal {
+    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<()> {
+        let mut sagas = self.sagas.lock().unwrap();
+        sagas.insert(header.saga_id.clone(), (header.clone(), first.to_vec()));
+        Ok(())
+    }
+    async fn append(&self, saga_id: &str, entries: &[Entry]) -> Result<()> {
+        let mut sagas = self.sagas.lock().unwrap();
+        if let Some((_, journaled)) = sagas.get_mut(saga_id) {
+            journaled.extend_from_slice(entries);
+        }
+        Ok(())
+    }
+    async fn finish(&self, saga_id: &str, _: u64) -> Result<()> {
+        self.sagas.lock().unwrap().remove(saga_id);
+        self.finished.send_modify(|n| *n += 1);
+        Ok(())
+    }
+    async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {
+        Ok(self.sagas.lock().unwrap().get(saga_id).cloned())
+    }
+    async fn unfinished(&self) -> Result<Vec<String>> {
+        Ok(self.sagas.lock().unwrap().keys().cloned().collect())
+    }
+    async fn forgettable(&self, _: i64, _: i64, _: usize) -> Result<Vec<Forgettable>> {
+        Ok(Vec::new())
+    }
+    async fn forget(&self, _: &[String]) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Every tool answers at once, as it would on success.
+struct Instant;
+
+#[async_trait::async_trait]
+impl Invoker for Instant {
+    async fn invoke(&self, invocation: &Invocation, _: &CallContext) -> CallOutcome {
+        CallOutcome::Succeeded {
+            response: response(&invocation.call.skill),
+        }
+    }
+}
+
+/// Keeps how each saga ended.
+#[derive(Default)]
+struct Endings(Mutex<Vec<Ending>>);
+
+#[async_trait::async_trait]
+impl Reporter for Endings {
+    async fn report(&self, command: &Command, _: &Saga) {
+        if let Command::Finish { ending, .. } = command {
+            self.0.lock().unwrap().push(*ending);
+        }
+    }
+}
+
+/// The supplier saga under a mandate that expires an hour from now, with undo deadlines.
+fn spec(saga_id: &str) -> SagaSpec {
+    static SUPPLIER: std::sync::LazyLock<SagaSpec> = std::sync::LazyLock::new(|| {
+        SagaSpec::new(&supplier_plan(), &supplier_catalog()).unwrap()
+    });
+    let mut spec = SUPPLIER.clone();
+    spec.saga_id = saga_id.to_owned();
+    spec.expires_at_ms = chrono::Utc::now().timestamp_millis() + 3_600_000;
+    spec
+}
+
+async fn run_one(
+    n: usize,
+    journal: Arc<MemoryJournal>,
+    endings: Arc<Endings>,
+    slots: Arc<Slots>,
+) -> Phase {
+    let saga_id = format!("s-{n}");
+    let spec = spec(&saga_id);
+    let header = SagaHeader {
+        saga_id: saga_id.clone(),
+        plan_version: 1,
+        task_id: format!("t-{n}"),
+        context_id: "c".into(),
+        plan: json!({}),
+        spec: spec.clone(),
+    };
+    let (saga, start) = begin(journal.as_ref(), &header, Saga::new(spec))
+        .await
+        .unwrap();
+    let (_control, rx) = mpsc::channel::<Control>(1);
+    drive(
+        saga_id,
+        saga,
+        start,
+        journal,
+        Arc::new(Instant),
+        endings,
+        rx,
+        CancellationToken::new(),
+        SlotHold::new(slots, None),
+    )
+    .await
+    .unwrap()
+}
+
+// One thread: a task that has returned is gone once this one yields to it, so the count
+// below is exact and needs no wait.
+#[tokio::test]
+async fn ten_thousand_sagas_leave_no_task_behind() {
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let baseline = metrics.num_alive_tasks();
+    let journal = Arc::new(MemoryJournal::default());
+    let endings = Arc::new(Endings::default());
+    let slots = Slots::new(AT_ONCE);
+
+    let mut next = 0;
+    let mut driving = tokio::task::JoinSet::new();
+    while next < SAGAS || !driving.is_empty() {
+        while next < SAGAS && driving.len() < AT_ONCE {
+            driving.spawn(run_one(
+                next,
+                journal.clone(),
+                endings.clone(),
+                slots.clone(),
+            ));
+            next += 1;
+        }
+        let phase = driving.join_next().await.unwrap().unwrap();
+        assert!(matches!(phase, Phase::Done { .. }), "a saga ended {phase:?}");
+    }
+
+    {
+        let endings = endings.0.lock().unwrap();
+        assert_eq!(endings.len(), SAGAS);
+        assert!(endings.iter().all(|e| *e == Ending::Completed));
+    }
+    // Each saga is marked finished on a task of its own, off the saga's path.
+    let mut finished = journal.finished.subscribe();
+    finished.wait_for(|n| *n == SAGAS).await.unwrap();
+    assert!(journal.sagas.lock().unwrap().is_empty());
+    tokio::task::yield_now().await;
+    let alive = metrics.num_alive_tasks();
+    assert!(
+        alive <= baseline,
+        "{alive} tasks alive after {SAGAS} sagas ended, {baseline} before"
+    );
+}
