@@ -154,7 +154,11 @@ pub async fn drive(
             }
             lost.extend(recovered.lost);
             for (timer, deadline) in recovered.timers {
-                arm(&mut running, timer, u64::try_from(deadline - now_ms()).unwrap_or(0));
+                arm(
+                    &mut running,
+                    timer,
+                    u64::try_from(deadline - now_ms()).unwrap_or(0),
+                );
             }
         }
     }

@@ -91,9 +91,8 @@ impl Reporter for Endings {
 
 /// The supplier saga under a mandate that expires an hour from now, with undo deadlines.
 fn spec(saga_id: &str) -> SagaSpec {
-    static SUPPLIER: std::sync::LazyLock<SagaSpec> = std::sync::LazyLock::new(|| {
-        SagaSpec::new(&supplier_plan(), &supplier_catalog()).unwrap()
-    });
+    static SUPPLIER: std::sync::LazyLock<SagaSpec> =
+        std::sync::LazyLock::new(|| SagaSpec::new(&supplier_plan(), &supplier_catalog()).unwrap());
     let mut spec = SUPPLIER.clone();
     spec.saga_id = saga_id.to_owned();
     spec.expires_at_ms = chrono::Utc::now().timestamp_millis() + 3_600_000;
@@ -158,7 +157,10 @@ async fn ten_thousand_sagas_leave_no_task_behind() {
             next += 1;
         }
         let phase = driving.join_next().await.unwrap().unwrap();
-        assert!(matches!(phase, Phase::Done { .. }), "a saga ended {phase:?}");
+        assert!(
+            matches!(phase, Phase::Done { .. }),
+            "a saga ended {phase:?}"
+        );
     }
 
     {
