@@ -404,10 +404,16 @@ pub const GATHER_PROGRESS: Duration = Duration::from_millis(100);
 /// The longest progress may gather (a longer wait is cut to this).
 pub const MAX_GATHER: Duration = Duration::from_secs(60);
 
-/// The reporting task: waits for reports, lets progress gather (`gather`), and writes all
-/// that queued up in one durable write (every status in order, the ledger's changes
-/// folded), then signals the stops among them. A write that fails is tried again, with
-/// what queued up meanwhile.
+/// A saga's progress gathers twice as long after each of its progress writes, up to this
+/// many times `gather`: a saga that lives long, as every saga does on a busy executor,
+/// writes its progress a number of times that grows with the log of its life, not with
+/// its life. A pause or the end is still written at once, and the wait starts afresh.
+const GATHER_GROWTH: u32 = 16;
+
+/// The reporting task: waits for reports, lets progress gather (`gather`, then longer,
+/// `GATHER_GROWTH`), and writes all that queued up in one durable write (every status in
+/// order, the ledger's changes folded), then signals the stops among them. A write that
+/// fails is tried again, with what queued up meanwhile.
 async fn write_reports(
     task: TaskHandle,
     shared: Arc<Shared>,
@@ -415,10 +421,12 @@ async fn write_reports(
     gather: Duration,
 ) {
     let mut failed: Option<(Pending, u32)> = None;
+    let longest = gather.saturating_mul(GATHER_GROWTH).min(MAX_GATHER);
+    let mut wait = gather;
     loop {
         if failed.is_none() {
             shared.wake.notified().await;
-            wait_for_more(&shared, gather).await;
+            wait_for_more(&shared, wait).await;
         }
         let queued = match shared.pending.lock() {
             Ok(mut pending) => std::mem::take(&mut *pending),
@@ -450,6 +458,9 @@ async fn write_reports(
         }
         if batch.stops > 0 {
             stops.send_modify(|n| *n += batch.stops);
+            wait = gather;
+        } else {
+            wait = wait.saturating_mul(2).min(longest);
         }
         // After the end there is nothing more to write: the task is done at once,
         // without waiting for the driver to let go.

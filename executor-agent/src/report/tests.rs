@@ -575,3 +575,50 @@ async fn a_gather_longer_than_the_longest_is_cut_to_it() {
     drop(reporter);
     reporting.finished().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn progress_gathers_longer_after_each_progress_write_and_afresh_after_a_stop() {
+    let mut f = Fixture::new().await;
+    f.release(64);
+    let gather = Duration::from_millis(100);
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), gather);
+    f.saga.step(Event::Start { now_ms: 0 });
+
+    // Progress every 10 ms: each write waits twice as long as the one before, up to
+    // GATHER_GROWTH times the window.
+    let mut waits = Vec::new();
+    for _ in 0..7 {
+        let since = tokio::time::Instant::now();
+        loop {
+            reporter
+                .report_all(&[report("a", "still running")], &f.saga)
+                .await;
+            tokio::select! {
+                biased;
+                Some(()) = f.arrived.recv() => break,
+                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+        waits.push(since.elapsed().as_millis());
+    }
+    assert_eq!(waits, [100, 200, 400, 800, 1600, 1600, 1600]);
+
+    // A pause is written at once, and the progress after it gathers for the window again.
+    reporter
+        .report_all(
+            &[Command::Pause {
+                reason: "step a needs approval".into(),
+            }],
+            &f.saga,
+        )
+        .await;
+    f.arrived.recv().await.unwrap();
+    let since = tokio::time::Instant::now();
+    reporter
+        .report_all(&[report("a", "approved")], &f.saga)
+        .await;
+    f.arrived.recv().await.unwrap();
+    assert_eq!(since.elapsed(), gather);
+    drop(reporter);
+    reporting.finished().await;
+}
