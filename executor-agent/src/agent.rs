@@ -36,6 +36,7 @@ use crate::report::{TaskReporter, saga_metadata, show_saga};
 use crate::saga::model::Phase;
 use crate::saga::{Decider, Saga, SagaSpec};
 use crate::slots::{Permit, SlotHold, Slots};
+use crate::sync;
 use crate::taking_in::{Intake, TakingIn};
 
 /// What the executor needs.
@@ -77,6 +78,24 @@ pub struct ExecutorConfig {
 pub const DEFAULT_MAX_RUNNING_SAGAS: usize = 1024;
 
 /// A running saga: how to reach its driver, and a signal that changes at every stop.
+/// Said to a caller whose cancel or answer names a saga that is journaled, unfinished and
+/// not driven by this process (its driver stopped on a journal it could not write).
+const NOT_DRIVEN_HERE: &str = "its saga is journaled and not finished, but this executor \
+     process does not drive it; it resumes when the executor next starts";
+
+/// Where a task's saga is: read from the journal when this process does not drive it,
+/// never assumed.
+enum Driven {
+    /// Driven here: its control and its stops.
+    Here(mpsc::Sender<Control>, watch::Receiver<u64>),
+    /// Begun for this task, not finished, and not driven by this process.
+    Elsewhere,
+    /// Begun for this task and finished.
+    Ended,
+    /// No saga was begun for this task: nothing ran.
+    Never,
+}
+
 struct Live {
     control: mpsc::Sender<Control>,
     stops: watch::Receiver<u64>,
@@ -171,18 +190,14 @@ impl Executor {
         {
             return Vec::new();
         }
-        let mut running: Vec<String> = self
-            .live
-            .lock()
-            .map(|live| live.keys().cloned().collect())
-            .unwrap_or_default();
+        let mut running: Vec<String> = sync::lock(&self.live).keys().cloned().collect();
         running.sort();
         running
     }
 
     /// How many sagas have a driver running now.
     pub fn running(&self) -> usize {
-        self.live.lock().map_or(0, |live| live.len())
+        sync::lock(&self.live).len()
     }
 
     /// The saga slots: how many are taken, and who waits for one.
@@ -221,16 +236,13 @@ impl Executor {
     fn invoker(&self) -> Arc<dyn Invoker> {
         // Read before building: a registration racing this build only causes a rebuild.
         let generation = self.config.registry.generation();
-        if let Ok(cached) = self.invoker.lock()
-            && let Some((built_for, invoker)) = cached.as_ref()
+        if let Some((built_for, invoker)) = sync::lock(&self.invoker).as_ref()
             && *built_for == generation
         {
             return invoker.clone();
         }
         let invoker = self.build_invoker();
-        if let Ok(mut cached) = self.invoker.lock() {
-            *cached = Some((generation, invoker.clone()));
-        }
+        *sync::lock(&self.invoker) = Some((generation, invoker.clone()));
         invoker
     }
 
@@ -239,8 +251,7 @@ impl Executor {
     fn validator(&self) -> Result<Arc<PlanValidator>> {
         // Read before building: a registration racing this build only causes a rebuild.
         let generation = self.config.registry.generation();
-        if let Ok(cached) = self.validator.lock()
-            && let Some((built_for, validator)) = cached.as_ref()
+        if let Some((built_for, validator)) = sync::lock(&self.validator).as_ref()
             && *built_for == generation
         {
             return Ok(validator.clone());
@@ -253,9 +264,7 @@ impl Executor {
             .map_err(|e| Error::Refused(e.to_string()))?
             .with_principals(self.config.mandates.principals().clone()),
         );
-        if let Ok(mut cached) = self.validator.lock() {
-            *cached = Some((generation, validator.clone()));
-        }
+        *sync::lock(&self.validator) = Some((generation, validator.clone()));
         Ok(validator)
     }
 
@@ -306,27 +315,40 @@ impl Executor {
         permit: Option<Permit>,
         intake: Option<Intake>,
     ) {
+        let mut first_stop = self.start_driver(task, saga, start, metadata, permit, intake);
+        let _ = first_stop.changed().await;
+    }
+
+    /// Registers `saga` as live here and spawns its driver; returns the saga's stops. Once
+    /// this returns, a cancel or an answer for the saga reaches its driver.
+    fn start_driver(
+        self: &Arc<Self>,
+        task: TaskHandle,
+        saga: Saga,
+        start: Start,
+        metadata: Vec<(String, Value)>,
+        permit: Option<Permit>,
+        intake: Option<Intake>,
+    ) -> watch::Receiver<u64> {
         let (control, rx) = mpsc::channel(8);
         let (reporter, reporting) =
             TaskReporter::start(task.clone(), metadata, self.config.gather_progress);
         let reporter = Arc::new(MeteredReporter::new(reporter, self.metrics.clone(), &saga));
         let stops = reporting.stops();
-        let mut first_stop = stops.clone();
+        let first_stop = stops.clone();
         let mandate = saga
             .spec
             .mandate
             .as_ref()
             .map(|h| (h.principal_key.clone(), h.mandate_id.clone()));
-        if let Ok(mut live) = self.live.lock() {
-            live.insert(
-                task.id().to_owned(),
-                Live {
-                    control,
-                    stops,
-                    mandate,
-                },
-            );
-        }
+        sync::lock(&self.live).insert(
+            task.id().to_owned(),
+            Live {
+                control,
+                stops,
+                mandate,
+            },
+        );
         // A cancel that waited for the saga to start finds it live now.
         drop(intake);
         let (journal, invoker, me, task_id) = (
@@ -358,11 +380,9 @@ impl Executor {
                     "the saga stopped with its journal unwritable; it resumes from the journal at the next start"
                 );
             }
-            if let Ok(mut live) = me.live.lock() {
-                live.remove(&task_id);
-            }
+            sync::lock(&me.live).remove(&task_id);
         }));
-        let _ = first_stop.changed().await;
+        first_stop
     }
 
     /// Records a principal's signed revocation; every running saga under that mandate
@@ -392,16 +412,11 @@ impl Executor {
     }
 
     async fn tell(&self, which: impl Fn(&str, Option<&(String, String)>) -> bool) -> usize {
-        let controls: Vec<mpsc::Sender<Control>> = self
-            .live
-            .lock()
-            .map(|live| {
-                live.iter()
-                    .filter(|(id, l)| which(id, l.mandate.as_ref()))
-                    .map(|(_, l)| l.control.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let controls: Vec<mpsc::Sender<Control>> = sync::lock(&self.live)
+            .iter()
+            .filter(|(id, l)| which(id, l.mandate.as_ref()))
+            .map(|(_, l)| l.control.clone())
+            .collect();
         let mut told = 0;
         for control in controls {
             if control.send(Control::MandateRevoked).await.is_ok() {
@@ -409,6 +424,56 @@ impl Executor {
             }
         }
         told
+    }
+
+    fn live_control(&self, task_id: &str) -> Option<(mpsc::Sender<Control>, watch::Receiver<u64>)> {
+        sync::lock(&self.live)
+            .get(task_id)
+            .map(|l| (l.control.clone(), l.stops.clone()))
+    }
+
+    /// Where the saga of `task` is. A saga that is not live here is looked up in the
+    /// journal, by the saga id of the plan the task was created with.
+    async fn driven(&self, task: &TaskHandle) -> Result<Driven, A2AError> {
+        if let Some((control, stops)) = self.live_control(task.id()) {
+            return Ok(Driven::Here(control, stops));
+        }
+        let unreadable = |e: &dyn std::fmt::Display| {
+            tracing::error!(task = %task.id(), error = %e, "cannot tell where a task's saga is");
+            A2AError::internal("the executor cannot read its journal now; try again")
+        };
+        let shown = task.snapshot().await.map_err(|e| unreadable(&e))?;
+        if shown.status.state.is_terminal() {
+            return Ok(Driven::Ended);
+        }
+        let saga_id = shown
+            .history
+            .as_deref()
+            .unwrap_or_default()
+            .first()
+            .and_then(plan_in)
+            .and_then(|plan| plan.get("sagaId"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let Some(saga_id) = saga_id else {
+            return Ok(Driven::Never);
+        };
+        let journal = &self.config.journal;
+        match journal.header(&saga_id).await.map_err(|e| unreadable(&e))? {
+            Some(header) if header.task_id == task.id() => {}
+            _ => return Ok(Driven::Never),
+        }
+        Ok(
+            match journal
+                .is_finished(&saga_id)
+                .await
+                .map_err(|e| unreadable(&e))?
+            {
+                Some(false) => Driven::Elsewhere,
+                Some(true) => Driven::Ended,
+                None => Driven::Never,
+            },
+        )
     }
 
     /// The executor's account of a mandate (see `MandateBook::show`).
@@ -455,22 +520,20 @@ impl Executor {
                 None => false,
             };
             self.metrics.saga_resumed();
-            let me = self.clone();
-            self.drivers.spawn(async move {
-                let task_id = task.id().to_owned();
-                me.launch(
-                    task,
-                    saga,
-                    Start::Resumed(Box::new(recovered)),
-                    metadata,
-                    None,
-                    None,
-                )
-                .await;
-                if revoked {
-                    me.tell_revoked(|id| id == task_id).await;
-                }
-            });
+            let task_id = task.id().to_owned();
+            // Live before `recover` returns, and so before the executor serves: a cancel
+            // or an answer that comes first finds the saga's driver.
+            self.start_driver(
+                task,
+                saga,
+                Start::Resumed(Box::new(recovered)),
+                metadata,
+                None,
+                None,
+            );
+            if revoked {
+                self.tell_revoked(|id| id == task_id).await;
+            }
         }
         let orphans = self.submitted_but_not_begun(&begun).await?;
         for task in &orphans {
@@ -814,7 +877,15 @@ impl Agent for ExecutorAgent {
         task: Option<&Task>,
     ) -> Result<Reply, A2AError> {
         if let Some(task) = task {
-            return self.decider(ctx, message, task).map(|_| Reply::Task);
+            self.decider(ctx, message, task)?;
+            let handle = self.tasks.handle(&task.id, &task.context_id);
+            return match self.driven(&handle).await? {
+                Driven::Here(..) => Ok(Reply::Task),
+                _ => Err(A2AError::internal(format!(
+                    "task {}: {NOT_DRIVEN_HERE}; the answer was not given to it",
+                    task.id
+                ))),
+            };
         }
         if self.is_approver(&ctx.caller) {
             tracing::info!(caller = ?ctx.caller, "an approver's plan was refused");
@@ -881,11 +952,9 @@ impl Agent for ExecutorAgent {
                 by: ctx.caller,
                 approval: answer.approval,
             };
-            let live = self.live.lock().ok().and_then(|l| {
-                l.get(task.id())
-                    .map(|l| (l.control.clone(), l.stops.clone()))
-            });
-            if let Some((control, mut stops)) = live {
+            // `accept` refused an answer for a saga not driven here; one that ended since
+            // shows its end.
+            if let Some((control, mut stops)) = self.live_control(task.id()) {
                 stops.borrow_and_update();
                 let resolve = Control::Resolve(answer.resolution, Some(decider));
                 if control.send(resolve).await.is_ok() {
@@ -910,15 +979,25 @@ impl Agent for ExecutorAgent {
                 .await
                 .map_err(agent_host::Error::into_a2a);
         }
-        let live = self.live.lock().ok().and_then(|l| {
-            l.get(task.id())
-                .map(|l| (l.control.clone(), l.stops.clone()))
-        });
-        let Some((control, mut stops)) = live else {
-            return task
-                .set_status(TaskState::Canceled, None)
-                .await
-                .map_err(agent_host::Error::into_a2a);
+        let (control, mut stops) = match self.driven(&task).await? {
+            Driven::Here(control, stops) => (control, stops),
+            Driven::Never => {
+                let text = "canceled before a saga began: nothing ran";
+                return task
+                    .set_status(TaskState::Canceled, Some(agent_message(text, None)))
+                    .await
+                    .map_err(agent_host::Error::into_a2a);
+            }
+            Driven::Ended => return Err(A2AError::task_not_cancelable(task.id())),
+            Driven::Elsewhere => {
+                return Err(A2AError::new(
+                    agent_host::sdk::error_code::TASK_NOT_CANCELABLE,
+                    format!(
+                        "task {}: {NOT_DRIVEN_HERE}; nothing was canceled",
+                        task.id()
+                    ),
+                ));
+            }
         };
         let (reply, answer) = oneshot::channel();
         stops.borrow_and_update();

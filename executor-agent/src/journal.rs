@@ -18,6 +18,7 @@ use shared_types::Violation;
 use crate::error::{Error, Result};
 use crate::mandates::{self, MandateHold};
 use crate::saga::{Event, Invocation, SagaSpec};
+use crate::sync;
 
 /// One journal entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -75,6 +76,16 @@ pub trait Journal: Send + Sync + 'static {
     async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
         Ok(self.load(saga_id).await?.map(|(header, _)| header))
     }
+    /// Whether a saga was marked finished; `None` if none with this id was begun (or it
+    /// was forgotten).
+    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
+        if self.header(saga_id).await?.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(
+            !self.unfinished().await?.iter().any(|id| id == saga_id),
+        ))
+    }
 }
 
 #[derive(Debug)]
@@ -112,9 +123,7 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
         } => {
             // Run again alone when a write it shared a transaction with failed: what the
             // last run found is what holds.
-            if let Ok(mut refused) = refused.lock() {
-                *refused = None;
-            }
+            *sync::lock(refused) = None;
             // A saga begun already keeps its reservation; the insert below then fails.
             let begun = tx
                 .prepare_cached("SELECT 1 FROM sagas WHERE saga_id = ?1")?
@@ -123,9 +132,7 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
                 && !begun
                 && let Some(violation) = mandates::reserve(tx, saga_id, hold, *at_ms)?
             {
-                if let Ok(mut refused) = refused.lock() {
-                    *refused = Some(violation);
-                }
+                *sync::lock(refused) = Some(violation);
                 return Ok(());
             }
             // `finished_ms` holds the begin time until the saga finishes: a time the same
@@ -305,10 +312,9 @@ impl Journal for SqliteJournal {
             refused: refused.clone(),
         })
         .await?;
-        match refused.lock().map(|mut r| r.take()) {
-            Ok(Some(violation)) => Err(Error::Mandate(violation)),
-            Ok(None) => Ok(()),
-            Err(_) => Err(Error::Journal("the mandate check was interrupted".into())),
+        match sync::lock(&refused).take() {
+            Some(violation) => Err(Error::Mandate(violation)),
+            None => Ok(()),
         }
     }
 
@@ -398,6 +404,18 @@ impl Journal for SqliteJournal {
             .await?)
     }
 
+    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
+        let saga_id = saga_id.to_owned();
+        Ok(self
+            .reader
+            .read(move |conn| {
+                conn.prepare_cached("SELECT finished FROM sagas WHERE saga_id = ?1")?
+                    .query_row([saga_id], |row| row.get::<_, bool>(0))
+                    .optional()
+            })
+            .await?)
+    }
+
     async fn unfinished(&self) -> Result<Vec<String>> {
         let ids = self
             .reader
@@ -474,6 +492,14 @@ impl<J: Journal> Journal for PauseAfterWrites<J> {
 
     async fn unfinished(&self) -> Result<Vec<String>> {
         self.inner.unfinished().await
+    }
+
+    async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
+        self.inner.header(saga_id).await
+    }
+
+    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
+        self.inner.is_finished(saga_id).await
     }
 
     async fn forgettable(

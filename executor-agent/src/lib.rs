@@ -21,6 +21,7 @@ pub mod saga;
 pub mod service;
 pub mod slots;
 pub mod state;
+mod sync;
 pub mod taking_in;
 
 pub use error::{Error, Result};

@@ -7,7 +7,7 @@
 //! by agent), read at each scrape. No label names a saga.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -22,6 +22,7 @@ use crate::invoke::{CallContext, Invoker};
 use crate::saga::deadline::{Reported, UndoDeadline, rfc3339};
 use crate::saga::model::{Forward, StepRecord, Undo};
 use crate::saga::{CallOutcome, Command, Ending, Invocation, Saga, Target};
+use crate::sync;
 
 /// `--undo-expiring-within-secs` unless set: an undo handle expiring within the hour.
 pub const DEFAULT_UNDO_EXPIRING_WITHIN: Duration = Duration::from_secs(3600);
@@ -103,12 +104,6 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new(DEFAULT_UNDO_EXPIRING_WITHIN)
     }
-}
-
-fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Metrics {
@@ -289,14 +284,14 @@ impl Metrics {
     /// Replaces what saga `saga_id` holds open (nothing: it is gone).
     fn hold_undo_handles(&self, saga_id: &str, handles: Vec<(String, Option<i64>)>) {
         if !handles.is_empty() {
-            let mut agents = locked(&self.undo_agents);
+            let mut agents = sync::lock(&self.undo_agents);
             for (agent, _) in &handles {
                 if !agents.contains(agent) {
                     agents.insert(agent.clone());
                 }
             }
         }
-        let mut open = locked(&self.open_handles);
+        let mut open = sync::lock(&self.open_handles);
         if handles.is_empty() {
             open.remove(saga_id);
         } else {
@@ -307,11 +302,11 @@ impl Metrics {
     /// Sets the undo gauges for a scrape at `at_ms`.
     fn count_undo_handles(&self, at_ms: i64) {
         let soon = at_ms.saturating_add(self.expiring_within_ms);
-        let mut counts: BTreeMap<String, (i64, i64)> = locked(&self.undo_agents)
+        let mut counts: BTreeMap<String, (i64, i64)> = sync::lock(&self.undo_agents)
             .iter()
             .map(|agent| (agent.clone(), (0, 0)))
             .collect();
-        for (agent, deadline) in locked(&self.open_handles).values().flatten() {
+        for (agent, deadline) in sync::lock(&self.open_handles).values().flatten() {
             let count = counts.entry(agent.clone()).or_default();
             count.0 += 1;
             if deadline.is_some_and(|at| at <= soon) {
@@ -462,7 +457,7 @@ impl MeteredReporter {
     }
 
     fn observe(&self, saga: &Saga) {
-        let mut seen = locked(&self.seen);
+        let mut seen = sync::lock(&self.seen);
         let mut changed = false;
         for (i, (before, record)) in seen.iter_mut().zip(&saga.records).enumerate() {
             let now = Seen::of(record);

@@ -18,6 +18,7 @@ use shared_types::{Catalog, CatalogAgent, TrustStore};
 
 use crate::error::{Error, Result};
 use crate::registry_history::{self, Registration};
+use crate::sync;
 
 /// One curated agent.
 #[derive(Debug, Clone, PartialEq)]
@@ -293,10 +294,7 @@ impl Registry {
     }
 
     fn insert(&self, agent: RegisteredAgent) -> Result<()> {
-        let mut agents = self
-            .agents
-            .write()
-            .map_err(|_| Error::Journal("registry lock poisoned".into()))?;
+        let mut agents = sync::write(&self.agents);
         agents.insert(agent.name.clone(), Arc::new(agent));
         self.generation.fetch_add(1, Ordering::SeqCst);
         Ok(())
@@ -377,10 +375,7 @@ impl Registry {
 
     /// The catalog of every registered agent's declarations (no endpoints, no secrets).
     pub fn catalog(&self) -> Result<Catalog> {
-        let agents = self
-            .agents
-            .read()
-            .map_err(|_| Error::Journal("registry lock poisoned".into()))?;
+        let agents = sync::read(&self.agents);
         let mut catalog = Catalog::default();
         for agent in agents.values() {
             catalog
@@ -392,7 +387,7 @@ impl Registry {
 
     /// One registered agent (shared: the invoker looks it up on every call).
     pub fn agent(&self, name: &str) -> Option<Arc<RegisteredAgent>> {
-        self.agents.read().ok()?.get(name).cloned()
+        sync::read(&self.agents).get(name).cloned()
     }
 }
 

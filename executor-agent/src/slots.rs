@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::sync;
 use tokio::sync::{oneshot, watch};
 
 /// The most slots there can be: what `unlimited` gives.
@@ -104,7 +105,7 @@ impl Slots {
     /// The lines; a panic elsewhere while they were held left them whole (each change
     /// is one step), so a poisoned lock is taken as it is.
     fn lines(&self) -> MutexGuard<'_, Lines> {
-        self.lines.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.lines)
     }
 
     /// A free slot, if there is one now (never while anyone waits).

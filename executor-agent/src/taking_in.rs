@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use crate::sync;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -68,7 +69,7 @@ impl TakingIn {
 
     /// The lock is held for a map operation at a time, so a poisoned one is taken as is.
     fn plans(&self) -> MutexGuard<'_, Plans> {
-        self.plans.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.plans)
     }
 
     fn set(&self, task_id: &str, stage: Stage) {

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_host::sdk::{SendMessageConfiguration, Task, TaskState};
-use agent_host::{AgentClient, SqliteTaskStore, TaskManager};
+use agent_host::{Agent, AgentClient, SqliteTaskStore, TaskManager};
 use common::*;
-use executor_agent::agent::{Executor, ExecutorConfig};
+use executor_agent::agent::{Executor, ExecutorAgent, ExecutorConfig};
 use executor_agent::journal::Journal;
 use executor_agent::report::GATHER_PROGRESS;
 use serde_json::{Value, json};
@@ -334,31 +334,7 @@ async fn a_plan_left_waiting_at_a_stop_is_taken_in_at_the_next_start() {
 
     // The next start on the same state file: the first saga resumes, the waiting plan is
     // taken in, and with one slot they run one after the other.
-    let mut planner_keys = TrustStore::new();
-    planner_keys.add_jwk(&setup.planner.public_jwk()).unwrap();
-    let credentials: HashMap<String, String> = AGENTS
-        .iter()
-        .map(|a| (a.to_string(), TOOL_TOKEN.to_owned()))
-        .collect();
-    let tasks = TaskManager::new(Arc::new(SqliteTaskStore::on(&setup.db).unwrap()));
-    let restarted = Executor::new(
-        ExecutorConfig {
-            registry: setup.registry.clone(),
-            planner_keys,
-            planner_key_ids: [("planner".to_owned(), setup.planner.kid().to_owned())].into(),
-            mandates: executor_agent::mandates::MandateBook::on(&setup.db, common::principals())
-                .unwrap(),
-            approvers: ["approver".to_owned()].into(),
-            journal: setup.journal.clone(),
-            credentials,
-            mcp: setup.mcp.clone(),
-            gather_progress: GATHER_PROGRESS,
-            max_running_sagas: 1,
-            undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
-            shutdown: tokio_util::sync::CancellationToken::new(),
-        },
-        tasks.clone(),
-    );
+    let (restarted, tasks) = restart(&setup);
     let finished_before = *setup.journal.finishes.borrow();
     assert_eq!(restarted.recover().await.unwrap(), (1, 1));
     until_finished(&setup, finished_before + 2).await;
@@ -416,4 +392,117 @@ async fn a_cancel_while_the_saga_is_being_begun_waits_for_it_and_unwinds_it() {
         let undone = effects.len() - done;
         assert_eq!(done, undone, "{agent}: {effects:?}");
     }
+}
+
+/// An executor started again on the harness's state file, journal and tools (one slot),
+/// not serving; and its task manager.
+fn restart(setup: &Harness) -> (Arc<Executor>, Arc<TaskManager>) {
+    let mut planner_keys = TrustStore::new();
+    planner_keys.add_jwk(&setup.planner.public_jwk()).unwrap();
+    let credentials: HashMap<String, String> = AGENTS
+        .iter()
+        .map(|a| (a.to_string(), TOOL_TOKEN.to_owned()))
+        .collect();
+    let tasks = TaskManager::new(Arc::new(SqliteTaskStore::on(&setup.db).unwrap()));
+    let restarted = Executor::new(
+        ExecutorConfig {
+            registry: setup.registry.clone(),
+            planner_keys,
+            planner_key_ids: [("planner".to_owned(), setup.planner.kid().to_owned())].into(),
+            mandates: executor_agent::mandates::MandateBook::on(&setup.db, common::principals())
+                .unwrap(),
+            approvers: ["approver".to_owned()].into(),
+            journal: setup.journal.clone(),
+            credentials,
+            mcp: setup.mcp.clone(),
+            gather_progress: GATHER_PROGRESS,
+            max_running_sagas: 1,
+            undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
+            shutdown: tokio_util::sync::CancellationToken::new(),
+        },
+        tasks.clone(),
+    );
+    (restarted, tasks)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_while_recovery_resumes_the_saga_is_refused_and_one_after_it_unwinds_the_saga() {
+    let held = [
+        ("sandbox.provision", Fault::ApplyThenHold(1)),
+        ("compliance.check", Fault::ApplyThenHold(1)),
+    ];
+    let setup = Harness::start_with(&held, WAIT.as_millis() as u64, 1).await;
+    let first = send_now(&setup, plan(&setup, "sg_first")).await;
+    wait_until_the_sandbox_holds(&setup).await;
+    setup.shutdown.cancel();
+    release_the_sandbox(&setup);
+    assert!(setup.executor.stopped(WAIT).await.is_empty());
+
+    // The next start, held while recovery reads the saga: the saga is in the journal,
+    // unfinished, and no driver of this process has it yet.
+    setup.journal.hold_loads();
+    let (restarted, tasks) = restart(&setup);
+    let recovering = tokio::spawn({
+        let restarted = restarted.clone();
+        async move { restarted.recover().await }
+    });
+    setup.journal.load_reached.notified().await;
+    let agent = ExecutorAgent(restarted.clone());
+    let task = tasks.handle(&first.id, &first.context_id);
+    let refused = agent.cancel(task.clone()).await.unwrap_err();
+    assert_eq!(
+        refused.code,
+        agent_host::sdk::error_code::TASK_NOT_CANCELABLE
+    );
+    assert!(
+        refused
+            .message
+            .contains("this executor process does not drive it"),
+        "{}",
+        refused.message
+    );
+    assert_eq!(
+        task.snapshot().await.unwrap().status.state,
+        TaskState::Working
+    );
+
+    // Once `recover` returns, the saga is live: a cancel reaches its driver and unwinds it.
+    setup.journal.load_release.notify_one();
+    assert_eq!(recovering.await.unwrap().unwrap(), (1, 0));
+    let canceling = tokio::spawn(async move { agent.cancel(task).await });
+    let release = setup.log("compliance-registry").release.clone();
+    release.notify_one();
+    let canceled = tokio::time::timeout(WAIT, canceling)
+        .await
+        .expect("the cancel is answered")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        canceled.status.state,
+        TaskState::Canceled,
+        "{:?}",
+        canceled.status
+    );
+    let skills: Vec<String> = setup
+        .logs
+        .values()
+        .flat_map(|log| {
+            let log = log.lock().unwrap();
+            log.effect_seq
+                .iter()
+                .copied()
+                .zip(log.effects.iter().cloned())
+                .collect::<Vec<_>>()
+        })
+        .filter(|(_, (key, _))| key.starts_with("sg_first:"))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_values()
+        .map(|(_, skill)| skill)
+        .collect();
+    assert_eq!(
+        skills[skills.len() - 3..],
+        ["sandbox.deprovision", "budget.release", "vendor.archive"],
+        "the undos, in reverse order, after {skills:?}"
+    );
+    assert!(!skills.iter().any(|s| s == "payments.capture"));
 }

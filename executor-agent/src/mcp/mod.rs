@@ -22,6 +22,7 @@ use serde_json::{Map, Value, json};
 use shared_types::mcp::SAGA_META_KEY;
 
 use crate::saga::CallOutcome;
+use crate::sync;
 use transport::{RawResults, SagaHttpClient};
 
 /// The largest answer to one MCP request (or one event of a stream) that is read.
@@ -131,9 +132,7 @@ impl McpSession {
         let mut tools = Vec::new();
         let mut cursor = None;
         for _ in 0..MAX_TOOL_PAGES {
-            if let Ok(mut raw) = self.raw.lock() {
-                raw.clear();
-            }
+            sync::lock(&self.raw).clear();
             let params = cursor.take().map(|c| {
                 let mut p = PaginatedRequestParams::default();
                 p.cursor = Some(c);
@@ -149,11 +148,10 @@ impl McpSession {
                 }))
                 .await
                 .map_err(|e| format!("tools/list failed: {e}"))?;
-            let raw_page = self
-                .raw
-                .lock()
-                .ok()
-                .and_then(|mut raw| raw.drain().next().map(|(_, v)| v))
+            let raw_page = sync::lock(&self.raw)
+                .drain()
+                .next()
+                .map(|(_, v)| v)
                 .ok_or("tools/list answered, but its raw result was not captured")?;
             match answer {
                 ServerResult::ListToolsResult(_) => {}

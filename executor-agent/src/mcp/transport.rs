@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::sync;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
@@ -137,10 +138,8 @@ impl SagaHttpClient {
             .into_iter()
             .find(|m| m.get("id") == Some(&id) && m.get("method").is_none())
             .ok_or(StreamableHttpError::UnexpectedEndOfStream)?;
-        if let Some(result) = answer.get("result")
-            && let Ok(mut raw) = self.raw.lock()
-        {
-            raw.insert(id.to_string(), result.clone());
+        if let Some(result) = answer.get("result") {
+            sync::lock(&self.raw).insert(id.to_string(), result.clone());
         }
         let parsed: ServerJsonRpcMessage = serde_json::from_value(answer)?;
         Ok(StreamableHttpPostResponse::Json(parsed, session))

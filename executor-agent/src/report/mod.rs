@@ -19,6 +19,7 @@ use crate::driver::Reporter;
 use crate::journal::SagaHeader;
 use crate::saga::model::StepRecord;
 use crate::saga::{Command, Ending, Saga};
+use crate::sync;
 
 /// The id (and name) of the ledger artifact.
 const LEDGER: &str = "saga-ledger";
@@ -253,10 +254,7 @@ impl TaskReporter {
             change(pending);
             first || pending.stops > stops || pending.closed
         };
-        let wake = match self.shared.pending.lock() {
-            Ok(mut pending) => wake(&mut pending),
-            Err(poisoned) => wake(&mut poisoned.into_inner()),
-        };
+        let wake = wake(&mut sync::lock(&self.shared.pending));
         if wake {
             self.shared.wake.notify_one();
         }
@@ -264,10 +262,7 @@ impl TaskReporter {
 
     /// How the ledger changed since the last report.
     fn ledger_change(&self, saga: &Saga) -> LedgerChange {
-        let mut reported = match self.reported.lock() {
-            Ok(reported) => reported,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut reported = sync::lock(&self.reported);
         if self.shared.resend_whole.swap(false, Ordering::AcqRel)
             || reported.len() != saga.records.len()
         {
@@ -428,10 +423,7 @@ async fn write_reports(
             shared.wake.notified().await;
             wait_for_more(&shared, wait).await;
         }
-        let queued = match shared.pending.lock() {
-            Ok(mut pending) => std::mem::take(&mut *pending),
-            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
-        };
+        let queued = std::mem::take(&mut *sync::lock(&shared.pending));
         let (batch, tries) = match failed.take() {
             Some((earlier, tries)) => (earlier.then(queued), tries),
             None => (queued, 0),
@@ -478,9 +470,9 @@ async fn wait_for_more(shared: &Shared, gather: Duration) {
     }
     let deadline = tokio::time::Instant::now() + gather;
     loop {
-        let urgent = match shared.pending.lock() {
-            Ok(pending) => pending.stops > 0 || pending.closed,
-            Err(_) => true,
+        let urgent = {
+            let pending = sync::lock(&shared.pending);
+            pending.stops > 0 || pending.closed
         };
         if urgent {
             return;

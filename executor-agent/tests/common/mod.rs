@@ -584,6 +584,11 @@ pub struct FlakyJournal<J> {
     holds_begins: std::sync::atomic::AtomicBool,
     pub begin_reached: tokio::sync::Notify,
     pub begin_release: tokio::sync::Notify,
+    /// Set by `hold_loads`: each `load` is notified on `load_reached`, then waits for
+    /// `load_release`.
+    holds_loads: std::sync::atomic::AtomicBool,
+    pub load_reached: tokio::sync::Notify,
+    pub load_release: tokio::sync::Notify,
 }
 
 impl<J> FlakyJournal<J> {
@@ -597,12 +602,21 @@ impl<J> FlakyJournal<J> {
             holds_begins: Default::default(),
             begin_reached: tokio::sync::Notify::new(),
             begin_release: tokio::sync::Notify::new(),
+            holds_loads: Default::default(),
+            load_reached: tokio::sync::Notify::new(),
+            load_release: tokio::sync::Notify::new(),
         }
     }
 
     /// Holds every `begin` from now on until `begin_release` is notified.
     pub fn hold_begins(&self) {
         self.holds_begins.store(true, Ordering::SeqCst);
+    }
+
+    /// Holds every `load` (recovery's read of a saga) from now on until `load_release` is
+    /// notified.
+    pub fn hold_loads(&self) {
+        self.holds_loads.store(true, Ordering::SeqCst);
     }
 
     /// Fails every append from now on.
@@ -645,11 +659,23 @@ impl<J: Journal> Journal for FlakyJournal<J> {
         &self,
         saga_id: &str,
     ) -> executor_agent::Result<Option<(SagaHeader, Vec<Entry>)>> {
+        if self.holds_loads.load(Ordering::SeqCst) {
+            self.load_reached.notify_one();
+            self.load_release.notified().await;
+        }
         self.inner.load(saga_id).await
     }
 
     async fn unfinished(&self) -> executor_agent::Result<Vec<String>> {
         self.inner.unfinished().await
+    }
+
+    async fn header(&self, saga_id: &str) -> executor_agent::Result<Option<SagaHeader>> {
+        self.inner.header(saga_id).await
+    }
+
+    async fn is_finished(&self, saga_id: &str) -> executor_agent::Result<Option<bool>> {
+        self.inner.is_finished(saga_id).await
     }
 
     async fn forgettable(
