@@ -5,7 +5,8 @@
 //! saga's end as a planner does: a blocking `SendMessage`, or `SendStreamingMessage` read
 //! to its end. It prints sagas/s, steps/s, latency, CPU per saga of the executor process,
 //! of the tool agents' threads and of the clients' threads (from `/proc`), the state
-//! file's commits (fsyncs) per saga, and, from a second executor that measures them, the
+//! file's writes and commits (fsyncs) per saga, the executor's resident memory and what
+//! it grew by per finished saga, and, from a second executor that measures them, the
 //! executor's CPU per saga by phase.
 //!
 //! `cargo bench -p executor-agent --bench whole_path`. `WHOLE_PATH_SECONDS` (5 by default)
@@ -81,6 +82,16 @@ fn thread_ticks(pid: &str, prefix: &str) -> u64 {
         })
         .map(|e| ticks(&std::fs::read_to_string(e.path().join("stat")).unwrap_or_default()))
         .sum()
+}
+
+/// The resident set of a process, in KiB (`VmRSS` in `/proc/PID/status`).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// `/proc` counts CPU in ticks of 10 ms.
@@ -233,6 +244,9 @@ struct Round {
     /// The executor's metrics before and after the round.
     before: HashMap<String, f64>,
     after: HashMap<String, f64>,
+    /// The executor's resident set before and after the round, in KiB.
+    rss_before_kib: u64,
+    rss_after_kib: u64,
 }
 
 const COMMITS: &str = "sagaplane_state_file_commits";
@@ -292,7 +306,7 @@ fn main() {
         Duration::from_secs(WARM_UP_SECONDS),
     ));
     println!(
-        "{:>9} {:>7} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "{:>9} {:>7} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>7} {:>8}",
         "mode",
         "clients",
         "sagas",
@@ -305,7 +319,9 @@ fn main() {
         "tool/saga",
         "clnt/saga",
         "write/saga",
-        "fsync/saga"
+        "fsync/saga",
+        "rss MiB",
+        "KiB/saga"
     );
     for (index, (mode, clients)) in rounds().into_iter().enumerate() {
         let round = client.block_on(run_round(
@@ -320,7 +336,7 @@ fn main() {
         print_round(&round);
     }
     println!(
-        "CPU in ms, from /proc (10 ms ticks): exec = the executor process, tool = the tool agents' threads, clnt = the client's threads (signing and minting included). write/saga = durable writes per saga; fsync/saga = the state file's commits per saga (/metrics sagaplane_state_file_commits; each is one fsync of its WAL under synchronous=FULL; '-' when the binary does not report it). Every saga COMPLETED, or the bench stops."
+        "CPU in ms, from /proc (10 ms ticks): exec = the executor process, tool = the tool agents' threads, clnt = the client's threads (signing and minting included). write/saga = durable writes per saga; fsync/saga = the state file's commits per saga (/metrics sagaplane_state_file_commits; each is one fsync of its WAL under synchronous=FULL; '-' when the binary does not report it). rss MiB = the executor's resident set at the round's end (VmRSS); KiB/saga = how much it grew over the round, per finished saga (what a finished saga leaves behind, with the allocator's and SQLite's caches). Every saga COMPLETED, or the bench stops."
     );
     drop(executor);
     // 0 skips the breakdown.
@@ -366,7 +382,7 @@ fn print_round(round: &Round) {
         _ => "-".into(),
     };
     println!(
-        "{:>9} {:>7} {:>6} {:>7.0} {:>7.0} {:>7.1} {:>7.1} {:>9.2} {:>9.3} {:>9.2} {:>9.2} {:>10} {:>10}",
+        "{:>9} {:>7} {:>6} {:>7.0} {:>7.0} {:>7.1} {:>7.1} {:>9.2} {:>9.3} {:>9.2} {:>9.2} {:>10} {:>10} {:>7.1} {:>8.2}",
         format!("{:?}", round.mode).to_lowercase(),
         round.clients,
         round.sagas,
@@ -380,6 +396,8 @@ fn print_round(round: &Round) {
         round.client_ms / sagas,
         per_saga(WRITES),
         per_saga(COMMITS),
+        round.rss_after_kib as f64 / 1024.0,
+        (round.rss_after_kib as f64 - round.rss_before_kib as f64) / sagas,
     );
 }
 
@@ -490,6 +508,7 @@ async fn run_round(
 ) -> Round {
     let pid = executor.child.id();
     let before = scrape(&executor.url).await;
+    let rss_before_kib = rss_kib(pid);
     let (executor_before, tools_before, client_before, writer_before) = (
         process_ticks(pid),
         thread_ticks("self", TOOL_THREADS),
@@ -575,6 +594,8 @@ async fn run_round(
         writer_ms: ms(thread_ticks(&pid.to_string(), WRITER_THREAD) - writer_before),
         after: scrape(&executor.url).await,
         before,
+        rss_before_kib,
+        rss_after_kib: rss_kib(pid),
         mode,
     }
 }

@@ -25,7 +25,7 @@ use crate::answers::{self, answer_of};
 use crate::driver::{Control, Start, begin, drive};
 use crate::error::{Error, Result};
 use crate::invoke::{A2aInvoker, Endpoint, Invoker, ToolInvoker};
-use crate::journal::{Journal, SagaHeader};
+use crate::journal::{JOURNAL_FORMAT, Journal, SagaHeader};
 use crate::mandates::{MandateBook, MandateHold, Revoked};
 use crate::mcp::invoker::McpInvoker;
 use crate::metrics::{CountedInvoker, MeteredReporter, Metrics, Now};
@@ -493,6 +493,15 @@ impl Executor {
             let Some((header, entries)) = self.config.journal.load(saga_id).await? else {
                 continue;
             };
+            if header.format != JOURNAL_FORMAT {
+                // Replayed under rules it was not written by, a saga could make other calls
+                // under the keys it journaled: nothing is resumed.
+                return Err(Error::Journal(format!(
+                    "saga {saga_id} was journaled in format {}, and this executor reads journal \
+                     format {JOURNAL_FORMAT} only; start the executor release that wrote it",
+                    header.format
+                )));
+            }
             begun.insert(header.task_id.clone());
             let recovered = replay(header.spec.clone(), &entries, now);
             let task = self.tasks.handle(&header.task_id, &header.context_id);
@@ -652,6 +661,7 @@ impl Executor {
             return Ok(());
         };
         let header = SagaHeader {
+            format: JOURNAL_FORMAT,
             saga_id: typed.saga_id.clone(),
             plan_version: typed.plan_version,
             task_id: task.id().to_owned(),

@@ -28,10 +28,23 @@ pub enum Entry {
     Intent(Invocation),
 }
 
+/// The format of the journal this build writes and reads: of the header, the entries and
+/// what replay derives from them. A saga journaled in a format this build does not know
+/// (by a newer executor) is refused, not replayed under other rules.
+pub const JOURNAL_FORMAT: u32 = 1;
+
+/// Journals from before the header carried its format are format 1.
+fn first_format() -> u32 {
+    1
+}
+
 /// What the journal keeps about a saga besides its entries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SagaHeader {
+    /// The journal format the saga was written in (`JOURNAL_FORMAT` when it was begun).
+    #[serde(default = "first_format")]
+    pub format: u32,
     pub saga_id: String,
     pub plan_version: u32,
     /// The A2A task that reports this saga, and its context.
@@ -521,6 +534,24 @@ impl<J: Journal> Journal for PauseAfterWrites<J> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_header_journaled_before_it_carried_its_format_is_format_1() {
+        let spec = serde_json::to_value(crate::saga::SagaSpec {
+            saga_id: "s".into(),
+            steps: Vec::new(),
+            point_of_no_return: None,
+            expires_at_ms: 0,
+            mandate: None,
+        })
+        .unwrap();
+        let old = serde_json::json!({"sagaId": "s", "planVersion": 1, "taskId": "t", "contextId": "c",
+                         "plan": {}, "spec": spec});
+        let header: SagaHeader = serde_json::from_value(old).unwrap();
+        assert_eq!(header.format, 1);
+        let written = serde_json::to_value(&header).unwrap();
+        assert_eq!(written["format"], JOURNAL_FORMAT);
+    }
 
     #[tokio::test]
     async fn a_journal_from_before_finish_times_keeps_its_finished_sagas_from_the_upgrade_on() {

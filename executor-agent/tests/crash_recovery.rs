@@ -193,6 +193,7 @@ fn a_crash_during_compensation_ends_like_an_uninterrupted_run() {
 
 fn header(saga_id: &str) -> SagaHeader {
     SagaHeader {
+        format: executor_agent::journal::JOURNAL_FORMAT,
         saga_id: saga_id.into(),
         plan_version: 1,
         task_id: format!("task-{saga_id}"),

@@ -116,6 +116,7 @@ async fn launch(
     let dir = tempfile::tempdir().unwrap();
     let journal = Arc::new(SqliteJournal::open(&dir.path().join("journal.db")).unwrap());
     let header = SagaHeader {
+        format: executor_agent::journal::JOURNAL_FORMAT,
         saga_id: plan.saga_id.clone(),
         plan_version: 1,
         task_id: "t".into(),

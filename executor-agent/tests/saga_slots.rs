@@ -506,3 +506,29 @@ async fn a_cancel_while_recovery_resumes_the_saga_is_refused_and_one_after_it_un
     );
     assert!(!skills.iter().any(|s| s == "payments.capture"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_journaled_in_a_format_this_executor_does_not_know_is_refused_not_resumed() {
+    let setup = Harness::start(&[]).await;
+    let spec = executor_agent::saga::SagaSpec::new(&supplier_plan(), &supplier_catalog()).unwrap();
+    let header = executor_agent::journal::SagaHeader {
+        format: executor_agent::journal::JOURNAL_FORMAT + 1,
+        saga_id: "sg_newer".into(),
+        plan_version: 1,
+        task_id: "t_newer".into(),
+        context_id: "c_newer".into(),
+        plan: json!({}),
+        spec,
+    };
+    setup.journal.begin(&header, &[]).await.unwrap();
+    setup.shutdown.cancel();
+    let (restarted, _) = restart(&setup);
+    let refused = restarted.recover().await.unwrap_err().to_string();
+    assert!(
+        refused.contains("saga sg_newer was journaled in format 2")
+            && refused.contains("reads journal format 1 only"),
+        "{refused}"
+    );
+    assert_eq!(restarted.running(), 0);
+    assert!(effects_in_order(&setup.logs).is_empty());
+}

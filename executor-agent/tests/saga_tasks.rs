@@ -108,6 +108,7 @@ async fn run_one(
     let saga_id = format!("s-{n}");
     let spec = spec(&saga_id);
     let header = SagaHeader {
+        format: executor_agent::journal::JOURNAL_FORMAT,
         saga_id: saga_id.clone(),
         plan_version: 1,
         task_id: format!("t-{n}"),

@@ -270,6 +270,7 @@ impl Executor {
             Route::DriverAndTasks => (format!("task-{saga_id}"), format!("ctx-{saga_id}")),
         };
         let header = SagaHeader {
+            format: executor_agent::journal::JOURNAL_FORMAT,
             saga_id: saga_id.clone(),
             plan_version: 1,
             task_id,
@@ -362,6 +363,7 @@ impl Executor {
         let saga_id = self.new_saga_id();
         let (plan, spec) = self.spec(&saga_id);
         SagaHeader {
+            format: executor_agent::journal::JOURNAL_FORMAT,
             saga_id,
             plan_version: 1,
             task_id: "t".into(),

@@ -309,6 +309,7 @@ fn pure_work(executor: &Executor, sagas: u64) -> PureWork {
         let (plan, spec) = executor.spec(&saga_id);
         work.spec += started.elapsed();
         let header = SagaHeader {
+            format: executor_agent::journal::JOURNAL_FORMAT,
             saga_id,
             plan_version: 1,
             task_id: "t".into(),

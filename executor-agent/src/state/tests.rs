@@ -11,6 +11,7 @@ use crate::saga::SagaSpec;
 
 fn header(saga_id: &str) -> SagaHeader {
     SagaHeader {
+        format: crate::journal::JOURNAL_FORMAT,
         saga_id: saga_id.into(),
         plan_version: 1,
         task_id: format!("task-{saga_id}"),
