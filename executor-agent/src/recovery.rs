@@ -1,6 +1,10 @@
 //! Rebuilding a saga from its journal after a restart: replay every event through the
 //! engine, then work out what the crash interrupted — a call decided but never made, a
 //! call made but never answered, timers that were running.
+//! Replay checks itself: every call the engine derives again is compared with its
+//! journaled intent (target, skill, arguments, idempotency key). On a difference (an
+//! upgrade that binds otherwise) no call is made: the engine is told
+//! (`Event::ReplayDiverged`), pins the journaled call and stops the saga for a person.
 
 use std::collections::{HashMap, HashSet};
 
@@ -30,13 +34,15 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Recovered {
     let mut saga = Saga::new(spec);
     let mut decided: Vec<Invocation> = Vec::new();
     let mut timers: HashMap<Timer, i64> = HashMap::new();
-    let mut intents: HashSet<(Target, u32)> = HashSet::new();
+    let mut intents: HashMap<(Target, u32), &Invocation> = HashMap::new();
+    // Differences a person was already told of (journaled `ReplayDiverged` events).
+    let mut told: HashSet<(Target, u32)> = HashSet::new();
     let mut answered: HashSet<(Target, u32)> = HashSet::new();
     let mut last_shown = None;
     for entry in entries {
         match entry {
             Entry::Intent(inv) => {
-                intents.insert((inv.target, inv.attempt));
+                intents.insert((inv.target, inv.attempt), inv);
             }
             Entry::Event(event) => {
                 let at = event_time(event);
@@ -48,6 +54,11 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Recovered {
                     }
                     Event::TimerFired { timer, .. } => {
                         timers.remove(timer);
+                    }
+                    Event::ReplayDiverged {
+                        target, attempt, ..
+                    } => {
+                        told.insert((*target, *attempt));
                     }
                     _ => {}
                 }
@@ -66,13 +77,35 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Recovered {
             }
         }
     }
+    let diverged = decided.iter().find_map(|derived| {
+        let journaled = intents.get(&(derived.target, derived.attempt))?;
+        let differs = journaled.args != derived.args
+            || journaled.idempotency_key != derived.idempotency_key
+            || journaled.call.agent != derived.call.agent
+            || journaled.call.skill != derived.call.skill;
+        (differs && !told.contains(&(derived.target, derived.attempt))).then(|| {
+            Event::ReplayDiverged {
+                target: derived.target,
+                attempt: derived.attempt,
+                journaled: Box::new((*journaled).clone()),
+                derived_args: derived.args.clone(),
+                derived_key: derived.idempotency_key.clone(),
+                now_ms,
+            }
+        })
+    });
     let mut to_invoke = Vec::new();
     let mut lost = Vec::new();
+    if let Some(diverged) = diverged {
+        // Stepped first: the engine stops the saga, and nothing below is acted on (a call
+        // lost in flight is then no longer out; timers find the saga paused).
+        lost.push(diverged);
+    }
     if saga.phase == crate::saga::model::Phase::NotStarted {
         lost.push(Event::Start { now_ms });
     }
     if let Some((target, attempt)) = saga.in_flight() {
-        if intents.contains(&(target, attempt)) {
+        if intents.contains_key(&(target, attempt)) {
             if !answered.contains(&(target, attempt)) {
                 lost.push(Event::InFlightLost {
                     target,
@@ -80,10 +113,11 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Recovered {
                     now_ms,
                 });
             }
-        } else if let Some(inv) = decided
-            .into_iter()
-            .rev()
-            .find(|i| i.target == target && i.attempt == attempt)
+        } else if lost.is_empty()
+            && let Some(inv) = decided
+                .into_iter()
+                .rev()
+                .find(|i| i.target == target && i.attempt == attempt)
         {
             to_invoke.push(inv);
         }
@@ -108,6 +142,7 @@ fn event_time(event: &Event) -> i64 {
         | Event::Resolve { now_ms, .. }
         | Event::Cancel { now_ms }
         | Event::MandateRevoked { now_ms }
-        | Event::InFlightLost { now_ms, .. } => *now_ms,
+        | Event::InFlightLost { now_ms, .. }
+        | Event::ReplayDiverged { now_ms, .. } => *now_ms,
     }
 }

@@ -281,3 +281,98 @@ where
     }
     out
 }
+
+/// A journal written by an engine that bound a call otherwise: replay stops the saga for a
+/// person with both argument sets, makes no call, and a retry sends the journaled call.
+#[test]
+fn a_call_replay_derives_otherwise_than_its_journal_stops_the_saga_and_is_resent_as_journaled() {
+    use executor_agent::saga::Resolution;
+    use executor_agent::saga::model::Phase;
+
+    // The first step went out and the process died before its answer; the build that
+    // wrote this bound the vendor's name otherwise than this one does.
+    let mut writer = Saga::new(spec());
+    let start = Event::Start { now_ms: T0 };
+    let commands = writer.step(start.clone());
+    let Some(Command::Invoke(sent)) = commands.iter().find(|c| matches!(c, Command::Invoke(_)))
+    else {
+        panic!("the first step is a call: {commands:?}");
+    };
+    let mut journaled = sent.clone();
+    journaled.args = json!({"legalName": "Acme (as the older build bound it)"});
+    let entries = vec![Entry::Event(start), Entry::Intent(journaled.clone())];
+
+    let recovered = replay(spec(), &entries, T0 + 1_000);
+    assert!(recovered.to_invoke.is_empty(), "{:?}", recovered.to_invoke);
+    let Some(Event::ReplayDiverged {
+        journaled: told,
+        derived_args,
+        ..
+    }) = recovered.lost.first()
+    else {
+        panic!("replay tells the engine first: {:?}", recovered.lost);
+    };
+    assert_eq!(**told, journaled);
+    assert_eq!(*derived_args, sent.args);
+
+    let mut saga = recovered.saga;
+    let mut made = Vec::new();
+    let mut reason = String::new();
+    for event in recovered.lost {
+        for command in saga.step(event) {
+            match command {
+                Command::Invoke(call) => made.push(call),
+                Command::Pause { reason: why } => reason = why,
+                _ => {}
+            }
+        }
+    }
+    assert!(made.is_empty(), "no call after the difference: {made:?}");
+    assert!(
+        matches!(saga.phase, Phase::Paused { .. }),
+        "{:?}",
+        saga.phase
+    );
+    assert!(
+        reason.contains("as the older build bound it") && reason.contains(&sent.args.to_string()),
+        "both argument sets are shown: {reason}"
+    );
+
+    // A person retries: the call goes as journaled, under its key, never re-bound.
+    let commands = saga.step(Event::Resolve {
+        resolution: Resolution::Retry,
+        now_ms: T0 + 2_000,
+        decider: None,
+    });
+    let resent: Vec<&Invocation> = commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Invoke(call) => Some(call),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resent.len(), 1, "{commands:?}");
+    assert_eq!(resent[0].args, journaled.args);
+    assert_eq!(resent[0].idempotency_key, journaled.idempotency_key);
+
+    // The difference is journaled with the saga: replayed again, it is not told twice.
+    let mut again = entries.clone();
+    again.push(Entry::Event(Event::ReplayDiverged {
+        target: journaled.target,
+        attempt: journaled.attempt,
+        journaled: Box::new(journaled.clone()),
+        derived_args: sent.args.clone(),
+        derived_key: sent.idempotency_key.clone(),
+        now_ms: T0 + 1_000,
+    }));
+    let replayed = replay(spec(), &again, T0 + 3_000);
+    assert!(
+        !replayed
+            .lost
+            .iter()
+            .any(|e| matches!(e, Event::ReplayDiverged { .. })),
+        "{:?}",
+        replayed.lost
+    );
+    assert!(matches!(replayed.saga.phase, Phase::Paused { .. }));
+}

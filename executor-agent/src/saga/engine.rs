@@ -25,6 +25,10 @@ pub struct Saga {
     pub records: Vec<StepRecord>,
     /// A cancel or expiry that arrived while a call was in flight; acted on at its result.
     pub pending_unwind: Option<Cause>,
+    /// Calls whose journaled intent differed from what replay derived: made again, if
+    /// they are, with the journaled arguments and key, never with the derived ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pinned: Vec<Invocation>,
 }
 
 impl Saga {
@@ -52,6 +56,7 @@ impl Saga {
             phase: Phase::NotStarted,
             records,
             pending_unwind: None,
+            pinned: Vec::new(),
         }
     }
 
@@ -133,6 +138,21 @@ impl Saga {
             Event::MandateRevoked { now_ms } => {
                 self.on_mandate_ended(Cause::MandateRevoked, "mandate revoked", now_ms, &mut out)
             }
+            Event::ReplayDiverged {
+                target,
+                attempt,
+                journaled,
+                derived_args,
+                derived_key,
+                ..
+            } => self.on_divergence(
+                target,
+                attempt,
+                *journaled,
+                &derived_args,
+                &derived_key,
+                &mut out,
+            ),
             Event::InFlightLost {
                 target,
                 attempt,
@@ -166,6 +186,56 @@ impl Saga {
             }
         }
         out
+    }
+
+    /// Pins the journaled call, and stops the saga for a person (unless it has ended or
+    /// waits for one already): the call out, if any, has an unknown outcome.
+    fn on_divergence(
+        &mut self,
+        target: Target,
+        attempt: u32,
+        journaled: Invocation,
+        derived_args: &Value,
+        derived_key: &str,
+        out: &mut Vec<Command>,
+    ) {
+        let (Target::Forward(step) | Target::Compensation(step)) = target;
+        if step >= self.records.len() {
+            return; // not a step of this saga: nothing to pin
+        }
+        if let Target::Forward(i) = target {
+            self.records[i].request = Some(Arc::new(journaled.args.clone()));
+        }
+        let reason = format!(
+            "after a restart, replay derived call {} (attempt {attempt}) otherwise than its \
+             journal: journaled {} under key {}, derived now {} under key {derived_key}; the \
+             journaled call is what is sent again, if it is",
+            journaled.call.skill, journaled.args, journaled.idempotency_key, derived_args,
+        );
+        self.pinned.retain(|p| p.target != target);
+        self.pinned.push(journaled);
+        if matches!(self.phase, Phase::Done { .. } | Phase::Paused { .. }) {
+            return;
+        }
+        let stopped_on = match self.in_flight() {
+            Some((running, _)) => {
+                match running {
+                    Target::Forward(i) => {
+                        self.records[i].forward = Forward::Unknown {
+                            reason: reason.clone(),
+                        }
+                    }
+                    Target::Compensation(i) => {
+                        self.records[i].undo = Undo::DeadLettered {
+                            reason: reason.clone(),
+                        }
+                    }
+                }
+                running
+            }
+            None => target,
+        };
+        self.pause_forward_or_undo(stopped_on, &reason, out);
     }
 
     /// The call currently out, if any.
@@ -301,6 +371,15 @@ impl Saga {
                         .map(|args| (args, comp.idempotency_key.clone(), comp.call.clone()))
                 }
             }
+        };
+        // A call replay found journaled otherwise is made as journaled.
+        let bound = match self.pinned.iter().find(|p| p.target == target) {
+            Some(pinned) => Ok((
+                pinned.args.clone(),
+                pinned.idempotency_key.clone(),
+                pinned.call.clone(),
+            )),
+            None => bound,
         };
         match bound {
             Ok((args, idempotency_key, call)) => {

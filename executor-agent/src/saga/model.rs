@@ -121,6 +121,19 @@ pub enum Event {
         attempt: u32,
         now_ms: i64,
     },
+    /// After a restart: replay derived this call otherwise than its journaled intent (an
+    /// upgrade that binds arguments differently). The journaled call is what stands for
+    /// it from now on, and the saga stops for a person, who sees both.
+    ReplayDiverged {
+        target: Target,
+        attempt: u32,
+        /// The intent as journaled (what was, or may have been, sent).
+        journaled: Box<Invocation>,
+        /// The arguments and key replay derived instead.
+        derived_args: Value,
+        derived_key: String,
+        now_ms: i64,
+    },
 }
 
 /// One call to make. The driver journals it before calling.
