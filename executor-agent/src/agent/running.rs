@@ -1,0 +1,214 @@
+//! The sagas this process drives: launching a driver (registered as live before it
+//! acts), telling drivers of a revocation, and where a task's saga is — read from the
+//! journal when it is not live here, never assumed.
+
+use super::*;
+
+/// Said to a caller whose cancel or answer names a saga that is journaled, unfinished and
+/// not driven by this process (its driver stopped on a journal it could not write).
+pub(super) const NOT_DRIVEN_HERE: &str = "its saga is journaled and not finished, but this executor \
+     process does not drive it; it resumes when the executor next starts";
+
+/// Where a task's saga is: read from the journal when this process does not drive it,
+/// never assumed.
+pub(super) enum Driven {
+    /// Driven here: its control and its stops.
+    Here(mpsc::Sender<Control>, watch::Receiver<u64>),
+    /// Begun for this task, not finished, and not driven by this process.
+    Elsewhere,
+    /// Begun for this task and finished.
+    Ended,
+    /// No saga was begun for this task: nothing ran.
+    Never,
+}
+
+pub(super) struct Live {
+    pub(super) control: mpsc::Sender<Control>,
+    pub(super) stops: watch::Receiver<u64>,
+    /// The principal's key and the mandate's id the saga runs under.
+    pub(super) mandate: Option<(String, String)>,
+}
+
+impl Executor {
+    /// Starts a driver for `saga` reporting on `task` (`metadata` goes with the first
+    /// report, again for a resumed saga), holding `permit` or waiting for a slot; returns
+    /// once the saga first stops. `intake`, for a new plan, ends once the saga is live.
+    pub(super) async fn launch(
+        self: &Arc<Self>,
+        task: TaskHandle,
+        saga: Saga,
+        start: Start,
+        metadata: Vec<(String, Value)>,
+        permit: Option<Permit>,
+        intake: Option<Intake>,
+    ) {
+        let mut first_stop = self.start_driver(task, saga, start, metadata, permit, intake);
+        let _ = first_stop.changed().await;
+    }
+
+    /// Registers `saga` as live here and spawns its driver; returns the saga's stops. Once
+    /// this returns, a cancel or an answer for the saga reaches its driver.
+    pub(super) fn start_driver(
+        self: &Arc<Self>,
+        task: TaskHandle,
+        saga: Saga,
+        start: Start,
+        metadata: Vec<(String, Value)>,
+        permit: Option<Permit>,
+        intake: Option<Intake>,
+    ) -> watch::Receiver<u64> {
+        let (control, rx) = mpsc::channel(8);
+        let (reporter, reporting) =
+            TaskReporter::start(task.clone(), metadata, self.config.gather_progress);
+        let reporter = Arc::new(MeteredReporter::new(reporter, self.metrics.clone(), &saga));
+        let stops = reporting.stops();
+        let first_stop = stops.clone();
+        let mandate = saga
+            .spec
+            .mandate
+            .as_ref()
+            .map(|h| (h.principal_key.clone(), h.mandate_id.clone()));
+        sync::lock(&self.live).insert(
+            task.id().to_owned(),
+            Live {
+                control,
+                stops,
+                mandate,
+            },
+        );
+        // A cancel that waited for the saga to start finds it live now.
+        drop(intake);
+        let (journal, invoker, me, task_id) = (
+            self.config.journal.clone(),
+            self.invoker(),
+            self.clone(),
+            task.id().to_owned(),
+        );
+        let saga_id = saga.spec.saga_id.clone();
+        let stop = self.config.shutdown.clone();
+        let slot = SlotHold::new(self.slots.clone(), permit);
+        self.drivers.spawn(cpu::measured(cpu::Phase::Saga, async move {
+            let driven = drive(
+                saga_id, saga, start, journal, invoker, reporter, rx, stop, slot,
+            )
+            .await;
+            // The saga's own reports reach its task before anything else is said on it,
+            // and before it stops being live (a cancel then finds the task as it ends).
+            reporting.finished().await;
+            if let Ok(Phase::Done { ending }) = &driven {
+                me.metrics.saga_ended(*ending);
+            }
+            if let Err(e) = driven {
+                // Only a stop ends a driver whose journal cannot be written. The task
+                // keeps what it showed: marking it failed would run ahead of the journal,
+                // where the saga is unfinished and resumes at the next start.
+                tracing::error!(
+                    task = %task_id, error = %e,
+                    "the saga stopped with its journal unwritable; it resumes from the journal at the next start"
+                );
+            }
+            sync::lock(&me.live).remove(&task_id);
+        }));
+        first_stop
+    }
+
+    /// Records a principal's signed revocation; every running saga under that mandate
+    /// then unwinds unless past its pivot (as on expiry). Returns what was revoked and
+    /// how many running sagas were told.
+    pub async fn revoke(&self, document: &Value) -> Result<(Revoked, usize)> {
+        let revoked = self.config.mandates.revoke(document).await?;
+        tracing::info!(
+            principal_key = ?revoked.principal_key,
+            mandate = ?revoked.mandate_id,
+            "a principal revoked a mandate: new plans under it are refused, its sagas before their pivot unwind"
+        );
+        let key = (revoked.principal_key.clone(), revoked.mandate_id.clone());
+        let told = self
+            .tell_revoked_under(|mandate| mandate == Some(&key))
+            .await;
+        Ok((revoked, told))
+    }
+
+    /// Tells the running sagas whose task id passes `which` that their mandate was revoked.
+    pub(super) async fn tell_revoked(&self, which: impl Fn(&str) -> bool) -> usize {
+        self.tell(|id, _| which(id)).await
+    }
+
+    pub(super) async fn tell_revoked_under(
+        &self,
+        which: impl Fn(Option<&(String, String)>) -> bool,
+    ) -> usize {
+        self.tell(|_, mandate| which(mandate)).await
+    }
+
+    pub(super) async fn tell(
+        &self,
+        which: impl Fn(&str, Option<&(String, String)>) -> bool,
+    ) -> usize {
+        let controls: Vec<mpsc::Sender<Control>> = sync::lock(&self.live)
+            .iter()
+            .filter(|(id, l)| which(id, l.mandate.as_ref()))
+            .map(|(_, l)| l.control.clone())
+            .collect();
+        let mut told = 0;
+        for control in controls {
+            if control.send(Control::MandateRevoked).await.is_ok() {
+                told += 1;
+            }
+        }
+        told
+    }
+
+    pub(super) fn live_control(
+        &self,
+        task_id: &str,
+    ) -> Option<(mpsc::Sender<Control>, watch::Receiver<u64>)> {
+        sync::lock(&self.live)
+            .get(task_id)
+            .map(|l| (l.control.clone(), l.stops.clone()))
+    }
+
+    /// Where the saga of `task` is. A saga that is not live here is looked up in the
+    /// journal, by the saga id of the plan the task was created with.
+    pub(super) async fn driven(&self, task: &TaskHandle) -> Result<Driven, A2AError> {
+        if let Some((control, stops)) = self.live_control(task.id()) {
+            return Ok(Driven::Here(control, stops));
+        }
+        let unreadable = |e: &dyn std::fmt::Display| {
+            tracing::error!(task = %task.id(), error = %e, "cannot tell where a task's saga is");
+            A2AError::internal("the executor cannot read its journal now; try again")
+        };
+        let shown = task.snapshot().await.map_err(|e| unreadable(&e))?;
+        if shown.status.state.is_terminal() {
+            return Ok(Driven::Ended);
+        }
+        let saga_id = shown
+            .history
+            .as_deref()
+            .unwrap_or_default()
+            .first()
+            .and_then(plan_in)
+            .and_then(|plan| plan.get("sagaId"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let Some(saga_id) = saga_id else {
+            return Ok(Driven::Never);
+        };
+        let journal = &self.config.journal;
+        match journal.header(&saga_id).await.map_err(|e| unreadable(&e))? {
+            Some(header) if header.task_id == task.id() => {}
+            _ => return Ok(Driven::Never),
+        }
+        Ok(
+            match journal
+                .is_finished(&saga_id)
+                .await
+                .map_err(|e| unreadable(&e))?
+            {
+                Some(false) => Driven::Elsewhere,
+                Some(true) => Driven::Ended,
+                None => Driven::Never,
+            },
+        )
+    }
+}
