@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
 use crate::invoke::{CallContext, Invoker, trace_id};
-use crate::journal::{Entry, Journal, SagaHeader};
+use crate::journal::{Entry, Epoch, Journal, SagaHeader};
 use crate::recovery::Recovered;
 use crate::saga::model::Phase;
 use crate::saga::{Command, Decider, Event, Invocation, Resolution, Saga, Target, Timer};
@@ -68,13 +68,13 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// How a saga comes to its driver.
+/// How a saga comes to its driver, and the epoch its journal writes are made under.
 #[derive(Debug)]
 pub enum Start {
     /// Journaled by `begin` with its header; these are the commands of its first step.
-    Begun(Vec<Command>),
-    /// Rebuilt from the journal after a restart.
-    Resumed(Box<Recovered>),
+    Begun(Vec<Command>, Epoch),
+    /// Rebuilt from the journal after a restart, and claimed.
+    Resumed(Box<Recovered>, Epoch),
 }
 
 /// The entries an event and the commands it led to are journaled as.
@@ -97,8 +97,8 @@ pub async fn begin(
 ) -> Result<(Saga, Start)> {
     let start = Event::Start { now_ms: now_ms() };
     let commands = saga.step(start.clone());
-    journal.begin(header, &entries_of(start, &commands)).await?;
-    Ok((saga, Start::Begun(commands)))
+    let epoch = journal.begin(header, &entries_of(start, &commands)).await?;
+    Ok((saga, Start::Begun(commands, epoch)))
 }
 
 /// Runs one saga until it ends, from where `begin` or recovery left it; or, once `stop`
@@ -128,7 +128,11 @@ pub async fn drive(
     let mut lost = std::collections::VecDeque::new();
     // The saga's calls and timers; each ends with the event it brings back.
     let mut running = JoinSet::new();
+    let epoch = match &start {
+        Start::Begun(_, epoch) | Start::Resumed(_, epoch) => *epoch,
+    };
     let ctx = Ctx {
+        epoch,
         trace_id: trace_id(&saga_id),
         saga_id: saga_id.clone(),
         journal: journal.clone(),
@@ -138,12 +142,12 @@ pub async fn drive(
     // The call made and not answered yet, as the engine names it.
     let mut out: Option<(Target, u32)> = None;
     match start {
-        Start::Begun(commands) => {
+        Start::Begun(commands, _) => {
             out = ctx
                 .perform(&saga, commands, reporter.as_ref(), &mut running)
                 .await;
         }
-        Start::Resumed(recovered) => {
+        Start::Resumed(recovered, _) => {
             saga = recovered.saga;
             if let Some(shown) = &recovered.last_shown {
                 reporter.report(shown, &saga).await;
@@ -275,6 +279,8 @@ pub async fn drive(
 
 struct Ctx {
     saga_id: String,
+    /// The claim the saga's journal writes are made under.
+    epoch: Epoch,
     trace_id: String,
     journal: Arc<dyn Journal>,
     invoker: Arc<dyn Invoker>,
@@ -294,8 +300,14 @@ impl Ctx {
     async fn journal(&self, entries: &[Entry]) -> Result<()> {
         let mut wait = FIRST_JOURNAL_RETRY;
         loop {
-            let error = match self.journal.append(&self.saga_id, entries).await {
+            let error = match self
+                .journal
+                .append(&self.saga_id, self.epoch, entries)
+                .await
+            {
                 Ok(()) => return Ok(()),
+                // Another owner drives the saga now: nothing more is done for it here.
+                Err(fenced @ crate::Error::Fenced { .. }) => return Err(fenced),
                 Err(e) => e,
             };
             if self.stop.is_cancelled() {

@@ -15,6 +15,12 @@ pub enum Error {
     /// A plan could not become a saga.
     #[error("{0}")]
     Spec(#[from] crate::saga::SpecError),
+    /// The journal refused a write for a saga this journal's owner no longer drives
+    /// (another owner claimed it, at a later epoch): the driver stops at once.
+    #[error(
+        "saga {saga_id}: the journal refused a write at epoch {epoch}; another owner drives it now"
+    )]
+    Fenced { saga_id: String, epoch: u64 },
 }
 
 impl From<agent_host::Error> for Error {

@@ -261,6 +261,7 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     tokio::spawn(agent_host::process::shutdown_on_signal(shutdown.clone()));
+    tokio::spawn(renew_leases(service.executor.clone(), shutdown.clone()));
     if args.retention_days > 0 {
         let keep = Duration::from_secs(args.retention_days * 24 * 3600);
         tokio::spawn(forget_finished(
@@ -274,6 +275,26 @@ async fn main() -> anyhow::Result<()> {
     agent_host::serve_with(listener, service.router, shutdown, limits).await?;
     drain(&service.executor, Duration::from_secs(args.drain_secs)).await;
     Ok(())
+}
+
+/// Renews the leases of the sagas this process drives, three times per lease, until the
+/// shutdown. One process owns the state file, so a lapse takes nothing from it; the
+/// leases say which sagas are driven, for whoever reads the journal.
+async fn renew_leases(
+    executor: std::sync::Arc<executor_agent::agent::Executor>,
+    shutdown: CancellationToken,
+) {
+    let mut renewals = tokio::time::interval(executor_agent::journal::DEFAULT_LEASE / 3);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = renewals.tick() => {}
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        if let Err(e) = executor.renew_leases(now).await {
+            tracing::warn!(error = %e, "cannot renew the leases of the sagas this process drives");
+        }
+    }
 }
 
 /// How often finished sagas past their retention are looked for.

@@ -210,18 +210,22 @@ async fn the_sqlite_journal_keeps_everything_across_a_reopen() {
     let header = header("sg_1");
     {
         let journal = SqliteJournal::open(&path).unwrap();
-        journal.begin(&header, &[]).await.unwrap();
+        let epoch = journal.begin(&header, &[]).await.unwrap();
         let (clean, _, _) = run_with_crash(usize::MAX, false);
         assert!(format!("{:?}", clean.phase).contains("Completed"));
         journal
-            .append("sg_1", &[Entry::Event(Event::Start { now_ms: T0 })])
+            .append("sg_1", epoch, &[Entry::Event(Event::Start { now_ms: T0 })])
             .await
             .unwrap();
         let appends = (0..50).map(|i| {
             let journal = journal.clone();
             async move {
                 journal
-                    .append("sg_1", &[Entry::Event(Event::Cancel { now_ms: T0 + i })])
+                    .append(
+                        "sg_1",
+                        epoch,
+                        &[Entry::Event(Event::Cancel { now_ms: T0 + i })],
+                    )
                     .await
             }
         });
@@ -248,8 +252,11 @@ async fn appends_load_in_order_and_single_entry_rows_still_load() {
     let event = |i: i64| Entry::Event(Event::Cancel { now_ms: T0 + i });
     {
         let journal = SqliteJournal::open(&path).unwrap();
-        journal.begin(&header, &[]).await.unwrap();
-        journal.append("sg_2", &[event(0), event(1)]).await.unwrap();
+        let epoch = journal.begin(&header, &[]).await.unwrap();
+        journal
+            .append("sg_2", epoch, &[event(0), event(1)])
+            .await
+            .unwrap();
     }
     // A row as journals wrote them before an append became one row: one entry, no array.
     let conn = rusqlite::Connection::open(&path).unwrap();
@@ -259,9 +266,16 @@ async fn appends_load_in_order_and_single_entry_rows_still_load() {
     )
     .unwrap();
     drop(conn);
+    // Opened again, as by the next start: it claims the saga before it writes.
     let journal = SqliteJournal::open(&path).unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    let epoch = journal
+        .claim("sg_2", now, executor_agent::journal::Claim::TakeOver)
+        .await
+        .unwrap()
+        .expect("an unfinished saga is claimed");
     journal
-        .append("sg_2", &[event(3), event(4), event(5)])
+        .append("sg_2", epoch, &[event(3), event(4), event(5)])
         .await
         .unwrap();
     let (_, entries) = journal.load("sg_2").await.unwrap().unwrap();

@@ -480,3 +480,55 @@ async fn a_journal_that_cannot_be_written_for_a_while_holds_the_saga_back_and_lo
         .count();
     assert_eq!(results, 6, "each answer journaled once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_whose_saga_was_taken_over_stops_at_its_first_refused_write_and_calls_nothing_more()
+ {
+    let stopped = launch(
+        &[("sandbox.provision", Fault::ApplyThenHold(1))],
+        CancellationToken::new(),
+        0..0,
+        Slots::new(1),
+    )
+    .await;
+    let sandbox = stopped.logs["sandbox"].clone();
+    let applied = sandbox.lock().unwrap().applied.clone();
+    while sandbox.lock().unwrap().effects.is_empty() {
+        applied.notified().await;
+    }
+    // Another owner takes the saga over while the sandbox's answer is out.
+    let other = stopped.journal.as_other_owner();
+    let now = chrono::Utc::now().timestamp_millis();
+    let taken = other
+        .claim(
+            &stopped.saga_id,
+            now,
+            executor_agent::journal::Claim::TakeOver,
+        )
+        .await
+        .unwrap();
+    assert_eq!(taken, Some(2));
+    let before = journaled(&stopped.journal, &stopped.saga_id).await.len();
+
+    let release = sandbox.lock().unwrap().release.clone();
+    release.notify_one();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(30), stopped.saga)
+        .await
+        .expect("the driver stops")
+        .unwrap();
+    assert!(
+        matches!(ended, Err(executor_agent::Error::Fenced { epoch: 1, .. })),
+        "{ended:?}"
+    );
+    assert_eq!(
+        journaled(&stopped.journal, &stopped.saga_id).await.len(),
+        before,
+        "nothing journaled under the old claim"
+    );
+    for agent in ["compliance-registry", "payments", "mailer"] {
+        assert!(
+            stopped.logs[agent].lock().unwrap().calls.is_empty(),
+            "{agent} was called after the takeover"
+        );
+    }
+}

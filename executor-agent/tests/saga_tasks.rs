@@ -4,14 +4,12 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use common::{response, supplier_catalog, supplier_plan};
-use executor_agent::Result;
 use executor_agent::driver::{Control, Reporter, begin, drive};
 use executor_agent::invoke::{CallContext, Invoker};
-use executor_agent::journal::{Entry, Forgettable, Journal, SagaHeader};
+use executor_agent::journal::{MemoryJournal, SagaHeader};
 use executor_agent::saga::model::{CallOutcome, Phase};
 use executor_agent::saga::{Command, Ending, Invocation, Saga, SagaSpec};
 use executor_agent::slots::{SlotHold, Slots};
@@ -22,47 +20,6 @@ use tokio_util::sync::CancellationToken;
 const SAGAS: usize = 10_000;
 /// Sagas driven at once.
 const AT_ONCE: usize = 200;
-
-/// A journal in memory: what the driver writes, kept, nothing durable; `finished` counts
-/// the sagas marked finished.
-#[derive(Default)]
-struct MemoryJournal {
-    sagas: Mutex<HashMap<String, (SagaHeader, Vec<Entry>)>>,
-    finished: tokio::sync::watch::Sender<usize>,
-}
-
-#[async_trait::async_trait]
-impl Journal for MemoryJournal {
-    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<()> {
-        let mut sagas = self.sagas.lock().unwrap();
-        sagas.insert(header.saga_id.clone(), (header.clone(), first.to_vec()));
-        Ok(())
-    }
-    async fn append(&self, saga_id: &str, entries: &[Entry]) -> Result<()> {
-        let mut sagas = self.sagas.lock().unwrap();
-        if let Some((_, journaled)) = sagas.get_mut(saga_id) {
-            journaled.extend_from_slice(entries);
-        }
-        Ok(())
-    }
-    async fn finish(&self, saga_id: &str, _: u64) -> Result<()> {
-        self.sagas.lock().unwrap().remove(saga_id);
-        self.finished.send_modify(|n| *n += 1);
-        Ok(())
-    }
-    async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {
-        Ok(self.sagas.lock().unwrap().get(saga_id).cloned())
-    }
-    async fn unfinished(&self) -> Result<Vec<String>> {
-        Ok(self.sagas.lock().unwrap().keys().cloned().collect())
-    }
-    async fn forgettable(&self, _: i64, _: i64, _: usize) -> Result<Vec<Forgettable>> {
-        Ok(Vec::new())
-    }
-    async fn forget(&self, _: &[String]) -> Result<()> {
-        Ok(())
-    }
-}
 
 /// Every tool answers at once, as it would on success.
 struct Instant;
@@ -141,7 +98,7 @@ async fn run_one(
 async fn ten_thousand_sagas_leave_no_task_behind() {
     let metrics = tokio::runtime::Handle::current().metrics();
     let baseline = metrics.num_alive_tasks();
-    let journal = Arc::new(MemoryJournal::default());
+    let journal = Arc::new(MemoryJournal::new());
     let endings = Arc::new(Endings::default());
     let slots = Slots::new(AT_ONCE);
 
@@ -170,9 +127,8 @@ async fn ten_thousand_sagas_leave_no_task_behind() {
         assert!(endings.iter().all(|e| *e == Ending::Completed));
     }
     // Each saga is marked finished on a task of its own, off the saga's path.
-    let mut finished = journal.finished.subscribe();
+    let mut finished = journal.finishes();
     finished.wait_for(|n| *n == SAGAS).await.unwrap();
-    assert!(journal.sagas.lock().unwrap().is_empty());
     tokio::task::yield_now().await;
     let alive = metrics.num_alive_tasks();
     assert!(

@@ -11,7 +11,9 @@ use agent_host::{AgentClient, MemoryTaskStore, SqliteTaskStore, TaskHandle, Task
 use async_trait::async_trait;
 use executor_agent::driver::{Control, Reporter, begin, drive};
 use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker, trace_id};
-use executor_agent::journal::{Entry, Forgettable, Journal, SagaHeader, SqliteJournal};
+use executor_agent::journal::{
+    Claim, Entry, Epoch, Forgettable, Journal, SagaHeader, SqliteJournal,
+};
 use executor_agent::report::{GATHER_PROGRESS, TaskReporter};
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{CallOutcome, Command, Ending, Event, Invocation, Saga, SagaSpec};
@@ -83,7 +85,7 @@ pub(crate) struct TimedJournal {
 
 #[async_trait]
 impl Journal for TimedJournal {
-    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> executor_agent::Result<()> {
+    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> executor_agent::Result<Epoch> {
         let started = Instant::now();
         let written = self.inner.begin(header, first).await;
         Stopwatches::add(&self.stopwatches.journal_nanos, started);
@@ -91,9 +93,35 @@ impl Journal for TimedJournal {
         written
     }
 
-    async fn append(&self, saga_id: &str, entries: &[Entry]) -> executor_agent::Result<()> {
+    async fn claim(
+        &self,
+        saga_id: &str,
+        now_ms: i64,
+        how: Claim,
+    ) -> executor_agent::Result<Option<Epoch>> {
+        self.inner.claim(saga_id, now_ms, how).await
+    }
+
+    async fn renew(&self, now_ms: i64) -> executor_agent::Result<usize> {
+        self.inner.renew(now_ms).await
+    }
+
+    async fn release(&self, saga_id: &str, epoch: Epoch) -> executor_agent::Result<()> {
+        self.inner.release(saga_id, epoch).await
+    }
+
+    async fn claimable(&self, now_ms: i64, at_most: usize) -> executor_agent::Result<Vec<String>> {
+        self.inner.claimable(now_ms, at_most).await
+    }
+
+    async fn append(
+        &self,
+        saga_id: &str,
+        epoch: Epoch,
+        entries: &[Entry],
+    ) -> executor_agent::Result<()> {
         let started = Instant::now();
-        let written = self.inner.append(saga_id, entries).await;
+        let written = self.inner.append(saga_id, epoch, entries).await;
         Stopwatches::add(&self.stopwatches.journal_nanos, started);
         written
     }
@@ -386,7 +414,8 @@ impl Executor {
         let mut writes = Vec::with_capacity(invocations.len() + 1);
         let started = Instant::now();
         let first = Entry::Intent(invocations[0].clone());
-        self.journal
+        let epoch = self
+            .journal
             .inner
             .begin(&header, std::slice::from_ref(&first))
             .await
@@ -415,7 +444,7 @@ impl Executor {
             let write = Instant::now();
             self.journal
                 .inner
-                .append(&saga_id, &entries)
+                .append(&saga_id, epoch, &entries)
                 .await
                 .expect("append");
             writes.push(write.elapsed());

@@ -244,7 +244,7 @@ async fn alone(executor: &Arc<Executor>, route: Route, runs: usize) -> Alone {
 async fn single_writes(executor: &Arc<Executor>) -> (Vec<Duration>, Vec<Duration>) {
     let header = executor.untasked_header();
     let saga_id = header.saga_id.clone();
-    executor
+    let epoch = executor
         .journal
         .inner
         .begin(&header, &[])
@@ -257,7 +257,7 @@ async fn single_writes(executor: &Arc<Executor>) -> (Vec<Duration>, Vec<Duration
         executor
             .journal
             .inner
-            .append(&saga_id, std::slice::from_ref(&intent))
+            .append(&saga_id, epoch, std::slice::from_ref(&intent))
             .await
             .expect("append");
         journal_writes.push(started.elapsed());

@@ -24,7 +24,7 @@ impl Executor {
                     format!("the plan could not be run: {e}")
                 }
                 // What the journal or the disk said is for the operator, not the caller.
-                Error::Journal(_) => {
+                Error::Journal(_) | Error::Fenced { .. } => {
                     tracing::error!(task = ?task.id(), error = ?e.to_string(), "a plan could not be run");
                     "the plan could not be run: the executor failed to record it (its log has the reason, under this task's id)".to_owned()
                 }

@@ -31,15 +31,31 @@ impl Executor {
             let task = self.tasks.handle(&header.task_id, &header.context_id);
             resumed.push((task, saga_metadata(&header), recovered));
         }
+        // This process owns the state file (its lock), so it takes every saga over, at a
+        // new epoch: a write under an older claim is refused from now on. The claims
+        // share commits.
+        let journal = &self.config.journal;
+        let claims = futures::future::join_all(resumed.iter().map(|(_, _, recovered)| {
+            journal.claim(&recovered.saga.spec.saga_id, now, Claim::TakeOver)
+        }))
+        .await;
+        let mut claimed = Vec::new();
+        for ((task, metadata, recovered), epoch) in resumed.into_iter().zip(claims) {
+            // None: it finished meanwhile, which only its own driver could have done.
+            if let Some(epoch) = epoch? {
+                claimed.push((task, metadata, recovered, epoch));
+            }
+        }
+        let resumed = claimed;
         // On the tasks before anyone can read them (the executor serves once this returns),
         // in writes that share commits: a saga may have died before its first report.
         futures::future::join_all(
             resumed
                 .iter()
-                .map(|(task, metadata, _)| show_saga(task, metadata)),
+                .map(|(task, metadata, _, _)| show_saga(task, metadata)),
         )
         .await;
-        for (task, metadata, recovered) in resumed {
+        for (task, metadata, recovered, epoch) in resumed {
             let saga = recovered.saga.clone();
             // A revocation recorded before the saga heard of it (the process stopped in
             // between) is told again.
@@ -59,7 +75,7 @@ impl Executor {
             self.start_driver(
                 task,
                 saga,
-                Start::Resumed(Box::new(recovered)),
+                Start::Resumed(Box::new(recovered), epoch),
                 metadata,
                 None,
                 None,

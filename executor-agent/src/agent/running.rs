@@ -30,6 +30,11 @@ pub(super) struct Live {
 }
 
 impl Executor {
+    /// Extends the leases of every saga this process drives (one journal write).
+    pub async fn renew_leases(&self, now_ms: i64) -> Result<usize> {
+        self.config.journal.renew(now_ms).await
+    }
+
     /// Starts a driver for `saga` reporting on `task` (`metadata` goes with the first
     /// report, again for a resumed saga), holding `permit` or waiting for a slot; returns
     /// once the saga first stops. `intake`, for a new plan, ends once the saga is live.

@@ -29,7 +29,9 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use executor_agent::agent::{DEFAULT_MAX_RUNNING_SAGAS, Executor, ExecutorAgent, ExecutorConfig};
-use executor_agent::journal::{Entry, Forgettable, Journal, SagaHeader, SqliteJournal};
+use executor_agent::journal::{
+    Claim, Entry, Epoch, Forgettable, Journal, SagaHeader, SqliteJournal,
+};
 use executor_agent::mcp::invoker::McpInvoker;
 use executor_agent::registry::Registry;
 use executor_agent::report::GATHER_PROGRESS;
@@ -627,7 +629,7 @@ impl<J> FlakyJournal<J> {
 
 #[async_trait::async_trait]
 impl<J: Journal> Journal for FlakyJournal<J> {
-    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> executor_agent::Result<()> {
+    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> executor_agent::Result<Epoch> {
         if self.holds_begins.load(Ordering::SeqCst) {
             self.begin_reached.notify_one();
             self.begin_release.notified().await;
@@ -635,14 +637,40 @@ impl<J: Journal> Journal for FlakyJournal<J> {
         self.inner.begin(header, first).await
     }
 
-    async fn append(&self, saga_id: &str, entries: &[Entry]) -> executor_agent::Result<()> {
+    async fn claim(
+        &self,
+        saga_id: &str,
+        now_ms: i64,
+        how: Claim,
+    ) -> executor_agent::Result<Option<Epoch>> {
+        self.inner.claim(saga_id, now_ms, how).await
+    }
+
+    async fn renew(&self, now_ms: i64) -> executor_agent::Result<usize> {
+        self.inner.renew(now_ms).await
+    }
+
+    async fn release(&self, saga_id: &str, epoch: Epoch) -> executor_agent::Result<()> {
+        self.inner.release(saga_id, epoch).await
+    }
+
+    async fn claimable(&self, now_ms: i64, at_most: usize) -> executor_agent::Result<Vec<String>> {
+        self.inner.claimable(now_ms, at_most).await
+    }
+
+    async fn append(
+        &self,
+        saga_id: &str,
+        epoch: Epoch,
+        entries: &[Entry],
+    ) -> executor_agent::Result<()> {
         let n = self.appends.fetch_add(1, Ordering::SeqCst);
         if self.failing.lock().unwrap().contains(&n) {
             return Err(executor_agent::Error::Journal(
                 "database or disk is full".into(),
             ));
         }
-        let appended = self.inner.append(saga_id, entries).await;
+        let appended = self.inner.append(saga_id, epoch, entries).await;
         if appended.is_err() {
             self.refused.notify_one();
         }

@@ -1,0 +1,648 @@
+//! The SQLite journal: tables in the executor's state file (WAL, `synchronous=FULL`,
+//! group commit), each saga's owner, epoch and lease on its row, and every append fenced
+//! in its own transaction.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use agent_host::store::durable::{Database, Reader};
+use async_trait::async_trait;
+use rusqlite::{OptionalExtension, Transaction, params};
+use serde::{Deserialize, Serialize};
+use shared_types::Violation;
+
+use super::{Claim, Entry, Epoch, Forgettable, Journal, SagaHeader};
+use crate::error::{Error, Result};
+use crate::mandates::{self, MandateHold};
+use crate::sync;
+
+#[derive(Debug)]
+enum Write {
+    /// The header, and the first append when there is one.
+    Begin {
+        saga_id: String,
+        body: String,
+        first: Option<String>,
+        at_ms: i64,
+        hold: Option<Box<MandateHold>>,
+        /// Set when the mandate refused the saga (then nothing was written).
+        refused: Arc<Mutex<Option<Violation>>>,
+        owner: Arc<str>,
+        lease_until_ms: i64,
+    },
+    /// The entries of one append, as one row: a JSON array, under `owner` at `epoch`.
+    Append {
+        saga_id: String,
+        body: String,
+        owner: Arc<str>,
+        epoch: Epoch,
+        /// Set when the saga's epoch or owner is another (then nothing was written).
+        fenced: Arc<AtomicBool>,
+    },
+    Claim {
+        saga_id: String,
+        owner: Arc<str>,
+        now_ms: i64,
+        lease_until_ms: i64,
+        take_over: bool,
+        claimed: Arc<Mutex<Option<Epoch>>>,
+    },
+    Renew {
+        owner: Arc<str>,
+        lease_until_ms: i64,
+        renewed: Arc<AtomicUsize>,
+    },
+    Release {
+        saga_id: String,
+        owner: Arc<str>,
+        epoch: Epoch,
+    },
+    Finish {
+        saga_id: String,
+        at_ms: i64,
+        spent_minor: u64,
+    },
+    /// Sagas forgotten: their entries and headers.
+    Forget { saga_ids: Vec<String> },
+}
+
+fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
+    match write {
+        Write::Begin {
+            saga_id,
+            body,
+            first,
+            at_ms,
+            hold,
+            refused,
+            owner,
+            lease_until_ms,
+        } => {
+            // Run again alone when a write it shared a transaction with failed: what the
+            // last run found is what holds.
+            *sync::lock(refused) = None;
+            // A saga begun already keeps its reservation; the insert below then fails.
+            let begun = tx
+                .prepare_cached("SELECT 1 FROM sagas WHERE saga_id = ?1")?
+                .exists([saga_id])?;
+            if let Some(hold) = hold
+                && !begun
+                && let Some(violation) = mandates::reserve(tx, saga_id, hold, *at_ms)?
+            {
+                *sync::lock(refused) = Some(violation);
+                return Ok(());
+            }
+            // `finished_ms` holds the begin time until the saga finishes: a time the same
+            // size as the one `finish` writes, so finishing rewrites the row in place
+            // instead of the whole header behind it.
+            tx.prepare_cached(
+                "INSERT INTO sagas (saga_id, header, finished, finished_ms, owner, epoch, lease_until_ms)
+                 VALUES (?1, ?2, 0, ?3, ?4, 1, ?5)",
+            )?
+            .execute(params![saga_id, body, at_ms, owner.as_ref(), lease_until_ms])?;
+            match first {
+                Some(first) => tx
+                    .prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
+                    .execute(params![saga_id, first]),
+                None => Ok(0),
+            }
+        }
+        Write::Append {
+            saga_id,
+            body,
+            owner,
+            epoch,
+            fenced,
+        } => {
+            // The fence, in the transaction of the write: not a check in memory.
+            let current = tx
+                .prepare_cached(
+                    "SELECT 1 FROM sagas WHERE saga_id = ?1 AND epoch = ?2 AND owner = ?3",
+                )?
+                .exists(params![saga_id, epoch, owner.as_ref()])?;
+            fenced.store(!current, Ordering::SeqCst);
+            if !current {
+                return Ok(());
+            }
+            tx.prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
+                .execute(params![saga_id, body])
+        }
+        Write::Claim {
+            saga_id,
+            owner,
+            now_ms,
+            lease_until_ms,
+            take_over,
+            claimed,
+        } => {
+            let changed = tx
+                .prepare_cached(
+                    "UPDATE sagas SET owner = ?2, epoch = epoch + 1, lease_until_ms = ?3
+                     WHERE saga_id = ?1 AND finished = 0
+                       AND (?4 OR owner IS NULL OR lease_until_ms < ?5)",
+                )?
+                .execute(params![saga_id, owner.as_ref(), lease_until_ms, take_over, now_ms])?;
+            *sync::lock(claimed) = if changed == 0 {
+                None
+            } else {
+                tx.prepare_cached("SELECT epoch FROM sagas WHERE saga_id = ?1")?
+                    .query_row([saga_id], |row| row.get(0))
+                    .optional()?
+            };
+            Ok(0)
+        }
+        Write::Renew {
+            owner,
+            lease_until_ms,
+            renewed,
+        } => {
+            let n = tx
+                .prepare_cached(
+                    // Through the index of unfinished sagas: not a scan of every saga ever run.
+                    "UPDATE sagas INDEXED BY sagas_unfinished SET lease_until_ms = ?2
+                     WHERE finished = 0 AND owner = ?1",
+                )?
+                .execute(params![owner.as_ref(), lease_until_ms])?;
+            renewed.store(n, Ordering::SeqCst);
+            Ok(0)
+        }
+        Write::Release {
+            saga_id,
+            owner,
+            epoch,
+        } => tx
+            .prepare_cached(
+                "UPDATE sagas SET owner = NULL, lease_until_ms = 0
+                 WHERE saga_id = ?1 AND owner = ?2 AND epoch = ?3",
+            )?
+            .execute(params![saga_id, owner.as_ref(), epoch]),
+        Write::Finish {
+            saga_id,
+            at_ms,
+            spent_minor,
+        } => {
+            mandates::settle(tx, saga_id, *spent_minor)?;
+            tx.prepare_cached("UPDATE sagas SET finished = 1, finished_ms = ?2 WHERE saga_id = ?1")?
+                .execute(params![saga_id, at_ms])
+        }
+        Write::Forget { saga_ids } => {
+            for saga_id in saga_ids {
+                // Only a finished saga is ever forgotten.
+                let finished = tx
+                    .prepare_cached("SELECT 1 FROM sagas WHERE saga_id = ?1 AND finished = 1")?
+                    .exists([saga_id])?;
+                if finished {
+                    tx.prepare_cached("DELETE FROM entries WHERE saga_id = ?1")?
+                        .execute([saga_id])?;
+                    tx.prepare_cached("DELETE FROM sagas WHERE saga_id = ?1")?
+                        .execute([saga_id])?;
+                }
+            }
+            Ok(0)
+        }
+    }
+    .map(|_| ())
+}
+
+/// The oldest finished sagas that may be forgotten: finished before ?1, and whose plan's
+/// mandate expired before ?2 (so that the plan, sent again, is refused, never run twice).
+/// A plan without a readable expiry is kept.
+const FORGETTABLE: &str = "SELECT saga_id, json_extract(header, '$.taskId')
+     FROM sagas INDEXED BY sagas_by_finish
+     WHERE finished = 1 AND finished_ms < ?1
+       AND unixepoch(COALESCE(json_extract(header, '$.plan.mandate.notAfter'),
+                              json_extract(header, '$.plan.mandate.expiresAt'))) * 1000 < ?2
+     ORDER BY finished_ms LIMIT ?3";
+
+/// The SQLite journal: tables in a `Database` (WAL, `synchronous=FULL`, group commit).
+#[derive(Debug, Clone)]
+pub struct SqliteJournal {
+    reader: Reader,
+    db: Database,
+    /// This journal's owner: one per opening (a process's run).
+    owner: Arc<str>,
+    lease: std::time::Duration,
+}
+
+/// How long a claim holds a saga without renewal, unless set (`with_lease`).
+pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl SqliteJournal {
+    /// Opens (or creates) a journal of its own at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        Self::on(&Database::open(path, "journal")?)
+    }
+
+    /// The journal in `db`, whose writes share its group commit with the other stores
+    /// there.
+    pub fn on(db: &Database) -> Result<Self> {
+        db.prepare(
+            "CREATE TABLE IF NOT EXISTS sagas (
+                 saga_id     TEXT PRIMARY KEY,
+                 header      TEXT NOT NULL,
+                 finished    INTEGER NOT NULL,
+                 finished_ms INTEGER
+             );
+             CREATE TABLE IF NOT EXISTS entries (
+                 seq      INTEGER PRIMARY KEY,
+                 saga_id  TEXT NOT NULL REFERENCES sagas (saga_id),
+                 body     TEXT NOT NULL
+             );
+             CREATE INDEX IF NOT EXISTS entries_by_saga ON entries (saga_id, seq);
+             -- Only the sagas still running: the start reads these, not every saga ever
+             -- run (whose headers it would read through to reach `finished`).
+             CREATE INDEX IF NOT EXISTS sagas_unfinished ON sagas (saga_id) WHERE finished = 0;",
+        )?;
+        // The accepting and finishing writes reserve and settle mandates' budgets.
+        db.prepare(mandates::SCHEMA)?;
+        mandates::add_totals(db)?;
+        add_finish_times(db)?;
+        db.prepare(
+            "CREATE INDEX IF NOT EXISTS sagas_by_finish ON sagas (finished_ms) WHERE finished = 1;",
+        )?;
+        add_ownership(db)?;
+        Ok(Self {
+            reader: db.reader()?,
+            db: db.clone(),
+            owner: uuid::Uuid::new_v4().to_string().into(),
+            lease: DEFAULT_LEASE,
+        })
+    }
+
+    /// The same journal, whose claims hold a saga for `lease` without renewal.
+    pub fn with_lease(mut self, lease: std::time::Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The same state, opened by another owner (another process, in tests).
+    pub fn as_other_owner(&self) -> Self {
+        Self {
+            owner: uuid::Uuid::new_v4().to_string().into(),
+            ..self.clone()
+        }
+    }
+
+    fn lease_until(&self, now_ms: i64) -> i64 {
+        let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
+        now_ms.saturating_add(lease_ms)
+    }
+
+    /// Queues `write`; durable when the future resolves.
+    async fn submit(&self, write: Write) -> Result<()> {
+        Ok(self.db.submit(move |tx| apply(tx, &write)).await?)
+    }
+}
+
+/// Gives a journal from before sagas had finish times its `finished_ms` column. Its
+/// finished sagas count as finished at the upgrade, so they are kept for the whole
+/// retention from there: the column's default, which SQLite reads for rows written before
+/// it, with no row rewritten (a rewrite took seconds per 100,000 sagas). Rows written
+/// later that leave it out are unfinished, and `finish` sets it.
+fn add_finish_times(db: &Database) -> Result<()> {
+    let conn = agent_host::store::durable::open_connection(db.path(), "journal")?;
+    let migrate = || -> rusqlite::Result<()> {
+        let has_column = conn
+            .prepare("SELECT 1 FROM pragma_table_info('sagas') WHERE name = 'finished_ms'")?
+            .exists([])?;
+        if !has_column {
+            let now = chrono::Utc::now().timestamp_millis();
+            tracing::info!("adding finish times to the journal (once, after an upgrade)");
+            conn.execute_batch(&format!(
+                "ALTER TABLE sagas ADD COLUMN finished_ms INTEGER DEFAULT {now};"
+            ))?;
+        }
+        Ok(())
+    };
+    migrate().map_err(|e| Error::Journal(format!("cannot add finish times to the journal: {e}")))
+}
+
+/// Adds who drives each saga (owner, epoch, lease) to a journal from before: its sagas
+/// are then held by nobody, at epoch 0, and the next start claims them.
+fn add_ownership(db: &Database) -> Result<()> {
+    let conn = agent_host::store::durable::open_connection(db.path(), "journal")?;
+    let migrate = || -> rusqlite::Result<()> {
+        let has_owner = conn
+            .prepare("SELECT 1 FROM pragma_table_info('sagas') WHERE name = 'owner'")?
+            .exists([])?;
+        if !has_owner {
+            conn.execute_batch(
+                "ALTER TABLE sagas ADD COLUMN owner TEXT;
+                 ALTER TABLE sagas ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+                 ALTER TABLE sagas ADD COLUMN lease_until_ms INTEGER NOT NULL DEFAULT 0;",
+            )?;
+        }
+        Ok(())
+    };
+    migrate().map_err(|e| Error::Journal(format!("cannot add saga ownership to the journal: {e}")))
+}
+
+/// Unfinished sagas nobody holds, or whose owner's lease lapsed before ?1.
+const CLAIMABLE: &str = "SELECT saga_id FROM sagas INDEXED BY sagas_unfinished
+     WHERE finished = 0 AND (owner IS NULL OR lease_until_ms < ?1) ORDER BY saga_id LIMIT ?2";
+
+/// The sagas to resume, read from the index of unfinished ones (named: a scan of the
+/// table would read every header ever journaled to reach `finished`).
+const UNFINISHED: &str =
+    "SELECT saga_id FROM sagas INDEXED BY sagas_unfinished WHERE finished = 0 ORDER BY saga_id";
+
+fn read_header(conn: &rusqlite::Connection, saga_id: &str) -> rusqlite::Result<Option<SagaHeader>> {
+    conn.prepare_cached("SELECT header FROM sagas WHERE saga_id = ?1")?
+        .query_row([saga_id], |row| {
+            decode::<SagaHeader>(&row.get::<_, String>(0)?)
+        })
+        .optional()
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| Error::Journal(format!("cannot encode: {e}")))
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(text: &str) -> rusqlite::Result<T> {
+    serde_json::from_str(text).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+}
+
+#[async_trait]
+impl Journal for SqliteJournal {
+    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<Epoch> {
+        let body = encode(header)?;
+        let at_ms = chrono::Utc::now().timestamp_millis();
+        let first = if first.is_empty() {
+            None
+        } else {
+            Some(encode(&first)?)
+        };
+        let refused = Arc::new(Mutex::new(None));
+        self.submit(Write::Begin {
+            saga_id: header.saga_id.clone(),
+            body,
+            first,
+            at_ms,
+            hold: header.spec.mandate.clone().map(Box::new),
+            refused: refused.clone(),
+            owner: self.owner.clone(),
+            lease_until_ms: self.lease_until(at_ms),
+        })
+        .await?;
+        match sync::lock(&refused).take() {
+            Some(violation) => Err(Error::Mandate(violation)),
+            None => Ok(1),
+        }
+    }
+
+    async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()> {
+        // One row per append: the entries of a step are written and read together.
+        let body = encode(&entries)?;
+        let fenced = Arc::new(AtomicBool::new(false));
+        self.submit(Write::Append {
+            saga_id: saga_id.to_owned(),
+            body,
+            owner: self.owner.clone(),
+            epoch,
+            fenced: fenced.clone(),
+        })
+        .await?;
+        if fenced.load(Ordering::SeqCst) {
+            return Err(Error::Fenced {
+                saga_id: saga_id.to_owned(),
+                epoch,
+            });
+        }
+        Ok(())
+    }
+
+    async fn claim(&self, saga_id: &str, now_ms: i64, how: Claim) -> Result<Option<Epoch>> {
+        let claimed = Arc::new(Mutex::new(None));
+        self.submit(Write::Claim {
+            saga_id: saga_id.to_owned(),
+            owner: self.owner.clone(),
+            now_ms,
+            lease_until_ms: self.lease_until(now_ms),
+            take_over: how == Claim::TakeOver,
+            claimed: claimed.clone(),
+        })
+        .await?;
+        Ok(sync::lock(&claimed).take())
+    }
+
+    async fn renew(&self, now_ms: i64) -> Result<usize> {
+        let renewed = Arc::new(AtomicUsize::new(0));
+        self.submit(Write::Renew {
+            owner: self.owner.clone(),
+            lease_until_ms: self.lease_until(now_ms),
+            renewed: renewed.clone(),
+        })
+        .await?;
+        Ok(renewed.load(Ordering::SeqCst))
+    }
+
+    async fn release(&self, saga_id: &str, epoch: Epoch) -> Result<()> {
+        self.submit(Write::Release {
+            saga_id: saga_id.to_owned(),
+            owner: self.owner.clone(),
+            epoch,
+        })
+        .await
+    }
+
+    async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>> {
+        let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
+        Ok(self
+            .reader
+            .read(move |conn| {
+                conn.prepare_cached(CLAIMABLE)?
+                    .query_map(params![now_ms, at_most], |row| row.get(0))?
+                    .collect()
+            })
+            .await?)
+    }
+
+    async fn finish(&self, saga_id: &str, spent_minor: u64) -> Result<()> {
+        self.submit(Write::Finish {
+            saga_id: saga_id.to_owned(),
+            at_ms: chrono::Utc::now().timestamp_millis(),
+            spent_minor,
+        })
+        .await
+    }
+
+    async fn forgettable(
+        &self,
+        finished_before_ms: i64,
+        now_ms: i64,
+        at_most: usize,
+    ) -> Result<Vec<Forgettable>> {
+        let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
+        let found = self
+            .reader
+            .read(move |conn| {
+                conn.prepare(FORGETTABLE)?
+                    .query_map(params![finished_before_ms, now_ms, at_most], |row| {
+                        Ok(Forgettable {
+                            saga_id: row.get(0)?,
+                            task_id: row.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                        })
+                    })?
+                    .collect()
+            })
+            .await?;
+        Ok(found)
+    }
+
+    async fn forget(&self, saga_ids: &[String]) -> Result<()> {
+        self.submit(Write::Forget {
+            saga_ids: saga_ids.to_vec(),
+        })
+        .await
+    }
+
+    async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {
+        let saga_id = saga_id.to_owned();
+        let found = self
+            .reader
+            .read(move |conn| {
+                let Some(header) = read_header(conn, &saga_id)? else {
+                    return Ok(None);
+                };
+                let mut statement = conn
+                    .prepare_cached("SELECT body FROM entries WHERE saga_id = ?1 ORDER BY seq")?;
+                let mut entries = Vec::new();
+                let mut rows = statement.query([&saga_id])?;
+                while let Some(row) = rows.next()? {
+                    let body: String = row.get(0)?;
+                    // A row is the array of one append; a journal from before appends
+                    // were grouped has one entry per row.
+                    if body.starts_with('[') {
+                        entries.extend(decode::<Vec<Entry>>(&body)?);
+                    } else {
+                        entries.push(decode::<Entry>(&body)?);
+                    }
+                }
+                Ok(Some((header, entries)))
+            })
+            .await?;
+        Ok(found)
+    }
+
+    /// The header alone: every submission asks, and a saga's entries are not needed.
+    async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
+        let saga_id = saga_id.to_owned();
+        Ok(self
+            .reader
+            .read(move |conn| read_header(conn, &saga_id))
+            .await?)
+    }
+
+    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
+        let saga_id = saga_id.to_owned();
+        Ok(self
+            .reader
+            .read(move |conn| {
+                conn.prepare_cached("SELECT finished FROM sagas WHERE saga_id = ?1")?
+                    .query_row([saga_id], |row| row.get::<_, bool>(0))
+                    .optional()
+            })
+            .await?)
+    }
+
+    async fn unfinished(&self) -> Result<Vec<String>> {
+        let ids = self
+            .reader
+            .read(|conn| {
+                let mut statement = conn.prepare(UNFINISHED)?;
+                statement.query_map([], |row| row.get(0))?.collect()
+            })
+            .await?;
+        Ok(ids)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_journaled_before_it_carried_its_format_is_format_1() {
+        let spec = serde_json::to_value(crate::saga::SagaSpec {
+            saga_id: "s".into(),
+            steps: Vec::new(),
+            point_of_no_return: None,
+            expires_at_ms: 0,
+            mandate: None,
+        })
+        .unwrap();
+        let old = serde_json::json!({"sagaId": "s", "planVersion": 1, "taskId": "t", "contextId": "c",
+                         "plan": {}, "spec": spec});
+        let header: SagaHeader = serde_json::from_value(old).unwrap();
+        assert_eq!(header.format, 1);
+        let written = serde_json::to_value(&header).unwrap();
+        assert_eq!(written["format"], super::super::JOURNAL_FORMAT);
+    }
+
+    #[tokio::test]
+    async fn a_journal_from_before_finish_times_keeps_its_finished_sagas_from_the_upgrade_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let header =
+            r#"{"taskId": "t-1", "plan": {"mandate": {"expiresAt": "2000-01-01T00:00:00Z"}}}"#;
+        let earlier = rusqlite::Connection::open(&path).unwrap();
+        earlier
+            .execute_batch(&format!(
+                "CREATE TABLE sagas (saga_id TEXT PRIMARY KEY, header TEXT NOT NULL, finished INTEGER NOT NULL);
+                 CREATE TABLE entries (seq INTEGER PRIMARY KEY, saga_id TEXT NOT NULL REFERENCES sagas (saga_id), body TEXT NOT NULL);
+                 INSERT INTO sagas VALUES ('done', '{header}', 1), ('running', '{header}', 0);
+                 INSERT INTO entries (saga_id, body) VALUES ('done', '[]'), ('running', '[]');"
+            ))
+            .unwrap();
+        drop(earlier);
+        let upgraded_from = chrono::Utc::now().timestamp_millis();
+        let journal = SqliteJournal::open(&path).unwrap();
+        let upgraded_by = chrono::Utc::now().timestamp_millis();
+
+        let found = journal.forgettable(upgraded_from, i64::MAX, 10).await;
+        assert_eq!(found.unwrap(), [], "finished at the upgrade, not before");
+        let found = journal.forgettable(upgraded_by + 1, i64::MAX, 10).await;
+        let done = Forgettable {
+            saga_id: "done".into(),
+            task_id: "t-1".into(),
+        };
+        assert_eq!(found.unwrap(), [done]);
+
+        // Asked to forget both, the journal keeps the one still running, entries and all.
+        journal
+            .forget(&["done".to_owned(), "running".to_owned()])
+            .await
+            .unwrap();
+        assert_eq!(journal.unfinished().await.unwrap(), ["running"]);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let left: Vec<String> = conn
+            .prepare("SELECT saga_id FROM entries")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(left, ["running"]);
+    }
+
+    #[test]
+    fn the_sagas_to_resume_are_read_from_their_index_not_the_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let _journal = SqliteJournal::open(&path).unwrap();
+        let conn = agent_host::store::durable::open_connection(&path, "test").unwrap();
+        let details: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {UNFINISHED}"))
+            .unwrap()
+            .query_map([], |row| row.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let plan = details.join("; ");
+        assert!(
+            plan.contains("sagas_unfinished") && !plan.contains("TEMP B-TREE"),
+            "{plan}"
+        );
+    }
+}
