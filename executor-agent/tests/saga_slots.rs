@@ -483,20 +483,9 @@ async fn a_cancel_while_recovery_resumes_the_saga_is_refused_and_one_after_it_un
         "{:?}",
         canceled.status
     );
-    let skills: Vec<String> = setup
-        .logs
-        .values()
-        .flat_map(|log| {
-            let log = log.lock().unwrap();
-            log.effect_seq
-                .iter()
-                .copied()
-                .zip(log.effects.iter().cloned())
-                .collect::<Vec<_>>()
-        })
-        .filter(|(_, (key, _))| key.starts_with("sg_first:"))
-        .collect::<std::collections::BTreeMap<_, _>>()
-        .into_values()
+    let skills: Vec<String> = effects_with_skills(&setup.logs)
+        .into_iter()
+        .filter(|(key, _)| key.starts_with("sg_first:"))
         .map(|(_, skill)| skill)
         .collect();
     assert_eq!(

@@ -166,26 +166,23 @@ impl Saga {
                     } else {
                         // Never guess about a non-idempotent effect: a person decides.
                         let reason = "the executor stopped during this call and the skill is not \
-                                      idempotent; its outcome is unknown"
-                            .to_owned();
-                        match target {
-                            Target::Forward(i) => {
-                                self.records[i].forward = Forward::Unknown {
-                                    reason: reason.clone(),
-                                }
-                            }
-                            Target::Compensation(i) => {
-                                self.records[i].undo = Undo::DeadLettered {
-                                    reason: reason.clone(),
-                                }
-                            }
-                        }
-                        self.pause_forward_or_undo(target, &reason, &mut out);
+                                      idempotent; its outcome is unknown";
+                        self.mark_unknown(target, reason);
+                        self.pause_forward_or_undo(target, reason, &mut out);
                     }
                 }
             }
         }
         out
+    }
+
+    /// The call `target` was out when the process stopped, and nobody knows what it did.
+    fn mark_unknown(&mut self, target: Target, reason: &str) {
+        let reason = reason.to_owned();
+        match target {
+            Target::Forward(i) => self.records[i].forward = Forward::Unknown { reason },
+            Target::Compensation(i) => self.records[i].undo = Undo::DeadLettered { reason },
+        }
     }
 
     /// Pins the journaled call, and stops the saga for a person (unless it has ended or
@@ -219,18 +216,7 @@ impl Saga {
         }
         let stopped_on = match self.in_flight() {
             Some((running, _)) => {
-                match running {
-                    Target::Forward(i) => {
-                        self.records[i].forward = Forward::Unknown {
-                            reason: reason.clone(),
-                        }
-                    }
-                    Target::Compensation(i) => {
-                        self.records[i].undo = Undo::DeadLettered {
-                            reason: reason.clone(),
-                        }
-                    }
-                }
+                self.mark_unknown(running, &reason);
                 running
             }
             None => target,

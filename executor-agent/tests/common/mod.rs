@@ -228,19 +228,27 @@ pub struct ToolLog {
 
 /// The idempotency keys of every effect the tools applied, in the order they applied them.
 pub fn effects_in_order(logs: &HashMap<String, Arc<Mutex<ToolLog>>>) -> Vec<String> {
-    let mut all: Vec<(u64, String)> = logs
+    effects_with_skills(logs)
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect()
+}
+
+/// Every effect the tools applied, as (idempotency key, skill), in the order applied.
+pub fn effects_with_skills(logs: &HashMap<String, Arc<Mutex<ToolLog>>>) -> Vec<(String, String)> {
+    let mut all: Vec<(u64, (String, String))> = logs
         .values()
         .flat_map(|log| {
             let log = log.lock().unwrap();
             log.effect_seq
                 .iter()
                 .copied()
-                .zip(log.effects.iter().map(|(key, _)| key.clone()))
+                .zip(log.effects.iter().cloned())
                 .collect::<Vec<_>>()
         })
         .collect();
     all.sort();
-    all.into_iter().map(|(_, key)| key).collect()
+    all.into_iter().map(|(_, effect)| effect).collect()
 }
 
 struct Tool {
