@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -27,7 +28,9 @@ use crate::invoke::{CallContext, Invoker, trace_id};
 use crate::journal::{Entry, Epoch, Journal, SagaHeader};
 use crate::recovery::Recovered;
 use crate::saga::model::Phase;
-use crate::saga::{Command, Decider, Event, Invocation, Resolution, Saga, Target, Timer};
+use crate::saga::{
+    CallOutcome, Command, Decider, Event, Invocation, Resolution, Saga, Target, Timer,
+};
 use crate::slots::SlotHold;
 
 /// Where progress goes (the executor's A2A task; a log in tests).
@@ -208,8 +211,8 @@ pub async fn drive(
             Some(event) = async { lost.pop_front() }, if !lost.is_empty() => event,
             Some(joined) = running.join_next() => match joined {
                 Ok(event) => event,
-                // A call's task that panicked brings no answer: the engine's timeout for
-                // the call is what moves the saga on.
+                // Calls catch their own panics (an unknown outcome), and nothing aborts
+                // these tasks while the driver runs: not expected, and logged.
                 Err(e) => {
                     tracing::error!(saga = %saga_id, error = %e, "a call or timer of the saga failed");
                     continue;
@@ -382,7 +385,14 @@ impl Ctx {
         };
         let invoker = self.invoker.clone();
         running.spawn(cpu::measured(cpu::Phase::Saga, async move {
-            let outcome = invoker.invoke(&invocation, &context).await;
+            // A call that panics may have reached the tool: its outcome is unknown, and the
+            // engine treats it so (retried under its key, or put to a person).
+            let outcome = std::panic::AssertUnwindSafe(invoker.invoke(&invocation, &context))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| CallOutcome::Unknown {
+                    reason: "the executor failed while making the call".into(),
+                });
             Event::Result {
                 target: invocation.target,
                 attempt: invocation.attempt,

@@ -136,3 +136,81 @@ async fn ten_thousand_sagas_leave_no_task_behind() {
         "{alive} tasks alive after {SAGAS} sagas ended, {baseline} before"
     );
 }
+
+/// Panics at the first call of the first idempotent skill, then answers as `Instant`.
+#[derive(Default)]
+struct PanicsOnce {
+    panicked: std::sync::atomic::AtomicBool,
+    calls: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Invoker for PanicsOnce {
+    async fn invoke(&self, invocation: &Invocation, _: &CallContext) -> CallOutcome {
+        let skill = invocation.call.skill.clone();
+        self.calls.lock().unwrap().push(skill.clone());
+        if invocation.call.idempotent
+            && !self
+                .panicked
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            panic!("a bug in the invoker, at {skill}");
+        }
+        CallOutcome::Succeeded {
+            response: response(&skill),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_panics_has_an_unknown_outcome_and_the_saga_goes_on() {
+    let journal = Arc::new(MemoryJournal::new());
+    let endings = Arc::new(Endings::default());
+    let invoker = Arc::new(PanicsOnce::default());
+    let spec = spec("s-panic");
+    let header = SagaHeader {
+        format: executor_agent::journal::JOURNAL_FORMAT,
+        saga_id: "s-panic".into(),
+        plan_version: 1,
+        task_id: "t-panic".into(),
+        context_id: "c".into(),
+        plan: json!({}),
+        spec: spec.clone(),
+    };
+    let (saga, start) = begin(journal.as_ref(), &header, Saga::new(spec))
+        .await
+        .unwrap();
+    let (_control, rx) = mpsc::channel::<Control>(1);
+    // Time is paused: two hours pass at once if the saga waits for an answer that
+    // never comes.
+    let driven = drive(
+        "s-panic".into(),
+        saga,
+        start,
+        journal,
+        invoker.clone(),
+        endings.clone(),
+        rx,
+        CancellationToken::new(),
+        SlotHold::new(Slots::new(1), None),
+    );
+    let phase = tokio::time::timeout(std::time::Duration::from_secs(7200), driven)
+        .await
+        .expect("the saga goes on after the call that panicked")
+        .unwrap();
+    assert!(
+        matches!(
+            phase,
+            Phase::Done {
+                ending: Ending::Completed
+            }
+        ),
+        "{phase:?}"
+    );
+    let calls = invoker.calls.lock().unwrap();
+    let first = calls
+        .iter()
+        .position(|c| calls.iter().filter(|d| *d == c).count() == 2)
+        .expect("the call that panicked is made again under its key");
+    assert!(calls[first + 1..].contains(&calls[first]), "{calls:?}");
+}
