@@ -469,7 +469,14 @@ async fn a_cancel_while_recovery_resumes_the_saga_is_refused_and_one_after_it_un
     // Once `recover` returns, the saga is live: a cancel reaches its driver and unwinds it.
     setup.journal.load_release.notify_one();
     assert_eq!(recovering.await.unwrap().unwrap(), (1, 0));
+    // The compliance call is out and held; it answers once the cancel is journaled, so
+    // the saga cannot pass its pivot first.
+    let mut cancels = setup.journal.cancels.subscribe();
     let canceling = tokio::spawn(async move { agent.cancel(task).await });
+    tokio::time::timeout(WAIT, cancels.wait_for(|n| *n >= 1))
+        .await
+        .expect("the cancel reaches the saga")
+        .unwrap();
     let release = setup.log("compliance-registry").release.clone();
     release.notify_one();
     let canceled = tokio::time::timeout(WAIT, canceling)

@@ -589,6 +589,8 @@ pub struct FlakyJournal<J> {
     pub refused: tokio::sync::Notify,
     /// How many sagas were marked finished.
     pub finishes: tokio::sync::watch::Sender<u32>,
+    /// How many appends carried a cancel.
+    pub cancels: tokio::sync::watch::Sender<u32>,
     /// Set by `hold_begins`: each `begin` is notified on `begin_reached`, then waits for
     /// `begin_release`.
     holds_begins: std::sync::atomic::AtomicBool,
@@ -609,6 +611,7 @@ impl<J> FlakyJournal<J> {
             failing: Mutex::new(failing),
             refused: tokio::sync::Notify::new(),
             finishes: tokio::sync::watch::Sender::new(0),
+            cancels: tokio::sync::watch::Sender::new(0),
             holds_begins: Default::default(),
             begin_reached: tokio::sync::Notify::new(),
             begin_release: tokio::sync::Notify::new(),
@@ -679,6 +682,13 @@ impl<J: Journal> Journal for FlakyJournal<J> {
             ));
         }
         let appended = self.inner.append(saga_id, epoch, entries).await;
+        if appended.is_ok()
+            && entries
+                .iter()
+                .any(|e| matches!(e, Entry::Event(executor_agent::saga::Event::Cancel { .. })))
+        {
+            self.cancels.send_modify(|n| *n += 1);
+        }
         if appended.is_err() {
             self.refused.notify_one();
         }
