@@ -59,6 +59,12 @@ pub struct SagaHeader {
 /// owner took over.
 pub type Epoch = u64;
 
+/// When a claim made at `now_ms` for `lease` lapses, in ms since the epoch.
+fn lease_until(lease: std::time::Duration, now_ms: i64) -> i64 {
+    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    now_ms.saturating_add(lease_ms)
+}
+
 /// How a claim treats a saga that another owner holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {

@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::{response, supplier_catalog, supplier_plan};
-use executor_agent::driver::{Control, Reporter, begin, drive};
+use executor_agent::driver::{Control, Reporter, Start, begin, drive};
 use executor_agent::invoke::{CallContext, Invoker};
 use executor_agent::journal::{MemoryJournal, SagaHeader};
 use executor_agent::saga::model::{CallOutcome, Phase};
@@ -56,6 +56,21 @@ fn spec(saga_id: &str) -> SagaSpec {
     spec
 }
 
+/// The supplier saga `saga_id`, begun in `journal`.
+async fn begun(journal: &MemoryJournal, saga_id: &str) -> (Saga, Start) {
+    let spec = spec(saga_id);
+    let header = SagaHeader {
+        format: executor_agent::journal::JOURNAL_FORMAT,
+        saga_id: saga_id.to_owned(),
+        plan_version: 1,
+        task_id: format!("task-{saga_id}"),
+        context_id: "c".into(),
+        plan: json!({}),
+        spec: spec.clone(),
+    };
+    begin(journal, &header, Saga::new(spec)).await.unwrap()
+}
+
 async fn run_one(
     n: usize,
     journal: Arc<MemoryJournal>,
@@ -63,19 +78,7 @@ async fn run_one(
     slots: Arc<Slots>,
 ) -> Phase {
     let saga_id = format!("s-{n}");
-    let spec = spec(&saga_id);
-    let header = SagaHeader {
-        format: executor_agent::journal::JOURNAL_FORMAT,
-        saga_id: saga_id.clone(),
-        plan_version: 1,
-        task_id: format!("t-{n}"),
-        context_id: "c".into(),
-        plan: json!({}),
-        spec: spec.clone(),
-    };
-    let (saga, start) = begin(journal.as_ref(), &header, Saga::new(spec))
-        .await
-        .unwrap();
+    let (saga, start) = begun(&journal, &saga_id).await;
     let (_control, rx) = mpsc::channel::<Control>(1);
     drive(
         saga_id,
@@ -167,19 +170,7 @@ async fn a_call_that_panics_has_an_unknown_outcome_and_the_saga_goes_on() {
     let journal = Arc::new(MemoryJournal::new());
     let endings = Arc::new(Endings::default());
     let invoker = Arc::new(PanicsOnce::default());
-    let spec = spec("s-panic");
-    let header = SagaHeader {
-        format: executor_agent::journal::JOURNAL_FORMAT,
-        saga_id: "s-panic".into(),
-        plan_version: 1,
-        task_id: "t-panic".into(),
-        context_id: "c".into(),
-        plan: json!({}),
-        spec: spec.clone(),
-    };
-    let (saga, start) = begin(journal.as_ref(), &header, Saga::new(spec))
-        .await
-        .unwrap();
+    let (saga, start) = begun(&journal, "s-panic").await;
     let (_control, rx) = mpsc::channel::<Control>(1);
     // Time is paused: two hours pass at once if the saga waits for an answer that
     // never comes.

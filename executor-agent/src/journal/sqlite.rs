@@ -285,8 +285,7 @@ impl SqliteJournal {
     }
 
     fn lease_until(&self, now_ms: i64) -> i64 {
-        let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
-        now_ms.saturating_add(lease_ms)
+        super::lease_until(self.lease, now_ms)
     }
 
     /// Queues `write`; durable when the future resolves.
