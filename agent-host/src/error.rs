@@ -7,6 +7,12 @@ pub enum Error {
     /// The task store failed (disk, database, encoding). Logged; callers see "internal error".
     #[error("{0}")]
     Store(String),
+    /// A write expected another version of the task than the store holds (another
+    /// writer wrote it since): nothing was written.
+    #[error(
+        "task {task_id} was written by another writer since this one read it; nothing was written"
+    )]
+    Conflict { task_id: String },
     /// A protocol-level answer for the caller (task not found, invalid params, …).
     #[error("{0}")]
     Protocol(#[from] A2AError),

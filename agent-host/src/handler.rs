@@ -19,7 +19,7 @@ use crate::sdk::{
     SubscribeToTaskRequest, Task, TaskState, TaskStatus, is_interrupted, is_terminal,
     new_context_id, new_task_id,
 };
-use crate::store::{TaskQuery, owner_of};
+use crate::store::{PageKey, TaskQuery, owner_of};
 use crate::tasks::Watch;
 use crate::tasks::{Subscription, TaskHandle, TaskManager};
 
@@ -437,20 +437,20 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
                 "historyLength must not be negative",
             ));
         }
-        let offset = match req.page_token.as_deref().filter(|t| !t.is_empty()) {
-            None => 0,
-            Some(token) => token.parse::<usize>().map_err(|_| {
+        let after = match req.page_token.as_deref().filter(|t| !t.is_empty()) {
+            None => None,
+            Some(token) => Some(PageKey::from_token(token).ok_or_else(|| {
                 A2AError::invalid_params(format!(
                     "pageToken {token:?} is not one this agent issued"
                 ))
-            })?,
+            })?),
         };
         let query = TaskQuery {
             context_id: req.context_id.clone().filter(|c| !c.is_empty()),
             state: req.status.clone().filter(|s| *s != TaskState::Unspecified),
             updated_after: req.status_timestamp_after,
             owner: self.owner_filter(params),
-            offset,
+            after,
             limit,
         };
         let page = self
@@ -460,7 +460,6 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
             .await
             .map_err(crate::Error::into_a2a)?;
         let include_artifacts = req.include_artifacts.unwrap_or(false);
-        let next = offset + page.tasks.len();
         let tasks: Vec<Task> = page
             .tasks
             .into_iter()
@@ -474,11 +473,7 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
         Ok(ListTasksResponse {
             page_size: limit as i32,
             total_size: page.total as i32,
-            next_page_token: if next < page.total {
-                next.to_string()
-            } else {
-                String::new()
-            },
+            next_page_token: page.next.map(|key| key.token()).unwrap_or_default(),
             tasks,
         })
     }

@@ -6,49 +6,30 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
-use tokio::sync::broadcast;
 
 use crate::error::{Error, Result};
 use crate::sdk::{
     A2AError, Artifact, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState,
     TaskStatus, TaskStatusUpdateEvent, is_interrupted, is_terminal,
 };
-use crate::store::TaskStore;
+use crate::store::{Expected, TaskStore, Version};
 
-/// Events a live subscriber may fall behind by before it resynchronises from the store.
-const EVENT_BUFFER: usize = 256;
+mod feed;
 
-type WriteLock = Arc<tokio::sync::Mutex<Option<Task>>>;
+pub use feed::{Ended, InProcessFeed, Subscription, TaskFeed, Watch};
 
-/// The task as it ended, for the subscribers that watched it end (a blocking send
-/// answers with it without reading the store back).
-type Ended = Arc<std::sync::OnceLock<Task>>;
+/// The task as this manager last wrote it, with the version the store gave that write.
+type WriteLock = Arc<tokio::sync::Mutex<Option<(Version, Task)>>>;
 
-/// A watched task's event bus.
-struct Channel {
-    sender: broadcast::Sender<StreamResponse>,
-    ended: Ended,
-    /// Subscribers that read every event (a stream); the others (a blocking send) wait
-    /// only for the task to end or be interrupted, and get only that status.
-    every_event: usize,
-}
-
-/// What a subscriber reads of a task's events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Watch {
-    /// Every event, in order.
-    Everything,
-    /// Only the status that ends or interrupts the task: no other event is built for it.
-    End,
-}
-
-/// Owns the store and the event bus; hands out `TaskHandle`s.
+/// Owns the store and the feed of task events; hands out `TaskHandle`s.
 pub struct TaskManager {
     store: Arc<dyn TaskStore>,
-    channels: Mutex<HashMap<String, Channel>>,
+    feed: Arc<dyn TaskFeed>,
     /// One writer at a time per task keeps events in store order. The lock holds the
-    /// task as last written, so an update need not read and decode it again; `None`
-    /// after a failed write (the next update reads the store).
+    /// task as last written, so an update need not read and decode it again, and the
+    /// version the store gave it, which the next write expects (a write by anyone else
+    /// in between makes that one fail instead of being overwritten); `None` after a
+    /// failed write (the next update reads the store).
     write_locks: Mutex<HashMap<String, WriteLock>>,
 }
 
@@ -59,10 +40,16 @@ impl std::fmt::Debug for TaskManager {
 }
 
 impl TaskManager {
+    /// A manager whose events reach the subscribers of this process.
     pub fn new(store: Arc<dyn TaskStore>) -> Arc<Self> {
+        Self::with_feed(store, Arc::new(InProcessFeed::new()))
+    }
+
+    /// A manager announcing its writes on `feed`.
+    pub fn with_feed(store: Arc<dyn TaskStore>, feed: Arc<dyn TaskFeed>) -> Arc<Self> {
         Arc::new(Self {
             store,
-            channels: Mutex::new(HashMap::new()),
+            feed,
             write_locks: Mutex::new(HashMap::new()),
         })
     }
@@ -78,58 +65,7 @@ impl TaskManager {
 
     /// Subscribes to a task's future events, or only to its end (`Watch::End`).
     pub fn watch(self: &Arc<Self>, task_id: &str, watch: Watch) -> Result<Subscription> {
-        let mut channels = self
-            .channels
-            .lock()
-            .map_err(|_| Error::store("event bus poisoned"))?;
-        let channel = channels
-            .entry(task_id.to_owned())
-            .or_insert_with(|| Channel {
-                sender: broadcast::channel(EVENT_BUFFER).0,
-                ended: Ended::default(),
-                every_event: 0,
-            });
-        if watch == Watch::Everything {
-            channel.every_event += 1;
-        }
-        Ok(Subscription {
-            watch,
-            events: channel.sender.subscribe(),
-            ended: channel.ended.clone(),
-            manager: self.clone(),
-            task_id: task_id.to_owned(),
-        })
-    }
-
-    /// Who listens to the task's events: someone reading every event, only someone
-    /// waiting for its end, or nobody (then no event is built). A task has a channel only
-    /// while it has subscribers (`Subscription`).
-    fn watched(&self, task_id: &str) -> Option<Watch> {
-        let channels = self.channels.lock().ok()?;
-        let channel = channels.get(task_id)?;
-        Some(if channel.every_event > 0 {
-            Watch::Everything
-        } else {
-            Watch::End
-        })
-    }
-
-    fn publish(&self, task_id: &str, event: StreamResponse, last: bool) {
-        let Ok(mut channels) = self.channels.lock() else {
-            return;
-        };
-        if let Some(channel) = channels.get(task_id) {
-            // The last subscriber may have just left: nobody is watching, which is fine.
-            let _ = channel.sender.send(event);
-            if last {
-                channels.remove(task_id);
-            }
-        }
-    }
-
-    fn ended_slot(&self, task_id: &str) -> Option<Ended> {
-        let channels = self.channels.lock().ok()?;
-        channels.get(task_id).map(|c| c.ended.clone())
+        self.feed.subscribe(task_id, watch)
     }
 
     /// The task as last written by this manager, when it holds it (a task being worked
@@ -137,7 +73,7 @@ impl TaskManager {
     async fn last_written(&self, task_id: &str) -> Option<Task> {
         let lock = self.write_locks.lock().ok()?.get(task_id).cloned()?;
         let written = lock.lock().await;
-        written.clone()
+        written.as_ref().map(|(_, task)| task.clone())
     }
 
     fn write_lock(&self, task_id: &str) -> Result<WriteLock> {
@@ -153,9 +89,10 @@ impl TaskManager {
         let lock = self.write_lock(&task.id)?;
         let mut written = lock.lock().await;
         *written = None;
-        self.store.put(&task).await?;
-        *written = Some(task.clone());
-        self.publish(&task.id, StreamResponse::Task(task.clone()), false);
+        let version = self.store.put(&task, Expected::Absent).await?;
+        *written = Some((version, task.clone()));
+        self.feed
+            .publish(&task.id, vec![StreamResponse::Task(task.clone())], None);
         Ok(self.handle(&task.id, &task.context_id))
     }
 
@@ -190,12 +127,13 @@ impl TaskManager {
     ) -> Result<T> {
         let lock = self.write_lock(task_id)?;
         let mut written = lock.lock().await;
-        let mut task = match written.take() {
-            Some(task) => task,
+        let (version, mut task) = match written.take() {
+            Some(held) => held,
             None => self
                 .store
-                .get(task_id)
+                .read(task_id)
                 .await?
+                .map(|stored| (stored.version, stored.task))
                 .ok_or_else(|| Error::Protocol(A2AError::task_not_found(task_id)))?,
         };
         if is_terminal(&task.status.state) {
@@ -204,12 +142,12 @@ impl TaskManager {
             ))));
         }
         change(&mut task).map_err(Error::Protocol)?;
-        self.store.put(&task).await?;
+        let version = self.store.put(&task, Expected::Version(version)).await?;
         let last = is_terminal(&task.status.state);
         let answer = answer(&task);
         // Events are built only for someone listening. Checked after the write: whoever
         // subscribes later reads the written task first.
-        let events = match self.watched(task_id) {
+        let events = match self.feed.watched(task_id) {
             Some(Watch::Everything) => events(&task),
             Some(Watch::End) if last || is_interrupted(&task.status.state) => {
                 vec![StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
@@ -225,75 +163,12 @@ impl TaskManager {
             if let Ok(mut locks) = self.write_locks.lock() {
                 locks.remove(task_id);
             }
-            // Set before the last event goes out: whoever sees it end finds it there.
-            if let Some(ended) = self.ended_slot(task_id) {
-                let _ = ended.set(task);
-            }
+            self.feed.publish(task_id, events, Some(task));
         } else {
-            *written = Some(task);
-        }
-        let count = events.len();
-        for (i, event) in events.into_iter().enumerate() {
-            self.publish(task_id, event, last && i + 1 == count);
+            *written = Some((version, task));
+            self.feed.publish(task_id, events, None);
         }
         Ok(answer)
-    }
-}
-
-/// One subscriber's events of a task. When the last subscriber of a task goes, so does
-/// the task's channel: a task that is never written again (it ended, or waits paused)
-/// keeps nothing behind for subscribers that left.
-pub struct Subscription {
-    events: broadcast::Receiver<StreamResponse>,
-    ended: Ended,
-    watch: Watch,
-    manager: Arc<TaskManager>,
-    task_id: String,
-}
-
-impl std::ops::Deref for Subscription {
-    type Target = broadcast::Receiver<StreamResponse>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.events
-    }
-}
-
-impl std::ops::DerefMut for Subscription {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.events
-    }
-}
-
-impl Subscription {
-    /// The task as it ended, once this subscription has seen it end; the same as the
-    /// store holds, shared by the task's subscribers.
-    pub fn ended(&self) -> Arc<std::sync::OnceLock<Task>> {
-        self.ended.clone()
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        let Ok(mut channels) = self.manager.channels.lock() else {
-            return;
-        };
-        if self.watch == Watch::Everything
-            && let Some(channel) = channels.get_mut(&self.task_id)
-            && channel.sender.subscribe().same_channel(&self.events)
-        {
-            channel.every_event = channel.every_event.saturating_sub(1);
-        }
-        // Counted under the lock, so nobody subscribes in between. The task's channel may
-        // be a newer one (the old one went with the task's last event): only ours, with
-        // no receiver but this one, goes.
-        let ours_alone = channels.get(&self.task_id).is_some_and(|channel| {
-            channel.sender.receiver_count() == 1
-                && channel.sender.subscribe().same_channel(&self.events)
-        });
-        if ours_alone {
-            channels.remove(&self.task_id);
-        }
     }
 }
 
@@ -801,8 +676,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_channel_goes_with_its_last_subscriber() {
-        let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
-        let channels = |m: &TaskManager| m.channels.lock().unwrap().len();
+        let feed = Arc::new(InProcessFeed::new());
+        let manager = TaskManager::with_feed(Arc::new(MemoryTaskStore::default()), feed.clone());
+        let channels = |_: &TaskManager| feed.channels();
         let task = manager.create(working_task("t4")).await.unwrap();
         task.set_status(TaskState::Completed, said("done"))
             .await

@@ -6,6 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use agent_host::sdk::{Message, Part, Role, Task, TaskState, TaskStatus, new_message_id};
+use agent_host::store::Expected;
 use agent_host::store::durable::Database;
 use agent_host::{
     HostConfig, InboundAuth, ServedCard, SqliteTaskStore, TaskManager, TaskStore, app, prepare_card,
@@ -113,7 +114,10 @@ async fn not_ready_while_the_state_file_cannot_grow_and_while_stopping() {
         }
     };
     db.submit(cap(1)).await.unwrap();
-    store.put(&big_task("t-1")).await.unwrap_err();
+    store
+        .put(&big_task("t-1"), Expected::Absent)
+        .await
+        .unwrap_err();
     let (status, body) = probe(&router, "/readyz").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     let reasons = body["reasons"].to_string();
@@ -129,7 +133,7 @@ async fn not_ready_while_the_state_file_cannot_grow_and_while_stopping() {
 
     // Room again: the next write lands, and the agent is ready.
     db.submit(cap(1_000_000)).await.unwrap();
-    store.put(&big_task("t-1")).await.unwrap();
+    store.put(&big_task("t-1"), Expected::Absent).await.unwrap();
     assert_eq!(probe(&router, "/readyz").await.0, StatusCode::OK);
 
     config.shutdown.cancel();

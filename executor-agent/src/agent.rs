@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::answers::{self, answer_of};
-use crate::driver::{Control, Start, begin, drive};
+use crate::driver::{Control, Driver, Start, begin};
 use crate::error::{Error, Result};
 use crate::invoke::{A2aInvoker, Endpoint, Invoker, ToolInvoker};
 use crate::journal::{Claim, JOURNAL_FORMAT, Journal, SagaHeader};
@@ -46,6 +46,7 @@ mod resume;
 mod retention;
 mod running;
 
+use admission::{Admission, Asking};
 use running::{Driven, Live, NOT_DRIVEN_HERE};
 
 /// What the executor needs.
@@ -388,22 +389,12 @@ impl Agent for ExecutorAgent {
                 "PLANNER_MISMATCH: the plan is signed by planner key {signer:?}, not by the caller's; a planner submits only the plans it signed"
             )));
         }
-        if let Ok(Some(accepted)) = self.config.journal.header(saga_id).await
-            && compare_with_accepted(&accepted.plan, &plan) == Resubmission::Identical
-        {
-            return Ok(Reply::Existing {
-                task_id: accepted.task_id,
-            });
+        // The same plan sent again: its task (begun, or waiting for a slot). A conflict,
+        // or a journal that cannot be read now, is answered on a task of its own.
+        match self.admission(saga_id, &plan, Asking::Untasked).await {
+            Ok(Admission::Existing { task_id, .. }) => Ok(Reply::Existing { task_id }),
+            Ok(Admission::Admit | Admission::Conflict(_)) | Err(_) => Ok(Reply::Task),
         }
-        // The same plan sent again while it waits for a slot, not begun yet.
-        if let Some(held) = self.taking_in.held(saga_id)
-            && compare_with_accepted(&held.plan, &plan) == Resubmission::Identical
-        {
-            return Ok(Reply::Existing {
-                task_id: held.task_id,
-            });
-        }
-        Ok(Reply::Task)
     }
 
     async fn run(&self, ctx: RequestContext, task: TaskHandle, message: Message) {

@@ -22,6 +22,7 @@ use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::error::Result;
 use crate::invoke::{CallContext, Invoker, trace_id};
@@ -104,178 +105,195 @@ pub async fn begin(
     Ok((saga, Start::Begun(commands, epoch)))
 }
 
-/// Runs one saga until it ends, from where `begin` or recovery left it; or, once `stop`
-/// is cancelled, until the call it has out has answered and the answer is journaled.
-/// Acts only while it holds a slot (`slot`, taken first if not held): a saga stopped
-/// before it got one has done nothing here. Returns the phase the saga is in.
-#[allow(clippy::too_many_arguments)]
-pub async fn drive(
-    saga_id: String,
-    mut saga: Saga,
-    start: Start,
-    journal: Arc<dyn Journal>,
-    invoker: Arc<dyn Invoker>,
-    reporter: Arc<dyn Reporter>,
-    mut control: mpsc::Receiver<Control>,
-    stop: CancellationToken,
-    mut slot: SlotHold,
-) -> Result<Phase> {
-    if !slot.is_held() {
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => return Ok(saga.phase),
-            () = slot.take() => {}
-        }
-    }
-    // Events recovery found journaled but never acted on, stepped before anything else.
-    let mut lost = std::collections::VecDeque::new();
-    // The saga's calls and timers; each ends with the event it brings back.
-    let mut running = JoinSet::new();
-    let epoch = match &start {
-        Start::Begun(_, epoch) | Start::Resumed(_, epoch) => *epoch,
-    };
-    let ctx = Ctx {
-        epoch,
-        trace_id: trace_id(&saga_id),
-        saga_id: saga_id.clone(),
-        journal: journal.clone(),
-        invoker,
-        stop: stop.clone(),
-    };
-    // The call made and not answered yet, as the engine names it.
-    let mut out: Option<(Target, u32)> = None;
-    match start {
-        Start::Begun(commands, _) => {
-            out = ctx
-                .perform(&saga, commands, reporter.as_ref(), &mut running)
-                .await;
-        }
-        Start::Resumed(recovered, _) => {
-            saga = recovered.saga;
-            if let Some(shown) = &recovered.last_shown {
-                reporter.report(shown, &saga).await;
-            }
-            for invocation in recovered.to_invoke {
-                out = Some((invocation.target, invocation.attempt));
-                ctx.call(&saga, invocation, &mut running).await?;
-            }
-            lost.extend(recovered.lost);
-            for (timer, deadline) in recovered.timers {
-                arm(
-                    &mut running,
-                    timer,
-                    u64::try_from(deadline - now_ms()).unwrap_or(0),
-                );
+/// What one saga is driven with: its journal, the tools, where progress goes, the
+/// requests from outside, the stop, its slot, and where bookkeeping after its end runs.
+pub struct Driver {
+    pub saga_id: String,
+    pub journal: Arc<dyn Journal>,
+    pub invoker: Arc<dyn Invoker>,
+    pub reporter: Arc<dyn Reporter>,
+    pub control: mpsc::Receiver<Control>,
+    pub stop: CancellationToken,
+    pub slot: SlotHold,
+    /// Owns the work left once the saga ended (marking it finished), so that it is
+    /// waited for at shutdown instead of being detached.
+    pub bookkeeping: TaskTracker,
+}
+
+impl Driver {
+    /// Runs one saga until it ends, from where `begin` or recovery left it; or, once
+    /// `stop` is cancelled, until the call it has out has answered and the answer is
+    /// journaled. Acts only while it holds a slot (`slot`, taken first if not held): a
+    /// saga stopped before it got one has done nothing here. Returns the phase the saga
+    /// is in.
+    pub async fn run(self, mut saga: Saga, start: Start) -> Result<Phase> {
+        let Driver {
+            saga_id,
+            journal,
+            invoker,
+            reporter,
+            mut control,
+            stop,
+            mut slot,
+            bookkeeping,
+        } = self;
+        if !slot.is_held() {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return Ok(saga.phase),
+                () = slot.take() => {}
             }
         }
-    }
-    let mut pending_cancel: Option<oneshot::Sender<std::result::Result<(), String>>> = None;
-    let mut stopping = false;
-    // One wait for the whole saga: the token is shared by every saga, and a wait made
-    // anew at each step would take its lock twice per step.
-    let stop = stop.cancelled_owned();
-    tokio::pin!(stop);
-    loop {
-        if let Phase::Done { .. } = saga.phase {
-            // The end is journaled. Once it is shown too, the saga is marked finished:
-            // bookkeeping, off the saga's path. Should the mark be lost, or the end not be
-            // shown, recovery shows the end again and marks it then.
-            if reporter.settled().await {
-                let (journal, saga_id) = (journal.clone(), saga_id.clone());
-                let spent = crate::mandates::spent_minor(&saga);
-                tokio::spawn(async move {
+        // Events recovery found journaled but never acted on, stepped before anything else.
+        let mut lost = std::collections::VecDeque::new();
+        // The saga's calls and timers; each ends with the event it brings back.
+        let mut running = JoinSet::new();
+        let epoch = match &start {
+            Start::Begun(_, epoch) | Start::Resumed(_, epoch) => *epoch,
+        };
+        let ctx = Ctx {
+            epoch,
+            trace_id: trace_id(&saga_id),
+            saga_id: saga_id.clone(),
+            journal: journal.clone(),
+            invoker,
+            stop: stop.clone(),
+        };
+        // The call made and not answered yet, as the engine names it.
+        let mut out: Option<(Target, u32)> = None;
+        match start {
+            Start::Begun(commands, _) => {
+                out = ctx
+                    .perform(&saga, commands, reporter.as_ref(), &mut running)
+                    .await;
+            }
+            Start::Resumed(recovered, _) => {
+                saga = recovered.saga;
+                if let Some(shown) = &recovered.last_shown {
+                    reporter.report(shown, &saga).await;
+                }
+                for invocation in recovered.to_invoke {
+                    out = Some((invocation.target, invocation.attempt));
+                    ctx.call(&saga, invocation, &mut running).await?;
+                }
+                lost.extend(recovered.lost);
+                for (timer, deadline) in recovered.timers {
+                    arm(
+                        &mut running,
+                        timer,
+                        u64::try_from(deadline - now_ms()).unwrap_or(0),
+                    );
+                }
+            }
+        }
+        let mut pending_cancel: Option<oneshot::Sender<std::result::Result<(), String>>> = None;
+        let mut stopping = false;
+        // One wait for the whole saga: the token is shared by every saga, and a wait made
+        // anew at each step would take its lock twice per step.
+        let stop = stop.cancelled_owned();
+        tokio::pin!(stop);
+        loop {
+            if let Phase::Done { .. } = saga.phase {
+                // The end is journaled. Once it is shown too, the saga is marked finished:
+                // bookkeeping, off the saga's path. Should the mark be lost, or the end not be
+                // shown, recovery shows the end again and marks it then.
+                if reporter.settled().await {
+                    let (journal, saga_id) = (journal.clone(), saga_id.clone());
+                    let spent = crate::mandates::spent_minor(&saga);
+                    bookkeeping.spawn(async move {
                     if let Err(e) = journal.finish(&saga_id, spent).await {
                         tracing::warn!(saga = %saga_id, error = %e, "cannot mark the saga finished");
                     }
                 });
+                }
+                return Ok(saga.phase);
             }
-            return Ok(saga.phase);
-        }
-        // A call the engine gave up on (its timeout fired) may still be out, but nothing
-        // waits for its answer any more.
-        if stopping && (out.is_none() || out != saga.in_flight()) {
-            return Ok(saga.phase);
-        }
-        // A person may take days: the slot goes to another saga meanwhile.
-        if matches!(saga.phase, Phase::Paused { .. }) {
-            slot.release();
-        }
-        let event = tokio::select! {
-            // A stop comes first: nothing decided after it is acted on.
-            biased;
-            () = &mut stop, if !stopping => {
-                stopping = true;
-                continue;
+            // A call the engine gave up on (its timeout fired) may still be out, but nothing
+            // waits for its answer any more.
+            if stopping && (out.is_none() || out != saga.in_flight()) {
+                return Ok(saga.phase);
             }
-            // Taken only when this branch is polled, so a stop that comes first loses none.
-            Some(event) = async { lost.pop_front() }, if !lost.is_empty() => event,
-            Some(joined) = running.join_next() => match joined {
-                Ok(event) => event,
-                // Calls catch their own panics (an unknown outcome), and nothing aborts
-                // these tasks while the driver runs: not expected, and logged.
-                Err(e) => {
-                    tracing::error!(saga = %saga_id, error = %e, "a call or timer of the saga failed");
+            // A person may take days: the slot goes to another saga meanwhile.
+            if matches!(saga.phase, Phase::Paused { .. }) {
+                slot.release();
+            }
+            let event = tokio::select! {
+                // A stop comes first: nothing decided after it is acted on.
+                biased;
+                () = &mut stop, if !stopping => {
+                    stopping = true;
                     continue;
                 }
-            },
-            Some(request) = control.recv(), if !stopping => match request {
-                Control::Resolve(resolution, decider) => Event::Resolve {
-                    resolution,
-                    now_ms: now_ms(),
-                    decider,
+                // Taken only when this branch is polled, so a stop that comes first loses none.
+                Some(event) = async { lost.pop_front() }, if !lost.is_empty() => event,
+                Some(joined) = running.join_next() => match joined {
+                    Ok(event) => event,
+                    // Calls catch their own panics (an unknown outcome), and nothing aborts
+                    // these tasks while the driver runs: not expected, and logged.
+                    Err(e) => {
+                        tracing::error!(saga = %saga_id, error = %e, "a call or timer of the saga failed");
+                        continue;
+                    }
                 },
-                Control::Cancel(reply) => {
-                    pending_cancel = Some(reply);
-                    Event::Cancel { now_ms: now_ms() }
+                Some(request) = control.recv(), if !stopping => match request {
+                    Control::Resolve(resolution, decider) => Event::Resolve {
+                        resolution,
+                        now_ms: now_ms(),
+                        decider,
+                    },
+                    Control::Cancel(reply) => {
+                        pending_cancel = Some(reply);
+                        Event::Cancel { now_ms: now_ms() }
+                    }
+                    Control::MandateRevoked => Event::MandateRevoked { now_ms: now_ms() },
+                },
+                else => return Ok(saga.phase),
+            };
+            // Back from a pause: the saga acts again once it has a slot. A stop meanwhile
+            // journals the event without acting on it, as any event after a stop.
+            if !stopping && !slot.is_held() {
+                tokio::select! {
+                    biased;
+                    () = &mut stop => stopping = true,
+                    () = slot.take() => {}
                 }
-                Control::MandateRevoked => Event::MandateRevoked { now_ms: now_ms() },
-            },
-            else => return Ok(saga.phase),
-        };
-        // Back from a pause: the saga acts again once it has a slot. A stop meanwhile
-        // journals the event without acting on it, as any event after a stop.
-        if !stopping && !slot.is_held() {
-            tokio::select! {
-                biased;
-                () = &mut stop => stopping = true,
-                () = slot.take() => {}
             }
-        }
-        let is_cancel = matches!(event, Event::Cancel { .. });
-        if let Event::Result {
-            target, attempt, ..
-        } = &event
-            && out == Some((*target, *attempt))
-        {
-            out = None;
-        }
-        // The engine is pure, so stepping before the write is safe: if the write fails,
-        // the driver stops and recovery replays what is durable.
-        let commands = saga.step(event.clone());
-        if stopping {
-            // The event alone: the calls it led to stay decided but not journaled as
-            // made, and recovery makes them; timers come back from the journal too.
-            // What people should see is shown now.
-            ctx.journal(&[Entry::Event(event)]).await?;
-            let shown: Vec<Command> = commands.into_iter().filter(is_shown).collect();
-            if !shown.is_empty() {
-                reporter.report_all(&shown, &saga).await;
+            let is_cancel = matches!(event, Event::Cancel { .. });
+            if let Event::Result {
+                target, attempt, ..
+            } = &event
+                && out == Some((*target, *attempt))
+            {
+                out = None;
             }
-            continue;
-        }
-        ctx.journal(&entries_of(event, &commands)).await?;
-        if is_cancel && let Some(reply) = pending_cancel.take() {
-            let refused = commands.iter().find_map(|c| match c {
-                Command::RefuseCancel { reason } => Some(reason.clone()),
-                _ => None,
-            });
-            let _ = reply.send(refused.map_or(Ok(()), Err));
-        }
-        if let Some(made) = ctx
-            .perform(&saga, commands, reporter.as_ref(), &mut running)
-            .await
-        {
-            out = Some(made);
+            // The engine is pure, so stepping before the write is safe: if the write fails,
+            // the driver stops and recovery replays what is durable.
+            let commands = saga.step(event.clone());
+            if stopping {
+                // The event alone: the calls it led to stay decided but not journaled as
+                // made, and recovery makes them; timers come back from the journal too.
+                // What people should see is shown now.
+                ctx.journal(&[Entry::Event(event)]).await?;
+                let shown: Vec<Command> = commands.into_iter().filter(is_shown).collect();
+                if !shown.is_empty() {
+                    reporter.report_all(&shown, &saga).await;
+                }
+                continue;
+            }
+            ctx.journal(&entries_of(event, &commands)).await?;
+            if is_cancel && let Some(reply) = pending_cancel.take() {
+                let refused = commands.iter().find_map(|c| match c {
+                    Command::RefuseCancel { reason } => Some(reason.clone()),
+                    _ => None,
+                });
+                let _ = reply.send(refused.map_or(Ok(()), Err));
+            }
+            if let Some(made) = ctx
+                .perform(&saga, commands, reporter.as_ref(), &mut running)
+                .await
+            {
+                out = Some(made);
+            }
         }
     }
 }

@@ -10,6 +10,7 @@
 //! write), giving back the rest.
 
 use agent_host::store::durable::{Database, Reader};
+use agent_host::store::schema::{self, Migration, has_column};
 use rusqlite::{OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -86,7 +87,22 @@ pub fn spent_minor(saga: &Saga) -> u64 {
         .fold(0, |total, (_, spend)| total.saturating_add(*spend))
 }
 
-pub(crate) const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS mandates (
+/// The mandates' name among the stores of the state file.
+pub(crate) const STORE: &str = "mandates";
+
+/// The mandates' schema, in order; the count is its version (`agent_host`'s `schema`).
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        what: "mandates, their reservations and revocations",
+        apply: |tx| tx.execute_batch(TABLES),
+    },
+    Migration {
+        what: "running totals of each mandate",
+        apply: add_totals,
+    },
+];
+
+const TABLES: &str = "CREATE TABLE IF NOT EXISTS mandates (
          principal_key   TEXT NOT NULL,
          mandate_id      TEXT NOT NULL,
          document_sha256 TEXT NOT NULL,
@@ -257,32 +273,22 @@ pub(crate) fn settle(tx: &Transaction<'_>, saga_id: &str, spent: u64) -> rusqlit
 
 /// Gives a state file from before the mandates' running totals its `used_minor` and
 /// `sagas`, computed once from the reservations it holds.
-pub(crate) fn add_totals(db: &Database) -> Result<()> {
-    let conn = agent_host::store::durable::open_connection(db.path(), "mandates")?;
-    let migrate = || -> rusqlite::Result<()> {
-        let has_totals = conn
-            .prepare("SELECT 1 FROM pragma_table_info('mandates') WHERE name = 'used_minor'")?
-            .exists([])?;
-        if !has_totals {
-            tracing::info!("adding running totals to the mandates (once, after an upgrade)");
-            conn.execute_batch(
-                "BEGIN IMMEDIATE;
-                 ALTER TABLE mandates ADD COLUMN used_minor INTEGER NOT NULL DEFAULT 0;
-                 ALTER TABLE mandates ADD COLUMN sagas INTEGER NOT NULL DEFAULT 0;
-                 UPDATE mandates SET
-                     used_minor = (SELECT COALESCE(SUM(COALESCE(r.spent_minor, r.reserved_minor)), 0)
-                                   FROM mandate_reservations r
-                                   WHERE r.principal_key = mandates.principal_key
-                                     AND r.mandate_id = mandates.mandate_id),
-                     sagas = (SELECT COUNT(*) FROM mandate_reservations r
-                              WHERE r.principal_key = mandates.principal_key
-                                AND r.mandate_id = mandates.mandate_id);
-                 COMMIT;",
-            )?;
-        }
-        Ok(())
-    };
-    migrate().map_err(|e| Error::Journal(format!("cannot add totals to the mandates: {e}")))
+fn add_totals(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    if !has_column(tx, "mandates", "used_minor")? {
+        tx.execute_batch(
+            "ALTER TABLE mandates ADD COLUMN used_minor INTEGER NOT NULL DEFAULT 0;
+             ALTER TABLE mandates ADD COLUMN sagas INTEGER NOT NULL DEFAULT 0;
+             UPDATE mandates SET
+                 used_minor = (SELECT COALESCE(SUM(COALESCE(r.spent_minor, r.reserved_minor)), 0)
+                               FROM mandate_reservations r
+                               WHERE r.principal_key = mandates.principal_key
+                                 AND r.mandate_id = mandates.mandate_id),
+                 sagas = (SELECT COUNT(*) FROM mandate_reservations r
+                          WHERE r.principal_key = mandates.principal_key
+                            AND r.mandate_id = mandates.mandate_id);",
+        )?;
+    }
+    Ok(())
 }
 
 /// Amounts are at most 2^53 - 1 (money's bound), so they fit SQLite's integers.
@@ -307,8 +313,7 @@ pub struct Revoked {
 
 impl MandateBook {
     pub fn on(db: &Database, principals: TrustStore) -> Result<Self> {
-        db.prepare(SCHEMA)?;
-        add_totals(db)?;
+        schema::migrate(db, STORE, MIGRATIONS)?;
         Ok(Self {
             reader: db.reader()?,
             db: db.clone(),

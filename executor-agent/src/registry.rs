@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use agent_host::store::durable::{Database, open_connection};
+use agent_host::store::schema::{self, Migration};
 use rusqlite::{Transaction, params};
 use serde_json::Value;
 use shared_types::catalog::agent_from_card;
@@ -125,6 +126,24 @@ pub struct Registry {
     db: Database,
 }
 
+/// The registry's schema, in order; the count is its version (`agent_host`'s `schema`).
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        what: "agent cards and MCP servers",
+        apply: |tx| {
+            tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS cards (name TEXT PRIMARY KEY, card TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS mcp_servers (name TEXT PRIMARY KEY, url TEXT NOT NULL,
+                   manifest TEXT NOT NULL, tools TEXT NOT NULL);",
+            )
+        },
+    },
+    Migration {
+        what: "the history of registrations",
+        apply: |tx| tx.execute_batch(registry_history::SCHEMA),
+    },
+];
+
 impl Registry {
     /// Opens a registry of its own at `path`; see `on`.
     pub fn open(path: &Path, platform_keys: TrustStore) -> Result<Self> {
@@ -134,12 +153,7 @@ impl Registry {
     /// The registry in `db`, with the cards kept there loaded. A stored card that no
     /// longer verifies (a platform key was withdrawn) is left out, with a warning.
     pub fn on(db: &Database, platform_keys: TrustStore) -> Result<Self> {
-        db.prepare(
-            "CREATE TABLE IF NOT EXISTS cards (name TEXT PRIMARY KEY, card TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS mcp_servers (name TEXT PRIMARY KEY, url TEXT NOT NULL,
-               manifest TEXT NOT NULL, tools TEXT NOT NULL);",
-        )?;
-        db.prepare(registry_history::SCHEMA)?;
+        schema::migrate(db, "registry", MIGRATIONS)?;
         let reader = open_connection(db.path(), "registry")?;
         let unreadable = |e: rusqlite::Error| Error::Journal(e.to_string());
         let cards: Vec<String> = reader

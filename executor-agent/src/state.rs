@@ -112,6 +112,17 @@ fn copy_file(conn: &mut Connection, file: &Path) -> rusqlite::Result<()> {
             .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
             .collect::<rusqlite::Result<_>>()?;
         for (kind, name, sql) in &schema {
+            // Every earlier file has its own stores' versions: they are merged into one
+            // table, as the stores of the files are.
+            if name == "schema_versions" {
+                tx.execute_batch(
+                    "CREATE TABLE IF NOT EXISTS main.schema_versions (
+                         store TEXT PRIMARY KEY, version INTEGER NOT NULL);
+                     INSERT OR REPLACE INTO main.schema_versions
+                         SELECT store, version FROM earlier.schema_versions;",
+                )?;
+                continue;
+            }
             tx.execute_batch(sql)?;
             if kind == "table" {
                 let name = name.replace('"', "\"\"");

@@ -116,6 +116,11 @@ impl TakingIn {
 }
 
 impl Intake {
+    /// The task whose plan this is.
+    pub fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
     /// The plan (of `saga_id`) is to wait for a slot: it holds the saga id from now on.
     /// `Err` with the plan that holds it already, on another task.
     pub fn hold(&self, saga_id: &str, plan: &Value) -> Result<(), Held> {

@@ -485,7 +485,7 @@ async fn a_task_from_before_owners_is_seen_by_approvers_only() {
     };
     agent_host::SqliteTaskStore::on(&setup.db)
         .unwrap()
-        .put(&ownerless)
+        .put(&ownerless, agent_host::store::Expected::Absent)
         .await
         .unwrap();
     let as_planner = setup

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use common::*;
 
 use agent_host::AgentClient;
-use executor_agent::driver::{Control, Reporter, begin, drive};
+use executor_agent::driver::{Control, Driver, Reporter, begin};
 use executor_agent::invoke::{A2aInvoker, Endpoint};
 use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
 use executor_agent::recovery::replay;
@@ -21,6 +21,7 @@ use serde_json::json;
 use shared_types::{Catalog, Plan};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Far longer than a saga takes to give back its slot here.
 const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -129,17 +130,19 @@ async fn launch(
         .unwrap();
     let (reports_tx, reports) = mpsc::unbounded_channel();
     let (control, rx) = mpsc::channel::<Control>(4);
-    let saga = tokio::spawn(drive(
-        plan.saga_id.clone(),
-        saga,
-        start,
-        Arc::new(FlakyJournal::new(journal.clone(), failing)),
-        Arc::new(invoker),
-        Arc::new(Log(reports_tx)),
-        rx,
-        stop,
-        SlotHold::new(slots.clone(), None),
-    ));
+    let saga = tokio::spawn(
+        Driver {
+            saga_id: plan.saga_id.clone(),
+            journal: Arc::new(FlakyJournal::new(journal.clone(), failing)),
+            invoker: Arc::new(invoker),
+            reporter: Arc::new(Log(reports_tx)),
+            control: rx,
+            stop,
+            slot: SlotHold::new(slots.clone(), None),
+            bookkeeping: TaskTracker::new(),
+        }
+        .run(saga, start),
+    );
     Stopped {
         last: Command::Pause {
             reason: String::new(),

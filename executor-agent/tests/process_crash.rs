@@ -642,7 +642,10 @@ async fn created_but_not_begun(world: &World, data: &Path, task_id: &str) {
             .into(),
         ),
     };
-    store.put(&task).await.unwrap();
+    store
+        .put(&task, agent_host::store::Expected::Absent)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

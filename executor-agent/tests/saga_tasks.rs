@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::{response, supplier_catalog, supplier_plan};
-use executor_agent::driver::{Control, Reporter, Start, begin, drive};
+use executor_agent::driver::{Control, Driver, Reporter, Start, begin};
 use executor_agent::invoke::{CallContext, Invoker};
 use executor_agent::journal::{MemoryJournal, SagaHeader};
 use executor_agent::saga::model::{CallOutcome, Phase};
@@ -16,6 +16,7 @@ use executor_agent::slots::{SlotHold, Slots};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 const SAGAS: usize = 10_000;
 /// Sagas driven at once.
@@ -80,17 +81,17 @@ async fn run_one(
     let saga_id = format!("s-{n}");
     let (saga, start) = begun(&journal, &saga_id).await;
     let (_control, rx) = mpsc::channel::<Control>(1);
-    drive(
+    Driver {
         saga_id,
-        saga,
-        start,
         journal,
-        Arc::new(Instant),
-        endings,
-        rx,
-        CancellationToken::new(),
-        SlotHold::new(slots, None),
-    )
+        invoker: Arc::new(Instant),
+        reporter: endings,
+        control: rx,
+        stop: CancellationToken::new(),
+        slot: SlotHold::new(slots, None),
+        bookkeeping: TaskTracker::new(),
+    }
+    .run(saga, start)
     .await
     .unwrap()
 }
@@ -174,17 +175,17 @@ async fn a_call_that_panics_has_an_unknown_outcome_and_the_saga_goes_on() {
     let (_control, rx) = mpsc::channel::<Control>(1);
     // Time is paused: two hours pass at once if the saga waits for an answer that
     // never comes.
-    let driven = drive(
-        "s-panic".into(),
-        saga,
-        start,
+    let driven = Driver {
+        saga_id: "s-panic".into(),
         journal,
-        invoker.clone(),
-        endings.clone(),
-        rx,
-        CancellationToken::new(),
-        SlotHold::new(Slots::new(1), None),
-    );
+        invoker: invoker.clone(),
+        reporter: endings.clone(),
+        control: rx,
+        stop: CancellationToken::new(),
+        slot: SlotHold::new(Slots::new(1), None),
+        bookkeeping: TaskTracker::new(),
+    }
+    .run(saga, start);
     let phase = tokio::time::timeout(std::time::Duration::from_secs(7200), driven)
         .await
         .expect("the saga goes on after the call that panicked")

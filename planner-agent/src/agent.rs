@@ -534,11 +534,11 @@ impl Planner {
             TaskState::InputRequired,
             TaskState::AuthRequired,
         ] {
-            let mut offset = 0;
+            let mut after = None;
             loop {
                 let query = TaskQuery {
                     state: Some(state.clone()),
-                    offset,
+                    after,
                     limit: 100,
                     ..TaskQuery::default()
                 };
@@ -546,11 +546,10 @@ impl Planner {
                     self.tasks.store().list(&query).await.map_err(|e| {
                         Error::Config(format!("cannot list the planner's tasks: {e}"))
                     })?;
-                offset += page.tasks.len();
-                let done = page.tasks.is_empty() || offset >= page.total;
                 unfinished.extend(page.tasks);
-                if done {
-                    break;
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
                 }
             }
         }

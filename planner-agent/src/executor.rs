@@ -217,6 +217,8 @@ fn is_unknown_outcome(error: &agent_host::Error) -> bool {
     match error {
         agent_host::Error::Transport(_) => true,
         agent_host::Error::Protocol(e) => leaves_outcome_unknown(e),
-        agent_host::Error::Store(_) | agent_host::Error::Config(_) => false,
+        agent_host::Error::Store(_)
+        | agent_host::Error::Config(_)
+        | agent_host::Error::Conflict { .. } => false,
     }
 }

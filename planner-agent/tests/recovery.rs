@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use agent_host::sdk::{Artifact, Part, Task, TaskState, TaskStatus, new_context_id, new_task_id};
+use agent_host::store::Expected;
 use agent_host::{OutboundCall, SqliteTaskStore, TaskStore};
 use common::*;
 use futures::StreamExt;
@@ -123,7 +124,7 @@ fn interrupted(plan: Option<&Value>, metadata: &[(&str, Value)]) -> Task {
 async fn store_tasks(dir: &Path, tasks: &[Task]) {
     let store = Arc::new(SqliteTaskStore::open(&dir.join("tasks.db")).unwrap());
     for task in tasks {
-        store.put(task).await.unwrap();
+        store.put(task, Expected::Absent).await.unwrap();
     }
 }
 

@@ -6,6 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use agent_host::sdk::{Message, Task, TaskState, TaskStatus};
+use agent_host::store::Expected;
 use agent_host::{
     Agent, HostConfig, InboundAuth, MemoryTaskStore, RequestContext, ServedCard, TaskHandle,
     TaskManager, TaskStore, prepare_card,
@@ -28,7 +29,7 @@ impl Agent for Listed {
 async fn agent_with(tasks: &[Task]) -> (String, CancellationToken) {
     let store = Arc::new(MemoryTaskStore::new());
     for task in tasks {
-        store.put(task).await.unwrap();
+        store.put(task, Expected::Absent).await.unwrap();
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());

@@ -1,8 +1,18 @@
 //! Durable task storage: the `TaskStore` trait, an in-memory store for tests and
 //! benchmarks, and the SQLite store that is the embedded default.
+//!
+//! Invariants every store keeps (checked by `conformance.rs` against each of them):
+//! - a write names the version it expects and is refused (`Error::Conflict`, nothing
+//!   written) when the store holds another: two writers never overwrite each other;
+//! - a listing pages by key (the last task's update time and insertion order), so a
+//!   page is read through an index however deep it is, and a task written between two
+//!   pages is neither listed twice nor makes another skipped.
 
+#[cfg(test)]
+mod conformance;
 pub mod durable;
 mod memory;
+pub mod schema;
 mod sqlite;
 
 use async_trait::async_trait;
@@ -22,9 +32,33 @@ pub struct TaskQuery {
     pub updated_after: Option<DateTime<Utc>>,
     /// Only the tasks whose metadata names this owner (`agent::OWNER_METADATA`).
     pub owner: Option<String>,
-    /// Rows to skip (the decoded page token).
-    pub offset: usize,
+    /// Only the tasks after this one in the listing's order (the decoded page token).
+    pub after: Option<PageKey>,
     pub limit: usize,
+}
+
+/// Where a task stands in a listing: its last update, then the order in which tasks
+/// were first written (newest first in both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PageKey {
+    pub updated_ms: i64,
+    pub seq: i64,
+}
+
+impl PageKey {
+    /// The page token a caller sends back for the page after this key.
+    pub fn token(&self) -> String {
+        format!("{}:{}", self.updated_ms, self.seq)
+    }
+
+    /// The key a page token names; `None` for text this agent did not issue.
+    pub fn from_token(token: &str) -> Option<Self> {
+        let (updated_ms, seq) = token.split_once(':')?;
+        Some(Self {
+            updated_ms: updated_ms.parse().ok()?,
+            seq: seq.parse().ok()?,
+        })
+    }
 }
 
 /// One page of tasks, with the total that matched.
@@ -32,15 +66,42 @@ pub struct TaskQuery {
 pub struct TaskPage {
     pub tasks: Vec<Task>,
     pub total: usize,
+    /// Where the next page starts, when there is one.
+    pub next: Option<PageKey>,
+}
+
+/// The version a store gave a task's last write: 1 when it was created, one more at
+/// each write after.
+pub type Version = u64;
+
+/// A task as the store holds it, with the version of its last write.
+#[derive(Debug, Clone)]
+pub struct StoredTask {
+    pub task: Task,
+    pub version: Version,
+}
+
+/// What a write expects the store to hold for the task (compare-and-set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    /// No task with this id: the write creates it.
+    Absent,
+    /// The task at this version, as its writer last read or wrote it.
+    Version(Version),
 }
 
 /// Where tasks live. Every write is durable when it returns, so a task's visible state
 /// never runs ahead of what survives a crash. A PostgreSQL store implements the same trait.
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
-    /// Writes the task (insert or replace).
-    async fn put(&self, task: &Task) -> Result<()>;
-    async fn get(&self, id: &str) -> Result<Option<Task>>;
+    /// Writes the task if the store holds what `expected` says, and returns the version
+    /// it now has; otherwise writes nothing and fails with `Error::Conflict`.
+    async fn put(&self, task: &Task, expected: Expected) -> Result<Version>;
+    /// The task with the version of its last write.
+    async fn read(&self, id: &str) -> Result<Option<StoredTask>>;
+    async fn get(&self, id: &str) -> Result<Option<Task>> {
+        Ok(self.read(id).await?.map(|stored| stored.task))
+    }
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage>;
     /// Deletes these tasks (those it has), in one durable write.
     async fn delete(&self, ids: &[String]) -> Result<()>;

@@ -3,12 +3,17 @@
 //! their own connection on the blocking pool.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::durable::{Database, Reader};
-use super::{TaskPage, TaskQuery, TaskStore, state_name, updated_at};
+use super::schema::{self, Migration, has_column};
+use super::{
+    Expected, PageKey, StoredTask, TaskPage, TaskQuery, TaskStore, Version, state_name, updated_at,
+};
 use crate::error::{Error, Result};
 use crate::sdk::Task;
 
@@ -28,22 +33,89 @@ pub struct SqliteTaskStore {
     db: Database,
 }
 
-fn upsert(tx: &Transaction<'_>, row: &TaskRow) -> rusqlite::Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO tasks (id, context_id, state, updated_ms, body)
-         VALUES (?1, ?2, ?3, ?4, ?5)
-         ON CONFLICT (id) DO UPDATE SET
-             context_id = excluded.context_id, state = excluded.state,
-             updated_ms = excluded.updated_ms, body = excluded.body",
-    )?
-    .execute(params![
-        row.id,
-        row.context_id,
-        row.state,
-        row.updated_ms,
-        row.body
-    ])
-    .map(|_| ())
+/// The task store's schema, in order; the count is its version (`schema.rs`).
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        what: "the tasks table",
+        apply: |tx| {
+            tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS tasks (
+                     seq         INTEGER PRIMARY KEY,
+                     id          TEXT NOT NULL UNIQUE,
+                     context_id  TEXT NOT NULL,
+                     state       TEXT NOT NULL,
+                     updated_ms  INTEGER NOT NULL,
+                     body        TEXT NOT NULL
+                 );
+                 CREATE INDEX IF NOT EXISTS tasks_by_update ON tasks (updated_ms DESC, seq DESC);
+                 CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (context_id);",
+            )
+        },
+    },
+    Migration {
+        what: "an index of tasks by state",
+        apply: |tx| {
+            if tx.prepare("SELECT 1 FROM tasks LIMIT 1")?.exists([])? {
+                tracing::info!(
+                    "indexing the task store by state (once, after an upgrade: every task is read, so a large store takes a while)"
+                );
+            }
+            // A listing by state reads the tasks in that state, not every task there is.
+            // On the state alone: a task's state changes a few times in its life, its
+            // update time at every write, and every write would move its entry.
+            tx.execute_batch("CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state);")
+        },
+    },
+    Migration {
+        what: "a version on each task, for compare-and-set writes",
+        apply: |tx| {
+            if !has_column(tx, "tasks", "version")? {
+                tx.execute_batch(
+                    "ALTER TABLE tasks ADD COLUMN version INTEGER NOT NULL DEFAULT 1;",
+                )?;
+            }
+            Ok(())
+        },
+    },
+];
+
+/// Writes `row` if the store holds what `expected` says; whether it did.
+fn write_row(tx: &Transaction<'_>, row: &TaskRow, expected: Expected) -> rusqlite::Result<bool> {
+    let changed = match expected {
+        // DO NOTHING, not a failed insert: a write refused for its content would make the
+        // writes sharing its commit run again one by one.
+        Expected::Absent => tx
+            .prepare_cached(
+                "INSERT INTO tasks (id, context_id, state, updated_ms, body, version)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 1) ON CONFLICT (id) DO NOTHING",
+            )?
+            .execute(params![
+                row.id,
+                row.context_id,
+                row.state,
+                row.updated_ms,
+                row.body
+            ])?,
+        Expected::Version(version) => tx
+            .prepare_cached(
+                "UPDATE tasks SET context_id = ?2, state = ?3, updated_ms = ?4, body = ?5,
+                     version = version + 1
+                 WHERE id = ?1 AND version = ?6",
+            )?
+            .execute(params![
+                row.id,
+                row.context_id,
+                row.state,
+                row.updated_ms,
+                row.body,
+                to_sql(version)
+            ])?,
+    };
+    Ok(changed == 1)
+}
+
+fn to_sql(version: Version) -> i64 {
+    i64::try_from(version).unwrap_or(i64::MAX)
 }
 
 impl SqliteTaskStore {
@@ -54,60 +126,11 @@ impl SqliteTaskStore {
 
     /// The store in `db`, whose writes share its group commit with the other stores there.
     pub fn on(db: &Database) -> Result<Self> {
-        let indexing = Self::state_index_missing(db)?;
-        let started = std::time::Instant::now();
-        if indexing {
-            tracing::info!(
-                "indexing the task store by state (once, after an upgrade: every task is read, so a large store takes a while)"
-            );
-        }
-        db.prepare(
-            "CREATE TABLE IF NOT EXISTS tasks (
-                 seq         INTEGER PRIMARY KEY,
-                 id          TEXT NOT NULL UNIQUE,
-                 context_id  TEXT NOT NULL,
-                 state       TEXT NOT NULL,
-                 updated_ms  INTEGER NOT NULL,
-                 body        TEXT NOT NULL
-             );
-             CREATE INDEX IF NOT EXISTS tasks_by_update ON tasks (updated_ms DESC, seq DESC);
-             CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (context_id);
-             -- A listing by state reads the tasks in that state, not every task there
-             -- is. On the state alone: a task's state changes a few times in its life,
-             -- its update time at every write, and every write would move its entry.
-             CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state);",
-        )?;
-        if indexing {
-            tracing::info!(
-                ms = started.elapsed().as_millis() as u64,
-                "task store indexed by state"
-            );
-        }
+        schema::migrate(db, "task", MIGRATIONS)?;
         Ok(Self {
             reader: db.reader()?,
             db: db.clone(),
         })
-    }
-}
-
-impl SqliteTaskStore {
-    /// Whether the file holds tasks but not yet their index by state (a store from before
-    /// it), whose building reads every task once.
-    fn state_index_missing(db: &Database) -> Result<bool> {
-        let conn = super::durable::open_connection(db.path(), "task store")?;
-        let missing = || -> rusqlite::Result<bool> {
-            let has_tasks = conn
-                .prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tasks'")?
-                .exists([])?
-                && conn.prepare("SELECT 1 FROM tasks LIMIT 1")?.exists([])?;
-            let has_index = conn
-                .prepare(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'tasks_by_state'",
-                )?
-                .exists([])?;
-            Ok(has_tasks && !has_index)
-        };
-        missing().map_err(|e| Error::store(format!("cannot read the task store's schema: {e}")))
     }
 }
 
@@ -117,7 +140,7 @@ fn decode(body: &str) -> rusqlite::Result<Task> {
 
 #[async_trait]
 impl TaskStore for SqliteTaskStore {
-    async fn put(&self, task: &Task) -> Result<()> {
+    async fn put(&self, task: &Task, expected: Expected) -> Result<Version> {
         let body = serde_json::to_string(task)
             .map_err(|e| Error::store(format!("cannot encode task: {e}")))?;
         let row = TaskRow {
@@ -127,7 +150,25 @@ impl TaskStore for SqliteTaskStore {
             updated_ms: updated_at(task).timestamp_millis(),
             body,
         };
-        self.db.submit(move |tx| upsert(tx, &row)).await
+        let written = Arc::new(AtomicBool::new(false));
+        let landed = written.clone();
+        self.db
+            .submit(move |tx| {
+                // Run again alone when a write it shared a commit with failed: what the
+                // last run found is what holds.
+                landed.store(write_row(tx, &row, expected)?, Ordering::SeqCst);
+                Ok(())
+            })
+            .await?;
+        if !written.load(Ordering::SeqCst) {
+            return Err(Error::Conflict {
+                task_id: task.id.clone(),
+            });
+        }
+        Ok(match expected {
+            Expected::Absent => 1,
+            Expected::Version(version) => version + 1,
+        })
     }
 
     fn write_failure(&self) -> Option<String> {
@@ -147,12 +188,17 @@ impl TaskStore for SqliteTaskStore {
             .await
     }
 
-    async fn get(&self, id: &str) -> Result<Option<Task>> {
+    async fn read(&self, id: &str) -> Result<Option<StoredTask>> {
         let id = id.to_owned();
         self.reader
             .read(move |conn| {
-                conn.prepare_cached("SELECT body FROM tasks WHERE id = ?1")?
-                    .query_row([id], |row| decode(&row.get::<_, String>(0)?))
+                conn.prepare_cached("SELECT body, version FROM tasks WHERE id = ?1")?
+                    .query_row([id], |row| {
+                        Ok(StoredTask {
+                            task: decode(&row.get::<_, String>(0)?)?,
+                            version: u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0),
+                        })
+                    })
                     .optional()
             })
             .await
@@ -160,7 +206,8 @@ impl TaskStore for SqliteTaskStore {
 
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage> {
         let (filter, values) = list_filter(query);
-        let (offset, limit) = (query.offset as i64, query.limit as i64);
+        let limit = query.limit;
+        let after = query.after;
         self.reader
             .read(move |conn| {
                 let total: i64 = conn.query_row(
@@ -168,15 +215,34 @@ impl TaskStore for SqliteTaskStore {
                     rusqlite::params_from_iter(&values),
                     |row| row.get(0),
                 )?;
-                let tasks = conn
-                    .prepare(&page_sql(&filter, limit, offset))?
-                    .query_map(rusqlite::params_from_iter(&values), |row| {
-                        decode(&row.get::<_, String>(0)?)
+                let mut page_values = values.clone();
+                if let Some(after) = after {
+                    page_values.push(rusqlite::types::Value::Integer(after.updated_ms));
+                    page_values.push(rusqlite::types::Value::Integer(after.seq));
+                }
+                // One more than the page, to know whether another follows.
+                let mut rows = conn
+                    .prepare(&page_sql(&filter, after.is_some(), limit.saturating_add(1)))?
+                    .query_map(rusqlite::params_from_iter(&page_values), |row| {
+                        Ok((
+                            PageKey {
+                                updated_ms: row.get(1)?,
+                                seq: row.get(2)?,
+                            },
+                            decode(&row.get::<_, String>(0)?)?,
+                        ))
                     })?
-                    .collect::<rusqlite::Result<Vec<Task>>>()?;
+                    .collect::<rusqlite::Result<Vec<(PageKey, Task)>>>()?;
+                let next = if rows.len() > limit {
+                    rows.truncate(limit);
+                    rows.last().map(|(key, _)| *key)
+                } else {
+                    None
+                };
                 Ok(TaskPage {
-                    tasks,
-                    total: total as usize,
+                    tasks: rows.into_iter().map(|(_, task)| task).collect(),
+                    total: usize::try_from(total).unwrap_or(0),
+                    next,
                 })
             })
             .await
@@ -215,9 +281,10 @@ fn list_filter(query: &TaskQuery) -> (String, Vec<rusqlite::types::Value>) {
     } else {
         "tasks_by_update"
     };
-    let mut from = format!(" INDEXED BY {index}");
-    if !conditions.is_empty() {
-        from.push_str(&format!(" WHERE {}", conditions.join(" AND ")));
+    let mut from = format!(" INDEXED BY {index} WHERE 1");
+    for condition in conditions {
+        from.push_str(" AND ");
+        from.push_str(condition);
     }
     (from, values)
 }
@@ -226,9 +293,15 @@ fn count_sql(filter: &str) -> String {
     format!("SELECT COUNT(*) FROM tasks{filter}")
 }
 
-fn page_sql(filter: &str, limit: i64, offset: i64) -> String {
+/// A page in listing order; `after` adds the key the page starts below (bound last).
+fn page_sql(filter: &str, after: bool, limit: usize) -> String {
+    let after = if after {
+        " AND (updated_ms, seq) < (?, ?)"
+    } else {
+        ""
+    };
     format!(
-        "SELECT body FROM tasks{filter} ORDER BY updated_ms DESC, seq DESC LIMIT {limit} OFFSET {offset}"
+        "SELECT body, updated_ms, seq FROM tasks{filter}{after} ORDER BY updated_ms DESC, seq DESC LIMIT {limit}"
     )
 }
 
@@ -272,7 +345,14 @@ mod tests {
             (TaskQuery::default(), "tasks_by_update"),
         ] {
             let (filter, values) = list_filter(&query);
-            let page = query_plan(&conn, &page_sql(&filter, 100, 0), &values);
+            let page = query_plan(&conn, &page_sql(&filter, false, 100), &values);
+            assert!(page.contains(&format!("USING INDEX {index}")), "{page}");
+            let mut after = values.clone();
+            after.extend([
+                rusqlite::types::Value::Integer(1),
+                rusqlite::types::Value::Integer(1),
+            ]);
+            let page = query_plan(&conn, &page_sql(&filter, true, 100), &after);
             // Through the index, not a scan of every task.
             assert!(page.contains(&format!("USING INDEX {index}")), "{page}");
             let count = query_plan(&conn, &count_sql(&filter), &values);

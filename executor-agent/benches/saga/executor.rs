@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use agent_host::sdk::{Task, TaskState, TaskStatus};
 use agent_host::{AgentClient, MemoryTaskStore, SqliteTaskStore, TaskHandle, TaskManager};
 use async_trait::async_trait;
-use executor_agent::driver::{Control, Reporter, begin, drive};
+use executor_agent::driver::{Control, Driver, Reporter, begin};
 use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker, trace_id};
 use executor_agent::journal::{
     Claim, Entry, Epoch, Forgettable, Journal, SagaHeader, SqliteJournal,
@@ -310,17 +310,17 @@ impl Executor {
             .await
             .expect("begin");
         let (_control, control_rx) = mpsc::channel::<Control>(1);
-        let phase = drive(
-            saga_id.clone(),
-            saga,
-            start,
-            self.journal.clone(),
-            self.invoker.clone(),
+        let phase = Driver {
+            saga_id: saga_id.clone(),
+            journal: self.journal.clone(),
+            invoker: self.invoker.clone(),
             reporter,
-            control_rx,
-            self.stop.clone(),
-            SlotHold::new(self.slots.clone(), None),
-        )
+            control: control_rx,
+            stop: self.stop.clone(),
+            slot: SlotHold::new(self.slots.clone(), None),
+            bookkeeping: tokio_util::task::TaskTracker::new(),
+        }
+        .run(saga, start)
         .await
         .expect("the driver runs");
         if let Some(reporting) = reporting {

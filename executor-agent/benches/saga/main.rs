@@ -276,10 +276,21 @@ async fn single_writes(executor: &Arc<Executor>) -> (Vec<Duration>, Vec<Duration
         .await
         .expect("artifact");
     let mut task_writes = Vec::new();
+    let mut version = executor
+        .task_store
+        .read(&task.id)
+        .await
+        .expect("read")
+        .expect("the task")
+        .version;
     for _ in 0..SINGLE_WRITES {
         task.status.timestamp = Some(chrono::Utc::now());
         let started = Instant::now();
-        executor.task_store.put(&task).await.expect("put");
+        version = executor
+            .task_store
+            .put(&task, agent_host::store::Expected::Version(version))
+            .await
+            .expect("put");
         task_writes.push(started.elapsed());
     }
     (journal_writes, task_writes)

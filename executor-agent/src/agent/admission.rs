@@ -1,8 +1,38 @@
 //! Admission of a new plan: validation, a saga id that has one task (an identical plan
 //! gets the existing task, other content `PLAN_CONFLICT`), a saga slot, and the
 //! accepting write that begins the saga.
+//!
+//! The rule "a saga id has one task" is decided in one place, `admission`: it reads the
+//! journal's header of the saga id and the plans waiting for a slot, and says whether
+//! the plan may begin, has a task already, or conflicts with the plan that has the id.
+//! It is asked before the task exists (the A2A adapter answers with the existing task),
+//! when the plan is validated, when it waits for a slot (holding the id), and when the
+//! accepting write fails (another task may have begun the saga meanwhile).
 
 use super::*;
+
+/// What admission decided for a plan and its saga id.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Admission {
+    /// Nobody else has this saga id: the plan may begin.
+    Admit,
+    /// The same plan has a task already (`task_id`, perhaps the asking one): it runs
+    /// there once. `how` says what it does there.
+    Existing { task_id: String, how: &'static str },
+    /// Another plan has this saga id (`PLAN_CONFLICT`).
+    Conflict(Violation),
+}
+
+/// Whether admission holds the saga id for a plan that will wait for a slot.
+#[derive(Clone, Copy)]
+pub(super) enum Asking<'a> {
+    /// Before the plan has a task (the A2A adapter).
+    Untasked,
+    /// For the plan of this task.
+    For(&'a str),
+    /// For the plan of this intake, which holds the saga id while it waits for a slot.
+    Holding(&'a Intake),
+}
 
 impl Executor {
     /// Takes in the plan of a new task (`None`: the message had none), ending the task
@@ -99,13 +129,19 @@ impl Executor {
                     return Ok(());
                 }
                 // The same plan, sent again, may have begun on another task meanwhile.
-                Err(e) => match self.already_runs(&saga_id, &header.plan, &task).await? {
-                    Some(Resubmission::Identical) => return Ok(()),
-                    Some(Resubmission::Conflict(violation)) => {
+                Err(e) => match self
+                    .admission(&saga_id, &header.plan, Asking::For(task.id()))
+                    .await?
+                {
+                    Admission::Admit => return Err(e),
+                    Admission::Existing { task_id, how } => {
+                        self.point_to(&task, &task_id, how).await;
+                        return Ok(());
+                    }
+                    Admission::Conflict(violation) => {
                         self.reject(&task, &[violation]).await;
                         return Ok(());
                     }
-                    _ => return Err(e),
                 },
             };
         self.metrics.saga_begun();
@@ -135,10 +171,16 @@ impl Executor {
         // Only a plan a trusted planner signed is compared with the sagas there are: an
         // unverified one learns nothing of them, and gets no task but its own.
         if report.plan_signer.is_some() {
-            match self.already_runs(saga_id, plan, task).await? {
-                Some(Resubmission::Identical) => return Ok(None),
-                Some(Resubmission::Conflict(v)) => violations.push(v),
-                _ => {}
+            match self
+                .admission(saga_id, plan, Asking::For(task.id()))
+                .await?
+            {
+                Admission::Admit => {}
+                Admission::Conflict(v) => violations.push(v),
+                Admission::Existing { task_id, how } => {
+                    self.point_to(task, &task_id, how).await;
+                    return Ok(None);
+                }
             }
         }
         let Some(typed) = report.plan.filter(|_| violations.is_empty()) else {
@@ -167,19 +209,19 @@ impl Executor {
         task: &TaskHandle,
         intake: &Intake,
     ) -> Option<Permit> {
-        if let Err(held) = intake.hold(saga_id, plan) {
-            match compare_with_accepted(&held.plan, plan) {
-                Resubmission::Identical => {
-                    let how = "already waits for a saga slot";
-                    self.point_to(task, &held.task_id, how).await;
-                    return None;
-                }
-                Resubmission::Conflict(violation) => {
-                    self.reject(task, &[violation]).await;
-                    return None;
-                }
-                Resubmission::Unrelated => {}
+        match self.admission(saga_id, plan, Asking::Holding(intake)).await {
+            Ok(Admission::Admit) => {}
+            Ok(Admission::Existing { task_id, how }) => {
+                self.point_to(task, &task_id, how).await;
+                return None;
             }
+            Ok(Admission::Conflict(violation)) => {
+                self.reject(task, &[violation]).await;
+                return None;
+            }
+            // Not reached when holding (the holds are in memory); the checks before and
+            // after the wait read the journal.
+            Err(_) => {}
         }
         let canceled = intake.waiting();
         let ahead = self.slots.waiting();
@@ -210,28 +252,54 @@ impl Executor {
         permit.filter(|_| intake.slot_taken())
     }
 
-    /// How `plan` compares with the saga already begun under `saga_id`, if any. When it is
-    /// the same plan on another task (sent again while the first was being taken in, or
-    /// left behind by a crash), `task` is ended pointing at that task: the plan runs once.
-    pub(super) async fn already_runs(
+    /// Whether `plan` may begin under `saga_id`, has a task already, or conflicts with
+    /// the plan that has the id: the saga begun under it (its journal header), else the
+    /// plan waiting for a slot under it. Holding (`Asking::Holding`), the id is taken for
+    /// the intake's plan in the same step as the lookup of the waiting plans, so two
+    /// plans never both wait under one id. A task is never pointed at itself.
+    pub(super) async fn admission(
         &self,
         saga_id: &str,
         plan: &Value,
-        task: &TaskHandle,
-    ) -> Result<Option<Resubmission>> {
-        let Some(accepted) = self.config.journal.header(saga_id).await? else {
-            return Ok(None);
+        asking: Asking<'_>,
+    ) -> Result<Admission> {
+        let own_task = match asking {
+            Asking::Untasked => None,
+            Asking::For(task_id) => Some(task_id),
+            Asking::Holding(intake) => Some(intake.task_id()),
         };
-        let compared = compare_with_accepted(&accepted.plan, plan);
-        if compared == Resubmission::Identical && accepted.task_id != task.id() {
-            self.point_to(task, &accepted.task_id, "already runs").await;
+        let decided = |other: String, with: &Value, how| match compare_with_accepted(with, plan) {
+            Resubmission::Identical => Some(Admission::Existing {
+                task_id: other,
+                how,
+            }),
+            Resubmission::Conflict(violation) => Some(Admission::Conflict(violation)),
+            Resubmission::Unrelated => None,
+        };
+        // Begun: the asking task's own saga included (it runs there already).
+        if let Some(accepted) = self.config.journal.header(saga_id).await?
+            && let Some(decision) = decided(accepted.task_id, &accepted.plan, "already runs")
+        {
+            return Ok(decision);
         }
-        Ok(Some(compared))
+        // Waiting for a slot: the asking task's own hold is its own, not another's.
+        let waiting = match asking {
+            Asking::Holding(intake) => intake.hold(saga_id, plan).err(),
+            _ => self.taking_in.held(saga_id),
+        };
+        Ok(waiting
+            .filter(|held| Some(held.task_id.as_str()) != own_task)
+            .and_then(|held| decided(held.task_id, &held.plan, "already waits for a saga slot"))
+            .unwrap_or(Admission::Admit))
     }
 
     /// Ends `task`, whose plan is the same as the one on `existing`, pointing at that
-    /// task: the plan runs once. `how` says what the plan does there.
+    /// task: the plan runs once. `how` says what the plan does there. A task's own saga
+    /// already running there needs no answer.
     pub(super) async fn point_to(&self, task: &TaskHandle, existing: &str, how: &str) {
+        if existing == task.id() {
+            return;
+        }
         let text = format!("the same plan {how} as task {existing}: follow that task");
         let data = json!({"existingTaskId": existing});
         let _ = task

@@ -109,21 +109,20 @@ impl Executor {
     ) -> Result<Vec<Task>> {
         const PAGE: usize = 100;
         let mut orphans = Vec::new();
-        let mut offset = 0;
+        let mut after = None;
         loop {
             let query = TaskQuery {
                 state: Some(TaskState::Submitted),
-                offset,
+                after,
                 limit: PAGE,
                 ..TaskQuery::default()
             };
             let page = self.tasks.store().list(&query).await?;
-            let listed = page.tasks.len();
             orphans.extend(page.tasks.into_iter().filter(|t| !begun.contains(&t.id)));
-            if listed < PAGE {
-                return Ok(orphans);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(orphans),
             }
-            offset += PAGE;
         }
     }
 }

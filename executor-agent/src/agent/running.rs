@@ -92,10 +92,19 @@ impl Executor {
         let saga_id = saga.spec.saga_id.clone();
         let stop = self.config.shutdown.clone();
         let slot = SlotHold::new(self.slots.clone(), permit);
+        let bookkeeping = self.drivers.clone();
         self.drivers.spawn(cpu::measured(cpu::Phase::Saga, async move {
-            let driven = drive(
-                saga_id, saga, start, journal, invoker, reporter, rx, stop, slot,
-            )
+            let driven = Driver {
+                saga_id,
+                journal,
+                invoker,
+                reporter,
+                control: rx,
+                stop,
+                slot,
+                bookkeeping,
+            }
+            .run(saga, start)
             .await;
             // The saga's own reports reach its task before anything else is said on it,
             // and before it stops being live (a cancel then finds the task as it ends).

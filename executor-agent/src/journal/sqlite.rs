@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_host::store::durable::{Database, Reader};
+use agent_host::store::schema::{self, Migration, has_column};
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
@@ -237,31 +238,9 @@ impl SqliteJournal {
     /// The journal in `db`, whose writes share its group commit with the other stores
     /// there.
     pub fn on(db: &Database) -> Result<Self> {
-        db.prepare(
-            "CREATE TABLE IF NOT EXISTS sagas (
-                 saga_id     TEXT PRIMARY KEY,
-                 header      TEXT NOT NULL,
-                 finished    INTEGER NOT NULL,
-                 finished_ms INTEGER
-             );
-             CREATE TABLE IF NOT EXISTS entries (
-                 seq      INTEGER PRIMARY KEY,
-                 saga_id  TEXT NOT NULL REFERENCES sagas (saga_id),
-                 body     TEXT NOT NULL
-             );
-             CREATE INDEX IF NOT EXISTS entries_by_saga ON entries (saga_id, seq);
-             -- Only the sagas still running: the start reads these, not every saga ever
-             -- run (whose headers it would read through to reach `finished`).
-             CREATE INDEX IF NOT EXISTS sagas_unfinished ON sagas (saga_id) WHERE finished = 0;",
-        )?;
         // The accepting and finishing writes reserve and settle mandates' budgets.
-        db.prepare(mandates::SCHEMA)?;
-        mandates::add_totals(db)?;
-        add_finish_times(db)?;
-        db.prepare(
-            "CREATE INDEX IF NOT EXISTS sagas_by_finish ON sagas (finished_ms) WHERE finished = 1;",
-        )?;
-        add_ownership(db)?;
+        schema::migrate(db, mandates::STORE, mandates::MIGRATIONS)?;
+        schema::migrate(db, "journal", MIGRATIONS)?;
         Ok(Self {
             reader: db.reader()?,
             db: db.clone(),
@@ -294,47 +273,74 @@ impl SqliteJournal {
     }
 }
 
+/// The journal's schema, in order; the count is its version (`agent_host`'s `schema`).
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        what: "the sagas and their entries",
+        apply: |tx| {
+            tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS sagas (
+                     saga_id     TEXT PRIMARY KEY,
+                     header      TEXT NOT NULL,
+                     finished    INTEGER NOT NULL,
+                     finished_ms INTEGER
+                 );
+                 CREATE TABLE IF NOT EXISTS entries (
+                     seq      INTEGER PRIMARY KEY,
+                     saga_id  TEXT NOT NULL REFERENCES sagas (saga_id),
+                     body     TEXT NOT NULL
+                 );
+                 CREATE INDEX IF NOT EXISTS entries_by_saga ON entries (saga_id, seq);
+                 -- Only the sagas still running: the start reads these, not every saga
+                 -- ever run (whose headers it would read through to reach `finished`).
+                 CREATE INDEX IF NOT EXISTS sagas_unfinished ON sagas (saga_id) WHERE finished = 0;",
+            )
+        },
+    },
+    Migration {
+        what: "finish times of sagas",
+        apply: add_finish_times,
+    },
+    Migration {
+        what: "an index of finished sagas by finish time",
+        apply: |tx| {
+            tx.execute_batch(
+                "CREATE INDEX IF NOT EXISTS sagas_by_finish ON sagas (finished_ms) WHERE finished = 1;",
+            )
+        },
+    },
+    Migration {
+        what: "who drives each saga: owner, epoch and lease",
+        apply: add_ownership,
+    },
+];
+
 /// Gives a journal from before sagas had finish times its `finished_ms` column. Its
 /// finished sagas count as finished at the upgrade, so they are kept for the whole
 /// retention from there: the column's default, which SQLite reads for rows written before
 /// it, with no row rewritten (a rewrite took seconds per 100,000 sagas). Rows written
 /// later that leave it out are unfinished, and `finish` sets it.
-fn add_finish_times(db: &Database) -> Result<()> {
-    let conn = agent_host::store::durable::open_connection(db.path(), "journal")?;
-    let migrate = || -> rusqlite::Result<()> {
-        let has_column = conn
-            .prepare("SELECT 1 FROM pragma_table_info('sagas') WHERE name = 'finished_ms'")?
-            .exists([])?;
-        if !has_column {
-            let now = chrono::Utc::now().timestamp_millis();
-            tracing::info!("adding finish times to the journal (once, after an upgrade)");
-            conn.execute_batch(&format!(
-                "ALTER TABLE sagas ADD COLUMN finished_ms INTEGER DEFAULT {now};"
-            ))?;
-        }
-        Ok(())
-    };
-    migrate().map_err(|e| Error::Journal(format!("cannot add finish times to the journal: {e}")))
+fn add_finish_times(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    if !has_column(tx, "sagas", "finished_ms")? {
+        let now = chrono::Utc::now().timestamp_millis();
+        tx.execute_batch(&format!(
+            "ALTER TABLE sagas ADD COLUMN finished_ms INTEGER DEFAULT {now};"
+        ))?;
+    }
+    Ok(())
 }
 
 /// Adds who drives each saga (owner, epoch, lease) to a journal from before: its sagas
 /// are then held by nobody, at epoch 0, and the next start claims them.
-fn add_ownership(db: &Database) -> Result<()> {
-    let conn = agent_host::store::durable::open_connection(db.path(), "journal")?;
-    let migrate = || -> rusqlite::Result<()> {
-        let has_owner = conn
-            .prepare("SELECT 1 FROM pragma_table_info('sagas') WHERE name = 'owner'")?
-            .exists([])?;
-        if !has_owner {
-            conn.execute_batch(
-                "ALTER TABLE sagas ADD COLUMN owner TEXT;
-                 ALTER TABLE sagas ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
-                 ALTER TABLE sagas ADD COLUMN lease_until_ms INTEGER NOT NULL DEFAULT 0;",
-            )?;
-        }
-        Ok(())
-    };
-    migrate().map_err(|e| Error::Journal(format!("cannot add saga ownership to the journal: {e}")))
+fn add_ownership(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    if !has_column(tx, "sagas", "owner")? {
+        tx.execute_batch(
+            "ALTER TABLE sagas ADD COLUMN owner TEXT;
+             ALTER TABLE sagas ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+             ALTER TABLE sagas ADD COLUMN lease_until_ms INTEGER NOT NULL DEFAULT 0;",
+        )?;
+    }
+    Ok(())
 }
 
 /// Unfinished sagas nobody holds, or whose owner's lease lapsed before ?1.

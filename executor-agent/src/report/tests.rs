@@ -26,7 +26,11 @@ struct HeldStore {
 
 #[async_trait]
 impl TaskStore for HeldStore {
-    async fn put(&self, task: &Task) -> agent_host::Result<()> {
+    async fn put(
+        &self,
+        task: &Task,
+        expected: agent_host::store::Expected,
+    ) -> agent_host::Result<agent_host::store::Version> {
         let fail = self
             .failing
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -38,11 +42,11 @@ impl TaskStore for HeldStore {
         if fail {
             return Err(agent_host::Error::Store("disk full".into()));
         }
-        self.inner.put(task).await
+        self.inner.put(task, expected).await
     }
 
-    async fn get(&self, id: &str) -> agent_host::Result<Option<Task>> {
-        self.inner.get(id).await
+    async fn read(&self, id: &str) -> agent_host::Result<Option<agent_host::store::StoredTask>> {
+        self.inner.read(id).await
     }
 
     async fn list(

@@ -47,7 +47,10 @@ async fn earlier_layout(dir: &Path) {
     let journal = SqliteJournal::open(&dir.join("journal.db")).unwrap();
     journal.begin(&header("sg_1"), &[]).await.unwrap();
     let tasks = agent_host::SqliteTaskStore::open(&dir.join("tasks.db")).unwrap();
-    tasks.put(&task("task-sg_1")).await.unwrap();
+    tasks
+        .put(&task("task-sg_1"), agent_host::store::Expected::Absent)
+        .await
+        .unwrap();
     drop(Registry::open(&dir.join("registry.db"), TrustStore::new()).unwrap());
     open_connection(&dir.join("registry.db"), "registry")
         .unwrap()
@@ -84,6 +87,18 @@ async fn the_earlier_files_are_imported_once() {
         )
         .unwrap();
     assert_eq!(indexes, 6);
+    // Each store's schema version came along with its tables.
+    let versions: Vec<(String, i64)> = open_connection(db.path(), "test")
+        .unwrap()
+        .prepare("SELECT store, version FROM schema_versions ORDER BY store")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    let stores: Vec<&str> = versions.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(stores, ["journal", "mandates", "registry", "task"]);
+    assert!(versions.iter().all(|(_, v)| *v > 0), "{versions:?}");
     let journal = SqliteJournal::on(&db).unwrap();
     assert_eq!(journal.unfinished().await.unwrap(), ["sg_1"]);
     assert_eq!(journal.header("sg_1").await.unwrap(), Some(header("sg_1")));

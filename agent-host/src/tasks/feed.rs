@@ -1,0 +1,216 @@
+//! How a task's events reach its subscribers: the `TaskFeed` trait, which the task
+//! manager announces each durable write to, and `InProcessFeed`, which fans them out to
+//! the subscribers in this process.
+//!
+//! A feed across processes (PostgreSQL's LISTEN/NOTIFY, so that a subscriber on one
+//! replica follows a task written by another) implements the same trait: it carries the
+//! events of each write to the other processes and fans them out there the same way.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
+
+use crate::error::{Error, Result};
+use crate::sdk::{StreamResponse, Task};
+
+/// Events a live subscriber may fall behind by before it resynchronises from the store.
+const EVENT_BUFFER: usize = 256;
+
+/// The task as it ended, for the subscribers that watched it end (a blocking send
+/// answers with it without reading the store back).
+pub type Ended = Arc<std::sync::OnceLock<Task>>;
+
+/// What a subscriber reads of a task's events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// Every event, in order.
+    Everything,
+    /// Only the status that ends or interrupts the task: no other event is built for it.
+    End,
+}
+
+/// Carries the events of each task write to that task's subscribers, in write order.
+pub trait TaskFeed: Send + Sync + 'static {
+    /// Subscribes to the events of `task_id` announced from now on.
+    fn subscribe(&self, task_id: &str, watch: Watch) -> Result<Subscription>;
+
+    /// Who listens to the task's events: someone reading every event, only someone
+    /// waiting for its end, or nobody (then no event is built). A feed that cannot know
+    /// (its subscribers are in other processes) answers `Everything`.
+    fn watched(&self, task_id: &str) -> Option<Watch>;
+
+    /// Announces the events of one durable write, in order. `ended` is the task as the
+    /// write ended it, if it did: subscribers find it in `Subscription::ended` before the
+    /// last event reaches them, and the task has no events after these.
+    fn publish(&self, task_id: &str, events: Vec<StreamResponse>, ended: Option<Task>);
+}
+
+/// A watched task's fan-out.
+struct Channel {
+    sender: broadcast::Sender<StreamResponse>,
+    ended: Ended,
+    /// Subscribers that read every event (a stream); the others (a blocking send) wait
+    /// only for the task to end or be interrupted, and get only that status.
+    every_event: usize,
+}
+
+type Channels = Arc<Mutex<HashMap<String, Channel>>>;
+
+/// The feed of one process: a channel per watched task, while it has subscribers.
+#[derive(Default)]
+pub struct InProcessFeed {
+    channels: Channels,
+}
+
+impl InProcessFeed {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Tasks with a channel now (for tests: a channel goes with its last subscriber).
+    pub fn channels(&self) -> usize {
+        self.channels.lock().map_or(0, |c| c.len())
+    }
+}
+
+impl TaskFeed for InProcessFeed {
+    fn subscribe(&self, task_id: &str, watch: Watch) -> Result<Subscription> {
+        let mut channels = self
+            .channels
+            .lock()
+            .map_err(|_| Error::store("event bus poisoned"))?;
+        let channel = channels
+            .entry(task_id.to_owned())
+            .or_insert_with(|| Channel {
+                sender: broadcast::channel(EVENT_BUFFER).0,
+                ended: Ended::default(),
+                every_event: 0,
+            });
+        if watch == Watch::Everything {
+            channel.every_event += 1;
+        }
+        let left = self.channels.clone();
+        let task_id = task_id.to_owned();
+        Ok(Subscription {
+            events: channel.sender.subscribe(),
+            ended: channel.ended.clone(),
+            leave: Some(Box::new(move |events| {
+                leave(&left, &task_id, watch, events)
+            })),
+        })
+    }
+
+    fn watched(&self, task_id: &str) -> Option<Watch> {
+        let channels = self.channels.lock().ok()?;
+        let channel = channels.get(task_id)?;
+        Some(if channel.every_event > 0 {
+            Watch::Everything
+        } else {
+            Watch::End
+        })
+    }
+
+    fn publish(&self, task_id: &str, events: Vec<StreamResponse>, ended: Option<Task>) {
+        let Ok(mut channels) = self.channels.lock() else {
+            return;
+        };
+        let Some(channel) = channels.get(task_id) else {
+            return;
+        };
+        let last = ended.is_some();
+        if let Some(task) = ended {
+            // Set before the last event goes out: whoever sees it end finds it there.
+            let _ = channel.ended.set(task);
+        }
+        for event in events {
+            // The last subscriber may have just left: nobody is watching, which is fine.
+            let _ = channel.sender.send(event);
+        }
+        if last {
+            channels.remove(task_id);
+        }
+    }
+}
+
+/// A subscriber of `task_id` goes: its channel goes with it when it was the last one.
+fn leave(
+    channels: &Channels,
+    task_id: &str,
+    watch: Watch,
+    events: &broadcast::Receiver<StreamResponse>,
+) {
+    let Ok(mut channels) = channels.lock() else {
+        return;
+    };
+    if watch == Watch::Everything
+        && let Some(channel) = channels.get_mut(task_id)
+        && channel.sender.subscribe().same_channel(events)
+    {
+        channel.every_event = channel.every_event.saturating_sub(1);
+    }
+    // Counted under the lock, so nobody subscribes in between. The task's channel may be a
+    // newer one (the old one went with the task's last event): only ours, with no
+    // receiver but this one, goes.
+    let ours_alone = channels.get(task_id).is_some_and(|channel| {
+        channel.sender.receiver_count() == 1 && channel.sender.subscribe().same_channel(events)
+    });
+    if ours_alone {
+        channels.remove(task_id);
+    }
+}
+
+/// Called with the subscription's receiver when it is dropped.
+type Leave = Box<dyn FnOnce(&broadcast::Receiver<StreamResponse>) + Send + Sync>;
+
+/// One subscriber's events of a task. When the last subscriber of a task goes, so does
+/// the task's channel: a task that is never written again (it ended, or waits paused)
+/// keeps nothing behind for subscribers that left.
+pub struct Subscription {
+    events: broadcast::Receiver<StreamResponse>,
+    ended: Ended,
+    leave: Option<Leave>,
+}
+
+impl Subscription {
+    /// A subscription a feed hands out: `leave` runs when it is dropped.
+    pub fn new(
+        events: broadcast::Receiver<StreamResponse>,
+        ended: Ended,
+        leave: impl FnOnce(&broadcast::Receiver<StreamResponse>) + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            events,
+            ended,
+            leave: Some(Box::new(leave)),
+        }
+    }
+
+    /// The task as it ended, once this subscription has seen it end; the same as the
+    /// store holds, shared by the task's subscribers.
+    pub fn ended(&self) -> Ended {
+        self.ended.clone()
+    }
+}
+
+impl std::ops::Deref for Subscription {
+    type Target = broadcast::Receiver<StreamResponse>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.events
+    }
+}
+
+impl std::ops::DerefMut for Subscription {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.events
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(leave) = self.leave.take() {
+            leave(&self.events);
+        }
+    }
+}
