@@ -4,7 +4,8 @@ use crate::sdk::A2AError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The task store failed (disk, database, encoding). Logged; callers see "internal error".
+    /// The task store failed (disk, database, encoding). Logged under an error id; callers
+    /// see "internal error" and that id.
     #[error("{0}")]
     Store(String),
     /// A write expected another version of the task than the store holds (another
@@ -35,8 +36,12 @@ impl Error {
         match self {
             Self::Protocol(e) => e,
             other => {
-                tracing::error!(error = %other, "internal error");
-                A2AError::internal("internal error")
+                let id = uuid::Uuid::new_v4().simple().to_string();
+                let id = &id[..12];
+                tracing::error!(error_id = id, error = %other, "internal error");
+                A2AError::internal(format!(
+                    "internal error (error id {id}; the agent's log has the cause)"
+                ))
             }
         }
     }

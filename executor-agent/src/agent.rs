@@ -157,9 +157,7 @@ impl Executor {
             state_file_writable: store.write_failure().is_none(),
             at_ms: chrono::Utc::now().timestamp_millis(),
         };
-        self.metrics
-            .encode(now)
-            .map_err(|e| Error::Journal(format!("cannot encode the metrics: {e}")))
+        self.metrics.encode(now).map_err(Error::Metrics)
     }
 
     /// After `ExecutorConfig::shutdown`: waits up to `within` for every driver to return

@@ -1,11 +1,43 @@
-//! The executor's one error type.
+//! The executor's one error type. Each cause that callers branch on has its variant;
+//! store and system failures keep their source (`#[source]`) for the log. What a caller
+//! sees of an internal failure is `Error::reply`: a short text and an error id that the
+//! log line carries, never a path, an SQL message or another store's text.
 
 /// What can go wrong in the executor library.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The journal could not be read or written (disk, database, encoding).
+    /// A store shared with the other agents (the state file's writer, the task store)
+    /// failed.
+    #[error("the state file")]
+    Storage(#[from] agent_host::Error),
+    /// A read or write of the executor's own tables failed.
+    #[error("{what}")]
+    Database {
+        what: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A file or directory could not be made, moved or synced.
+    #[error("{what}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Something could not be encoded or decoded as JSON.
+    #[error("cannot encode {what}")]
+    Encoding {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The journal holds what this executor cannot use as it is (a format it does not
+    /// read, a saga begun twice or never begun).
     #[error("journal: {0}")]
     Journal(String),
+    /// The metrics could not be encoded.
+    #[error("cannot encode the metrics")]
+    Metrics(#[source] std::fmt::Error),
     /// A card or request refused, with the reason to show the caller.
     #[error("{0}")]
     Refused(String),
@@ -23,9 +55,32 @@ pub enum Error {
     Fenced { saga_id: String, epoch: u64 },
 }
 
-impl From<agent_host::Error> for Error {
-    fn from(e: agent_host::Error) -> Self {
-        Self::Journal(e.to_string())
+impl Error {
+    /// Whether the cause is the caller's (a refusal, with its reason for them) rather
+    /// than the executor's.
+    pub fn is_callers(&self) -> bool {
+        matches!(self, Self::Refused(_) | Self::Mandate(_) | Self::Spec(_))
+    }
+
+    /// The error and each of its causes, for the log.
+    pub fn chain(&self) -> String {
+        let mut chain = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            chain.push_str(": ");
+            chain.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        chain
+    }
+
+    /// Logs this internal failure of `doing` with its whole chain of causes under a new
+    /// error id, and returns what the caller is told: what failed and that id.
+    pub fn reply(&self, doing: &str) -> String {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let id = &id[..12];
+        tracing::error!(error_id = id, error = ?self.chain(), "{doing} failed");
+        format!("{doing} failed inside the executor (error id {id}; its log has the cause)")
     }
 }
 

@@ -143,10 +143,10 @@ fn registered(
                 .into_response()
         }
         Err(Error::Refused(reason)) => error(StatusCode::UNPROCESSABLE_ENTITY, reason),
-        Err(e) => {
-            tracing::error!(error = ?e.to_string(), "registration failed");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
-        }
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            e.reply("the registration"),
+        ),
     }
 }
 
@@ -159,12 +159,12 @@ async fn history(State(admin): State<Admin>, Query(query): Query<HistoryQuery>) 
     let read = tokio::task::spawn_blocking(move || registry.history(agent.as_deref(), limit)).await;
     match read {
         Ok(Ok(registrations)) => Json(json!({"registrations": registrations})).into_response(),
-        Ok(Err(e)) => {
-            tracing::error!(error = ?e.to_string(), "registry history failed");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
-        }
+        Ok(Err(e)) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            e.reply("reading the registry's history"),
+        ),
         Err(e) => {
-            tracing::error!(error = ?e.to_string(), "registry history failed");
+            tracing::error!(error = ?e.to_string(), "the registry history's reader panicked");
             error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
         }
     }
@@ -232,8 +232,10 @@ async fn register_mcp(
         Ok(curated) => curated,
         Err(Error::Refused(why)) => return error(StatusCode::UNPROCESSABLE_ENTITY, why),
         Err(e) => {
-            tracing::error!(error = ?e.to_string(), "manifest check failed");
-            return error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into());
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                e.reply("checking the manifest"),
+            );
         }
     };
     match body.get("url") {
@@ -281,10 +283,10 @@ async fn register_mcp(
 async fn catalog(State(registry): State<Registry>) -> Response {
     match registry.catalog() {
         Ok(catalog) => Json(catalog).into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "catalog failed");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
-        }
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            e.reply("reading the catalog"),
+        ),
     }
 }
 
@@ -298,10 +300,7 @@ async fn metrics(State(executor): State<Arc<Executor>>) -> Response {
             text,
         )
             .into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "metrics failed");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
-        }
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.reply("the metrics")),
     }
 }
 

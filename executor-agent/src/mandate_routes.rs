@@ -40,13 +40,10 @@ async fn revoke(State(executor): State<Arc<Executor>>, body: Bytes) -> Response 
         }))
         .into_response(),
         Err(Error::Refused(why)) => error(StatusCode::UNPROCESSABLE_ENTITY, why),
-        Err(e) => {
-            tracing::error!(error = %e, "a revocation could not be recorded");
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the revocation could not be recorded; send it again".into(),
-            )
-        }
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{}; send it again", e.reply("recording the revocation")),
+        ),
     }
 }
 
@@ -54,10 +51,10 @@ async fn revoke(State(executor): State<Arc<Executor>>, body: Bytes) -> Response 
 async fn show(State(executor): State<Arc<Executor>>, Path(mandate_id): Path<String>) -> Response {
     match executor.mandate(&mandate_id).await {
         Ok(shown) => Json(shown).into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "a mandate could not be read");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
-        }
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            e.reply("reading the mandate"),
+        ),
     }
 }
 

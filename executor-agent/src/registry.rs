@@ -155,7 +155,10 @@ impl Registry {
     pub fn on(db: &Database, platform_keys: TrustStore) -> Result<Self> {
         schema::migrate(db, "registry", MIGRATIONS)?;
         let reader = open_connection(db.path(), "registry")?;
-        let unreadable = |e: rusqlite::Error| Error::Journal(e.to_string());
+        let unreadable = |source| Error::Database {
+            what: "cannot read the registry",
+            source,
+        };
         let cards: Vec<String> = reader
             .prepare("SELECT card FROM cards ORDER BY name")
             .and_then(|mut s| s.query_map([], |row| row.get(0))?.collect())
@@ -343,7 +346,10 @@ impl Registry {
     /// The newest registrations first (at most `limit`), of `agent` or of every agent.
     pub fn history(&self, agent: Option<&str>, limit: u32) -> Result<Vec<Registration>> {
         let reader = open_connection(self.db.path(), "registry")?;
-        registry_history::read(&reader, agent, limit).map_err(|e| Error::Journal(e.to_string()))
+        registry_history::read(&reader, agent, limit).map_err(|source| Error::Database {
+            what: "cannot read the registry's history",
+            source,
+        })
     }
 
     async fn persist(&self, agent: &RegisteredAgent, by: &str) -> Result<Registration> {
@@ -406,5 +412,8 @@ impl Registry {
 }
 
 fn to_text<T: serde::Serialize>(value: &T) -> Result<String> {
-    serde_json::to_string(value).map_err(|e| Error::Journal(e.to_string()))
+    serde_json::to_string(value).map_err(|source| Error::Encoding {
+        what: "a registry entry",
+        source,
+    })
 }

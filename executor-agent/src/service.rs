@@ -135,11 +135,12 @@ pub fn build_with(
     shutdown: CancellationToken,
     max_concurrent_requests: usize,
 ) -> Result<Service> {
-    std::fs::create_dir_all(&settings.data_dir).map_err(|e| {
-        Error::Journal(format!(
-            "cannot create the data directory {}: {e}",
+    std::fs::create_dir_all(&settings.data_dir).map_err(|source| Error::Io {
+        what: format!(
+            "cannot create the data directory {}",
             settings.data_dir.display()
-        ))
+        ),
+        source,
     })?;
     let db = crate::state::open(&settings.data_dir)?;
     let registry = Registry::on(&db, settings.platform_keys.clone())?;
@@ -148,8 +149,7 @@ pub fn build_with(
         Some(n) => Arc::new(PauseAfterWrites::new(sqlite, n)),
         None => Arc::new(sqlite),
     };
-    let store = SqliteTaskStore::on(&db)
-        .map_err(|e| Error::Journal(format!("cannot open the task store: {e}")))?;
+    let store = SqliteTaskStore::on(&db)?;
     let tasks = TaskManager::new(Arc::new(store));
 
     let mut planner_keys = TrustStore::new();

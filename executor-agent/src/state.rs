@@ -43,15 +43,19 @@ pub fn open(dir: &Path) -> Result<Database> {
 /// at the next start instead of leaving a state file without the earlier state.
 fn import(earlier: &[PathBuf], path: &Path) -> Result<()> {
     let importing = path.with_extension("db.importing");
-    let failed =
-        |e: rusqlite::Error| Error::Journal(format!("cannot import the earlier state files: {e}"));
+    let failed = |source| Error::Database {
+        what: "cannot import the earlier state files",
+        source,
+    };
     for suffix in ["", "-wal", "-shm"] {
         let mut stale = importing.clone().into_os_string();
         stale.push(suffix);
         let stale = PathBuf::from(stale);
         if stale.exists() {
-            std::fs::remove_file(&stale)
-                .map_err(|e| Error::Journal(format!("cannot remove {}: {e}", stale.display())))?;
+            std::fs::remove_file(&stale).map_err(|source| Error::Io {
+                what: format!("cannot remove {}", stale.display()),
+                source,
+            })?;
         }
     }
     {
@@ -63,12 +67,9 @@ fn import(earlier: &[PathBuf], path: &Path) -> Result<()> {
         conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
             .map_err(failed)?;
     }
-    std::fs::rename(&importing, path).map_err(|e| {
-        Error::Journal(format!(
-            "cannot move {} to {}: {e}",
-            importing.display(),
-            path.display()
-        ))
+    std::fs::rename(&importing, path).map_err(|source| Error::Io {
+        what: format!("cannot move {} to {}", importing.display(), path.display()),
+        source,
     })?;
     // The new name must be durable before anything is written under it: were it lost in
     // a crash, the next start would import again over what was written since.
@@ -80,7 +81,10 @@ fn import(earlier: &[PathBuf], path: &Path) -> Result<()> {
         };
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(|e| Error::Journal(format!("cannot sync {}: {e}", dir.display())))?;
+            .map_err(|source| Error::Io {
+                what: format!("cannot sync {}", dir.display()),
+                source,
+            })?;
     }
     for file in earlier {
         tracing::info!(

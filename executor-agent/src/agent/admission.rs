@@ -49,15 +49,12 @@ impl Executor {
             return;
         }
         if let Err(e) = outcome {
-            let text = match e {
-                Error::Refused(_) | Error::Spec(_) | Error::Mandate(_) => {
-                    format!("the plan could not be run: {e}")
-                }
-                // What the journal or the disk said is for the operator, not the caller.
-                Error::Journal(_) | Error::Fenced { .. } => {
-                    tracing::error!(task = ?task.id(), error = ?e.to_string(), "a plan could not be run");
-                    "the plan could not be run: the executor failed to record it (its log has the reason, under this task's id)".to_owned()
-                }
+            // What the journal or the disk said is for the operator, not the caller.
+            let text = if e.is_callers() {
+                format!("the plan could not be run: {e}")
+            } else {
+                tracing::error!(task = ?task.id(), "a plan could not be run");
+                e.reply("recording the plan")
             };
             let _ = task
                 .set_status(TaskState::Failed, Some(agent_message(text, None)))

@@ -117,7 +117,7 @@ impl Executor {
                 // keeps what it showed: marking it failed would run ahead of the journal,
                 // where the saga is unfinished and resumes at the next start.
                 tracing::error!(
-                    task = %task_id, error = %e,
+                    task = %task_id, error = %e.chain(),
                     "the saga stopped with its journal unwritable; it resumes from the journal at the next start"
                 );
             }
@@ -188,11 +188,14 @@ impl Executor {
         if let Some((control, stops)) = self.live_control(task.id()) {
             return Ok(Driven::Here(control, stops));
         }
-        let unreadable = |e: &dyn std::fmt::Display| {
-            tracing::error!(task = %task.id(), error = %e, "cannot tell where a task's saga is");
-            A2AError::internal("the executor cannot read its journal now; try again")
+        let unreadable = |e: Error| {
+            tracing::error!(task = %task.id(), "cannot tell where a task's saga is");
+            A2AError::internal(format!("{}; try again", e.reply("finding the task's saga")))
         };
-        let shown = task.snapshot().await.map_err(|e| unreadable(&e))?;
+        let shown = task
+            .snapshot()
+            .await
+            .map_err(|e| unreadable(Error::Storage(e)))?;
         if shown.status.state.is_terminal() {
             return Ok(Driven::Ended);
         }
@@ -209,7 +212,7 @@ impl Executor {
             return Ok(Driven::Never);
         };
         let journal = &self.config.journal;
-        match journal.header(&saga_id).await.map_err(|e| unreadable(&e))? {
+        match journal.header(&saga_id).await.map_err(|e| unreadable(e))? {
             Some(header) if header.task_id == task.id() => {}
             _ => return Ok(Driven::Never),
         }
@@ -217,7 +220,7 @@ impl Executor {
             match journal
                 .is_finished(&saga_id)
                 .await
-                .map_err(|e| unreadable(&e))?
+                .map_err(|e| unreadable(e))?
             {
                 Some(false) => Driven::Elsewhere,
                 Some(true) => Driven::Ended,

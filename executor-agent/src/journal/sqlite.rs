@@ -361,7 +361,10 @@ fn read_header(conn: &rusqlite::Connection, saga_id: &str) -> rusqlite::Result<O
 }
 
 fn encode<T: Serialize>(value: &T) -> Result<String> {
-    serde_json::to_string(value).map_err(|e| Error::Journal(format!("cannot encode: {e}")))
+    serde_json::to_string(value).map_err(|source| Error::Encoding {
+        what: "a journal entry",
+        source,
+    })
 }
 
 fn decode<T: for<'de> Deserialize<'de>>(text: &str) -> rusqlite::Result<T> {

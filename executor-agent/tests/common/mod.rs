@@ -594,6 +594,8 @@ pub struct FlakyJournal<J> {
     /// Set by `hold_begins`: each `begin` is notified on `begin_reached`, then waits for
     /// `begin_release`.
     holds_begins: std::sync::atomic::AtomicBool,
+    /// Set by `fail_begins`: each `begin` fails as a full disk under this path would.
+    fails_begins: Mutex<Option<String>>,
     pub begin_reached: tokio::sync::Notify,
     pub begin_release: tokio::sync::Notify,
     /// Set by `hold_loads`: each `load` is notified on `load_reached`, then waits for
@@ -613,6 +615,7 @@ impl<J> FlakyJournal<J> {
             finishes: tokio::sync::watch::Sender::new(0),
             cancels: tokio::sync::watch::Sender::new(0),
             holds_begins: Default::default(),
+            fails_begins: Mutex::new(None),
             begin_reached: tokio::sync::Notify::new(),
             begin_release: tokio::sync::Notify::new(),
             holds_loads: Default::default(),
@@ -624,6 +627,11 @@ impl<J> FlakyJournal<J> {
     /// Holds every `begin` from now on until `begin_release` is notified.
     pub fn hold_begins(&self) {
         self.holds_begins.store(true, Ordering::SeqCst);
+    }
+
+    /// Fails every `begin` from now on, as a full disk under `path` would.
+    pub fn fail_begins(&self, path: &str) {
+        *self.fails_begins.lock().unwrap() = Some(path.to_owned());
     }
 
     /// Holds every `load` (recovery's read of a saga) from now on until `load_release` is
@@ -644,6 +652,12 @@ impl<J: Journal> Journal for FlakyJournal<J> {
         if self.holds_begins.load(Ordering::SeqCst) {
             self.begin_reached.notify_one();
             self.begin_release.notified().await;
+        }
+        if let Some(path) = self.fails_begins.lock().unwrap().clone() {
+            return Err(executor_agent::Error::Io {
+                what: format!("cannot write {path}"),
+                source: std::io::Error::other("No space left on device"),
+            });
         }
         self.inner.begin(header, first).await
     }
