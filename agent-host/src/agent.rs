@@ -108,3 +108,35 @@ pub fn agent_message(text: impl Into<String>, data: Option<serde_json::Value>) -
         reference_task_ids: None,
     }
 }
+
+/// A caller's request to an agent: a text part and a data part (each if given), on
+/// `task_id` if given (an answer on a task that waits for one), with no configuration:
+/// answered once the task ends or stops for input.
+pub fn user_request(
+    text: Option<&str>,
+    data: Option<serde_json::Value>,
+    task_id: Option<&str>,
+) -> crate::sdk::SendMessageRequest {
+    let mut parts = Vec::new();
+    if let Some(text) = text {
+        parts.push(crate::sdk::Part::text(text));
+    }
+    if let Some(data) = data {
+        parts.push(crate::sdk::Part::data(data));
+    }
+    crate::sdk::SendMessageRequest {
+        message: Message {
+            message_id: crate::sdk::new_message_id(),
+            context_id: None,
+            task_id: task_id.map(str::to_owned),
+            role: crate::sdk::Role::User,
+            parts,
+            metadata: None,
+            extensions: None,
+            reference_task_ids: None,
+        },
+        configuration: None,
+        metadata: None,
+        tenant: None,
+    }
+}

@@ -22,7 +22,7 @@ pub mod server;
 pub mod store;
 pub mod tasks;
 
-pub use agent::{Agent, OWNER_METADATA, Reply, RequestContext, agent_message};
+pub use agent::{Agent, OWNER_METADATA, Reply, RequestContext, agent_message, user_request};
 pub use auth::{Caller, InboundAuth, JwtPolicy, mint_jwt};
 pub use body_check::BodyLimits;
 pub use card::{ServedCard, describe_auth, prepare_card};

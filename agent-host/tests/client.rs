@@ -4,9 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use agent_host::sdk::{
-    Message, Part, Role, SendMessageRequest, SendMessageResponse, StreamResponse, TaskState,
-};
+use agent_host::sdk::{SendMessageRequest, SendMessageResponse, StreamResponse, TaskState};
 use agent_host::{AgentClient, Error, InboundAuth, OutboundCall};
 use common::*;
 use futures::StreamExt;
@@ -14,21 +12,7 @@ use serde_json::json;
 use shared_types::{SigningIdentity, TrustStore};
 
 fn request(text: &str) -> SendMessageRequest {
-    SendMessageRequest {
-        message: Message {
-            message_id: agent_host::sdk::new_message_id(),
-            context_id: None,
-            task_id: None,
-            role: Role::User,
-            parts: vec![Part::text(text)],
-            metadata: None,
-            extensions: None,
-            reference_task_ids: None,
-        },
-        configuration: None,
-        metadata: None,
-        tenant: None,
-    }
+    agent_host::user_request(Some(text), None, None)
 }
 
 fn call() -> OutboundCall {

@@ -15,14 +15,7 @@ use shared_types::{SigningIdentity, TrustStore};
 use tokio_util::sync::CancellationToken;
 
 const ADMIN_TOKEN: &str = "admin-token-for-cli-tests";
-const AGENTS: [&str; 6] = [
-    "vendor-registry",
-    "budget",
-    "sandbox",
-    "compliance-registry",
-    "payments",
-    "mailer",
-];
+use test_kit::AGENTS;
 
 /// Starts an executor that trusts `platform` cards and `planner` plans; returns its URL.
 async fn executor(dir: &Path, platform: &SigningIdentity, planner: &SigningIdentity) -> String {

@@ -42,14 +42,7 @@ use crate::executor::{Executor, Waited, gather_progress, tasks_in_memory};
 use crate::report::{load_average, ms, per_step, print_alone, print_direct, print_load, quantile};
 use crate::tool_agent::{start_tool_agent, tool_result};
 
-pub(crate) const AGENTS: [&str; 6] = [
-    "vendor-registry",
-    "budget",
-    "sandbox",
-    "compliance-registry",
-    "payments",
-    "mailer",
-];
+pub(crate) use test_kit::AGENTS;
 pub(crate) const STEPS: u64 = 6;
 pub(crate) const TOOL_TOKEN: &str = "tool-secret";
 /// Sagas run one at a time (each paired with the same six calls made directly).

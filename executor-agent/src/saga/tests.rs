@@ -2,37 +2,16 @@
 //! calls it asks for, in order, and how it ends. No network, no clock, no sleeps.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use serde_json::{Value, json};
-use shared_types::{Catalog, Plan};
+use shared_types::Plan;
 
 use super::model::{Forward, Phase, Undo};
 use super::*;
 
 const T0: i64 = 1_800_000_000_000;
 
-fn read(path: &str) -> Value {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap()).unwrap()
-}
-
-fn catalog() -> Catalog {
-    let mut catalog = Catalog::default();
-    for name in [
-        "vendor-registry",
-        "budget",
-        "sandbox",
-        "compliance-registry",
-        "payments",
-        "mailer",
-    ] {
-        catalog
-            .add_card(&read(&format!("agent-cards/{name}.json")))
-            .unwrap();
-    }
-    catalog
-}
+use test_kit::{read, supplier_catalog as catalog};
 
 fn saga_from(plan: &str) -> Saga {
     let plan = Plan::from_value(&read(plan)).unwrap();

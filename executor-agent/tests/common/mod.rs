@@ -8,7 +8,6 @@ pub mod served;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -40,23 +39,13 @@ use shared_types::{SigningIdentity, TrustStore};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-pub const AGENTS: [&str; 6] = [
-    "vendor-registry",
-    "budget",
-    "sandbox",
-    "compliance-registry",
-    "payments",
-    "mailer",
-];
+// Not every test uses all of them.
+#[allow(unused_imports)]
+pub use test_kit::{AGENTS, read, supplier_catalog, supplier_plan};
 pub const TOOL_TOKEN: &str = "tool-secret";
 
 /// The agent id MCP tests register an MCP server under.
 pub const MCP_AGENT: &str = "shop";
-
-pub fn read(path: &str) -> Value {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap()).unwrap()
-}
 
 /// The principal the tests' executors trust: the fixture key the example plans' mandate
 /// is signed with.
@@ -507,22 +496,6 @@ impl AsyncWrite for CuttableStream {
     }
 }
 
-/// The catalog of the six demo agents' (unsigned) cards.
-pub fn supplier_catalog() -> shared_types::Catalog {
-    let mut catalog = shared_types::Catalog::default();
-    for agent in AGENTS {
-        catalog
-            .add_card(&read(&format!("agent-cards/{agent}.json")))
-            .unwrap();
-    }
-    catalog
-}
-
-/// The supplier-onboarding example plan.
-pub fn supplier_plan() -> shared_types::Plan {
-    shared_types::Plan::from_value(&read("examples/plans/supplier-onboarding.json")).unwrap()
-}
-
 /// Starts the six demo tool agents, each with `faults`. Returns their cards (in `AGENTS`
 /// order, signed by `platform`, with short timeouts and backoffs so that faults are
 /// quick) and what each agent records.
@@ -562,21 +535,7 @@ pub async fn start_tools_timed(
 
 /// A user message with one data part (on `task_id`, if given).
 pub fn data_message(data: Value, task_id: Option<&str>) -> SendMessageRequest {
-    SendMessageRequest {
-        message: Message {
-            message_id: new_message_id(),
-            context_id: None,
-            task_id: task_id.map(str::to_owned),
-            role: Role::User,
-            parts: vec![Part::data(data)],
-            metadata: None,
-            extensions: None,
-            reference_task_ids: None,
-        },
-        configuration: None,
-        metadata: None,
-        tenant: None,
-    }
+    agent_host::user_request(None, Some(data), task_id)
 }
 
 /// A journal whose appends fail (as on a full disk) while their number (from 0) is in

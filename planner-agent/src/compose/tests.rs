@@ -2,8 +2,6 @@
 //! the committed example plan, which validates; goals it cannot satisfy say what is
 //! missing; ordering follows dependencies and reversibility.
 
-use std::path::Path;
-
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use shared_types::{Catalog, Plan, PlanValidator, SigningIdentity, TrustStore};
@@ -12,21 +10,9 @@ use super::*;
 use crate::backend::{PlanBackend, PlanRequest, RulesBackend};
 use crate::templates::{Alias, GoalTemplate};
 
-const AGENTS: [&str; 6] = [
-    "vendor-registry",
-    "budget",
-    "sandbox",
-    "compliance-registry",
-    "payments",
-    "mailer",
-];
+use test_kit::{AGENTS, read};
 const SUPPLIER_GOAL: &str =
     "Onboard supplier ACME GmbH, contact ops@acme.example, setup fee 120 EUR";
-
-fn read(path: &str) -> Value {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap()).unwrap()
-}
 
 fn catalog_of(agents: &[&str]) -> Catalog {
     let mut catalog = Catalog::default();

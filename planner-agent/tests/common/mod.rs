@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use agent_host::sdk::{
@@ -21,35 +21,15 @@ use futures::StreamExt;
 use planner_agent::Templates;
 use planner_agent::service::{Service, Settings, build};
 use serde_json::{Value, json};
-use shared_types::{Catalog, Mandate, PlanValidator, SigningIdentity, TrustStore, Violation};
+use shared_types::{Mandate, PlanValidator, SigningIdentity, TrustStore, Violation};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-pub const AGENTS: [&str; 6] = [
-    "vendor-registry",
-    "budget",
-    "sandbox",
-    "compliance-registry",
-    "payments",
-    "mailer",
-];
+// Not every test uses all of them.
+#[allow(unused_imports)]
+pub use test_kit::{AGENTS, read, supplier_catalog};
 pub const SUPPLIER_GOAL: &str =
     "Onboard supplier ACME GmbH, contact ops@acme.example, setup fee 120 EUR";
-
-pub fn read(path: &str) -> Value {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    shared_types::json::parse_strict(&std::fs::read_to_string(root.join(path)).unwrap()).unwrap()
-}
-
-pub fn supplier_catalog() -> Catalog {
-    let mut catalog = Catalog::default();
-    for agent in AGENTS {
-        catalog
-            .add_card(&read(&format!("agent-cards/{agent}.json")))
-            .unwrap();
-    }
-    catalog
-}
 
 pub fn planner_identity() -> SigningIdentity {
     SigningIdentity::from_seed([7; 32], Some("planner-test".into()))
@@ -408,28 +388,7 @@ pub async fn start_under(
 
 /// A user message with the goal text and an optional data part.
 pub fn goal_request(text: &str, data: Option<Value>) -> SendMessageRequest {
-    let mut parts = Vec::new();
-    if !text.is_empty() {
-        parts.push(Part::text(text));
-    }
-    if let Some(data) = data {
-        parts.push(Part::data(data));
-    }
-    SendMessageRequest {
-        message: Message {
-            message_id: new_message_id(),
-            context_id: None,
-            task_id: None,
-            role: Role::User,
-            parts,
-            metadata: None,
-            extensions: None,
-            reference_task_ids: None,
-        },
-        configuration: None,
-        metadata: None,
-        tenant: None,
-    }
+    agent_host::user_request(Some(text).filter(|t| !t.is_empty()), data, None)
 }
 
 /// Sends a goal; the planner answers when its task ends (or stops for a person).

@@ -2,8 +2,8 @@
 //! tasks from the command line, the saga ledger shown as a table.
 
 use agent_host::sdk::{
-    ListTasksRequest, Message, Part, Role, SendMessageConfiguration, SendMessageRequest,
-    SendMessageResponse, Task, TaskState, new_message_id,
+    ListTasksRequest, SendMessageConfiguration, SendMessageRequest, SendMessageResponse, Task,
+    TaskState,
 };
 use clap::{Subcommand, ValueEnum};
 use futures::StreamExt;
@@ -289,33 +289,14 @@ fn message(
     task_id: Option<&str>,
     return_immediately: bool,
 ) -> SendMessageRequest {
-    let mut parts = Vec::new();
-    if let Some(text) = text {
-        parts.push(Part::text(text));
-    }
-    if let Some(data) = data {
-        parts.push(Part::data(data));
-    }
-    SendMessageRequest {
-        message: Message {
-            message_id: new_message_id(),
-            context_id: None,
-            task_id: task_id.map(str::to_owned),
-            role: Role::User,
-            parts,
-            metadata: None,
-            extensions: None,
-            reference_task_ids: None,
-        },
-        configuration: Some(SendMessageConfiguration {
-            accepted_output_modes: None,
-            task_push_notification_config: None,
-            history_length: None,
-            return_immediately: Some(return_immediately),
-        }),
-        metadata: None,
-        tenant: None,
-    }
+    let mut request = agent_host::user_request(text, data, task_id);
+    request.configuration = Some(SendMessageConfiguration {
+        accepted_output_modes: None,
+        task_push_notification_config: None,
+        history_length: None,
+        return_immediately: Some(return_immediately),
+    });
+    request
 }
 
 async fn send_for_task(
