@@ -8,7 +8,7 @@
 pub enum Error {
     /// A store shared with the other agents (the state file's writer, the task store)
     /// failed.
-    #[error("the state file")]
+    #[error(transparent)]
     Storage(#[from] agent_host::Error),
     /// A read or write of the executor's own tables failed.
     #[error("{what}")]
