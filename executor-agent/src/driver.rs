@@ -365,6 +365,9 @@ impl Ctx {
                 }
                 Command::StartTimer { timer, after_ms } => arm(running, timer, after_ms),
                 Command::RefuseCancel { .. } => {}
+                Command::Ignored { event, why } => {
+                    tracing::debug!(saga = %self.saga_id, event, why, "an event did not apply");
+                }
                 Command::Report { .. } | Command::Pause { .. } | Command::Finish { .. } => {
                     shown.push(command);
                 }

@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::error::{Error, Result};
 use crate::journal::Entry;
 use crate::saga::{Command, Event, Invocation, Saga, SagaSpec, Target, Timer};
 
@@ -29,8 +30,10 @@ pub struct Recovered {
     pub last_shown: Option<Command>,
 }
 
-/// Replays `entries` (events and intents, in journal order) onto a fresh saga.
-pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Recovered {
+/// Replays `entries` (events and intents, in journal order) onto a fresh saga. A journal
+/// whose events name a step the saga does not have is refused (`Error::Journal`): it is
+/// not the journal of this saga.
+pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Result<Recovered> {
     let mut saga = Saga::new(spec);
     let mut decided: Vec<Invocation> = Vec::new();
     let mut timers: HashMap<Timer, i64> = HashMap::new();
@@ -39,12 +42,20 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Recovered {
     let mut told: HashSet<(Target, u32)> = HashSet::new();
     let mut answered: HashSet<(Target, u32)> = HashSet::new();
     let mut last_shown = None;
-    for entry in entries {
+    for (n, entry) in entries.iter().enumerate() {
         match entry {
             Entry::Intent(inv) => {
                 intents.insert((inv.target, inv.attempt), inv);
             }
             Entry::Event(event) => {
+                if let Some(why) = saga.unknown_step(event) {
+                    return Err(Error::Journal(format!(
+                        "saga {}: entry {} ({}): {why}",
+                        saga.spec.saga_id,
+                        n + 1,
+                        event.kind()
+                    )));
+                }
                 let at = event_time(event);
                 match event {
                     Event::Result {
@@ -71,7 +82,7 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Recovered {
                         shown @ (Command::Report { .. }
                         | Command::Pause { .. }
                         | Command::Finish { .. }) => last_shown = Some(shown),
-                        Command::RefuseCancel { .. } => {}
+                        Command::RefuseCancel { .. } | Command::Ignored { .. } => {}
                     }
                 }
             }
@@ -125,13 +136,13 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Recovered {
     // Timers that no longer matter are ignored by the engine when they fire.
     let mut timers: Vec<(Timer, i64)> = timers.into_iter().collect();
     timers.sort_by_key(|(_, deadline)| *deadline);
-    Recovered {
+    Ok(Recovered {
         saga,
         to_invoke,
         lost,
         timers,
         last_shown,
-    }
+    })
 }
 
 fn event_time(event: &Event) -> i64 {

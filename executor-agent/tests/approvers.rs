@@ -453,7 +453,8 @@ async fn every_decision_is_journaled_with_who_took_it_and_rebuilt_after_a_restar
         header.spec,
         &entries,
         chrono::Utc::now().timestamp_millis(),
-    );
+    )
+    .unwrap();
     let mut rebuilt = recovered.saga.ledger();
     shared_types::json::normalize_integers(&mut rebuilt);
     assert_eq!(

@@ -122,7 +122,7 @@ fn run_with_crash(budget: usize, fail_registry: bool) -> (Saga, Tools, usize) {
     let written = sim.journal.len();
     if crashed {
         let journal = std::mem::take(&mut sim.journal);
-        let recovered = replay(spec(), &journal, T0 + 3);
+        let recovered = replay(spec(), &journal, T0 + 3).unwrap();
         saga = recovered.saga;
         let mut sim = Sim {
             journal,
@@ -316,7 +316,7 @@ fn a_call_replay_derives_otherwise_than_its_journal_stops_the_saga_and_is_resent
     journaled.args = json!({"legalName": "Acme (as the older build bound it)"});
     let entries = vec![Entry::Event(start), Entry::Intent(journaled.clone())];
 
-    let recovered = replay(spec(), &entries, T0 + 1_000);
+    let recovered = replay(spec(), &entries, T0 + 1_000).unwrap();
     assert!(recovered.to_invoke.is_empty(), "{:?}", recovered.to_invoke);
     let Some(Event::ReplayDiverged {
         journaled: told,
@@ -379,7 +379,7 @@ fn a_call_replay_derives_otherwise_than_its_journal_stops_the_saga_and_is_resent
         derived_key: sent.idempotency_key.clone(),
         now_ms: T0 + 1_000,
     }));
-    let replayed = replay(spec(), &again, T0 + 3_000);
+    let replayed = replay(spec(), &again, T0 + 3_000).unwrap();
     assert!(
         !replayed
             .lost

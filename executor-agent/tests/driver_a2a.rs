@@ -434,7 +434,7 @@ async fn told_to_stop_the_driver_journals_the_answer_out_and_leaves_the_next_cal
         "{:?}",
         entries.last()
     );
-    let recovered = replay(stopped.spec.clone(), &entries, 0);
+    let recovered = replay(stopped.spec.clone(), &entries, 0).unwrap();
     let to_invoke: Vec<_> = recovered
         .to_invoke
         .iter()

@@ -27,7 +27,18 @@ impl Executor {
                 )));
             }
             begun.insert(header.task_id.clone());
-            let recovered = replay(header.spec.clone(), &entries, now);
+            let recovered = match replay(header.spec.clone(), &entries, now) {
+                Ok(recovered) => recovered,
+                Err(e) => {
+                    // Not this saga's journal as it stands: nothing of it is acted on, and
+                    // the other sagas resume.
+                    tracing::error!(
+                        saga = %saga_id, error = %e.chain(),
+                        "the saga's journal is inconsistent: it is not resumed, and its task keeps what it showed"
+                    );
+                    continue;
+                }
+            };
             let task = self.tasks.handle(&header.task_id, &header.context_id);
             resumed.push((task, saga_metadata(&header), recovered));
         }

@@ -212,16 +212,12 @@ impl Executor {
             return Ok(Driven::Never);
         };
         let journal = &self.config.journal;
-        match journal.header(&saga_id).await.map_err(|e| unreadable(e))? {
+        match journal.header(&saga_id).await.map_err(&unreadable)? {
             Some(header) if header.task_id == task.id() => {}
             _ => return Ok(Driven::Never),
         }
         Ok(
-            match journal
-                .is_finished(&saga_id)
-                .await
-                .map_err(|e| unreadable(e))?
-            {
+            match journal.is_finished(&saga_id).await.map_err(&unreadable)? {
                 Some(false) => Driven::Elsewhere,
                 Some(true) => Driven::Ended,
                 None => Driven::Never,

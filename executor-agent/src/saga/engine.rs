@@ -96,12 +96,55 @@ impl Saga {
             .collect()
     }
 
-    /// The engine's one entry point.
+    /// Why `event` cannot be about this saga at all (it names a step the saga does not
+    /// have), if it cannot: from a journal, that journal is inconsistent.
+    pub fn unknown_step(&self, event: &Event) -> Option<String> {
+        let steps = self.spec.steps.len();
+        let index = |target: &Target| match target {
+            Target::Forward(i) | Target::Compensation(i) => *i,
+        };
+        let named: Vec<usize> = match event {
+            Event::Result { target, .. } | Event::InFlightLost { target, .. } => {
+                vec![index(target)]
+            }
+            Event::ReplayDiverged {
+                target, journaled, ..
+            } => vec![index(target), index(&journaled.target)],
+            Event::TimerFired {
+                timer: Timer::Retry { target, .. },
+                ..
+            } => vec![index(target)],
+            Event::TimerFired {
+                timer: Timer::ApprovalTimeout { step },
+                ..
+            } => vec![*step],
+            _ => Vec::new(),
+        };
+        named.into_iter().find(|i| *i >= steps).map(|i| {
+            format!(
+                "the event names step {} of a saga of {steps} step(s)",
+                i + 1
+            )
+        })
+    }
+
+    /// The engine's one entry point. An event that does not apply to the saga as it
+    /// stands changes nothing and is answered with `Command::Ignored`, saying why.
     pub fn step(&mut self, event: Event) -> Vec<Command> {
+        let kind = event.kind();
+        let ignored = |why: &str| Command::Ignored {
+            event: kind.to_owned(),
+            why: why.to_owned(),
+        };
+        if let Some(why) = self.unknown_step(&event) {
+            return vec![ignored(&why)];
+        }
         let mut out = Vec::new();
         match event {
             Event::Start { now_ms } => {
-                if self.phase == Phase::NotStarted {
+                if self.phase != Phase::NotStarted {
+                    out.push(ignored("the saga has started already"));
+                } else {
                     let until = self.spec.expires_at_ms.saturating_sub(now_ms);
                     if until <= 0 {
                         self.finish(
@@ -126,6 +169,10 @@ impl Saga {
             } => {
                 if self.in_flight() == Some((target, attempt)) {
                     self.on_result(target, attempt, outcome, now_ms, &mut out);
+                } else {
+                    out.push(ignored(
+                        "that call is not out (a late answer, or one the saga gave up on)",
+                    ));
                 }
             }
             Event::TimerFired { timer, now_ms } => self.on_timer(timer, now_ms, &mut out),
@@ -170,6 +217,8 @@ impl Saga {
                         self.mark_unknown(target, reason);
                         self.pause_forward_or_undo(target, reason, &mut out);
                     }
+                } else {
+                    out.push(ignored("that call is not out"));
                 }
             }
         }
@@ -649,6 +698,11 @@ impl Saga {
                         return;
                     }
                     self.invoke(target, attempt, now_ms, out);
+                } else {
+                    out.push(Command::Ignored {
+                        event: "timerFired".into(),
+                        why: "the retry it timed is no longer awaited".into(),
+                    });
                 }
             }
             Timer::ApprovalTimeout { step } => {
@@ -665,6 +719,11 @@ impl Saga {
                         what: "approval timed out".into(),
                     });
                     self.after_forward_failure(step, false, "approval timed out", now_ms, out);
+                } else {
+                    out.push(Command::Ignored {
+                        event: "timerFired".into(),
+                        why: "that approval no longer waits".into(),
+                    });
                 }
             }
             Timer::MandateExpiry => {
@@ -679,6 +738,10 @@ impl Saga {
         if matches!(self.phase, Phase::Done { .. } | Phase::Unwinding { .. })
             || self.past_no_return()
         {
+            out.push(Command::Ignored {
+                event: what.into(),
+                why: "the saga has ended, unwinds already, or is past its pivot".into(),
+            });
             return;
         }
         out.push(Command::Report {
@@ -726,7 +789,10 @@ impl Saga {
             _ if self.past_no_return() => out.push(Command::RefuseCancel {
                 reason: "the saga is past its pivot; it can no longer be unwound".into(),
             }),
-            Phase::Unwinding { .. } => {}
+            Phase::Unwinding { .. } => out.push(Command::Ignored {
+                event: "cancel".into(),
+                why: "the saga unwinds already".into(),
+            }),
             _ => self.request_unwind(Cause::Canceled, now_ms, out),
         }
     }
@@ -739,6 +805,10 @@ impl Saga {
         out: &mut Vec<Command>,
     ) {
         let Phase::Paused { on, .. } = self.phase else {
+            out.push(Command::Ignored {
+                event: "resolve".into(),
+                why: "the saga does not wait for a person".into(),
+            });
             return;
         };
         match (on, resolution) {

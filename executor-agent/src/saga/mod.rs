@@ -10,6 +10,8 @@ pub mod spec;
 #[cfg(test)]
 mod deadline_tests;
 #[cfg(test)]
+mod event_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 
 pub use engine::Saga;

@@ -136,6 +136,22 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The event's name, as journaled.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Start { .. } => "start",
+            Self::Result { .. } => "result",
+            Self::TimerFired { .. } => "timerFired",
+            Self::Resolve { .. } => "resolve",
+            Self::Cancel { .. } => "cancel",
+            Self::MandateRevoked { .. } => "mandateRevoked",
+            Self::InFlightLost { .. } => "inFlightLost",
+            Self::ReplayDiverged { .. } => "replayDiverged",
+        }
+    }
+}
+
 /// One call to make. The driver journals it before calling.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -182,6 +198,12 @@ pub enum Command {
     },
     RefuseCancel {
         reason: String,
+    },
+    /// The event did not apply to the saga as it stands (a late answer, a timer of a
+    /// wait that ended, a cancel while it unwinds already): nothing changed.
+    Ignored {
+        event: String,
+        why: String,
     },
 }
 
