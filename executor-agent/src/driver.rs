@@ -125,8 +125,29 @@ impl Driver {
     /// `stop` is cancelled, until the call it has out has answered and the answer is
     /// journaled. Acts only while it holds a slot (`slot`, taken first if not held): a
     /// saga stopped before it got one has done nothing here. Returns the phase the saga
-    /// is in.
-    pub async fn run(self, mut saga: Saga, start: Start) -> Result<Phase> {
+    /// is in. A saga left unfinished by the stop is released (its lease given up), so
+    /// that another owner may take it at once instead of after the lease lapses.
+    pub async fn run(self, saga: Saga, start: Start) -> Result<Phase> {
+        let (journal, saga_id, stop) = (
+            self.journal.clone(),
+            self.saga_id.clone(),
+            self.stop.clone(),
+        );
+        let epoch = match &start {
+            Start::Begun(_, epoch) | Start::Resumed(_, epoch) => *epoch,
+        };
+        let driven = self.drive(saga, start).await;
+        if stop.is_cancelled()
+            && matches!(&driven, Ok(phase) if !matches!(phase, Phase::Done { .. }))
+            && let Err(e) = journal.release(&saga_id, epoch).await
+        {
+            // Its lease lapses instead, and the next owner claims it then.
+            tracing::warn!(saga = %saga_id, error = %e.chain(), "cannot release the stopped saga");
+        }
+        driven
+    }
+
+    async fn drive(self, mut saga: Saga, start: Start) -> Result<Phase> {
         let Driver {
             saga_id,
             journal,

@@ -14,9 +14,11 @@ use crate::saga::{Event, Invocation, SagaSpec};
 mod conformance;
 mod memory;
 mod sqlite;
+mod wrapped;
 
 pub use memory::MemoryJournal;
 pub use sqlite::{DEFAULT_LEASE, SqliteJournal};
+pub use wrapped::{Around, Call, Wrapped};
 
 /// One journal entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -142,108 +144,62 @@ pub struct Forgettable {
     pub task_id: String,
 }
 
-/// Fault injection for crash tests: passes every write through to `inner`, and after the
-/// `after`-th durable write announces it on stderr and never returns, so that a test can
-/// SIGKILL the process at exactly that journal point.
+/// Fault injection for crash tests (`Wrapped<J, PauseAfter>`, made by
+/// `PauseAfter::writes`): after the `after`-th durable write (a begin, an append or a
+/// finish) it announces it on stderr and never returns, so that a test can SIGKILL the
+/// process at exactly that journal point.
+pub type PauseAfterWrites<J> = Wrapped<J, PauseAfter>;
+
+/// The hook of `PauseAfterWrites`.
 #[derive(Debug)]
-pub struct PauseAfterWrites<J> {
-    inner: J,
+pub struct PauseAfter {
     after: u64,
     writes: std::sync::atomic::AtomicU64,
 }
 
-impl<J: Journal> PauseAfterWrites<J> {
-    pub fn new(inner: J, after: u64) -> Self {
-        Self {
-            inner,
-            after,
-            writes: std::sync::atomic::AtomicU64::new(0),
-        }
-    }
-
-    async fn written(&self, what: &str) {
-        let n = self
-            .writes
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-            + 1;
-        if n == self.after {
-            eprintln!("journal write {n} ({what}) is durable; pausing for a crash test");
-            std::future::pending::<()>().await;
+impl PauseAfter {
+    /// `inner`, pausing after its `after`-th durable write.
+    pub fn writes<J>(inner: J, after: u64) -> PauseAfterWrites<J> {
+        Wrapped {
+            inner: std::sync::Arc::new(inner),
+            around: Self {
+                after,
+                writes: std::sync::atomic::AtomicU64::new(0),
+            },
         }
     }
 }
 
-#[async_trait]
-impl<J: Journal> Journal for PauseAfterWrites<J> {
-    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<Epoch> {
-        let epoch = self.inner.begin(header, first).await?;
-        self.written("begin").await;
-        Ok(epoch)
-    }
-
-    async fn claim(&self, saga_id: &str, now_ms: i64, how: Claim) -> Result<Option<Epoch>> {
-        self.inner.claim(saga_id, now_ms, how).await
-    }
-
-    async fn renew(&self, now_ms: i64) -> Result<usize> {
-        self.inner.renew(now_ms).await
-    }
-
-    async fn release(&self, saga_id: &str, epoch: Epoch) -> Result<()> {
-        self.inner.release(saga_id, epoch).await
-    }
-
-    async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>> {
-        self.inner.claimable(now_ms, at_most).await
-    }
-
-    async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()> {
-        self.inner.append(saga_id, epoch, entries).await?;
-        let what: Vec<&str> = entries
-            .iter()
-            .map(|entry| match entry {
-                Entry::Event(_) => "event",
-                Entry::Intent(_) => "intent",
-            })
-            .collect();
-        self.written(&what.join("+")).await;
-        Ok(())
-    }
-
-    async fn finish(&self, saga_id: &str, spent_minor: u64) -> Result<()> {
-        self.inner.finish(saga_id, spent_minor).await?;
-        self.written("finish").await;
-        Ok(())
-    }
-
-    async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {
-        self.inner.load(saga_id).await
-    }
-
-    async fn unfinished(&self) -> Result<Vec<String>> {
-        self.inner.unfinished().await
-    }
-
-    async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
-        self.inner.header(saga_id).await
-    }
-
-    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
-        self.inner.is_finished(saga_id).await
-    }
-
-    async fn forgettable(
-        &self,
-        finished_before_ms: i64,
-        now_ms: i64,
-        at_most: usize,
-    ) -> Result<Vec<Forgettable>> {
-        self.inner
-            .forgettable(finished_before_ms, now_ms, at_most)
-            .await
-    }
-
-    async fn forget(&self, saga_ids: &[String]) -> Result<()> {
-        self.inner.forget(saga_ids).await
+impl Around for PauseAfter {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        what: Call<'a>,
+        call: futures::future::BoxFuture<'a, Result<T>>,
+    ) -> futures::future::BoxFuture<'a, Result<T>> {
+        Box::pin(async move {
+            let done = call.await?;
+            let written = match what {
+                Call::Begin { .. } => "begin".to_owned(),
+                Call::Finish { .. } => "finish".to_owned(),
+                Call::Append { entries, .. } => entries
+                    .iter()
+                    .map(|entry| match entry {
+                        Entry::Event(_) => "event",
+                        Entry::Intent(_) => "intent",
+                    })
+                    .collect::<Vec<_>>()
+                    .join("+"),
+                _ => return Ok(done),
+            };
+            let n = self
+                .writes
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                + 1;
+            if n == self.after {
+                eprintln!("journal write {n} ({written}) is durable; pausing for a crash test");
+                std::future::pending::<()>().await;
+            }
+            Ok(done)
+        })
     }
 }

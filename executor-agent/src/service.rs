@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Executor, ExecutorAgent, ExecutorConfig};
 use crate::error::{Error, Result};
-use crate::journal::{Journal, PauseAfterWrites, SqliteJournal};
+use crate::journal::{Journal, PauseAfter, SqliteJournal};
 use crate::mcp::invoker::McpInvoker;
 use crate::registry::Registry;
 
@@ -146,7 +146,7 @@ pub fn build_with(
     let registry = Registry::on(&db, settings.platform_keys.clone())?;
     let sqlite = SqliteJournal::on(&db)?;
     let journal: Arc<dyn Journal> = match settings.pause_after_journal_writes {
-        Some(n) => Arc::new(PauseAfterWrites::new(sqlite, n)),
+        Some(n) => Arc::new(PauseAfter::writes(sqlite, n)),
         None => Arc::new(sqlite),
     };
     let store = SqliteTaskStore::on(&db)?;

@@ -133,7 +133,7 @@ async fn launch(
     let saga = tokio::spawn(
         Driver {
             saga_id: plan.saga_id.clone(),
-            journal: Arc::new(FlakyJournal::new(journal.clone(), failing)),
+            journal: Arc::new(flaky(journal.clone(), failing)),
             invoker: Arc::new(invoker),
             reporter: Arc::new(Log(reports_tx)),
             control: rx,
@@ -389,6 +389,13 @@ async fn told_to_stop_the_driver_journals_the_answer_out_and_leaves_the_next_cal
         phase,
         Phase::Forward { step: 3 },
         "stopped before s3, not ended"
+    );
+    // Its lease is given up: another owner may claim it now, not after the lease lapses.
+    let now = chrono::Utc::now().timestamp_millis();
+    assert_eq!(
+        stopped.journal.claimable(now, 10).await.unwrap(),
+        [stopped.saga_id.clone()],
+        "released at the stop"
     );
 
     let applied = effects(&stopped.logs);

@@ -11,13 +11,12 @@ use agent_host::{AgentClient, MemoryTaskStore, SqliteTaskStore, TaskHandle, Task
 use async_trait::async_trait;
 use executor_agent::driver::{Control, Driver, Reporter, begin};
 use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker, trace_id};
-use executor_agent::journal::{
-    Claim, Entry, Epoch, Forgettable, Journal, SagaHeader, SqliteJournal,
-};
+use executor_agent::journal::{Around, Call, Entry, Journal, SagaHeader, SqliteJournal, Wrapped};
 use executor_agent::report::{GATHER_PROGRESS, TaskReporter};
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{CallOutcome, Command, Ending, Event, Invocation, Saga, SagaSpec};
 use executor_agent::slots::{SlotHold, Slots};
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use shared_types::{Catalog, Plan};
 use tokio::sync::mpsc;
@@ -78,85 +77,34 @@ impl Waited {
 }
 
 /// The SQLite journal, timing how long the driver waits for each durable write.
-pub(crate) struct TimedJournal {
-    pub(crate) inner: SqliteJournal,
+pub(crate) type TimedJournal = Wrapped<SqliteJournal, JournalClock>;
+
+/// What `TimedJournal` does around each call: the writes' waits on the stopwatches.
+pub(crate) struct JournalClock {
     stopwatches: Arc<Stopwatches>,
 }
 
-#[async_trait]
-impl Journal for TimedJournal {
-    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> executor_agent::Result<Epoch> {
-        let started = Instant::now();
-        let written = self.inner.begin(header, first).await;
-        Stopwatches::add(&self.stopwatches.journal_nanos, started);
-        Stopwatches::add(&self.stopwatches.begin_nanos, started);
-        written
-    }
-
-    async fn claim(
-        &self,
-        saga_id: &str,
-        now_ms: i64,
-        how: Claim,
-    ) -> executor_agent::Result<Option<Epoch>> {
-        self.inner.claim(saga_id, now_ms, how).await
-    }
-
-    async fn renew(&self, now_ms: i64) -> executor_agent::Result<usize> {
-        self.inner.renew(now_ms).await
-    }
-
-    async fn release(&self, saga_id: &str, epoch: Epoch) -> executor_agent::Result<()> {
-        self.inner.release(saga_id, epoch).await
-    }
-
-    async fn claimable(&self, now_ms: i64, at_most: usize) -> executor_agent::Result<Vec<String>> {
-        self.inner.claimable(now_ms, at_most).await
-    }
-
-    async fn append(
-        &self,
-        saga_id: &str,
-        epoch: Epoch,
-        entries: &[Entry],
-    ) -> executor_agent::Result<()> {
-        let started = Instant::now();
-        let written = self.inner.append(saga_id, epoch, entries).await;
-        Stopwatches::add(&self.stopwatches.journal_nanos, started);
-        written
-    }
-
-    async fn finish(&self, saga_id: &str, spent_minor: u64) -> executor_agent::Result<()> {
-        let started = Instant::now();
-        let written = self.inner.finish(saga_id, spent_minor).await;
-        Stopwatches::add(&self.stopwatches.journal_nanos, started);
-        written
-    }
-
-    async fn load(
-        &self,
-        saga_id: &str,
-    ) -> executor_agent::Result<Option<(SagaHeader, Vec<Entry>)>> {
-        self.inner.load(saga_id).await
-    }
-
-    async fn unfinished(&self) -> executor_agent::Result<Vec<String>> {
-        self.inner.unfinished().await
-    }
-
-    async fn forgettable(
-        &self,
-        finished_before_ms: i64,
-        now_ms: i64,
-        at_most: usize,
-    ) -> executor_agent::Result<Vec<Forgettable>> {
-        self.inner
-            .forgettable(finished_before_ms, now_ms, at_most)
-            .await
-    }
-
-    async fn forget(&self, saga_ids: &[String]) -> executor_agent::Result<()> {
-        self.inner.forget(saga_ids).await
+impl Around for JournalClock {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        what: Call<'a>,
+        call: BoxFuture<'a, executor_agent::Result<T>>,
+    ) -> BoxFuture<'a, executor_agent::Result<T>> {
+        if !matches!(
+            what,
+            Call::Begin { .. } | Call::Append { .. } | Call::Finish { .. }
+        ) {
+            return call;
+        }
+        Box::pin(async move {
+            let started = Instant::now();
+            let written = call.await;
+            Stopwatches::add(&self.stopwatches.journal_nanos, started);
+            if let Call::Begin { .. } = what {
+                Stopwatches::add(&self.stopwatches.begin_nanos, started);
+            }
+            written
+        })
     }
 }
 
@@ -230,9 +178,11 @@ impl Executor {
         let mut executor = Self {
             plan: read_json("examples/plans/supplier-onboarding.json"),
             catalog,
-            journal: Arc::new(TimedJournal {
-                inner: journal,
-                stopwatches: stopwatches.clone(),
+            journal: Arc::new(Wrapped {
+                inner: Arc::new(journal),
+                around: JournalClock {
+                    stopwatches: stopwatches.clone(),
+                },
             }),
             invoker: Arc::new(TimedInvoker {
                 inner: direct_invoker.clone(),

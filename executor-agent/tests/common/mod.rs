@@ -28,12 +28,11 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use executor_agent::agent::{DEFAULT_MAX_RUNNING_SAGAS, Executor, ExecutorAgent, ExecutorConfig};
-use executor_agent::journal::{
-    Claim, Entry, Epoch, Forgettable, Journal, SagaHeader, SqliteJournal,
-};
+use executor_agent::journal::{Around, Call, Entry, SqliteJournal, Wrapped};
 use executor_agent::mcp::invoker::McpInvoker;
 use executor_agent::registry::Registry;
 use executor_agent::report::GATHER_PROGRESS;
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use shared_types::{SigningIdentity, TrustStore};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -539,9 +538,33 @@ pub fn data_message(data: Value, task_id: Option<&str>) -> SendMessageRequest {
 }
 
 /// A journal whose appends fail (as on a full disk) while their number (from 0) is in
-/// the range set by `fail`.
-pub struct FlakyJournal<J> {
-    pub inner: Arc<J>,
+/// the range set by `fail`; with switches that hold or fail other calls, and counts of
+/// what it wrote. Every other call goes to the journal it wraps as it is.
+pub type FlakyJournal<J> = Wrapped<J, JournalFaults>;
+
+/// The journal `inner`, failing the appends numbered in `failing`.
+pub fn flaky<J>(inner: Arc<J>, failing: std::ops::Range<u32>) -> FlakyJournal<J> {
+    Wrapped {
+        inner,
+        around: JournalFaults {
+            appends: Default::default(),
+            failing: Mutex::new(failing),
+            refused: tokio::sync::Notify::new(),
+            finishes: tokio::sync::watch::Sender::new(0),
+            cancels: tokio::sync::watch::Sender::new(0),
+            holds_begins: Default::default(),
+            fails_begins: Mutex::new(None),
+            begin_reached: tokio::sync::Notify::new(),
+            begin_release: tokio::sync::Notify::new(),
+            holds_loads: Default::default(),
+            load_reached: tokio::sync::Notify::new(),
+            load_release: tokio::sync::Notify::new(),
+        },
+    }
+}
+
+/// What `FlakyJournal` does around the journal it wraps.
+pub struct JournalFaults {
     appends: std::sync::atomic::AtomicU32,
     failing: Mutex<std::ops::Range<u32>>,
     /// Signalled when the inner journal itself refuses an append.
@@ -564,25 +587,7 @@ pub struct FlakyJournal<J> {
     pub load_release: tokio::sync::Notify,
 }
 
-impl<J> FlakyJournal<J> {
-    pub fn new(inner: Arc<J>, failing: std::ops::Range<u32>) -> Self {
-        Self {
-            inner,
-            appends: Default::default(),
-            failing: Mutex::new(failing),
-            refused: tokio::sync::Notify::new(),
-            finishes: tokio::sync::watch::Sender::new(0),
-            cancels: tokio::sync::watch::Sender::new(0),
-            holds_begins: Default::default(),
-            fails_begins: Mutex::new(None),
-            begin_reached: tokio::sync::Notify::new(),
-            begin_release: tokio::sync::Notify::new(),
-            holds_loads: Default::default(),
-            load_reached: tokio::sync::Notify::new(),
-            load_release: tokio::sync::Notify::new(),
-        }
-    }
-
+impl JournalFaults {
     /// Holds every `begin` from now on until `begin_release` is notified.
     pub fn hold_begins(&self) {
         self.holds_begins.store(true, Ordering::SeqCst);
@@ -605,111 +610,61 @@ impl<J> FlakyJournal<J> {
     }
 }
 
-#[async_trait::async_trait]
-impl<J: Journal> Journal for FlakyJournal<J> {
-    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> executor_agent::Result<Epoch> {
-        if self.holds_begins.load(Ordering::SeqCst) {
-            self.begin_reached.notify_one();
-            self.begin_release.notified().await;
-        }
-        if let Some(path) = self.fails_begins.lock().unwrap().clone() {
-            return Err(executor_agent::Error::Io {
-                what: format!("cannot write {path}"),
-                source: std::io::Error::other("No space left on device"),
-            });
-        }
-        self.inner.begin(header, first).await
-    }
-
-    async fn claim(
-        &self,
-        saga_id: &str,
-        now_ms: i64,
-        how: Claim,
-    ) -> executor_agent::Result<Option<Epoch>> {
-        self.inner.claim(saga_id, now_ms, how).await
-    }
-
-    async fn renew(&self, now_ms: i64) -> executor_agent::Result<usize> {
-        self.inner.renew(now_ms).await
-    }
-
-    async fn release(&self, saga_id: &str, epoch: Epoch) -> executor_agent::Result<()> {
-        self.inner.release(saga_id, epoch).await
-    }
-
-    async fn claimable(&self, now_ms: i64, at_most: usize) -> executor_agent::Result<Vec<String>> {
-        self.inner.claimable(now_ms, at_most).await
-    }
-
-    async fn append(
-        &self,
-        saga_id: &str,
-        epoch: Epoch,
-        entries: &[Entry],
-    ) -> executor_agent::Result<()> {
-        let n = self.appends.fetch_add(1, Ordering::SeqCst);
-        if self.failing.lock().unwrap().contains(&n) {
-            return Err(executor_agent::Error::Journal(
-                "database or disk is full".into(),
-            ));
-        }
-        let appended = self.inner.append(saga_id, epoch, entries).await;
-        if appended.is_ok()
-            && entries
-                .iter()
-                .any(|e| matches!(e, Entry::Event(executor_agent::saga::Event::Cancel { .. })))
-        {
-            self.cancels.send_modify(|n| *n += 1);
-        }
-        if appended.is_err() {
-            self.refused.notify_one();
-        }
-        appended
-    }
-
-    async fn finish(&self, saga_id: &str, spent_minor: u64) -> executor_agent::Result<()> {
-        self.inner.finish(saga_id, spent_minor).await?;
-        self.finishes.send_modify(|n| *n += 1);
-        Ok(())
-    }
-
-    async fn load(
-        &self,
-        saga_id: &str,
-    ) -> executor_agent::Result<Option<(SagaHeader, Vec<Entry>)>> {
-        if self.holds_loads.load(Ordering::SeqCst) {
-            self.load_reached.notify_one();
-            self.load_release.notified().await;
-        }
-        self.inner.load(saga_id).await
-    }
-
-    async fn unfinished(&self) -> executor_agent::Result<Vec<String>> {
-        self.inner.unfinished().await
-    }
-
-    async fn header(&self, saga_id: &str) -> executor_agent::Result<Option<SagaHeader>> {
-        self.inner.header(saga_id).await
-    }
-
-    async fn is_finished(&self, saga_id: &str) -> executor_agent::Result<Option<bool>> {
-        self.inner.is_finished(saga_id).await
-    }
-
-    async fn forgettable(
-        &self,
-        finished_before_ms: i64,
-        now_ms: i64,
-        at_most: usize,
-    ) -> executor_agent::Result<Vec<Forgettable>> {
-        self.inner
-            .forgettable(finished_before_ms, now_ms, at_most)
-            .await
-    }
-
-    async fn forget(&self, saga_ids: &[String]) -> executor_agent::Result<()> {
-        self.inner.forget(saga_ids).await
+impl Around for JournalFaults {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        what: Call<'a>,
+        call: BoxFuture<'a, executor_agent::Result<T>>,
+    ) -> BoxFuture<'a, executor_agent::Result<T>> {
+        Box::pin(async move {
+            match what {
+                Call::Begin { .. } => {
+                    if self.holds_begins.load(Ordering::SeqCst) {
+                        self.begin_reached.notify_one();
+                        self.begin_release.notified().await;
+                    }
+                    let failing = self.fails_begins.lock().unwrap().clone();
+                    if let Some(path) = failing {
+                        return Err(executor_agent::Error::Io {
+                            what: format!("cannot write {path}"),
+                            source: std::io::Error::other("No space left on device"),
+                        });
+                    }
+                    call.await
+                }
+                Call::Append { entries, .. } => {
+                    let n = self.appends.fetch_add(1, Ordering::SeqCst);
+                    if self.failing.lock().unwrap().contains(&n) {
+                        return Err(executor_agent::Error::Journal(
+                            "database or disk is full".into(),
+                        ));
+                    }
+                    let appended = call.await;
+                    let cancel = entries.iter().any(|e| {
+                        matches!(e, Entry::Event(executor_agent::saga::Event::Cancel { .. }))
+                    });
+                    match &appended {
+                        Ok(_) if cancel => self.cancels.send_modify(|n| *n += 1),
+                        Ok(_) => {}
+                        Err(_) => self.refused.notify_one(),
+                    }
+                    appended
+                }
+                Call::Finish { .. } => {
+                    let finished = call.await?;
+                    self.finishes.send_modify(|n| *n += 1);
+                    Ok(finished)
+                }
+                Call::Load { .. } => {
+                    if self.holds_loads.load(Ordering::SeqCst) {
+                        self.load_reached.notify_one();
+                        self.load_release.notified().await;
+                    }
+                    call.await
+                }
+                _ => call.await,
+            }
+        })
     }
 }
 
@@ -772,10 +727,7 @@ impl Harness {
         credentials.insert(MCP_AGENT.to_owned(), TOOL_TOKEN.to_owned());
         let mut planner_keys = TrustStore::new();
         planner_keys.add_jwk(&planner.public_jwk()).unwrap();
-        let journal = Arc::new(FlakyJournal::new(
-            Arc::new(SqliteJournal::on(&db).unwrap()),
-            0..0,
-        ));
+        let journal = Arc::new(flaky(Arc::new(SqliteJournal::on(&db).unwrap()), 0..0));
         let tasks = TaskManager::new(Arc::new(SqliteTaskStore::on(&db).unwrap()));
         let shutdown = tokio_util::sync::CancellationToken::new();
         let mcp = Arc::new(McpInvoker::new(credentials.clone()));
