@@ -295,7 +295,7 @@ impl Driver {
                 // made, and recovery makes them; timers come back from the journal too.
                 // What people should see is shown now.
                 ctx.journal(&[Entry::Event(event)]).await?;
-                let shown: Vec<Command> = commands.into_iter().filter(is_shown).collect();
+                let shown: Vec<Command> = commands.into_iter().filter(Command::is_shown).collect();
                 if !shown.is_empty() {
                     reporter.report_all(&shown, &saga).await;
                 }
@@ -417,7 +417,7 @@ impl Ctx {
     fn spawn_call(&self, saga: &Saga, invocation: Invocation, running: &mut JoinSet<Event>) {
         let (step, caused_by) = match invocation.target {
             Target::Forward(i) => (i, None),
-            Target::Compensation(i) => (i, failed_step(saga)),
+            Target::Compensation(i) => (i, saga.failed_step().map(str::to_owned)),
         };
         let context = CallContext {
             saga_id: self.saga_id.clone(),
@@ -462,28 +462,10 @@ fn arm(running: &mut JoinSet<Event>, timer: Timer, after_ms: u64) {
 }
 
 /// Whether people see the command (progress, a pause, the end).
-fn is_shown(command: &Command) -> bool {
-    matches!(
-        command,
-        Command::Report { .. } | Command::Pause { .. } | Command::Finish { .. }
-    )
-}
-
 fn jitter(up_to: u64) -> u64 {
     if up_to == 0 {
         return 0;
     }
     let random = uuid::Uuid::new_v4().as_u128() as u64;
     random % (up_to + 1)
-}
-
-/// The step whose failure started the unwind, for `sagaplane.caused-by`.
-fn failed_step(saga: &Saga) -> Option<String> {
-    use crate::saga::model::Forward;
-    saga.spec
-        .steps
-        .iter()
-        .zip(&saga.records)
-        .find(|(_, r)| matches!(r.forward, Forward::Failed { .. } | Forward::Unknown { .. }))
-        .map(|(s, _)| s.id.clone())
 }

@@ -273,6 +273,16 @@ impl Saga {
         self.pause_forward_or_undo(stopped_on, &reason, out);
     }
 
+    /// The step whose failure started the unwind, if one did (for `sagaplane.caused-by`).
+    pub fn failed_step(&self) -> Option<&str> {
+        self.spec
+            .steps
+            .iter()
+            .zip(&self.records)
+            .find(|(_, r)| matches!(r.forward, Forward::Failed { .. } | Forward::Unknown { .. }))
+            .map(|(s, _)| s.id.as_str())
+    }
+
     /// The call currently out, if any.
     pub fn in_flight(&self) -> Option<(Target, u32)> {
         self.records

@@ -207,6 +207,16 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// Whether people see it (on the saga's task): a report, a pause or the end.
+    pub fn is_shown(&self) -> bool {
+        matches!(
+            self,
+            Self::Report { .. } | Self::Pause { .. } | Self::Finish { .. }
+        )
+    }
+}
+
 /// A step's forward record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "camelCase")]
