@@ -20,10 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_host::sdk::{
-    Message, Part, Role, SendMessageRequest, SendMessageResponse, StreamResponse, TaskState,
-    new_message_id,
-};
+use agent_host::sdk::{SendMessageResponse, StreamResponse, TaskState};
 use agent_host::{AgentClient, OutboundCall, mint_jwt};
 use futures::StreamExt;
 use sagaplane_examples::supplier::AGENTS;
@@ -537,21 +534,7 @@ async fn run_round(
                     bearer: Some(mint_jwt(&planner, planner.kid(), "executor", 60).expect("a JWT")),
                     ..OutboundCall::default()
                 };
-                let request = SendMessageRequest {
-                    message: Message {
-                        message_id: new_message_id(),
-                        context_id: None,
-                        task_id: None,
-                        role: Role::User,
-                        parts: vec![Part::data(json!({ "plan": plan }))],
-                        metadata: None,
-                        extensions: None,
-                        reference_task_ids: None,
-                    },
-                    configuration: None,
-                    metadata: None,
-                    tenant: None,
-                };
+                let request = agent_host::user_request(None, Some(json!({ "plan": plan })), None);
                 let ended = match mode {
                     Mode::Blocking => match agent.send(&call, &request).await {
                         Ok(SendMessageResponse::Task(task)) => Some(task.status.state),

@@ -6,10 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_host::sdk::{
-    A2AError, Message, Part, Role, SendMessageRequest, StreamResponse, Task, error_code,
-    new_message_id,
-};
+use agent_host::sdk::{A2AError, StreamResponse, Task, error_code};
 use agent_host::{AgentClient, OutboundCall, mint_jwt};
 use futures::stream::BoxStream;
 use serde_json::Value;
@@ -143,21 +140,7 @@ impl ExecutorLink {
         &self,
         plan: &Value,
     ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>> {
-        let request = SendMessageRequest {
-            message: Message {
-                message_id: new_message_id(),
-                context_id: None,
-                task_id: None,
-                role: Role::User,
-                parts: vec![Part::data(plan.clone())],
-                metadata: None,
-                extensions: None,
-                reference_task_ids: None,
-            },
-            configuration: None,
-            metadata: None,
-            tenant: None,
-        };
+        let request = agent_host::user_request(None, Some(plan.clone()), None);
         self.client
             .stream(&self.call()?, &request)
             .await

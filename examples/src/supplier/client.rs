@@ -5,9 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use agent_host::sdk::{
-    Message, Part, PartContent, Role, SendMessageRequest, SendMessageResponse, Task, new_message_id,
-};
+use agent_host::sdk::{PartContent, SendMessageResponse, Task};
 use agent_host::{AgentClient, OutboundCall};
 use serde_json::{Value, json};
 
@@ -84,21 +82,8 @@ impl ToolClient {
 
     /// Calls `skill` with `args` and a full call context (headers, deadline).
     pub async fn call_with(&self, call: &OutboundCall, skill: &str, args: Value) -> Result<Task> {
-        let request = SendMessageRequest {
-            message: Message {
-                message_id: new_message_id(),
-                context_id: None,
-                task_id: None,
-                role: Role::User,
-                parts: vec![Part::data(json!({"skill": skill, "args": args}))],
-                metadata: None,
-                extensions: None,
-                reference_task_ids: None,
-            },
-            configuration: None,
-            metadata: None,
-            tenant: None,
-        };
+        let request =
+            agent_host::user_request(None, Some(json!({"skill": skill, "args": args})), None);
         match self.a2a.send(call, &request).await? {
             SendMessageResponse::Task(task) => Ok(task),
             SendMessageResponse::Message(_) => Err(SupplierError::Io(format!(
