@@ -6,6 +6,7 @@ pub mod deadline;
 pub mod engine;
 pub mod model;
 pub mod spec;
+mod views;
 
 #[cfg(test)]
 mod deadline_tests;

@@ -1,0 +1,129 @@
+//! What the saga shows without changing: its ledger (the `saga-ledger` artifact), the
+//! call out, the undo handles still open, the step whose failure started the unwind, and
+//! whether an event can be about it at all. Read by the driver, the reports and the
+//! metrics; the state machine itself is `engine.rs`.
+
+use serde_json::{Value, json};
+
+use super::engine::Saga;
+use super::model::{Event, Forward, Phase, Target, Timer, Undo};
+
+impl Saga {
+    /// The undo handles still open, as (step index, deadline in ms): steps that succeeded
+    /// and whose undo is still to run (pending, under way, or dead-lettered and waiting for
+    /// a person to retry it), while the saga can still unwind. None once it has ended or
+    /// gone past its point of no return: those undos will never be posted back.
+    pub fn open_undo_handles(&self) -> Vec<(usize, Option<i64>)> {
+        if matches!(self.phase, Phase::Done { .. }) || self.past_no_return() {
+            return Vec::new();
+        }
+        self.records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                matches!(r.forward, Forward::Succeeded { .. })
+                    && matches!(
+                        r.undo,
+                        Undo::Pending
+                            | Undo::Running { .. }
+                            | Undo::WaitingRetry { .. }
+                            | Undo::DeadLettered { .. }
+                    )
+            })
+            .map(|(i, r)| (i, r.undo_deadline.as_ref().and_then(|d| d.at_ms)))
+            .collect()
+    }
+
+    /// Why `event` cannot be about this saga at all (it names a step the saga does not
+    /// have), if it cannot: from a journal, that journal is inconsistent.
+    pub fn unknown_step(&self, event: &Event) -> Option<String> {
+        let steps = self.spec.steps.len();
+        let index = |target: &Target| match target {
+            Target::Forward(i) | Target::Compensation(i) => *i,
+        };
+        let named: Vec<usize> = match event {
+            Event::Result { target, .. } | Event::InFlightLost { target, .. } => {
+                vec![index(target)]
+            }
+            Event::ReplayDiverged {
+                target, journaled, ..
+            } => vec![index(target), index(&journaled.target)],
+            Event::TimerFired {
+                timer: Timer::Retry { target, .. },
+                ..
+            } => vec![index(target)],
+            Event::TimerFired {
+                timer: Timer::ApprovalTimeout { step },
+                ..
+            } => vec![*step],
+            _ => Vec::new(),
+        };
+        named.into_iter().find(|i| *i >= steps).map(|i| {
+            format!(
+                "the event names step {} of a saga of {steps} step(s)",
+                i + 1
+            )
+        })
+    }
+
+    /// The step whose failure started the unwind, if one did (for `sagaplane.caused-by`).
+    pub fn failed_step(&self) -> Option<&str> {
+        self.spec
+            .steps
+            .iter()
+            .zip(&self.records)
+            .find(|(_, r)| matches!(r.forward, Forward::Failed { .. } | Forward::Unknown { .. }))
+            .map(|(s, _)| s.id.as_str())
+    }
+
+    /// The call currently out, if any.
+    pub fn in_flight(&self) -> Option<(Target, u32)> {
+        self.records
+            .iter()
+            .enumerate()
+            .find_map(|(i, r)| match (&r.forward, &r.undo) {
+                (Forward::Running { attempt }, _) => Some((Target::Forward(i), *attempt)),
+                (_, Undo::Running { attempt }) => Some((Target::Compensation(i), *attempt)),
+                _ => None,
+            })
+    }
+
+    /// The `saga-ledger` artifact: per step, key, attempts, outcome and undo.
+    pub fn ledger(&self) -> Value {
+        let steps: Vec<Value> = (0..self.records.len())
+            .map(|i| self.ledger_step(i))
+            .collect();
+        // Built by hand: `json!` would copy the steps again by serializing them.
+        let mut ledger = json!({"sagaId": self.spec.saga_id});
+        if let Value::Object(members) = &mut ledger {
+            members.insert("phase".to_owned(), self.ledger_phase());
+            members.insert("steps".to_owned(), Value::Array(steps));
+        }
+        ledger
+    }
+
+    /// The ledger's `phase` member.
+    pub fn ledger_phase(&self) -> Value {
+        serde_json::to_value(&self.phase).unwrap_or(Value::Null)
+    }
+
+    /// The ledger's entry for step `index` (`Null` past the last step).
+    pub fn ledger_step(&self, index: usize) -> Value {
+        let (Some(s), Some(r)) = (self.spec.steps.get(index), self.records.get(index)) else {
+            return Value::Null;
+        };
+        let mut entry = json!({
+            "step": s.id, "skill": s.call.skill, "idempotencyKey": s.idempotency_key,
+            "attempts": r.attempts, "forward": r.forward, "undo": r.undo, "undoAttempts": r.undo_attempts,
+        });
+        if let Value::Object(members) = &mut entry {
+            if !r.decisions.is_empty() {
+                members.insert("decisions".to_owned(), super::approval::ledger_decisions(r));
+            }
+            if let Some(deadline) = &r.undo_deadline {
+                members.insert("undoDeadline".to_owned(), deadline.ledger());
+            }
+        }
+        entry
+    }
+}
