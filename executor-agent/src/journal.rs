@@ -77,12 +77,18 @@ pub enum Claim {
     TakeOver,
 }
 
-/// Where sagas are journaled. Each journal belongs to one owner (a process; its id is
-/// `owner()`), which drives the sagas it began or claimed, each under an epoch, and renews
-/// its leases on them; a PostgreSQL journal shared by executor replicas implements the
-/// same trait.
+/// Where sagas are journaled: the three concerns below, which every journal implements
+/// (SQLite and in memory now; PostgreSQL for replicas) and which the executor holds as one
+/// `dyn Journal`. Each journal belongs to one owner (a process), which drives the sagas it
+/// began or claimed, each under an epoch, and renews its leases on them.
+pub trait Journal: SagaLog + Ownership + Headers {}
+
+impl<J: SagaLog + Ownership + Headers> Journal for J {}
+
+/// The sagas' entries: begun, appended to under the owner's fence, finished, read back
+/// for recovery, and forgotten.
 #[async_trait]
-pub trait Journal: Send + Sync + 'static {
+pub trait SagaLog: Send + Sync + 'static {
     /// Records a new saga with the entries of its first step, as one durable write that
     /// also reserves the plan's worst case against its mandate (`Error::Mandate` when the
     /// mandate cannot cover it, or was revoked: nothing is then written), claimed by this
@@ -92,17 +98,6 @@ pub trait Journal: Send + Sync + 'static {
     /// `epoch` (`Error::Fenced`, and nothing written, when the saga was claimed since).
     /// Durable when it returns; concurrent appends share an fsync.
     async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()>;
-    /// This journal's owner claims an unfinished saga (`how`), and holds it for the
-    /// journal's lease; the new epoch, or `None` when it is finished, unknown, or held by
-    /// a live owner.
-    async fn claim(&self, saga_id: &str, now_ms: i64, how: Claim) -> Result<Option<Epoch>>;
-    /// Extends every lease this journal's owner holds, in one write; how many.
-    async fn renew(&self, now_ms: i64) -> Result<usize>;
-    /// Gives a saga up (a stop): any owner may claim it at once.
-    async fn release(&self, saga_id: &str, epoch: Epoch) -> Result<()>;
-    /// Unfinished sagas that nobody holds or whose owner's lease lapsed before `now_ms`,
-    /// at most `at_most`.
-    async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>>;
     /// Marks a saga finished (it needs no recovery), and settles its mandate's
     /// reservation at `spent_minor`, what it really spent.
     async fn finish(&self, saga_id: &str, spent_minor: u64) -> Result<()>;
@@ -121,20 +116,34 @@ pub trait Journal: Send + Sync + 'static {
     /// Deletes finished sagas (entries and header), in one durable write; an unfinished
     /// one among them is kept.
     async fn forget(&self, saga_ids: &[String]) -> Result<()>;
+}
+
+/// Who drives each unfinished saga: claims at a new epoch, leases renewed together, and
+/// released at a stop.
+#[async_trait]
+pub trait Ownership: Send + Sync + 'static {
+    /// This journal's owner claims an unfinished saga (`how`), and holds it for the
+    /// journal's lease; the new epoch, or `None` when it is finished, unknown, or held by
+    /// a live owner.
+    async fn claim(&self, saga_id: &str, now_ms: i64, how: Claim) -> Result<Option<Epoch>>;
+    /// Extends every lease this journal's owner holds, in one write; how many.
+    async fn renew(&self, now_ms: i64) -> Result<usize>;
+    /// Gives a saga up (a stop): any owner may claim it at once.
+    async fn release(&self, saga_id: &str, epoch: Epoch) -> Result<()>;
+    /// Unfinished sagas that nobody holds or whose owner's lease lapsed before `now_ms`,
+    /// at most `at_most`.
+    async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>>;
+}
+
+/// A saga's header by its id, read on every submission (one row, not the saga's
+/// entries).
+#[async_trait]
+pub trait Headers: Send + Sync + 'static {
     /// The header of a saga, if one with this id was ever begun.
-    async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
-        Ok(self.load(saga_id).await?.map(|(header, _)| header))
-    }
+    async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>>;
     /// Whether a saga was marked finished; `None` if none with this id was begun (or it
     /// was forgotten).
-    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
-        if self.header(saga_id).await?.is_none() {
-            return Ok(None);
-        }
-        Ok(Some(
-            !self.unfinished().await?.iter().any(|id| id == saga_id),
-        ))
-    }
+    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>>;
 }
 
 /// A saga the journal forgot, and the task that reported it.

@@ -10,7 +10,7 @@ use agent_host::sdk::{A2AError, ListTasksRequest, StreamResponse, Task, TaskStat
 use agent_host::{AgentClient, OutboundCall};
 use common::served::*;
 use common::{Harness, data_message, ledger_of, read};
-use executor_agent::journal::Journal;
+use executor_agent::journal::SagaLog;
 use futures::StreamExt;
 use serde_json::{Value, json};
 

@@ -4,10 +4,11 @@
 
 mod common;
 
+use executor_agent::journal::{Ownership, SagaLog};
 use std::collections::HashMap;
 
 use common::{supplier_catalog, supplier_plan};
-use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
+use executor_agent::journal::{Entry, SagaHeader, SqliteJournal};
 use executor_agent::recovery::replay;
 use executor_agent::saga::{CallOutcome, Command, Event, Invocation, Saga, SagaSpec, Timer};
 use serde_json::json;

@@ -3,6 +3,7 @@
 
 mod common;
 
+use executor_agent::journal::{Ownership, SagaLog};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -12,7 +13,7 @@ use common::*;
 use agent_host::AgentClient;
 use executor_agent::driver::{Control, Driver, Reporter, begin};
 use executor_agent::invoke::{A2aInvoker, Endpoint};
-use executor_agent::journal::{Entry, Journal, SagaHeader, SqliteJournal};
+use executor_agent::journal::{Entry, SagaHeader, SqliteJournal};
 use executor_agent::recovery::replay;
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{Command, Ending, Event, Saga, SagaSpec, Target};

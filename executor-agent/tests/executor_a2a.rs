@@ -5,7 +5,7 @@ mod common;
 
 use agent_host::sdk::{StreamResponse, TaskState};
 use common::*;
-use executor_agent::journal::Journal;
+use executor_agent::journal::SagaLog;
 use futures::StreamExt;
 use serde_json::json;
 use shared_types::SigningIdentity;

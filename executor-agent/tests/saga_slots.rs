@@ -7,6 +7,7 @@
 
 mod common;
 
+use executor_agent::journal::SagaLog;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,6 @@ use agent_host::sdk::{SendMessageConfiguration, Task, TaskState};
 use agent_host::{Agent, AgentClient, SqliteTaskStore, TaskManager};
 use common::*;
 use executor_agent::agent::{Executor, ExecutorAgent, ExecutorConfig};
-use executor_agent::journal::Journal;
 use executor_agent::report::GATHER_PROGRESS;
 use serde_json::{Value, json};
 use shared_types::TrustStore;

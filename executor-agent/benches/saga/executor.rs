@@ -2,6 +2,7 @@
 //! SQLite task store, and one saga run through a `Route` or the same six calls made
 //! directly.
 
+use executor_agent::journal::SagaLog;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -11,7 +12,7 @@ use agent_host::{AgentClient, MemoryTaskStore, SqliteTaskStore, TaskHandle, Task
 use async_trait::async_trait;
 use executor_agent::driver::{Control, Driver, Reporter, begin};
 use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker, trace_id};
-use executor_agent::journal::{Around, Call, Entry, Journal, SagaHeader, SqliteJournal, Wrapped};
+use executor_agent::journal::{Around, Call, Entry, SagaHeader, SqliteJournal, Wrapped};
 use executor_agent::report::{GATHER_PROGRESS, TaskReporter};
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{CallOutcome, Command, Ending, Event, Invocation, Saga, SagaSpec};

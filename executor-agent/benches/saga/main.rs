@@ -27,6 +27,7 @@ mod executor;
 mod report;
 mod tool_agent;
 
+use executor_agent::journal::SagaLog;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -34,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use agent_host::TaskStore;
 use agent_host::sdk::{Artifact, Part, Task};
-use executor_agent::journal::{Entry, Journal, SagaHeader};
+use executor_agent::journal::{Entry, SagaHeader};
 use executor_agent::saga::{CallOutcome, Command, Event, Saga};
 
 use crate::cpu::{Commits, CpuUsed, sample_cpu};

@@ -10,7 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use super::{Claim, DEFAULT_LEASE, Entry, Epoch, Forgettable, Journal, SagaHeader};
+use super::{
+    Claim, DEFAULT_LEASE, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog,
+};
 use crate::error::{Error, Result};
 use crate::sync;
 
@@ -83,7 +85,7 @@ impl MemoryJournal {
 }
 
 #[async_trait]
-impl Journal for MemoryJournal {
+impl SagaLog for MemoryJournal {
     async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<Epoch> {
         let now_ms = chrono::Utc::now().timestamp_millis();
         let mut state = sync::lock(&self.state);
@@ -120,59 +122,6 @@ impl Journal for MemoryJournal {
             }),
             None => Err(Error::Journal(format!("saga {saga_id} was never begun"))),
         }
-    }
-
-    async fn claim(&self, saga_id: &str, now_ms: i64, how: Claim) -> Result<Option<Epoch>> {
-        let lease_until_ms = self.lease_until(now_ms);
-        let mut state = sync::lock(&self.state);
-        let Some(stored) = state.sagas.get_mut(saga_id) else {
-            return Ok(None);
-        };
-        let free = stored.owner.is_none() || stored.lease_until_ms < now_ms;
-        if stored.finished_ms.is_some() || !(free || how == Claim::TakeOver) {
-            return Ok(None);
-        }
-        stored.owner = Some(self.owner.clone());
-        stored.epoch += 1;
-        stored.lease_until_ms = lease_until_ms;
-        Ok(Some(stored.epoch))
-    }
-
-    async fn renew(&self, now_ms: i64) -> Result<usize> {
-        let lease_until_ms = self.lease_until(now_ms);
-        let mut state = sync::lock(&self.state);
-        let mut renewed = 0;
-        for stored in state.sagas.values_mut() {
-            if stored.finished_ms.is_none() && stored.owner.as_deref() == Some(&*self.owner) {
-                stored.lease_until_ms = lease_until_ms;
-                renewed += 1;
-            }
-        }
-        Ok(renewed)
-    }
-
-    async fn release(&self, saga_id: &str, epoch: Epoch) -> Result<()> {
-        let mut state = sync::lock(&self.state);
-        if let Some(stored) = state.sagas.get_mut(saga_id)
-            && self.held_here(stored, epoch)
-        {
-            stored.owner = None;
-            stored.lease_until_ms = 0;
-        }
-        Ok(())
-    }
-
-    async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>> {
-        let state = sync::lock(&self.state);
-        Ok(state
-            .sagas
-            .iter()
-            .filter(|(_, s)| {
-                s.finished_ms.is_none() && (s.owner.is_none() || s.lease_until_ms < now_ms)
-            })
-            .map(|(id, _)| id.clone())
-            .take(at_most)
-            .collect())
     }
 
     async fn finish(&self, saga_id: &str, _spent_minor: u64) -> Result<()> {
@@ -244,7 +193,66 @@ impl Journal for MemoryJournal {
         }
         Ok(())
     }
+}
 
+#[async_trait]
+impl Ownership for MemoryJournal {
+    async fn claim(&self, saga_id: &str, now_ms: i64, how: Claim) -> Result<Option<Epoch>> {
+        let lease_until_ms = self.lease_until(now_ms);
+        let mut state = sync::lock(&self.state);
+        let Some(stored) = state.sagas.get_mut(saga_id) else {
+            return Ok(None);
+        };
+        let free = stored.owner.is_none() || stored.lease_until_ms < now_ms;
+        if stored.finished_ms.is_some() || !(free || how == Claim::TakeOver) {
+            return Ok(None);
+        }
+        stored.owner = Some(self.owner.clone());
+        stored.epoch += 1;
+        stored.lease_until_ms = lease_until_ms;
+        Ok(Some(stored.epoch))
+    }
+
+    async fn renew(&self, now_ms: i64) -> Result<usize> {
+        let lease_until_ms = self.lease_until(now_ms);
+        let mut state = sync::lock(&self.state);
+        let mut renewed = 0;
+        for stored in state.sagas.values_mut() {
+            if stored.finished_ms.is_none() && stored.owner.as_deref() == Some(&*self.owner) {
+                stored.lease_until_ms = lease_until_ms;
+                renewed += 1;
+            }
+        }
+        Ok(renewed)
+    }
+
+    async fn release(&self, saga_id: &str, epoch: Epoch) -> Result<()> {
+        let mut state = sync::lock(&self.state);
+        if let Some(stored) = state.sagas.get_mut(saga_id)
+            && self.held_here(stored, epoch)
+        {
+            stored.owner = None;
+            stored.lease_until_ms = 0;
+        }
+        Ok(())
+    }
+
+    async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>> {
+        let state = sync::lock(&self.state);
+        Ok(state
+            .sagas
+            .iter()
+            .filter(|(_, s)| {
+                s.finished_ms.is_none() && (s.owner.is_none() || s.lease_until_ms < now_ms)
+            })
+            .map(|(id, _)| id.clone())
+            .take(at_most)
+            .collect())
+    }
+}
+
+#[async_trait]
+impl Headers for MemoryJournal {
     async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
         let state = sync::lock(&self.state);
         Ok(state.sagas.get(saga_id).map(|s| s.header.clone()))

@@ -13,7 +13,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 use shared_types::Violation;
 
-use super::{Claim, Entry, Epoch, Forgettable, Journal, SagaHeader};
+use super::{Claim, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog};
 use crate::error::{Error, Result};
 use crate::mandates::{self, MandateHold};
 use crate::sync;
@@ -372,7 +372,7 @@ fn decode<T: for<'de> Deserialize<'de>>(text: &str) -> rusqlite::Result<T> {
 }
 
 #[async_trait]
-impl Journal for SqliteJournal {
+impl SagaLog for SqliteJournal {
     async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<Epoch> {
         let body = encode(header)?;
         let at_ms = chrono::Utc::now().timestamp_millis();
@@ -420,6 +420,87 @@ impl Journal for SqliteJournal {
         Ok(())
     }
 
+    async fn finish(&self, saga_id: &str, spent_minor: u64) -> Result<()> {
+        self.submit(Write::Finish {
+            saga_id: saga_id.to_owned(),
+            at_ms: chrono::Utc::now().timestamp_millis(),
+            spent_minor,
+        })
+        .await
+    }
+
+    async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {
+        let saga_id = saga_id.to_owned();
+        let found = self
+            .reader
+            .read(move |conn| {
+                let Some(header) = read_header(conn, &saga_id)? else {
+                    return Ok(None);
+                };
+                let mut statement = conn
+                    .prepare_cached("SELECT body FROM entries WHERE saga_id = ?1 ORDER BY seq")?;
+                let mut entries = Vec::new();
+                let mut rows = statement.query([&saga_id])?;
+                while let Some(row) = rows.next()? {
+                    let body: String = row.get(0)?;
+                    // A row is the array of one append; a journal from before appends
+                    // were grouped has one entry per row.
+                    if body.starts_with('[') {
+                        entries.extend(decode::<Vec<Entry>>(&body)?);
+                    } else {
+                        entries.push(decode::<Entry>(&body)?);
+                    }
+                }
+                Ok(Some((header, entries)))
+            })
+            .await?;
+        Ok(found)
+    }
+
+    async fn unfinished(&self) -> Result<Vec<String>> {
+        let ids = self
+            .reader
+            .read(|conn| {
+                let mut statement = conn.prepare(UNFINISHED)?;
+                statement.query_map([], |row| row.get(0))?.collect()
+            })
+            .await?;
+        Ok(ids)
+    }
+
+    async fn forgettable(
+        &self,
+        finished_before_ms: i64,
+        now_ms: i64,
+        at_most: usize,
+    ) -> Result<Vec<Forgettable>> {
+        let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
+        let found = self
+            .reader
+            .read(move |conn| {
+                conn.prepare(FORGETTABLE)?
+                    .query_map(params![finished_before_ms, now_ms, at_most], |row| {
+                        Ok(Forgettable {
+                            saga_id: row.get(0)?,
+                            task_id: row.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                        })
+                    })?
+                    .collect()
+            })
+            .await?;
+        Ok(found)
+    }
+
+    async fn forget(&self, saga_ids: &[String]) -> Result<()> {
+        self.submit(Write::Forget {
+            saga_ids: saga_ids.to_vec(),
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Ownership for SqliteJournal {
     async fn claim(&self, saga_id: &str, now_ms: i64, how: Claim) -> Result<Option<Epoch>> {
         let claimed = Arc::new(Mutex::new(None));
         self.submit(Write::Claim {
@@ -465,74 +546,10 @@ impl Journal for SqliteJournal {
             })
             .await?)
     }
+}
 
-    async fn finish(&self, saga_id: &str, spent_minor: u64) -> Result<()> {
-        self.submit(Write::Finish {
-            saga_id: saga_id.to_owned(),
-            at_ms: chrono::Utc::now().timestamp_millis(),
-            spent_minor,
-        })
-        .await
-    }
-
-    async fn forgettable(
-        &self,
-        finished_before_ms: i64,
-        now_ms: i64,
-        at_most: usize,
-    ) -> Result<Vec<Forgettable>> {
-        let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
-        let found = self
-            .reader
-            .read(move |conn| {
-                conn.prepare(FORGETTABLE)?
-                    .query_map(params![finished_before_ms, now_ms, at_most], |row| {
-                        Ok(Forgettable {
-                            saga_id: row.get(0)?,
-                            task_id: row.get::<_, Option<String>>(1)?.unwrap_or_default(),
-                        })
-                    })?
-                    .collect()
-            })
-            .await?;
-        Ok(found)
-    }
-
-    async fn forget(&self, saga_ids: &[String]) -> Result<()> {
-        self.submit(Write::Forget {
-            saga_ids: saga_ids.to_vec(),
-        })
-        .await
-    }
-
-    async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {
-        let saga_id = saga_id.to_owned();
-        let found = self
-            .reader
-            .read(move |conn| {
-                let Some(header) = read_header(conn, &saga_id)? else {
-                    return Ok(None);
-                };
-                let mut statement = conn
-                    .prepare_cached("SELECT body FROM entries WHERE saga_id = ?1 ORDER BY seq")?;
-                let mut entries = Vec::new();
-                let mut rows = statement.query([&saga_id])?;
-                while let Some(row) = rows.next()? {
-                    let body: String = row.get(0)?;
-                    // A row is the array of one append; a journal from before appends
-                    // were grouped has one entry per row.
-                    if body.starts_with('[') {
-                        entries.extend(decode::<Vec<Entry>>(&body)?);
-                    } else {
-                        entries.push(decode::<Entry>(&body)?);
-                    }
-                }
-                Ok(Some((header, entries)))
-            })
-            .await?;
-        Ok(found)
-    }
-
+#[async_trait]
+impl Headers for SqliteJournal {
     /// The header alone: every submission asks, and a saga's entries are not needed.
     async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
         let saga_id = saga_id.to_owned();
@@ -552,17 +569,6 @@ impl Journal for SqliteJournal {
                     .optional()
             })
             .await?)
-    }
-
-    async fn unfinished(&self) -> Result<Vec<String>> {
-        let ids = self
-            .reader
-            .read(|conn| {
-                let mut statement = conn.prepare(UNFINISHED)?;
-                statement.query_map([], |row| row.get(0))?.collect()
-            })
-            .await?;
-        Ok(ids)
     }
 }
 

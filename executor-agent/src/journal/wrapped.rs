@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 
-use super::{Claim, Entry, Epoch, Forgettable, Journal, SagaHeader};
+use super::{Claim, Entry, Epoch, Forgettable, Headers, Journal, Ownership, SagaHeader, SagaLog};
 use crate::error::Result;
 
 /// One method of the journal, as a wrapper sees it.
@@ -98,32 +98,12 @@ impl<J, A> std::ops::Deref for Wrapped<J, A> {
 }
 
 #[async_trait]
-impl<J: Journal, A: Around> Journal for Wrapped<J, A> {
+impl<J: Journal, A: Around> SagaLog for Wrapped<J, A> {
     async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<Epoch> {
         let call = self.inner.begin(header, first);
         self.around
             .around(Call::Begin { header, first }, call)
             .await
-    }
-
-    async fn claim(&self, saga_id: &str, now_ms: i64, how: Claim) -> Result<Option<Epoch>> {
-        let call = self.inner.claim(saga_id, now_ms, how);
-        self.around.around(Call::Claim { saga_id }, call).await
-    }
-
-    async fn renew(&self, now_ms: i64) -> Result<usize> {
-        let call = self.inner.renew(now_ms);
-        self.around.around(Call::Renew, call).await
-    }
-
-    async fn release(&self, saga_id: &str, epoch: Epoch) -> Result<()> {
-        let call = self.inner.release(saga_id, epoch);
-        self.around.around(Call::Release { saga_id }, call).await
-    }
-
-    async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>> {
-        let call = self.inner.claimable(now_ms, at_most);
-        self.around.around(Call::Claimable, call).await
     }
 
     async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()> {
@@ -151,16 +131,6 @@ impl<J: Journal, A: Around> Journal for Wrapped<J, A> {
         self.around.around(Call::Unfinished, call).await
     }
 
-    async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
-        let call = self.inner.header(saga_id);
-        self.around.around(Call::Header { saga_id }, call).await
-    }
-
-    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
-        let call = self.inner.is_finished(saga_id);
-        self.around.around(Call::IsFinished { saga_id }, call).await
-    }
-
     async fn forgettable(
         &self,
         finished_before_ms: i64,
@@ -174,5 +144,41 @@ impl<J: Journal, A: Around> Journal for Wrapped<J, A> {
     async fn forget(&self, saga_ids: &[String]) -> Result<()> {
         let call = self.inner.forget(saga_ids);
         self.around.around(Call::Forget { saga_ids }, call).await
+    }
+}
+
+#[async_trait]
+impl<J: Journal, A: Around> Ownership for Wrapped<J, A> {
+    async fn claim(&self, saga_id: &str, now_ms: i64, how: Claim) -> Result<Option<Epoch>> {
+        let call = self.inner.claim(saga_id, now_ms, how);
+        self.around.around(Call::Claim { saga_id }, call).await
+    }
+
+    async fn renew(&self, now_ms: i64) -> Result<usize> {
+        let call = self.inner.renew(now_ms);
+        self.around.around(Call::Renew, call).await
+    }
+
+    async fn release(&self, saga_id: &str, epoch: Epoch) -> Result<()> {
+        let call = self.inner.release(saga_id, epoch);
+        self.around.around(Call::Release { saga_id }, call).await
+    }
+
+    async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>> {
+        let call = self.inner.claimable(now_ms, at_most);
+        self.around.around(Call::Claimable, call).await
+    }
+}
+
+#[async_trait]
+impl<J: Journal, A: Around> Headers for Wrapped<J, A> {
+    async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
+        let call = self.inner.header(saga_id);
+        self.around.around(Call::Header { saga_id }, call).await
+    }
+
+    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
+        let call = self.inner.is_finished(saga_id);
+        self.around.around(Call::IsFinished { saga_id }, call).await
     }
 }

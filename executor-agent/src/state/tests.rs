@@ -5,7 +5,7 @@ use agent_host::sdk::{Task, TaskState, TaskStatus};
 use shared_types::TrustStore;
 
 use super::*;
-use crate::journal::{Journal, SagaHeader, SqliteJournal};
+use crate::journal::{Headers, SagaHeader, SagaLog, SqliteJournal};
 use crate::registry::Registry;
 use crate::saga::SagaSpec;
 
