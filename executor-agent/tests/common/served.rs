@@ -208,3 +208,42 @@ pub async fn admin_post(served: &Served, path: &str, body: &Value) -> (u16, Stri
         .unwrap();
     (response.status().as_u16(), response.text().await.unwrap())
 }
+
+/// The status the executor answers a `POST path` whose headers declare a body of
+/// `length` bytes, none of which is sent: a body over the limit is refused on its
+/// declared length alone. (A client that sends such a body may instead see its write
+/// fail, when the answer comes and the connection closes before the upload ends.)
+pub async fn declared_length_status(served: &Served, path: &str, length: usize) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = served
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 1024];
+    // The status line is all this needs; the executor may keep the connection open.
+    while !answer.windows(2).any(|w| w == b"\r\n") {
+        // A guard, not a wait: an executor that read the body before answering would
+        // never answer here.
+        let read =
+            tokio::time::timeout(std::time::Duration::from_secs(60), stream.read(&mut buffer))
+                .await
+                .expect("no answer before the body was sent")
+                .unwrap();
+        assert!(read > 0, "the connection closed without an answer");
+        answer.extend_from_slice(&buffer[..read]);
+    }
+    let status_line = String::from_utf8_lossy(&answer);
+    status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {status_line:?}"))
+}
