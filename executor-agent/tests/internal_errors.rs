@@ -3,40 +3,14 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use agent_host::sdk::{PartContent, TaskState};
 use common::Harness;
 
-/// Everything the executor logged while the test ran.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 const SECRET_PATH: &str = "/var/lib/sagaplane/secret-volume/executor.db";
 
-// One thread: the log subscriber below is this thread's, and every task of the executor
-// runs on it.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_the_journal_cannot_record_fails_with_an_error_id_and_no_internal_text() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _logging = tracing::subscriber::set_default(subscriber);
+    let captured = common::logs::capture();
 
     let setup = Harness::start(&[]).await;
     setup.journal.fail_begins(SECRET_PATH);
@@ -73,7 +47,7 @@ async fn a_plan_the_journal_cannot_record_fails_with_an_error_id_and_no_internal
     );
 
     // The log line with that id has the cause.
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     let line = log
         .lines()
         .find(|line| line.contains(id))
