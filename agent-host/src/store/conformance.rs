@@ -1,5 +1,5 @@
-//! What every `TaskStore` must do, written once and run against each store (in-memory
-//! and SQLite; PostgreSQL's joins here): reads and listings, compare-and-set writes,
+//! What every `TaskStore` must do, written once and run against each store (in-memory,
+//! SQLite, and PostgreSQL when `SAGAPLANE_TEST_PG` names a database): reads and listings, compare-and-set writes,
 //! paging by key, deletion, and concurrent writers.
 
 use std::sync::Arc;
@@ -10,14 +10,21 @@ use super::*;
 use crate::error::Error;
 use crate::sdk::{TaskState, TaskStatus};
 
-/// Each store under test, fresh, with what keeps its file alive.
-fn stores() -> Vec<(&'static str, Arc<dyn TaskStore>, Option<tempfile::TempDir>)> {
+/// Each store under test, fresh, with what keeps its file alive; PostgreSQL's in a
+/// schema of `test`'s own.
+async fn stores(test: &str) -> Vec<(&'static str, Arc<dyn TaskStore>, Option<tempfile::TempDir>)> {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = SqliteTaskStore::open(&dir.path().join("tasks.db")).unwrap();
-    vec![
+    let mut stores: Vec<(&'static str, Arc<dyn TaskStore>, Option<tempfile::TempDir>)> = vec![
         ("memory", Arc::new(MemoryTaskStore::new()), None),
         ("sqlite", Arc::new(sqlite), Some(dir)),
-    ]
+    ];
+    if let Some(url) = postgres::testing::scratch_database(test).await {
+        let db = postgres::Postgres::connect(&url, 8).unwrap();
+        let store = postgres::PostgresTaskStore::on(&db).await.unwrap();
+        stores.push(("postgres", Arc::new(store), None));
+    }
+    stores
 }
 
 pub(super) fn task(id: &str, context: &str, state: TaskState, second: u32) -> Task {
@@ -73,7 +80,9 @@ pub(super) async fn three_tasks(store: &dyn TaskStore) -> Version {
 
 #[tokio::test]
 async fn a_task_reads_back_as_written_and_listings_filter_and_order_it() {
-    for (name, store, _dir) in stores() {
+    for (name, store, _dir) in
+        stores("a_task_reads_back_as_written_and_listings_filter_and_order_it").await
+    {
         assert!(store.get("missing").await.unwrap().is_none(), "{name}");
         let version = three_tasks(store.as_ref()).await;
         assert_eq!(version, 2, "{name}: each write adds one");
@@ -118,7 +127,9 @@ async fn a_task_reads_back_as_written_and_listings_filter_and_order_it() {
 
 #[tokio::test]
 async fn a_write_that_expects_another_version_is_refused_and_writes_nothing() {
-    for (name, store, _dir) in stores() {
+    for (name, store, _dir) in
+        stores("a_write_that_expects_another_version_is_refused_and_writes_nothing").await
+    {
         let version = three_tasks(store.as_ref()).await;
         let refused = [
             // Created twice.
@@ -161,7 +172,9 @@ async fn a_write_that_expects_another_version_is_refused_and_writes_nothing() {
 
 #[tokio::test]
 async fn pages_by_key_cover_every_task_once_even_when_tasks_are_written_between_pages() {
-    for (name, store, _dir) in stores() {
+    for (name, store, _dir) in
+        stores("pages_by_key_cover_every_task_once_even_when_tasks_are_written_between_pages").await
+    {
         // 25 tasks over 10 seconds: most share their second with others, so the order
         // within a second (first written, newest first) decides the pages too.
         for n in 0..25u32 {
@@ -226,7 +239,9 @@ async fn pages_by_key_cover_every_task_once_even_when_tasks_are_written_between_
 
 #[tokio::test]
 async fn a_listing_for_an_owner_counts_and_returns_that_owners_tasks_only() {
-    for (name, store, _dir) in stores() {
+    for (name, store, _dir) in
+        stores("a_listing_for_an_owner_counts_and_returns_that_owners_tasks_only").await
+    {
         for (id, owner, second) in [
             ("o1", Some("alice"), 1),
             ("o2", Some("bob"), 2),
@@ -258,7 +273,9 @@ async fn a_listing_for_an_owner_counts_and_returns_that_owners_tasks_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_lose_no_write_and_one_writer_wins_each_version() {
-    for (name, store, _dir) in stores() {
+    for (name, store, _dir) in
+        stores("concurrent_writers_lose_no_write_and_one_writer_wins_each_version").await
+    {
         // 16 writers, each on its own task, 20 updates each.
         let mut writers = tokio::task::JoinSet::new();
         for w in 0..16u32 {

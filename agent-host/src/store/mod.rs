@@ -1,5 +1,6 @@
 //! Durable task storage: the `TaskStore` trait, an in-memory store for tests and
-//! benchmarks, and the SQLite store that is the embedded default.
+//! benchmarks, the SQLite store that is the embedded default, and the PostgreSQL store
+//! that replicas share.
 //!
 //! Invariants every store keeps (checked by `conformance.rs` against each of them):
 //! - a write names the version it expects and is refused (`Error::Conflict`, nothing
@@ -12,6 +13,7 @@
 mod conformance;
 pub mod durable;
 mod memory;
+pub mod postgres;
 pub mod schema;
 mod sqlite;
 
@@ -91,7 +93,7 @@ pub enum Expected {
 }
 
 /// Where tasks live. Every write is durable when it returns, so a task's visible state
-/// never runs ahead of what survives a crash. A PostgreSQL store implements the same trait.
+/// never runs ahead of what survives a crash.
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
     /// Writes the task if the store holds what `expected` says, and returns the version

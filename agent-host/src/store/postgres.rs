@@ -1,0 +1,198 @@
+//! PostgreSQL, for the stores that several executor replicas share: a pool per database,
+//! one schema version per store (the rules of `schema.rs`: migrations in order, a newer
+//! schema than this binary knows refused), and the `TaskStore` on it (`postgres/tasks.rs`).
+//!
+//! The one module of the workspace that names the driver (tokio-postgres, with deadpool's
+//! pool; both pinned). The executor's journal reaches it through the re-exports below.
+
+mod tasks;
+pub mod testing;
+
+use std::fmt::Write as _;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+use crate::error::{Error, Result};
+
+pub use deadpool_postgres::{Object as Connection, Transaction};
+pub use tasks::PostgresTaskStore;
+pub use tokio_postgres::Row;
+pub use tokio_postgres::types::ToSql;
+
+/// How many connections a pool opens at most, unless told otherwise.
+pub const DEFAULT_CONNECTIONS: usize = 16;
+
+/// One step of a store's schema: SQL run inside the migrating transaction.
+pub struct Migration {
+    /// What it does, for the log and errors.
+    pub what: &'static str,
+    pub sql: &'static str,
+}
+
+/// A PostgreSQL database: a pool of connections to it, and where it is (host, port and
+/// database name, never the password) for messages.
+#[derive(Clone)]
+pub struct Postgres {
+    pool: Pool,
+    place: String,
+}
+
+impl std::fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Postgres")
+            .field("place", &self.place)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Postgres {
+    /// A pool for the database at `url` (`postgres://user@host:port/db?options`), opening
+    /// at most `connections` connections. Nothing is connected until first used.
+    pub fn connect(url: &str, connections: usize) -> Result<Self> {
+        let config: tokio_postgres::Config = url.parse().map_err(|e| {
+            // The driver's message names the part that is wrong; the URL itself may
+            // hold a password, so it is not repeated.
+            Error::Config(format!("the PostgreSQL URL cannot be read: {e}"))
+        })?;
+        let place = place_of(&config);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(connections.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| Error::Config(format!("cannot make a pool for {place}: {e}")))?;
+        Ok(Self { pool, place })
+    }
+
+    /// Where the database is, for messages: host, port and name.
+    pub fn place(&self) -> &str {
+        &self.place
+    }
+
+    /// A connection from the pool (opened if none is free and the pool is not full).
+    pub async fn connection(&self) -> Result<Connection> {
+        self.pool.get().await.map_err(|e| {
+            Error::store(format!(
+                "cannot reach PostgreSQL at {}: {}",
+                self.place,
+                chain(&e)
+            ))
+        })
+    }
+
+    /// Brings `store` to the last of `migrations`, in one transaction under a lock that
+    /// replicas starting together share (so one migrates and the others wait), or
+    /// refuses a database whose store is at a version past them.
+    pub async fn migrate(&self, store: &str, migrations: &[Migration]) -> Result<()> {
+        let mut conn = self.connection().await?;
+        let failed = |what: &str, e: tokio_postgres::Error| {
+            Error::store(format!(
+                "cannot migrate the {store} store in {} ({what}): {}",
+                self.place,
+                chain(&e)
+            ))
+        };
+        let tx = conn.transaction().await.map_err(|e| failed("begin", e))?;
+        tx.batch_execute(
+            "SELECT pg_advisory_xact_lock(7305846130925613568);
+             CREATE TABLE IF NOT EXISTS schema_versions (
+                 store   TEXT PRIMARY KEY,
+                 version INTEGER NOT NULL
+             );",
+        )
+        .await
+        .map_err(|e| failed("the version table", e))?;
+        let held: i32 = tx
+            .query_opt(
+                "SELECT version FROM schema_versions WHERE store = $1",
+                &[&store],
+            )
+            .await
+            .map_err(|e| failed("its version", e))?
+            .map_or(0, |row| row.get(0));
+        let held = usize::try_from(held).unwrap_or(0);
+        if held > migrations.len() {
+            return Err(Error::store(format!(
+                "the {store} store in {} is at schema version {held}, newer than this binary \
+                 knows ({}): run the binary that wrote it, or a newer one",
+                self.place,
+                migrations.len()
+            )));
+        }
+        if held == migrations.len() {
+            return Ok(());
+        }
+        for migration in &migrations[held..] {
+            tracing::info!(store, migration = migration.what, "migrating the schema");
+            tx.batch_execute(migration.sql)
+                .await
+                .map_err(|e| failed(migration.what, e))?;
+        }
+        let version = i32::try_from(migrations.len()).unwrap_or(i32::MAX);
+        tx.execute(
+            "INSERT INTO schema_versions (store, version) VALUES ($1, $2)
+             ON CONFLICT (store) DO UPDATE SET version = excluded.version",
+            &[&store, &version],
+        )
+        .await
+        .map_err(|e| failed("its new version", e))?;
+        tx.commit().await.map_err(|e| failed("commit", e))
+    }
+}
+
+/// A driver error as a store error: what was being done, then every cause (the driver's
+/// own text is "db error" alone; the server's message is its source).
+pub fn failed(what: &str, e: &tokio_postgres::Error) -> Error {
+    Error::store(format!("{what}: {}", chain(e)))
+}
+
+/// Whether the server refused a statement for a serialization failure or a deadlock:
+/// the transaction can be run again.
+pub fn is_retryable(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.code().is_some_and(|code| {
+        *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED
+    })
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let _ = write!(text, ": {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+fn place_of(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(host)) => host.clone(),
+        Some(Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config
+        .get_dbname()
+        .or(config.get_user())
+        .unwrap_or("postgres");
+    format!("{host}:{port}/{db}")
+}
+
+/// A count or version from a `bigint` column (never negative in these stores).
+pub fn to_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// A count or version for a `bigint` column.
+pub fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
