@@ -13,10 +13,12 @@ use crate::saga::{Event, Invocation, SagaSpec};
 #[cfg(test)]
 mod conformance;
 mod memory;
+mod postgres;
 mod sqlite;
 mod wrapped;
 
 pub use memory::MemoryJournal;
+pub use postgres::PostgresJournal;
 pub use sqlite::{DEFAULT_LEASE, SqliteJournal};
 pub use wrapped::{Around, Call, Wrapped};
 

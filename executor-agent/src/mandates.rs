@@ -135,12 +135,101 @@ const TABLES: &str = "CREATE TABLE IF NOT EXISTS mandates (
          PRIMARY KEY (principal_key, mandate_id)
      );";
 
+/// The same tables in PostgreSQL (`journal/postgres.rs` reserves and settles in them).
+pub(crate) const POSTGRES_MIGRATIONS: &[agent_host::store::postgres::Migration] =
+    &[agent_host::store::postgres::Migration {
+        what: "mandates, their running totals, reservations and revocations",
+        sql: "CREATE TABLE IF NOT EXISTS mandates (
+                  principal_key   TEXT NOT NULL,
+                  mandate_id      TEXT NOT NULL,
+                  document_sha256 TEXT NOT NULL,
+                  principal       TEXT NOT NULL,
+                  currency        TEXT NOT NULL,
+                  budget_minor    BIGINT NOT NULL,
+                  max_sagas       BIGINT,
+                  used_minor      BIGINT NOT NULL DEFAULT 0,
+                  sagas           BIGINT NOT NULL DEFAULT 0,
+                  PRIMARY KEY (principal_key, mandate_id)
+              );
+              CREATE TABLE IF NOT EXISTS mandate_reservations (
+                  saga_id        TEXT PRIMARY KEY,
+                  principal_key  TEXT NOT NULL,
+                  mandate_id     TEXT NOT NULL,
+                  reserved_minor BIGINT NOT NULL,
+                  spent_minor    BIGINT,
+                  at_ms          BIGINT NOT NULL
+              );
+              CREATE INDEX IF NOT EXISTS reservations_by_mandate
+                  ON mandate_reservations (principal_key, mandate_id);
+              CREATE TABLE IF NOT EXISTS mandate_revocations (
+                  principal_key TEXT NOT NULL,
+                  mandate_id    TEXT NOT NULL,
+                  revoked_at    TEXT NOT NULL,
+                  document      TEXT NOT NULL,
+                  PRIMARY KEY (principal_key, mandate_id)
+              );",
+    }];
+
 fn refusal(code: ViolationCode, message: String) -> Violation {
     Violation {
         code,
         step: None,
         message,
     }
+}
+
+/// The refusal of a plan whose mandate its principal revoked.
+pub(crate) fn revoked(hold: &MandateHold) -> Violation {
+    refusal(
+        ViolationCode::MandateRevoked,
+        format!(
+            "mandate {:?} was revoked by its principal; ask for a new one",
+            hold.mandate_id
+        ),
+    )
+}
+
+/// Why a plan holding `hold` cannot be accepted, given what the store knows of its
+/// mandate (the signed document's hash, the reserved and spent total, the sagas run);
+/// `None` when it fits. Every journal applies these rules inside its accepting write.
+pub(crate) fn refusal_for(
+    hold: &MandateHold,
+    known_sha256: &str,
+    used_minor: u64,
+    sagas: u64,
+) -> Option<Violation> {
+    if known_sha256 != hold.document_sha256 {
+        return Some(refusal(
+            ViolationCode::MandateUntrusted,
+            format!(
+                "principal key {:?} granted another mandate under the id {:?}; a mandate id names one grant",
+                hold.principal_key, hold.mandate_id
+            ),
+        ));
+    }
+    if let Some(max) = hold.max_sagas
+        && sagas >= u64::from(max)
+    {
+        return Some(refusal(
+            ViolationCode::MandateExhausted,
+            format!(
+                "mandate {:?} allows {max} saga(s), and all have been run",
+                hold.mandate_id
+            ),
+        ));
+    }
+    let budget = hold.budget.amount_minor.get();
+    let remaining = budget.saturating_sub(used_minor);
+    if hold.reserved_minor > remaining {
+        return Some(refusal(
+            ViolationCode::MandateExhausted,
+            format!(
+                "mandate {:?} has {remaining} of its {budget} {} minor units left, and this plan may spend {}",
+                hold.mandate_id, hold.budget.currency, hold.reserved_minor
+            ),
+        ));
+    }
+    None
 }
 
 /// Inside the write that accepts `saga_id`: refuses it (`Some`) when its mandate was
@@ -159,13 +248,7 @@ pub(crate) fn reserve(
         )?
         .exists(key)?;
     if revoked {
-        return Ok(Some(refusal(
-            ViolationCode::MandateRevoked,
-            format!(
-                "mandate {:?} was revoked by its principal; ask for a new one",
-                hold.mandate_id
-            ),
-        )));
+        return Ok(Some(self::revoked(hold)));
     }
     tx.prepare_cached(
         "INSERT OR IGNORE INTO mandates
@@ -181,46 +264,18 @@ pub(crate) fn reserve(
         to_sql(hold.budget.amount_minor.get()),
         hold.max_sagas,
     ])?;
-    let known: String = tx
+    let (known, used, sagas): (String, i64, i64) = tx
         .prepare_cached(
-            "SELECT document_sha256 FROM mandates WHERE principal_key = ?1 AND mandate_id = ?2",
+            "SELECT document_sha256, used_minor, sagas FROM mandates
+             WHERE principal_key = ?1 AND mandate_id = ?2",
         )?
-        .query_row(key, |row| row.get(0))?;
-    if known != hold.document_sha256 {
-        return Ok(Some(refusal(
-            ViolationCode::MandateUntrusted,
-            format!(
-                "principal key {:?} granted another mandate under the id {:?}; a mandate id names one grant",
-                hold.principal_key, hold.mandate_id
-            ),
-        )));
-    }
-    let (used, sagas): (i64, i64) = tx
-        .prepare_cached(
-            "SELECT used_minor, sagas FROM mandates WHERE principal_key = ?1 AND mandate_id = ?2",
-        )?
-        .query_row(key, |row| Ok((row.get(0)?, row.get(1)?)))?;
-    if let Some(max) = hold.max_sagas
-        && sagas >= i64::from(max)
-    {
-        return Ok(Some(refusal(
-            ViolationCode::MandateExhausted,
-            format!(
-                "mandate {:?} allows {max} saga(s), and all have been run",
-                hold.mandate_id
-            ),
-        )));
-    }
-    let budget = hold.budget.amount_minor.get();
-    let remaining = budget.saturating_sub(u64::try_from(used).unwrap_or(u64::MAX));
-    if hold.reserved_minor > remaining {
-        return Ok(Some(refusal(
-            ViolationCode::MandateExhausted,
-            format!(
-                "mandate {:?} has {remaining} of its {budget} {} minor units left, and this plan may spend {}",
-                hold.mandate_id, hold.budget.currency, hold.reserved_minor
-            ),
-        )));
+        .query_row(key, |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+    let (used, sagas) = (
+        u64::try_from(used).unwrap_or(u64::MAX),
+        u64::try_from(sagas).unwrap_or(u64::MAX),
+    );
+    if let Some(violation) = refusal_for(hold, &known, used, sagas) {
+        return Ok(Some(violation));
     }
     tx.prepare_cached(
         "INSERT INTO mandate_reservations

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 
 pub use deadpool_postgres::{Object as Connection, Transaction};
 pub use tasks::PostgresTaskStore;
+pub use tokio_postgres::Error as DriverError;
 pub use tokio_postgres::Row;
 pub use tokio_postgres::types::ToSql;
 

@@ -1,5 +1,5 @@
-//! What every journal must do, written once and run against each (SQLite and in memory
-//! now; PostgreSQL next): append order, the header lookup, recovery's reads, claims and
+//! What every journal must do, written once and run against each (in memory, SQLite, and
+//! PostgreSQL when `SAGAPLANE_TEST_PG` names a database): append order, the header lookup, recovery's reads, claims and
 //! leases, fencing, and concurrent writers. `owners` gives two journals on one state,
 //! each its own owner, with a lease of `LEASE`.
 
@@ -211,23 +211,95 @@ pub async fn concurrent_writers_keep_each_sagas_order(journal: &dyn Journal) {
     }
 }
 
+/// A saga under a mandate for `budget` minor units and at most `max_sagas` sagas, that
+/// may spend `reserved`.
+fn under_mandate(saga_id: &str, reserved: u64) -> SagaHeader {
+    use shared_types::Money;
+    use shared_types::money::{AmountMinor, Currency};
+    let mut header = header(saga_id);
+    header.spec.mandate = Some(crate::mandates::MandateHold {
+        principal_key: "principal-key".into(),
+        mandate_id: "md_conformance".into(),
+        principal: "someone".into(),
+        budget: Money {
+            currency: Currency::new("EUR").unwrap(),
+            amount_minor: AmountMinor::new(100).unwrap(),
+        },
+        max_sagas: Some(4),
+        document_sha256: "d1".into(),
+        reserved_minor: reserved,
+        spend_minor: vec![reserved],
+    });
+    header
+}
+
+pub async fn owners_accepting_at_once_never_overspend_a_mandate(
+    one: &dyn Journal,
+    two: &dyn Journal,
+) {
+    // Six plans of 40 each under a budget of 100, begun at once by two owners: two fit.
+    let begins = (0..6).map(|n| {
+        let journal = if n % 2 == 0 { one } else { two };
+        async move {
+            journal
+                .begin(&under_mandate(&format!("m{n}"), 40), &[])
+                .await
+        }
+    });
+    let outcomes = futures::future::join_all(begins).await;
+    let accepted: Vec<usize> = (0..6).filter(|n| outcomes[*n].is_ok()).collect();
+    assert_eq!(accepted.len(), 2, "{outcomes:?}");
+    for outcome in &outcomes {
+        if let Err(e) = outcome {
+            assert!(
+                matches!(e, Error::Mandate(v) if v.code == shared_types::ViolationCode::MandateExhausted),
+                "{e:?}"
+            );
+        }
+    }
+    // A refused plan wrote nothing.
+    let refused = (0..6).find(|n| !accepted.contains(n)).unwrap();
+    assert_eq!(one.header(&format!("m{refused}")).await.unwrap(), None);
+    // One accepted saga spent 10 of its 40: 30 come back (80 - 30 = 50 used), so a plan
+    // of 50 now fits exactly, and then not one unit more.
+    one.finish(&format!("m{}", accepted[0]), 10).await.unwrap();
+    // Settled once: finishing again gives nothing back twice.
+    one.finish(&format!("m{}", accepted[0]), 0).await.unwrap();
+    two.begin(&under_mandate("after-settle", 50), &[])
+        .await
+        .unwrap();
+    let over = one.begin(&under_mandate("over", 1), &[]).await;
+    assert!(
+        matches!(&over, Err(Error::Mandate(v)) if v.code == shared_types::ViolationCode::MandateExhausted),
+        "{over:?}"
+    );
+}
+
 /// Runs the whole suite against fresh journals from `owners`.
-pub async fn run<J: Journal>(owners: impl Fn() -> (J, J)) {
-    let (one, _) = owners();
+pub async fn run<J: Journal>(owners: &impl AsyncFn() -> (J, J)) {
+    let (one, _) = owners().await;
     appends_load_in_order_with_their_header(&one).await;
-    let (one, _) = owners();
+    let (one, _) = owners().await;
     recovery_reads_the_unfinished_sagas_only(&one).await;
-    let (one, two) = owners();
+    let (one, two) = owners().await;
     a_write_under_a_stale_epoch_is_refused_by_the_store(&one, &two).await;
-    let (one, two) = owners();
+    let (one, two) = owners().await;
     a_claim_takes_a_saga_only_when_its_lease_lapsed_or_it_is_free(&one, &two).await;
-    let (one, _) = owners();
+    let (one, _) = owners().await;
     concurrent_writers_keep_each_sagas_order(&one).await;
+}
+
+/// The suite and the mandates' accounting, for the journals that keep it (all but the
+/// in-memory one).
+pub async fn run_with_mandates<J: Journal>(owners: impl AsyncFn() -> (J, J)) {
+    run(&owners).await;
+    let (one, two) = owners().await;
+    owners_accepting_at_once_never_overspend_a_mandate(&one, &two).await;
 }
 
 #[tokio::test]
 async fn the_memory_journal_conforms() {
-    run(|| {
+    run(&async || {
         let journal = super::MemoryJournal::new().with_lease(LEASE);
         let other = journal.as_other_owner();
         (journal, other)
@@ -238,13 +310,34 @@ async fn the_memory_journal_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sqlite_journal_conforms() {
     let dirs = std::sync::Mutex::new(Vec::new());
-    run(|| {
+    run_with_mandates(async || {
         let dir = tempfile::tempdir().unwrap();
         let journal = super::SqliteJournal::open(&dir.path().join("journal.db"))
             .unwrap()
             .with_lease(LEASE);
         let other = journal.as_other_owner();
         dirs.lock().unwrap().push(dir);
+        (journal, other)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_journal_conforms() {
+    use agent_host::store::postgres::{Postgres, testing};
+    const TEST: &str = "the_postgres_journal_conforms";
+    if testing::scratch_database(TEST).await.is_none() {
+        return;
+    }
+    run_with_mandates(async || {
+        // A schema of its own for each run of the suite's parts, as a fresh file is.
+        let url = testing::scratch_database(TEST).await.unwrap();
+        let db = Postgres::connect(&url, 8).unwrap();
+        let journal = super::PostgresJournal::on(&db)
+            .await
+            .unwrap()
+            .with_lease(LEASE);
+        let other = journal.as_other_owner();
         (journal, other)
     })
     .await;
