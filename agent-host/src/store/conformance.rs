@@ -27,7 +27,7 @@ async fn stores(test: &str) -> Vec<(&'static str, Arc<dyn TaskStore>, Option<tem
     stores
 }
 
-pub(super) fn task(id: &str, context: &str, state: TaskState, second: u32) -> Task {
+pub(crate) fn task(id: &str, context: &str, state: TaskState, second: u32) -> Task {
     Task {
         id: id.into(),
         context_id: context.into(),

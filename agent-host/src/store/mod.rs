@@ -10,7 +10,7 @@
 //!   pages is neither listed twice nor makes another skipped.
 
 #[cfg(test)]
-mod conformance;
+pub(crate) mod conformance;
 pub mod durable;
 mod memory;
 pub mod postgres;

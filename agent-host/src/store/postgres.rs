@@ -1,10 +1,12 @@
 //! PostgreSQL, for the stores that several executor replicas share: a pool per database,
 //! one schema version per store (the rules of `schema.rs`: migrations in order, a newer
-//! schema than this binary knows refused), and the `TaskStore` on it (`postgres/tasks.rs`).
+//! schema than this binary knows refused), the `TaskStore` on it (`postgres/tasks.rs`),
+//! and task events across processes (`postgres/feed.rs`).
 //!
 //! The one module of the workspace that names the driver (tokio-postgres, with deadpool's
 //! pool; both pinned). The executor's journal reaches it through the re-exports below.
 
+mod feed;
 mod tasks;
 pub mod testing;
 
@@ -16,6 +18,7 @@ use tokio_postgres::NoTls;
 use crate::error::{Error, Result};
 
 pub use deadpool_postgres::{Object as Connection, Transaction};
+pub use feed::PostgresFeed;
 pub use tasks::PostgresTaskStore;
 pub use tokio_postgres::Error as DriverError;
 pub use tokio_postgres::Row;
@@ -36,6 +39,8 @@ pub struct Migration {
 #[derive(Clone)]
 pub struct Postgres {
     pool: Pool,
+    /// For the connections outside the pool (the task feed's listener).
+    config: tokio_postgres::Config,
     place: String,
 }
 
@@ -58,7 +63,7 @@ impl Postgres {
         })?;
         let place = place_of(&config);
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -69,7 +74,11 @@ impl Postgres {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| Error::Config(format!("cannot make a pool for {place}: {e}")))?;
-        Ok(Self { pool, place })
+        Ok(Self {
+            pool,
+            config,
+            place,
+        })
     }
 
     /// Where the database is, for messages: host, port and name.
