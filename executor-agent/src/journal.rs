@@ -135,6 +135,11 @@ pub trait Ownership: Send + Sync + 'static {
     /// Unfinished sagas that nobody holds or whose owner's lease lapsed before `now_ms`,
     /// at most `at_most`.
     async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>>;
+    /// Claims at most `at_most` of those sagas for this journal's owner, each at a new
+    /// epoch, in one write; the sagas and their epochs. Owners claiming at once get
+    /// disjoint sets (each saga goes to one of them), so a dead owner's sagas spread over
+    /// the others.
+    async fn claim_lapsed(&self, now_ms: i64, at_most: usize) -> Result<Vec<(String, Epoch)>>;
 }
 
 /// A saga's header by its id, read on every submission (one row, not the saga's

@@ -24,6 +24,42 @@ pub use tokio_postgres::Error as DriverError;
 pub use tokio_postgres::Row;
 pub use tokio_postgres::types::ToSql;
 
+/// Statements prepared once per connection and reused: given a text query, the driver
+/// prepares it again at every call, one round trip more each time.
+#[async_trait::async_trait]
+pub trait Cached: deadpool_postgres::GenericClient {
+    /// Runs a statement; the rows it changed.
+    async fn run(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, DriverError> {
+        let statement = self.prepare_cached(sql).await?;
+        self.execute(&statement, params).await
+    }
+
+    async fn rows(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, DriverError> {
+        let statement = self.prepare_cached(sql).await?;
+        self.query(&statement, params).await
+    }
+
+    async fn row(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row, DriverError> {
+        let statement = self.prepare_cached(sql).await?;
+        self.query_one(&statement, params).await
+    }
+
+    async fn row_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, DriverError> {
+        let statement = self.prepare_cached(sql).await?;
+        self.query_opt(&statement, params).await
+    }
+}
+
+impl<C: deadpool_postgres::GenericClient> Cached for C {}
+
 /// How many connections a pool opens at most, unless told otherwise.
 pub const DEFAULT_CONNECTIONS: usize = 16;
 

@@ -211,6 +211,53 @@ pub async fn concurrent_writers_keep_each_sagas_order(journal: &dyn Journal) {
     }
 }
 
+pub async fn owners_claiming_lapsed_sagas_at_once_share_them_out(
+    one: &dyn Journal,
+    two: &dyn Journal,
+) {
+    const SAGAS: usize = 40;
+    for n in 0..SAGAS {
+        let saga_id = format!("lapsed-{n:02}");
+        let epoch = one.begin(&header(&saga_id), &[]).await.unwrap();
+        // Given up, as by an owner that stopped: any owner may claim it at once.
+        one.release(&saga_id, epoch).await.unwrap();
+    }
+    let t = now();
+    // Two owners claim in rounds of 7, at once, until none is left.
+    let (mut took_one, mut took_two) = (Vec::new(), Vec::new());
+    loop {
+        let (a, b) = futures::join!(one.claim_lapsed(t, 7), two.claim_lapsed(t, 7));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        if a.is_empty() && b.is_empty() {
+            break;
+        }
+        assert!(a.len() <= 7 && b.len() <= 7);
+        took_one.extend(a);
+        took_two.extend(b);
+    }
+    let mut all: Vec<&String> = took_one.iter().chain(&took_two).map(|(id, _)| id).collect();
+    all.sort();
+    let total = all.len();
+    all.dedup();
+    assert_eq!(all.len(), total, "a saga was claimed by both owners");
+    assert_eq!(total, SAGAS, "every lapsed saga was claimed once");
+    // Each claim is at a new epoch, and fences the other owner out.
+    for (saga_id, epoch) in &took_one {
+        assert_eq!(*epoch, 2, "{saga_id}");
+        assert!(matches!(
+            two.append(saga_id, *epoch, &[event(1)]).await,
+            Err(Error::Fenced { .. })
+        ));
+        one.append(saga_id, *epoch, &[event(1)]).await.unwrap();
+    }
+    // Held and live, they are not claimed again.
+    assert!(two.claim_lapsed(t, 100).await.unwrap().is_empty());
+    assert!(
+        two.claim_lapsed(t + LEASE_MS + 1, 100).await.unwrap().len() == SAGAS,
+        "after the leases lapse, they can be taken over"
+    );
+}
+
 /// A saga under a mandate for `budget` minor units and at most `max_sagas` sagas, that
 /// may spend `reserved`.
 fn under_mandate(saga_id: &str, reserved: u64) -> SagaHeader {
@@ -287,6 +334,8 @@ pub async fn run<J: Journal>(owners: &impl AsyncFn() -> (J, J)) {
     a_claim_takes_a_saga_only_when_its_lease_lapsed_or_it_is_free(&one, &two).await;
     let (one, _) = owners().await;
     concurrent_writers_keep_each_sagas_order(&one).await;
+    let (one, two) = owners().await;
+    owners_claiming_lapsed_sagas_at_once_share_them_out(&one, &two).await;
 }
 
 /// The suite and the mandates' accounting, for the journals that keep it (all but the

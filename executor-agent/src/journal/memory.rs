@@ -237,6 +237,25 @@ impl Ownership for MemoryJournal {
         Ok(())
     }
 
+    async fn claim_lapsed(&self, now_ms: i64, at_most: usize) -> Result<Vec<(String, Epoch)>> {
+        let lease_until_ms = self.lease_until(now_ms);
+        let mut state = sync::lock(&self.state);
+        let mut claimed = Vec::new();
+        for (saga_id, stored) in &mut state.sagas {
+            if claimed.len() == at_most {
+                break;
+            }
+            let free = stored.owner.is_none() || stored.lease_until_ms < now_ms;
+            if stored.finished_ms.is_none() && free {
+                stored.owner = Some(self.owner.clone());
+                stored.epoch += 1;
+                stored.lease_until_ms = lease_until_ms;
+                claimed.push((saga_id.clone(), stored.epoch));
+            }
+        }
+        Ok(claimed)
+    }
+
     async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>> {
         let state = sync::lock(&self.state);
         Ok(state

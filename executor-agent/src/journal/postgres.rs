@@ -4,7 +4,8 @@
 //! memory; accepting a plan reserves its mandate's budget in the same transaction.
 
 use agent_host::store::postgres::{
-    Connection, DriverError, Migration, Postgres, ToSql, Transaction, failed, to_i64, to_u64,
+    Cached, Connection, DriverError, Migration, Postgres, ToSql, Transaction, failed, to_i64,
+    to_u64,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -137,7 +138,7 @@ impl SagaLog for PostgresJournal {
             // Dropped, the transaction rolls back: nothing is written.
             return Err(Error::Mandate(violation));
         }
-        tx.execute(
+        tx.run(
             "INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms, owner,
                                 epoch, lease_until_ms)
              VALUES ($1, $2, $3, $4, $5, $6, 1, $7)",
@@ -154,7 +155,7 @@ impl SagaLog for PostgresJournal {
         .await
         .map_err(store("cannot begin a saga"))?;
         if let Some(first) = first {
-            tx.execute(
+            tx.run(
                 "INSERT INTO entries (saga_id, body) VALUES ($1, $2)",
                 &[&header.saga_id, &first],
             )
@@ -172,7 +173,7 @@ impl SagaLog for PostgresJournal {
         // append's own statement. A claim updates that row, so it waits for this append
         // to commit, or this append waits for it and then finds another epoch.
         let written = conn
-            .execute(
+            .run(
                 "WITH fence AS (
                      SELECT 1 FROM sagas
                      WHERE saga_id = $1 AND epoch = $3 AND owner = $4
@@ -200,7 +201,7 @@ impl SagaLog for PostgresJournal {
             .await
             .map_err(store("cannot finish a saga"))?;
         settle(&tx, saga_id, spent_minor).await?;
-        tx.execute(
+        tx.run(
             "UPDATE sagas SET finished = TRUE, finished_ms = $2 WHERE saga_id = $1",
             &[&saga_id, &at_ms],
         )
@@ -212,7 +213,7 @@ impl SagaLog for PostgresJournal {
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {
         let conn = self.connection().await?;
         let Some(row) = conn
-            .query_opt("SELECT header FROM sagas WHERE saga_id = $1", &[&saga_id])
+            .row_opt("SELECT header FROM sagas WHERE saga_id = $1", &[&saga_id])
             .await
             .map_err(store("cannot load a saga"))?
         else {
@@ -220,7 +221,7 @@ impl SagaLog for PostgresJournal {
         };
         let header: SagaHeader = decode(row.get(0))?;
         let rows = conn
-            .query(
+            .rows(
                 "SELECT body FROM entries WHERE saga_id = $1 ORDER BY seq",
                 &[&saga_id],
             )
@@ -237,7 +238,7 @@ impl SagaLog for PostgresJournal {
     async fn unfinished(&self) -> Result<Vec<String>> {
         let conn = self.connection().await?;
         let rows = conn
-            .query(
+            .rows(
                 "SELECT saga_id FROM sagas WHERE NOT finished ORDER BY saga_id",
                 &[],
             )
@@ -255,7 +256,7 @@ impl SagaLog for PostgresJournal {
         let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
         let conn = self.connection().await?;
         let rows = conn
-            .query(
+            .rows(
                 "SELECT saga_id, task_id FROM sagas
                  WHERE finished AND finished_ms < $1 AND mandate_ends_ms < $2
                  ORDER BY finished_ms LIMIT $3",
@@ -279,14 +280,14 @@ impl SagaLog for PostgresJournal {
             .await
             .map_err(store("cannot forget sagas"))?;
         // Only a finished saga is ever forgotten.
-        tx.execute(
+        tx.run(
             "DELETE FROM entries WHERE saga_id IN
                  (SELECT saga_id FROM sagas WHERE saga_id = ANY($1) AND finished)",
             &[&saga_ids],
         )
         .await
         .map_err(store("cannot forget sagas"))?;
-        tx.execute(
+        tx.run(
             "DELETE FROM sagas WHERE saga_id = ANY($1) AND finished",
             &[&saga_ids],
         )
@@ -301,7 +302,7 @@ impl Ownership for PostgresJournal {
     async fn claim(&self, saga_id: &str, now_ms: i64, how: Claim) -> Result<Option<Epoch>> {
         let conn = self.connection().await?;
         let row = conn
-            .query_opt(
+            .row_opt(
                 "UPDATE sagas SET owner = $2, epoch = epoch + 1, lease_until_ms = $3
                  WHERE saga_id = $1 AND NOT finished
                    AND ($4 OR owner IS NULL OR lease_until_ms < $5)
@@ -322,7 +323,7 @@ impl Ownership for PostgresJournal {
     async fn renew(&self, now_ms: i64) -> Result<usize> {
         let conn = self.connection().await?;
         let renewed = conn
-            .execute(
+            .run(
                 "UPDATE sagas SET lease_until_ms = $2 WHERE NOT finished AND owner = $1",
                 &[&self.owner, &self.lease_until(now_ms)],
             )
@@ -333,7 +334,7 @@ impl Ownership for PostgresJournal {
 
     async fn release(&self, saga_id: &str, epoch: Epoch) -> Result<()> {
         let conn = self.connection().await?;
-        conn.execute(
+        conn.run(
             "UPDATE sagas SET owner = NULL, lease_until_ms = 0
              WHERE saga_id = $1 AND owner = $2 AND epoch = $3",
             &[&saga_id, &self.owner, &to_i64(epoch)],
@@ -343,11 +344,38 @@ impl Ownership for PostgresJournal {
         Ok(())
     }
 
+    async fn claim_lapsed(&self, now_ms: i64, at_most: usize) -> Result<Vec<(String, Epoch)>> {
+        let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
+        let conn = self.connection().await?;
+        // SKIP LOCKED: owners claiming at once each take sagas the others have not
+        // locked, instead of waiting for them and then finding them taken.
+        let rows = conn
+            .rows(
+                "UPDATE sagas SET owner = $1, epoch = epoch + 1, lease_until_ms = $2
+                 WHERE saga_id IN (
+                     SELECT saga_id FROM sagas
+                     WHERE NOT finished AND (owner IS NULL OR lease_until_ms < $3)
+                     ORDER BY saga_id LIMIT $4
+                     FOR UPDATE SKIP LOCKED
+                 )
+                 RETURNING saga_id, epoch",
+                &[&self.owner, &self.lease_until(now_ms), &now_ms, &at_most],
+            )
+            .await
+            .map_err(store("cannot claim lapsed sagas"))?;
+        let mut claimed: Vec<(String, Epoch)> = rows
+            .iter()
+            .map(|row| (row.get(0), to_u64(row.get(1))))
+            .collect();
+        claimed.sort();
+        Ok(claimed)
+    }
+
     async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>> {
         let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
         let conn = self.connection().await?;
         let rows = conn
-            .query(
+            .rows(
                 "SELECT saga_id FROM sagas
                  WHERE NOT finished AND (owner IS NULL OR lease_until_ms < $1)
                  ORDER BY saga_id LIMIT $2",
@@ -364,7 +392,7 @@ impl Headers for PostgresJournal {
     async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
         let conn = self.connection().await?;
         let row = conn
-            .query_opt("SELECT header FROM sagas WHERE saga_id = $1", &[&saga_id])
+            .row_opt("SELECT header FROM sagas WHERE saga_id = $1", &[&saga_id])
             .await
             .map_err(store("cannot read a saga's header"))?;
         row.map(|row| decode(row.get(0))).transpose()
@@ -373,7 +401,7 @@ impl Headers for PostgresJournal {
     async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
         let conn = self.connection().await?;
         let row = conn
-            .query_opt("SELECT finished FROM sagas WHERE saga_id = $1", &[&saga_id])
+            .row_opt("SELECT finished FROM sagas WHERE saga_id = $1", &[&saga_id])
             .await
             .map_err(store("cannot read whether a saga finished"))?;
         Ok(row.map(|row| row.get(0)))
@@ -392,7 +420,7 @@ async fn reserve(
     let failed = store("cannot reserve against a mandate");
     let key: [&(dyn ToSql + Sync); 2] = [&hold.principal_key, &hold.mandate_id];
     let revoked = tx
-        .query_opt(
+        .row_opt(
             "SELECT 1 FROM mandate_revocations WHERE principal_key = $1 AND mandate_id = $2",
             &key,
         )
@@ -402,7 +430,7 @@ async fn reserve(
     if revoked {
         return Ok(Some(mandates::revoked(hold)));
     }
-    tx.execute(
+    tx.run(
         "INSERT INTO mandates
              (principal_key, mandate_id, document_sha256, principal, currency, budget_minor, max_sagas)
          VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
@@ -419,7 +447,7 @@ async fn reserve(
     .await
     .map_err(&failed)?;
     let row = tx
-        .query_one(
+        .row(
             "SELECT document_sha256, used_minor, sagas FROM mandates
              WHERE principal_key = $1 AND mandate_id = $2 FOR UPDATE",
             &key,
@@ -430,7 +458,7 @@ async fn reserve(
     if let Some(violation) = mandates::refusal_for(hold, &known, to_u64(used), to_u64(sagas)) {
         return Ok(Some(violation));
     }
-    tx.execute(
+    tx.run(
         "INSERT INTO mandate_reservations
              (saga_id, principal_key, mandate_id, reserved_minor, spent_minor, at_ms)
          VALUES ($1, $2, $3, $4, NULL, $5)",
@@ -444,7 +472,7 @@ async fn reserve(
     )
     .await
     .map_err(&failed)?;
-    tx.execute(
+    tx.run(
         "UPDATE mandates SET used_minor = used_minor + $3, sagas = sagas + 1
          WHERE principal_key = $1 AND mandate_id = $2",
         &[
@@ -462,7 +490,7 @@ async fn reserve(
 async fn settle(tx: &Transaction<'_>, saga_id: &str, spent: u64) -> Result<()> {
     let failed = store("cannot settle a mandate's reservation");
     let Some(row) = tx
-        .query_opt(
+        .row_opt(
             "UPDATE mandate_reservations SET spent_minor = LEAST($2, reserved_minor)
              WHERE saga_id = $1 AND spent_minor IS NULL
              RETURNING principal_key, mandate_id, reserved_minor - spent_minor",
@@ -475,7 +503,7 @@ async fn settle(tx: &Transaction<'_>, saga_id: &str, spent: u64) -> Result<()> {
     };
     let (principal_key, mandate_id, unspent): (String, String, i64) =
         (row.get(0), row.get(1), row.get(2));
-    tx.execute(
+    tx.run(
         "UPDATE mandates SET used_minor = used_minor - $3
          WHERE principal_key = $1 AND mandate_id = $2",
         &[&principal_key, &mandate_id, &unspent],

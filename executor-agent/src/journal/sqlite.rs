@@ -49,6 +49,13 @@ enum Write {
         take_over: bool,
         claimed: Arc<Mutex<Option<Epoch>>>,
     },
+    ClaimLapsed {
+        owner: Arc<str>,
+        now_ms: i64,
+        lease_until_ms: i64,
+        at_most: i64,
+        claimed: Arc<Mutex<Vec<(String, Epoch)>>>,
+    },
     Renew {
         owner: Arc<str>,
         lease_until_ms: i64,
@@ -151,6 +158,33 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
                     .query_row([saga_id], |row| row.get(0))
                     .optional()?
             };
+            Ok(0)
+        }
+        Write::ClaimLapsed {
+            owner,
+            now_ms,
+            lease_until_ms,
+            at_most,
+            claimed,
+        } => {
+            // One writer: no other owner claims between the choice and the update.
+            let mut statement = tx.prepare_cached(
+                "UPDATE sagas SET owner = ?1, epoch = epoch + 1, lease_until_ms = ?2
+                 WHERE saga_id IN (
+                     SELECT saga_id FROM sagas INDEXED BY sagas_unfinished
+                     WHERE finished = 0 AND (owner IS NULL OR lease_until_ms < ?3)
+                     ORDER BY saga_id LIMIT ?4
+                 )
+                 RETURNING saga_id, epoch",
+            )?;
+            let mut rows: Vec<(String, Epoch)> = statement
+                .query_map(
+                    params![owner.as_ref(), lease_until_ms, now_ms, at_most],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )?
+                .collect::<rusqlite::Result<_>>()?;
+            rows.sort();
+            *sync::lock(claimed) = rows;
             Ok(0)
         }
         Write::Renew {
@@ -513,6 +547,19 @@ impl Ownership for SqliteJournal {
         })
         .await?;
         Ok(sync::lock(&claimed).take())
+    }
+
+    async fn claim_lapsed(&self, now_ms: i64, at_most: usize) -> Result<Vec<(String, Epoch)>> {
+        let claimed = Arc::new(Mutex::new(Vec::new()));
+        self.submit(Write::ClaimLapsed {
+            owner: self.owner.clone(),
+            now_ms,
+            lease_until_ms: self.lease_until(now_ms),
+            at_most: i64::try_from(at_most).unwrap_or(i64::MAX),
+            claimed: claimed.clone(),
+        })
+        .await?;
+        Ok(std::mem::take(&mut *sync::lock(&claimed)))
     }
 
     async fn renew(&self, now_ms: i64) -> Result<usize> {

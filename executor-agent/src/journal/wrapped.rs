@@ -35,6 +35,7 @@ pub enum Call<'a> {
         saga_id: &'a str,
     },
     Claimable,
+    ClaimLapsed,
     Load {
         saga_id: &'a str,
     },
@@ -60,6 +61,7 @@ impl Call<'_> {
                 | Self::Append { .. }
                 | Self::Finish { .. }
                 | Self::Claim { .. }
+                | Self::ClaimLapsed
                 | Self::Renew
                 | Self::Release { .. }
                 | Self::Forget { .. }
@@ -167,6 +169,11 @@ impl<J: Journal, A: Around> Ownership for Wrapped<J, A> {
     async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>> {
         let call = self.inner.claimable(now_ms, at_most);
         self.around.around(Call::Claimable, call).await
+    }
+
+    async fn claim_lapsed(&self, now_ms: i64, at_most: usize) -> Result<Vec<(String, Epoch)>> {
+        let call = self.inner.claim_lapsed(now_ms, at_most);
+        self.around.around(Call::ClaimLapsed, call).await
     }
 }
 

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use super::{Postgres, chain};
+use super::{Cached, Postgres, chain};
 use crate::error::{Error, Result};
 use crate::sdk::{StreamResponse, Task, TaskStatusUpdateEvent};
 use crate::store::TaskStore;
@@ -134,7 +134,7 @@ async fn send(db: Postgres, mut queued: mpsc::UnboundedReceiver<String>) {
     while let Some(payload) = queued.recv().await {
         let sent = match db.connection().await {
             Ok(conn) => conn
-                .execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
+                .run("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
                 .await
                 .map_err(|e| chain(&e)),
             Err(e) => Err(e.to_string()),

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use super::{Migration, Postgres, ToSql, failed, to_i64, to_u64};
+use super::{Cached, Migration, Postgres, ToSql, failed, to_i64, to_u64};
 use crate::error::{Error, Result};
 use crate::sdk::Task;
 use crate::store::{
@@ -61,7 +61,7 @@ impl TaskStore for PostgresTaskStore {
         let conn = self.db.connection().await?;
         let written = match expected {
             Expected::Absent => {
-                conn.execute(
+                conn.run(
                     "INSERT INTO tasks (id, context_id, state, owner, updated_ms, version, body)
                      VALUES ($1, $2, $3, $4, $5, 1, $6) ON CONFLICT (id) DO NOTHING",
                     &[
@@ -76,7 +76,7 @@ impl TaskStore for PostgresTaskStore {
                 .await
             }
             Expected::Version(version) => {
-                conn.execute(
+                conn.run(
                     "UPDATE tasks SET context_id = $2, state = $3, owner = $4, updated_ms = $5,
                          version = version + 1, body = $6
                      WHERE id = $1 AND version = $7",
@@ -108,7 +108,7 @@ impl TaskStore for PostgresTaskStore {
     async fn read(&self, id: &str) -> Result<Option<StoredTask>> {
         let conn = self.db.connection().await?;
         let row = conn
-            .query_opt("SELECT body, version FROM tasks WHERE id = $1", &[&id])
+            .row_opt("SELECT body, version FROM tasks WHERE id = $1", &[&id])
             .await
             .map_err(|e| failed("cannot read a task", &e))?;
         row.map(|row| {
@@ -124,7 +124,7 @@ impl TaskStore for PostgresTaskStore {
         let filter = Filter::of(query);
         let conn = self.db.connection().await?;
         let total: i64 = conn
-            .query_one(
+            .row(
                 &format!("SELECT COUNT(*) FROM tasks{}", filter.sql),
                 &filter.values(),
             )
@@ -139,11 +139,13 @@ impl TaskStore for PostgresTaskStore {
         }
         // One more than the page, to know whether another follows.
         let limit = to_i64(u64::try_from(query.limit).unwrap_or(u64::MAX)).saturating_add(1);
+        page.bound.push(Value::Int(limit));
         let rows = conn
-            .query(
+            .rows(
                 &format!(
-                    "SELECT body, updated_ms, seq FROM tasks{} ORDER BY updated_ms DESC, seq DESC LIMIT {limit}",
-                    page.sql
+                    "SELECT body, updated_ms, seq FROM tasks{} ORDER BY updated_ms DESC, seq DESC LIMIT ${}",
+                    page.sql,
+                    page.bound.len()
                 ),
                 &page.values(),
             )
@@ -172,7 +174,7 @@ impl TaskStore for PostgresTaskStore {
 
     async fn delete(&self, ids: &[String]) -> Result<()> {
         let conn = self.db.connection().await?;
-        conn.execute("DELETE FROM tasks WHERE id = ANY($1)", &[&ids])
+        conn.run("DELETE FROM tasks WHERE id = ANY($1)", &[&ids])
             .await
             .map_err(|e| failed("cannot delete tasks", &e))?;
         Ok(())
