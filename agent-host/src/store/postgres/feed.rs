@@ -6,8 +6,9 @@
 //! on `CHANNEL`; it listens on another connection, and fans out the others' notifications
 //! the same way. PostgreSQL delivers one session's notifications in the order it sent
 //! them, so a subscriber sees a task's events in the order they were written. A write
-//! whose events do not fit a notification (`NOTIFY_LIMIT`) is announced by task id
-//! alone: the listening side reads the task from the store and announces its status.
+//! whose events do not fit a notification (`NOTIFY_LIMIT`) is kept in a table for a few
+//! minutes and announced by its row's id: the listening side reads exactly those events,
+//! not the task as it stands by then.
 //!
 //! A notification sent while the database is away is lost; a subscriber then sees the
 //! next one. The listener reconnects by itself.
@@ -21,8 +22,7 @@ use tokio::task::JoinSet;
 
 use super::{Cached, Postgres, chain};
 use crate::error::{Error, Result};
-use crate::sdk::{StreamResponse, Task, TaskStatusUpdateEvent};
-use crate::store::TaskStore;
+use crate::sdk::{StreamResponse, Task};
 use crate::tasks::{InProcessFeed, Subscription, TaskFeed, Watch};
 
 /// The notification channel of task events.
@@ -30,6 +30,20 @@ pub const CHANNEL: &str = "sagaplane_task_events";
 
 /// The largest payload sent whole (PostgreSQL refuses one of 8,000 bytes or more).
 const NOTIFY_LIMIT: usize = 7_900;
+
+/// How long a write's events too large for a notification are kept for the listeners.
+const KEPT_FOR_MS: i64 = 5 * 60 * 1000;
+
+/// The feed's table: the events too large for a notification.
+const MIGRATIONS: &[super::Migration] = &[super::Migration {
+    what: "task events too large for a notification",
+    sql: "CREATE TABLE IF NOT EXISTS task_notices (
+              id      BIGSERIAL PRIMARY KEY,
+              at_ms   BIGINT NOT NULL,
+              payload TEXT NOT NULL
+          );
+          CREATE INDEX IF NOT EXISTS task_notices_by_time ON task_notices (at_ms);",
+}];
 
 /// How long the listener waits before connecting again after losing its connection.
 const RECONNECT_AFTER: Duration = Duration::from_millis(500);
@@ -40,12 +54,17 @@ struct Notice {
     /// The process that wrote the task (which has fanned the events out already).
     origin: String,
     task_id: String,
-    /// The events, or `None` when they did not fit: read the task from the store.
-    events: Option<Vec<StreamResponse>>,
-    /// The task as the write ended it, when it did (with `events`).
+    events: Vec<StreamResponse>,
+    /// The task as the write ended it, when it did.
     ended: Option<Task>,
-    /// Whether the write ended the task (also when the events did not fit).
-    last: bool,
+}
+
+/// What a notification carries: a notice, or where one too large for it is kept.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Wire {
+    Whole(Box<Notice>),
+    Kept { origin: String, kept: i64 },
 }
 
 /// The feed of a process among several on one database.
@@ -67,22 +86,16 @@ impl std::fmt::Debug for PostgresFeed {
 
 impl PostgresFeed {
     /// A feed on `db`, listening already when it returns (so that a write announced by
-    /// another process after that reaches this one); `store` is where a task whose
-    /// events did not fit a notification is read.
-    pub async fn start(db: &Postgres, store: Arc<dyn TaskStore>) -> Result<Self> {
+    /// another process after that reaches this one).
+    pub async fn start(db: &Postgres) -> Result<Self> {
+        db.migrate("task-feed", MIGRATIONS).await?;
         let local = Arc::new(InProcessFeed::new());
         let origin = uuid::Uuid::new_v4().to_string();
         let (outbox, queued) = mpsc::unbounded_channel();
         let mut tasks = JoinSet::new();
-        tasks.spawn(send(db.clone(), queued));
+        tasks.spawn(send(db.clone(), origin.clone(), queued));
         let (listening, listens) = oneshot::channel();
-        tasks.spawn(listen(
-            db.clone(),
-            origin.clone(),
-            local.clone(),
-            store,
-            listening,
-        ));
+        tasks.spawn(listen(db.clone(), origin.clone(), local.clone(), listening));
         listens.await.map_err(|_| {
             Error::store(format!(
                 "cannot listen for task events on PostgreSQL at {}",
@@ -110,39 +123,59 @@ impl TaskFeed for PostgresFeed {
     }
 
     fn publish(&self, task_id: &str, events: Vec<StreamResponse>, ended: Option<Task>) {
-        let mut notice = Notice {
+        let notice = Notice {
             origin: self.origin.clone(),
             task_id: task_id.to_owned(),
-            events: Some(events.clone()),
+            events: events.clone(),
             ended: ended.clone(),
-            last: ended.is_some(),
         };
-        let mut payload = serde_json::to_string(&notice).unwrap_or_default();
-        if payload.is_empty() || payload.len() > NOTIFY_LIMIT {
-            notice.events = None;
-            notice.ended = None;
-            payload = serde_json::to_string(&notice).unwrap_or_default();
-        }
+        let payload = serde_json::to_string(&Wire::Whole(Box::new(notice))).unwrap_or_default();
         self.local.publish(task_id, events, ended);
         // The sender is gone only when the feed is: nobody is left to tell.
         let _ = self.outbox.send(payload);
     }
 }
 
-/// Sends each queued notice, in order, on one connection.
-async fn send(db: Postgres, mut queued: mpsc::UnboundedReceiver<String>) {
+/// Sends each queued notice, in order, one at a time.
+async fn send(db: Postgres, origin: String, mut queued: mpsc::UnboundedReceiver<String>) {
     while let Some(payload) = queued.recv().await {
-        let sent = match db.connection().await {
-            Ok(conn) => conn
-                .run("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
-                .await
-                .map_err(|e| chain(&e)),
-            Err(e) => Err(e.to_string()),
-        };
-        if let Err(e) = sent {
+        if let Err(e) = send_one(&db, &origin, payload).await {
             tracing::warn!(error = %e, "a task event could not be sent to the other replicas");
         }
     }
+}
+
+async fn send_one(db: &Postgres, origin: &str, payload: String) -> Result<()> {
+    let conn = db.connection().await?;
+    let failed = |e: super::DriverError| Error::store(chain(&e));
+    let payload = if payload.len() > NOTIFY_LIMIT {
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        conn.run(
+            "DELETE FROM task_notices WHERE at_ms < $1",
+            &[&(now_ms - KEPT_FOR_MS)],
+        )
+        .await
+        .map_err(failed)?;
+        let kept: i64 = conn
+            .row(
+                "INSERT INTO task_notices (at_ms, payload) VALUES ($1, $2) RETURNING id",
+                &[&now_ms, &payload],
+            )
+            .await
+            .map_err(failed)?
+            .get(0);
+        let wire = Wire::Kept {
+            origin: origin.to_owned(),
+            kept,
+        };
+        serde_json::to_string(&wire).unwrap_or_default()
+    } else {
+        payload
+    };
+    conn.run("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
+        .await
+        .map_err(failed)?;
+    Ok(())
 }
 
 /// Listens for the other processes' notices and fans them out here, connecting again
@@ -151,7 +184,6 @@ async fn listen(
     db: Postgres,
     origin: String,
     local: Arc<InProcessFeed>,
-    store: Arc<dyn TaskStore>,
     listening: oneshot::Sender<()>,
 ) {
     let mut listening = Some(listening);
@@ -182,7 +214,7 @@ async fn listen(
                         let _ = listening.send(());
                     }
                     while let Some(payload) = received.recv().await {
-                        relay(&payload, &origin, &local, store.as_ref()).await;
+                        relay(&db, &payload, &origin, &local).await;
                     }
                     "the listener stopped".to_owned()
                 };
@@ -201,37 +233,46 @@ async fn listen(
 }
 
 /// Fans one notice from another process out to this one's subscribers.
-async fn relay(payload: &str, origin: &str, local: &InProcessFeed, store: &dyn TaskStore) {
-    let Ok(notice) = serde_json::from_str::<Notice>(payload) else {
-        tracing::warn!(
-            bytes = payload.len(),
-            "a task-event notification that is not one; ignored"
-        );
-        return;
+async fn relay(db: &Postgres, payload: &str, origin: &str, local: &InProcessFeed) {
+    let notice = match serde_json::from_str::<Wire>(payload) {
+        Ok(Wire::Whole(notice)) => *notice,
+        Ok(Wire::Kept { origin: from, .. }) if from == origin => return,
+        Ok(Wire::Kept { kept, .. }) => match read_kept(db, kept).await {
+            Ok(Some(notice)) => notice,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read task events another replica kept");
+                return;
+            }
+        },
+        Err(_) => {
+            tracing::warn!(
+                bytes = payload.len(),
+                "a task-event notification that is not one; ignored"
+            );
+            return;
+        }
     };
-    if notice.origin == origin || local.watched(&notice.task_id).is_none() {
-        return;
+    if notice.origin != origin {
+        local.publish(&notice.task_id, notice.events, notice.ended);
     }
-    if let Some(events) = notice.events {
-        local.publish(&notice.task_id, events, notice.ended);
-        return;
-    }
-    // Too large to travel: the task as stored now, announced by its status.
-    match store.get(&notice.task_id).await {
-        Ok(Some(task)) => {
-            let status = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-                task_id: task.id.clone(),
-                context_id: task.context_id.clone(),
-                status: task.status.clone(),
-                metadata: None,
-            });
-            let ended = notice.last.then_some(task);
-            local.publish(&notice.task_id, vec![status], ended);
-        }
-        Ok(None) => {}
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read a task another replica wrote");
-        }
+}
+
+/// The notice kept under `id`, if it is still kept.
+async fn read_kept(db: &Postgres, id: i64) -> Result<Option<Notice>> {
+    let conn = db.connection().await?;
+    let row = conn
+        .row_opt("SELECT payload FROM task_notices WHERE id = $1", &[&id])
+        .await
+        .map_err(|e| Error::store(chain(&e)))?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    match serde_json::from_str::<Wire>(row.get(0)) {
+        Ok(Wire::Whole(notice)) => Ok(Some(*notice)),
+        _ => Err(Error::store(format!(
+            "kept task events {id} cannot be read"
+        ))),
     }
 }
 
@@ -239,6 +280,7 @@ async fn relay(payload: &str, origin: &str, local: &InProcessFeed, store: &dyn T
 mod tests {
     use super::*;
     use crate::sdk::TaskState;
+    use crate::store::TaskStore;
     use crate::store::postgres::{PostgresTaskStore, testing};
     use crate::tasks::TaskManager;
 
@@ -246,7 +288,7 @@ mod tests {
     async fn replica(url: &str) -> Arc<TaskManager> {
         let db = Postgres::connect(url, 4).unwrap();
         let store: Arc<dyn TaskStore> = Arc::new(PostgresTaskStore::on(&db).await.unwrap());
-        let feed = PostgresFeed::start(&db, store.clone()).await.unwrap();
+        let feed = PostgresFeed::start(&db).await.unwrap();
         TaskManager::with_feed(store, Arc::new(feed))
     }
 
@@ -271,7 +313,7 @@ mod tests {
         let task = crate::store::conformance::task("t1", "c1", TaskState::Submitted, 0);
         let handle = writer.create(task).await.unwrap();
         handle.set_status(TaskState::Working, None).await.unwrap();
-        // Too large for a notification: announced by id, read back from the store.
+        // Too large for a notification: kept in the table, announced by its id.
         let large = crate::agent::agent_message("x".repeat(20_000), None);
         handle
             .set_status(TaskState::Working, Some(large))
