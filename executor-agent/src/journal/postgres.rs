@@ -7,9 +7,12 @@ use agent_host::store::postgres::{
     Cached, Connection, DriverError, Migration, Postgres, ToSql, Transaction, failed, to_i64,
     to_u64,
 };
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use shared_types::Violation;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{Claim, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog};
 use crate::error::{Error, Result};
@@ -48,6 +51,7 @@ pub struct PostgresJournal {
     db: Postgres,
     owner: String,
     lease: std::time::Duration,
+    appends: Appends,
 }
 
 impl PostgresJournal {
@@ -61,6 +65,7 @@ impl PostgresJournal {
             db: db.clone(),
             owner: uuid::Uuid::new_v4().to_string(),
             lease: super::DEFAULT_LEASE,
+            appends: Appends::start(db),
         })
     }
 
@@ -74,6 +79,7 @@ impl PostgresJournal {
     pub fn as_other_owner(&self) -> Self {
         Self {
             owner: uuid::Uuid::new_v4().to_string(),
+            appends: Appends::start(&self.db),
             ..self.clone()
         }
     }
@@ -85,6 +91,144 @@ impl PostgresJournal {
     async fn connection(&self) -> Result<Connection> {
         Ok(self.db.connection().await?)
     }
+}
+
+/// One append waiting for its commit.
+struct Append {
+    saga_id: String,
+    body: String,
+    epoch: i64,
+    owner: String,
+}
+
+/// The fence: the saga's row locked (shared) at this epoch and owner, in the append's own
+/// statement. A claim updates that row, so it waits for this append to commit, or this
+/// append waits for it and then finds another epoch.
+const APPEND: &str = "WITH fence AS (
+         SELECT 1 FROM sagas WHERE saga_id = $1 AND epoch = $3 AND owner = $4 FOR SHARE
+     )
+     INSERT INTO entries (saga_id, body) SELECT $1, $2 FROM fence";
+
+/// At most this many appends share a commit.
+const BATCH: usize = 128;
+
+/// Writers committing batches at once: while one waits for its commit, the next batch
+/// gathers and goes out on another connection.
+const WRITERS: usize = 2;
+
+type Appended = oneshot::Sender<std::result::Result<bool, String>>;
+
+/// Group commit of appends: they queue to one writer, which commits all that queued while
+/// the last commit was made in one transaction, its statements pipelined on one
+/// connection. An append alone is one statement, one round trip.
+#[derive(Debug, Clone)]
+struct Appends {
+    queue: mpsc::UnboundedSender<(Append, Appended)>,
+    /// The writers; they end when the last clone of their journal is dropped.
+    _writers: Arc<AbortOnDrop>,
+}
+
+#[derive(Debug)]
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for writer in &self.0 {
+            writer.abort();
+        }
+    }
+}
+
+type Queued = Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<(Append, Appended)>>>;
+
+impl Appends {
+    fn start(db: &Postgres) -> Self {
+        let (queue, queued) = mpsc::unbounded_channel();
+        let queued: Queued = Arc::new(tokio::sync::Mutex::new(queued));
+        let writers = (0..WRITERS)
+            .map(|_| tokio::spawn(write_appends(db.clone(), queued.clone())))
+            .collect();
+        Self {
+            queue,
+            _writers: Arc::new(AbortOnDrop(writers)),
+        }
+    }
+
+    /// Whether the append was written (`false`: fenced); durable when it returns.
+    async fn append(&self, append: Append) -> Result<bool> {
+        let (done, written) = oneshot::channel();
+        let gone = || Error::Journal("the journal's writer has stopped".to_owned());
+        self.queue.send((append, done)).map_err(|_| gone())?;
+        written
+            .await
+            .map_err(|_| gone())?
+            .map_err(|e| Error::Storage(agent_host::Error::Store(e)))
+    }
+}
+
+/// One writer: takes what queued (waiting for the first), commits it, again. A saga's
+/// appends never share a batch or race each other: its driver waits for each.
+async fn write_appends(db: Postgres, queued: Queued) {
+    loop {
+        let batch = {
+            let mut queued = queued.lock().await;
+            let Some(first) = queued.recv().await else {
+                return;
+            };
+            let mut batch = vec![first];
+            while batch.len() < BATCH {
+                match queued.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+            batch
+        };
+        let outcome = commit_appends(&db, &batch).await;
+        match outcome {
+            Ok(written) => {
+                for ((_, done), written) in batch.into_iter().zip(written) {
+                    let _ = done.send(Ok(written));
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                for (_, done) in batch {
+                    let _ = done.send(Err(format!("cannot append to a saga: {text}")));
+                }
+            }
+        }
+    }
+}
+
+/// An append's parameters, in `APPEND`'s order.
+fn row_of(append: &Append) -> [&(dyn ToSql + Sync); 4] {
+    [&append.saga_id, &append.body, &append.epoch, &append.owner]
+}
+
+/// Commits `batch`, each append fenced as alone; which were written.
+async fn commit_appends(
+    db: &Postgres,
+    batch: &[(Append, Appended)],
+) -> std::result::Result<Vec<bool>, agent_host::Error> {
+    let mut conn = db.connection().await?;
+    let failed = |e: DriverError| failed("cannot append to a saga", &e);
+    let statement = conn.prepare_cached(APPEND).await.map_err(failed)?;
+    if let [(append, _)] = batch {
+        let written = conn
+            .execute(&statement, &row_of(append))
+            .await
+            .map_err(failed)?;
+        return Ok(vec![written == 1]);
+    }
+    let tx = conn.transaction().await.map_err(failed)?;
+    let rows: Vec<_> = batch.iter().map(|(append, _)| row_of(append)).collect();
+    // Polled together, the statements go out back to back on the one connection.
+    let written = futures::future::try_join_all(rows.iter().map(|row| tx.execute(&statement, row)))
+        .await
+        .map_err(failed)?;
+    tx.commit().await.map_err(failed)?;
+    Ok(written.into_iter().map(|n| n == 1).collect())
 }
 
 fn encode<T: Serialize>(value: &T) -> Result<String> {
@@ -168,23 +312,16 @@ impl SagaLog for PostgresJournal {
 
     async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()> {
         let body = encode(&entries)?;
-        let conn = self.connection().await?;
-        // The fence: the saga's row locked (shared) at this epoch and owner, in the
-        // append's own statement. A claim updates that row, so it waits for this append
-        // to commit, or this append waits for it and then finds another epoch.
-        let written = conn
-            .run(
-                "WITH fence AS (
-                     SELECT 1 FROM sagas
-                     WHERE saga_id = $1 AND epoch = $3 AND owner = $4
-                     FOR SHARE
-                 )
-                 INSERT INTO entries (saga_id, body) SELECT $1, $2 FROM fence",
-                &[&saga_id, &body, &to_i64(epoch), &self.owner],
-            )
-            .await
-            .map_err(store("cannot append to a saga"))?;
-        if written == 0 {
+        let written = self
+            .appends
+            .append(Append {
+                saga_id: saga_id.to_owned(),
+                body,
+                epoch: to_i64(epoch),
+                owner: self.owner.clone(),
+            })
+            .await?;
+        if !written {
             return Err(Error::Fenced {
                 saga_id: saga_id.to_owned(),
                 epoch,
