@@ -22,6 +22,10 @@ use crate::error::{Error, Result};
 use crate::saga::Saga;
 use crate::saga::model::{Forward, Undo};
 
+mod postgres;
+
+pub(crate) use postgres::POSTGRES_MIGRATIONS;
+
 /// What a saga holds against its mandate; kept in its spec, so in the journal header.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -134,41 +138,6 @@ const TABLES: &str = "CREATE TABLE IF NOT EXISTS mandates (
          document      TEXT NOT NULL,
          PRIMARY KEY (principal_key, mandate_id)
      );";
-
-/// The same tables in PostgreSQL (`journal/postgres.rs` reserves and settles in them).
-pub(crate) const POSTGRES_MIGRATIONS: &[agent_host::store::postgres::Migration] =
-    &[agent_host::store::postgres::Migration {
-        what: "mandates, their running totals, reservations and revocations",
-        sql: "CREATE TABLE IF NOT EXISTS mandates (
-                  principal_key   TEXT NOT NULL,
-                  mandate_id      TEXT NOT NULL,
-                  document_sha256 TEXT NOT NULL,
-                  principal       TEXT NOT NULL,
-                  currency        TEXT NOT NULL,
-                  budget_minor    BIGINT NOT NULL,
-                  max_sagas       BIGINT,
-                  used_minor      BIGINT NOT NULL DEFAULT 0,
-                  sagas           BIGINT NOT NULL DEFAULT 0,
-                  PRIMARY KEY (principal_key, mandate_id)
-              );
-              CREATE TABLE IF NOT EXISTS mandate_reservations (
-                  saga_id        TEXT PRIMARY KEY,
-                  principal_key  TEXT NOT NULL,
-                  mandate_id     TEXT NOT NULL,
-                  reserved_minor BIGINT NOT NULL,
-                  spent_minor    BIGINT,
-                  at_ms          BIGINT NOT NULL
-              );
-              CREATE INDEX IF NOT EXISTS reservations_by_mandate
-                  ON mandate_reservations (principal_key, mandate_id);
-              CREATE TABLE IF NOT EXISTS mandate_revocations (
-                  principal_key TEXT NOT NULL,
-                  mandate_id    TEXT NOT NULL,
-                  revoked_at    TEXT NOT NULL,
-                  document      TEXT NOT NULL,
-                  PRIMARY KEY (principal_key, mandate_id)
-              );",
-    }];
 
 fn refusal(code: ViolationCode, message: String) -> Violation {
     Violation {
@@ -354,9 +323,27 @@ fn to_sql(amount: u64) -> i64 {
 /// The mandates' tables, read and revoked through.
 #[derive(Debug, Clone)]
 pub struct MandateBook {
-    reader: Reader,
-    db: Database,
+    book: Book,
     principals: TrustStore,
+}
+
+/// Where the mandates' tables are.
+#[derive(Debug, Clone)]
+enum Book {
+    Sqlite { reader: Reader, db: Database },
+    Postgres(agent_host::store::postgres::Postgres),
+}
+
+/// What the tables hold of one principal's mandate, for `show`.
+struct MandateRows {
+    principal_key: String,
+    principal: String,
+    currency: String,
+    budget_minor: i64,
+    max_sagas: Option<i64>,
+    revoked_at: Option<String>,
+    /// Each saga's id, what it reserved, and what it spent once it ended.
+    reservations: Vec<(String, i64, Option<i64>)>,
 }
 
 /// A verified revocation, recorded.
@@ -370,8 +357,23 @@ impl MandateBook {
     pub fn on(db: &Database, principals: TrustStore) -> Result<Self> {
         schema::migrate(db, STORE, MIGRATIONS)?;
         Ok(Self {
-            reader: db.reader()?,
-            db: db.clone(),
+            book: Book::Sqlite {
+                reader: db.reader()?,
+                db: db.clone(),
+            },
+            principals,
+        })
+    }
+
+    /// The mandates' tables in a PostgreSQL database (the PostgreSQL journal reserves and
+    /// settles in them).
+    pub async fn on_postgres(
+        db: &agent_host::store::postgres::Postgres,
+        principals: TrustStore,
+    ) -> Result<Self> {
+        db.migrate(STORE, POSTGRES_MIGRATIONS).await?;
+        Ok(Self {
+            book: Book::Postgres(db.clone()),
             principals,
         })
     }
@@ -382,9 +384,12 @@ impl MandateBook {
 
     /// Whether the principal `principal_key` revoked its mandate `mandate_id`.
     pub async fn is_revoked(&self, principal_key: &str, mandate_id: &str) -> Result<bool> {
+        let reader = match &self.book {
+            Book::Sqlite { reader, .. } => reader,
+            Book::Postgres(db) => return postgres::is_revoked(db, principal_key, mandate_id).await,
+        };
         let key = (principal_key.to_owned(), mandate_id.to_owned());
-        let revoked = self
-            .reader
+        let revoked = reader
             .read(move |conn| {
                 conn.prepare_cached(
                     "SELECT 1 FROM mandate_revocations WHERE principal_key = ?1 AND mandate_id = ?2",
@@ -416,16 +421,25 @@ impl MandateBook {
             revocation.revoked_mandate_id.clone(),
             revocation.revoked_at.to_rfc3339(),
         );
-        self.db
-            .submit(move |tx| {
-                tx.prepare_cached(
-                    "INSERT OR IGNORE INTO mandate_revocations
+        let db = match &self.book {
+            Book::Sqlite { db, .. } => db,
+            Book::Postgres(db) => {
+                postgres::record_revocation(db, &key, &id, &at, &text).await?;
+                return Ok(Revoked {
+                    principal_key,
+                    mandate_id: revocation.revoked_mandate_id,
+                });
+            }
+        };
+        db.submit(move |tx| {
+            tx.prepare_cached(
+                "INSERT OR IGNORE INTO mandate_revocations
                          (principal_key, mandate_id, revoked_at, document) VALUES (?1, ?2, ?3, ?4)",
-                )?
-                .execute(params![key, id, at, text])
-                .map(|_| ())
-            })
-            .await?;
+            )?
+            .execute(params![key, id, at, text])
+            .map(|_| ())
+        })
+        .await?;
         Ok(Revoked {
             principal_key,
             mandate_id: revocation.revoked_mandate_id,
@@ -435,69 +449,93 @@ impl MandateBook {
     /// Every mandate by that id the executor holds (one per principal that granted
     /// one): budget, reserved, spent, remaining and the sagas under it.
     pub async fn show(&self, mandate_id: &str) -> Result<Value> {
-        let id = mandate_id.to_owned();
-        let shown = self
-            .reader
-            .read(move |conn| {
-                let mut mandates = Vec::new();
-                let mut statement = conn.prepare_cached(
-                    "SELECT principal_key, principal, currency, budget_minor, max_sagas
-                     FROM mandates WHERE mandate_id = ?1 ORDER BY principal_key",
-                )?;
-                let rows: Vec<(String, String, String, i64, Option<i64>)> = statement
-                    .query_map([&id], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                    })?
-                    .collect::<rusqlite::Result<_>>()?;
-                for (key, principal, currency, budget, max_sagas) in rows {
-                    let revoked_at: Option<String> = conn
-                        .prepare_cached(
-                            "SELECT revoked_at FROM mandate_revocations
-                             WHERE principal_key = ?1 AND mandate_id = ?2",
-                        )?
-                        .query_row(params![key, id], |r| r.get(0))
-                        .optional()?;
-                    let mut sagas = Vec::new();
-                    let (mut reserved, mut spent) = (0i64, 0i64);
-                    let mut statement = conn.prepare_cached(
-                        "SELECT saga_id, reserved_minor, spent_minor FROM mandate_reservations
-                         WHERE principal_key = ?1 AND mandate_id = ?2 ORDER BY at_ms, saga_id",
-                    )?;
-                    let mut rows = statement.query(params![key, id])?;
-                    while let Some(row) = rows.next()? {
-                        let (saga, held, settled): (String, i64, Option<i64>) =
-                            (row.get(0)?, row.get(1)?, row.get(2)?);
-                        match settled {
-                            Some(s) => spent = spent.saturating_add(s),
-                            None => reserved = reserved.saturating_add(held),
-                        }
-                        sagas.push(json!({
-                            "sagaId": saga,
-                            "state": if settled.is_some() { "ended" } else { "running" },
-                            "reservedMinor": held,
-                            "spentMinor": settled,
-                        }));
-                    }
-                    mandates.push(json!({
-                        "mandateId": id,
-                        "principal": principal,
-                        "principalKey": key,
-                        "currency": currency,
-                        "budgetMinor": budget,
-                        "maxSagas": max_sagas,
-                        "reservedMinor": reserved,
-                        "spentMinor": spent,
-                        "remainingMinor": budget.saturating_sub(reserved).saturating_sub(spent).max(0),
-                        "revoked": revoked_at.is_some(),
-                        "revokedAt": revoked_at,
-                        "sagas": sagas,
-                    }));
-                }
-                Ok(json!({ "mandates": mandates }))
-            })
-            .await?;
-        Ok(shown)
+        let rows = match &self.book {
+            Book::Sqlite { reader, .. } => {
+                let id = mandate_id.to_owned();
+                reader.read(move |conn| sqlite_rows(conn, &id)).await?
+            }
+            Book::Postgres(db) => postgres::rows(db, mandate_id).await?,
+        };
+        Ok(shown(mandate_id, rows))
     }
+}
+
+fn sqlite_rows(conn: &rusqlite::Connection, id: &str) -> rusqlite::Result<Vec<MandateRows>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT principal_key, principal, currency, budget_minor, max_sagas
+         FROM mandates WHERE mandate_id = ?1 ORDER BY principal_key",
+    )?;
+    let heads: Vec<(String, String, String, i64, Option<i64>)> = statement
+        .query_map([id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut mandates = Vec::new();
+    for (principal_key, principal, currency, budget_minor, max_sagas) in heads {
+        let revoked_at: Option<String> = conn
+            .prepare_cached(
+                "SELECT revoked_at FROM mandate_revocations
+                 WHERE principal_key = ?1 AND mandate_id = ?2",
+            )?
+            .query_row(params![principal_key, id], |r| r.get(0))
+            .optional()?;
+        let reservations = conn
+            .prepare_cached(
+                "SELECT saga_id, reserved_minor, spent_minor FROM mandate_reservations
+                 WHERE principal_key = ?1 AND mandate_id = ?2 ORDER BY at_ms, saga_id",
+            )?
+            .query_map(params![principal_key, id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        mandates.push(MandateRows {
+            principal_key,
+            principal,
+            currency,
+            budget_minor,
+            max_sagas,
+            revoked_at,
+            reservations,
+        });
+    }
+    Ok(mandates)
+}
+
+/// The account `show` answers with: budget, reserved, spent, remaining and the sagas.
+fn shown(id: &str, rows: Vec<MandateRows>) -> Value {
+    let mut mandates = Vec::new();
+    for row in rows {
+        let mut sagas = Vec::new();
+        let (mut reserved, mut spent) = (0i64, 0i64);
+        for (saga, held, settled) in row.reservations {
+            match settled {
+                Some(s) => spent = spent.saturating_add(s),
+                None => reserved = reserved.saturating_add(held),
+            }
+            sagas.push(json!({
+                "sagaId": saga,
+                "state": if settled.is_some() { "ended" } else { "running" },
+                "reservedMinor": held,
+                "spentMinor": settled,
+            }));
+        }
+        let budget = row.budget_minor;
+        mandates.push(json!({
+            "mandateId": id,
+            "principal": row.principal,
+            "principalKey": row.principal_key,
+            "currency": row.currency,
+            "budgetMinor": budget,
+            "maxSagas": row.max_sagas,
+            "reservedMinor": reserved,
+            "spentMinor": spent,
+            "remainingMinor": budget.saturating_sub(reserved).saturating_sub(spent).max(0),
+            "revoked": row.revoked_at.is_some(),
+            "revokedAt": row.revoked_at,
+            "sagas": sagas,
+        }));
+    }
+    json!({ "mandates": mandates })
 }
 
 #[cfg(test)]
