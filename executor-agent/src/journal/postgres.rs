@@ -118,9 +118,9 @@ const WRITERS: usize = 2;
 
 type Appended = oneshot::Sender<std::result::Result<bool, String>>;
 
-/// Group commit of appends: they queue to one writer, which commits all that queued while
-/// the last commit was made in one transaction, its statements pipelined on one
-/// connection. An append alone is one statement, one round trip.
+/// Group commit of appends: they queue to the writers (`WRITERS`), each of which commits
+/// all that queued while the last commit was made as one transaction, its statements
+/// pipelined on one connection. An append alone is one statement, one round trip.
 #[derive(Debug, Clone)]
 struct Appends {
     queue: mpsc::UnboundedSender<(Append, Appended)>,
@@ -192,9 +192,10 @@ async fn write_appends(db: Postgres, queued: Queued) {
                 }
             }
             Err(e) => {
+                // `commit_appends` said what failed; every append of the batch failed.
                 let text = e.to_string();
                 for (_, done) in batch {
-                    let _ = done.send(Err(format!("cannot append to a saga: {text}")));
+                    let _ = done.send(Err(text.clone()));
                 }
             }
         }
