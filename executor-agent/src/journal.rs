@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::saga::{Event, Invocation, SagaSpec};
 
 #[cfg(test)]
-mod conformance;
+pub(crate) mod conformance;
 mod memory;
 mod postgres;
 mod sqlite;

@@ -538,25 +538,36 @@ fn shown(id: &str, rows: Vec<MandateRows>) -> Value {
     json!({ "mandates": mandates })
 }
 
+/// For tests: a hold of `reserved` of a 100 EUR-cent mandate (`max_sagas` at most).
+#[cfg(test)]
+pub(crate) fn test_hold(
+    principal_key: &str,
+    mandate_id: &str,
+    max_sagas: Option<u32>,
+    reserved: u64,
+) -> MandateHold {
+    use shared_types::money::{AmountMinor, Currency};
+    MandateHold {
+        principal_key: principal_key.into(),
+        mandate_id: mandate_id.into(),
+        principal: "someone".into(),
+        budget: Money {
+            currency: Currency::new("EUR").unwrap(),
+            amount_minor: AmountMinor::new(100).unwrap(),
+        },
+        max_sagas,
+        document_sha256: "d1".into(),
+        reserved_minor: reserved,
+        spend_minor: vec![reserved],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shared_types::money::{AmountMinor, Currency};
 
     fn hold(reserved_minor: u64) -> MandateHold {
-        MandateHold {
-            principal_key: "pk".into(),
-            mandate_id: "md_1".into(),
-            principal: "someone".into(),
-            budget: Money {
-                currency: Currency::new("EUR").unwrap(),
-                amount_minor: AmountMinor::new(100).unwrap(),
-            },
-            max_sagas: Some(3),
-            document_sha256: "d1".into(),
-            reserved_minor,
-            spend_minor: vec![reserved_minor],
-        }
+        test_hold("pk", "md_1", Some(3), reserved_minor)
     }
 
     fn reserve_in(db: &Database, saga_id: &'static str, reserved: u64) -> Option<ViolationCode> {

@@ -14,7 +14,8 @@ use crate::saga::{Event, SagaSpec};
 pub const LEASE: Duration = Duration::from_secs(60);
 const LEASE_MS: i64 = 60_000;
 
-fn header(saga_id: &str) -> SagaHeader {
+/// A saga without steps or mandate, for the suite (and the stores' own tests).
+pub(crate) fn header(saga_id: &str) -> SagaHeader {
     SagaHeader {
         format: super::JOURNAL_FORMAT,
         saga_id: saga_id.into(),
@@ -261,22 +262,13 @@ pub async fn owners_claiming_lapsed_sagas_at_once_share_them_out(
 /// A saga under a mandate for `budget` minor units and at most `max_sagas` sagas, that
 /// may spend `reserved`.
 fn under_mandate(saga_id: &str, reserved: u64) -> SagaHeader {
-    use shared_types::Money;
-    use shared_types::money::{AmountMinor, Currency};
     let mut header = header(saga_id);
-    header.spec.mandate = Some(crate::mandates::MandateHold {
-        principal_key: "principal-key".into(),
-        mandate_id: "md_conformance".into(),
-        principal: "someone".into(),
-        budget: Money {
-            currency: Currency::new("EUR").unwrap(),
-            amount_minor: AmountMinor::new(100).unwrap(),
-        },
-        max_sagas: Some(4),
-        document_sha256: "d1".into(),
-        reserved_minor: reserved,
-        spend_minor: vec![reserved],
-    });
+    header.spec.mandate = Some(crate::mandates::test_hold(
+        "principal-key",
+        "md_conformance",
+        Some(4),
+        reserved,
+    ));
     header
 }
 

@@ -140,35 +140,14 @@ mod tests {
 
     /// A test saga under `mandate_id` of the example principal, reserving 40 of 100.
     fn header(saga_id: &str, mandate_id: &str) -> crate::journal::SagaHeader {
-        use shared_types::Money;
-        use shared_types::money::{AmountMinor, Currency};
-        crate::journal::SagaHeader {
-            format: crate::journal::JOURNAL_FORMAT,
-            saga_id: saga_id.into(),
-            plan_version: 1,
-            task_id: format!("task-{saga_id}"),
-            context_id: format!("ctx-{saga_id}"),
-            plan: serde_json::json!({}),
-            spec: crate::saga::SagaSpec {
-                saga_id: saga_id.into(),
-                steps: Vec::new(),
-                point_of_no_return: None,
-                expires_at_ms: 0,
-                mandate: Some(crate::mandates::MandateHold {
-                    principal_key: "test-principal".into(),
-                    mandate_id: mandate_id.into(),
-                    principal: "the test principal".into(),
-                    budget: Money {
-                        currency: Currency::new("EUR").unwrap(),
-                        amount_minor: AmountMinor::new(100).unwrap(),
-                    },
-                    max_sagas: None,
-                    document_sha256: "d1".into(),
-                    reserved_minor: 40,
-                    spend_minor: vec![40],
-                }),
-            },
-        }
+        let mut header = crate::journal::conformance::header(saga_id);
+        header.spec.mandate = Some(crate::mandates::test_hold(
+            "test-principal",
+            mandate_id,
+            None,
+            40,
+        ));
+        header
     }
 
     #[tokio::test]
