@@ -27,7 +27,7 @@ use crate::answers::{self, answer_of};
 use crate::driver::{Control, Driver, Start, begin};
 use crate::error::{Error, Result};
 use crate::invoke::{A2aInvoker, Endpoint, Invoker, ToolInvoker};
-use crate::journal::{Claim, JOURNAL_FORMAT, Journal, SagaHeader};
+use crate::journal::{Claim, Epoch, JOURNAL_FORMAT, Journal, SagaHeader};
 use crate::mandates::{MandateBook, MandateHold, Revoked};
 use crate::mcp::invoker::McpInvoker;
 use crate::metrics::{CountedInvoker, MeteredReporter, Metrics, Now};

@@ -154,19 +154,12 @@ fn registered(
 /// (at most 1,000; 100 by default), each with who made it, when, and what it changed.
 async fn history(State(admin): State<Admin>, Query(query): Query<HistoryQuery>) -> Response {
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
-    let registry = admin.registry.clone();
-    let agent = query.agent;
-    let read = tokio::task::spawn_blocking(move || registry.history(agent.as_deref(), limit)).await;
-    match read {
-        Ok(Ok(registrations)) => Json(json!({"registrations": registrations})).into_response(),
-        Ok(Err(e)) => error(
+    match admin.registry.history(query.agent.as_deref(), limit).await {
+        Ok(registrations) => Json(json!({"registrations": registrations})).into_response(),
+        Err(e) => error(
             StatusCode::INTERNAL_SERVER_ERROR,
             e.reply("reading the registry's history"),
         ),
-        Err(e) => {
-            tracing::error!(error = ?e.to_string(), "the registry history's reader panicked");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
-        }
     }
 }
 
@@ -281,6 +274,13 @@ async fn register_mcp(
 
 /// `GET /catalog`: every curated skill's declaration.
 async fn catalog(State(registry): State<Registry>) -> Response {
+    // What another replica registered is in the catalog from the next read on.
+    if let Err(e) = registry.refresh().await {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            e.reply("reading the catalog"),
+        );
+    }
     match registry.catalog() {
         Ok(catalog) => Json(catalog).into_response(),
         Err(e) => error(

@@ -135,11 +135,20 @@ pub trait Ownership: Send + Sync + 'static {
     /// Unfinished sagas that nobody holds or whose owner's lease lapsed before `now_ms`,
     /// at most `at_most`.
     async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>>;
-    /// Claims at most `at_most` of those sagas for this journal's owner, each at a new
-    /// epoch, in one write; the sagas and their epochs. Owners claiming at once get
+    /// Claims at most `at_most` of those sagas, other than this journal's owner's own, for
+    /// this owner, each at a new epoch, in one write; the sagas and their epochs. An
+    /// owner's own lapsed sagas are still driven by it: its next renewal holds them again,
+    /// and a claim would only fence its own drivers out. Owners claiming at once get
     /// disjoint sets (each saga goes to one of them), so a dead owner's sagas spread over
     /// the others.
     async fn claim_lapsed(&self, now_ms: i64, at_most: usize) -> Result<Vec<(String, Epoch)>>;
+    /// Whether other executors (replicas) may own sagas in this journal. Then a start
+    /// claims only the sagas nobody holds, and the sagas whose owner stops renewing are
+    /// taken over while running (`Executor::take_over_lapsed`); otherwise the one
+    /// process that opens the journal takes every unfinished saga over at its start.
+    fn is_shared(&self) -> bool {
+        false
+    }
 }
 
 /// A saga's header by its id, read on every submission (one row, not the saga's

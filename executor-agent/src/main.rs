@@ -13,7 +13,7 @@ use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
 use executor_agent::http::RegistrationHosts;
 use executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN;
 use executor_agent::report::{GATHER_PROGRESS, MAX_GATHER};
-use executor_agent::service::{Settings, build_with};
+use executor_agent::service::{Replica, Settings, Store, build_with};
 
 /// See the dependency's note in Cargo.toml: the hot path allocates a lot, briefly.
 #[global_allocator]
@@ -21,6 +21,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use serde_json::Value;
 use shared_types::{Jwk, TrustStore};
 use tokio_util::sync::CancellationToken;
+
+/// A replica's lease unless told otherwise: with `DEFAULT_RENEWAL`, a dead replica's
+/// sagas are taken over within about 5 s.
+const DEFAULT_REPLICA_LEASE: Duration = Duration::from_secs(4);
+/// How often a replica renews its leases and looks for lapsed ones, unless told otherwise.
+const DEFAULT_RENEWAL: Duration = Duration::from_secs(1);
 
 /// Environment variable holding the admin API's bearer token.
 const ADMIN_TOKEN_ENV: &str = "SAGAPLANE_ADMIN_TOKEN";
@@ -32,7 +38,7 @@ const CREDENTIAL_ENV_PREFIX: &str = "SAGAPLANE_CREDENTIAL_";
 #[command(
     version,
     about = "Sagaplane executor: validates signed plans and runs them as durable sagas",
-    after_help = "Environment:\n  SAGAPLANE_ADMIN_TOKEN          bearer token of the admin API (or --admin-token-file)\n  SAGAPLANE_CREDENTIAL_<AGENT>   credential for a tool agent, e.g. SAGAPLANE_CREDENTIAL_VENDOR_REGISTRY\n  RUST_LOG                       log filter (default: info)"
+    after_help = "Environment:\n  SAGAPLANE_ADMIN_TOKEN          bearer token of the admin API (or --admin-token-file)\n  SAGAPLANE_STORE                the PostgreSQL database replicas share (or --store)\n  SAGAPLANE_CREDENTIAL_<AGENT>   credential for a tool agent, e.g. SAGAPLANE_CREDENTIAL_VENDOR_REGISTRY\n  RUST_LOG                       log filter (default: info)"
 )]
 struct Args {
     /// Address to listen on (port 0 picks a free port; the address is printed).
@@ -42,9 +48,37 @@ struct Args {
     #[arg(long)]
     url: Option<String>,
     /// Directory of the executor's state file, `executor.db`: registry, journal and tasks
-    /// (created if missing).
-    #[arg(long)]
-    data: PathBuf,
+    /// (created if missing), held by this process alone. Either this or --store.
+    #[arg(long, required_unless_present = "store", conflicts_with = "store")]
+    data: Option<PathBuf>,
+    /// A PostgreSQL database (`postgres://user[:password]@host:port/database`) that
+    /// executor replicas share, instead of a data directory: the executor creates and
+    /// migrates its tables there. Every replica given the same database accepts plans and
+    /// serves every saga's task; each saga is driven by one replica at a time, under a
+    /// lease, and taken over by another when its replica stops renewing it.
+    #[arg(
+        long,
+        env = "SAGAPLANE_STORE",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    store: Option<String>,
+    /// With --store: how long (ms) a replica's claim on a saga holds without renewal.
+    /// Once a replica dies (or is cut off from the database) for this long, the others
+    /// take its sagas over. At least 500, at most 600000.
+    #[arg(long, default_value_t = DEFAULT_REPLICA_LEASE.as_millis() as u64, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(500..=600_000))]
+    lease_ms: u64,
+    /// With --store: how often (ms) a replica renews the leases of its sagas (all in one
+    /// statement) and looks for sagas whose lease lapsed, to take them over. Shorter than
+    /// --lease-ms; at least 100.
+    #[arg(long, default_value_t = DEFAULT_RENEWAL.as_millis() as u64, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    renew_ms: u64,
+    /// With --store: how many connections to the database the replica opens at most.
+    #[arg(long, default_value_t = agent_host::store::postgres::DEFAULT_CONNECTIONS, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(2..=1000))]
+    store_connections: usize,
     /// The executor's name: its card's name and the audience planner JWTs must carry.
     #[arg(long, default_value = "executor")]
     id: String,
@@ -216,6 +250,36 @@ async fn main() -> anyhow::Result<()> {
     let credentials = credentials(args.credentials.as_deref())?;
     let admin_token = admin_token(args.admin_token_file.as_deref())?;
 
+    let (store, renewal) = match (&args.store, &args.data) {
+        (Some(url), _) => {
+            if args.renew_ms >= args.lease_ms {
+                bail!(
+                    "--renew-ms ({}) must be shorter than --lease-ms ({}): a lease must be renewed before it lapses",
+                    args.renew_ms,
+                    args.lease_ms
+                );
+            }
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                bail!("--store takes a PostgreSQL URL, postgres://user@host:port/database");
+            }
+            (
+                Store::Postgres(Replica {
+                    url: url.clone(),
+                    lease: Duration::from_millis(args.lease_ms),
+                    connections: args.store_connections,
+                }),
+                Duration::from_millis(args.renew_ms),
+            )
+        }
+        (None, Some(dir)) => (
+            Store::DataDir(dir.clone()),
+            executor_agent::journal::DEFAULT_LEASE / 3,
+        ),
+        (None, None) => {
+            bail!("give the executor a data directory (--data) or a database (--store)")
+        }
+    };
+
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -225,7 +289,7 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let service = build_with(
         Settings {
-            data_dir: args.data.clone(),
+            store,
             executor_id: args.id,
             public_url: public_url.clone(),
             platform_keys,
@@ -246,7 +310,8 @@ async fn main() -> anyhow::Result<()> {
         },
         shutdown.clone(),
         args.serving.max_concurrent_requests,
-    )?;
+    )
+    .await?;
     let (resumed, taken_in) = service.executor.recover().await?;
     if resumed > 0 {
         tracing::info!(
@@ -261,7 +326,11 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     tokio::spawn(agent_host::process::shutdown_on_signal(shutdown.clone()));
-    tokio::spawn(renew_leases(service.executor.clone(), shutdown.clone()));
+    tokio::spawn(keep_leases(
+        service.executor.clone(),
+        renewal,
+        shutdown.clone(),
+    ));
     if args.retention_days > 0 {
         let keep = Duration::from_secs(args.retention_days * 24 * 3600);
         tokio::spawn(forget_finished(
@@ -277,22 +346,40 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Renews the leases of the sagas this process drives, three times per lease, until the
-/// shutdown. One process owns the state file, so a lapse takes nothing from it; the
-/// leases say which sagas are driven, for whoever reads the journal.
-async fn renew_leases(
+/// Every `renewal` until the shutdown: renews the leases of the sagas this process
+/// drives (one write), then, on a database replicas share, takes over the sagas whose
+/// owner's lease lapsed. With a state file of its own a lapse takes nothing from this
+/// process; the leases say which sagas are driven, for whoever reads the journal.
+async fn keep_leases(
     executor: std::sync::Arc<executor_agent::agent::Executor>,
+    renewal: Duration,
     shutdown: CancellationToken,
 ) {
-    let mut renewals = tokio::time::interval(executor_agent::journal::DEFAULT_LEASE / 3);
+    let mut renewals = tokio::time::interval(renewal);
+    renewals.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Said once per outage, not at every renewal.
+    let mut failing = false;
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = renewals.tick() => {}
         }
         let now = chrono::Utc::now().timestamp_millis();
-        if let Err(e) = executor.renew_leases(now).await {
-            tracing::warn!(error = %e, "cannot renew the leases of the sagas this process drives");
+        let kept = match executor.renew_leases(now).await {
+            Ok(_) => executor.take_over_lapsed(now).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match kept {
+            Ok(()) if failing => {
+                failing = false;
+                tracing::info!("the journal answers again: leases renewed");
+            }
+            Ok(()) => {}
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e.chain(), "cannot renew the leases of the sagas this process drives; trying again at every renewal");
+            }
+            Err(_) => {}
         }
     }
 }

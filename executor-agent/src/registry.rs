@@ -1,12 +1,16 @@
 //! The registry of curated agents: A2A agents from their cards, MCP servers from a curated
 //! manifest and the server's tool list. Either is accepted only when a trusted platform
 //! key signed it and its reversibility declarations are consistent; accepted entries are
-//! kept in SQLite (checked again when loaded) and form the catalog plans are validated
-//! against.
+//! kept in SQLite, or in the PostgreSQL database replicas share (`registry/postgres.rs`),
+//! checked again when loaded, and form the catalog plans are validated against. On
+//! PostgreSQL a replica reads the tables again (`refresh`) once another one registered
+//! something, before its next plan.
+
+mod postgres;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use agent_host::store::durable::{Database, open_connection};
@@ -44,6 +48,24 @@ pub enum AgentKind {
         manifest: McpManifest,
         /// The raw `tools/list` entries the manifest was checked against.
         tools: Vec<Value>,
+    },
+}
+
+/// The rows a registry is loaded from: cards, and MCP servers (url, manifest, tools).
+#[derive(Debug, Default)]
+struct Stored {
+    cards: Vec<String>,
+    servers: Vec<(String, String, String)>,
+}
+
+/// Where the registry is kept.
+#[derive(Debug, Clone)]
+enum Place {
+    Sqlite(Database),
+    /// Shared with other replicas; `seen` is the newest registration read.
+    Postgres {
+        db: agent_host::store::postgres::Postgres,
+        seen: Arc<AtomicI64>,
     },
 }
 
@@ -123,7 +145,7 @@ pub struct Registry {
     /// Bumped by every registration, so what is built from the registry can tell it is
     /// stale.
     generation: Arc<AtomicU64>,
-    db: Database,
+    place: Place,
 }
 
 /// The registry's schema, in order; the count is its version (`agent_host`'s `schema`).
@@ -170,21 +192,80 @@ impl Registry {
                     .collect()
             })
             .map_err(unreadable)?;
-        let registry = Self {
+        let registry = Self::empty(platform_keys, Place::Sqlite(db.clone()));
+        let agents = registry.verified(Stored { cards, servers });
+        registry.replace(agents);
+        Ok(registry)
+    }
+
+    /// The registry in a PostgreSQL database that replicas share, its schema brought to
+    /// this binary's version and its entries loaded as `on` loads them.
+    pub async fn on_postgres(
+        db: &agent_host::store::postgres::Postgres,
+        platform_keys: TrustStore,
+    ) -> Result<Self> {
+        db.migrate("registry", postgres::MIGRATIONS).await?;
+        let registry = Self::empty(
+            platform_keys,
+            Place::Postgres {
+                db: db.clone(),
+                seen: Arc::new(AtomicI64::new(-1)),
+            },
+        );
+        registry.refresh().await?;
+        Ok(registry)
+    }
+
+    fn empty(platform_keys: TrustStore, place: Place) -> Self {
+        Self {
             platform_keys: Arc::new(platform_keys),
             agents: Arc::new(RwLock::new(BTreeMap::new())),
             generation: Arc::new(AtomicU64::new(0)),
-            db: db.clone(),
+            place,
+        }
+    }
+
+    /// On a shared database, reads the entries again if another replica registered
+    /// something since they were last read; the agents whose entry changed (added,
+    /// replaced or removed). Elsewhere nothing changes but through this registry.
+    pub async fn refresh(&self) -> Result<Vec<String>> {
+        let Place::Postgres { db, seen } = &self.place else {
+            return Ok(Vec::new());
         };
+        // Read before the rows: rows newer than it only cause one more read later.
+        let latest = postgres::latest(db).await?;
+        if latest <= seen.load(Ordering::SeqCst) {
+            return Ok(Vec::new());
+        }
+        let fresh = self.verified(postgres::stored(db).await?);
+        let changed: Vec<String> = {
+            let before = sync::read(&self.agents);
+            let names: std::collections::BTreeSet<&String> =
+                before.keys().chain(fresh.keys()).collect();
+            names
+                .into_iter()
+                .filter(|name| before.get(*name) != fresh.get(*name))
+                .cloned()
+                .collect()
+        };
+        if !changed.is_empty() {
+            self.replace(fresh);
+        }
+        seen.fetch_max(latest, Ordering::SeqCst);
+        Ok(changed)
+    }
+
+    /// The stored entries that still verify; the others are left out, with a warning.
+    fn verified(&self, stored: Stored) -> BTreeMap<String, Arc<RegisteredAgent>> {
         let mut accepted = Vec::new();
-        for text in cards {
+        for text in stored.cards {
             accepted.push(
                 serde_json::from_str(&text)
                     .map_err(|e| e.to_string())
-                    .and_then(|card| registry.check(card).map_err(|e| e.to_string())),
+                    .and_then(|card| self.check(card).map_err(|e| e.to_string())),
             );
         }
-        for (url, manifest, tools) in servers {
+        for (url, manifest, tools) in stored.servers {
             accepted.push(
                 serde_json::from_str(&manifest)
                     .and_then(|m: Value| Ok((m, serde_json::from_str(&tools)?)))
@@ -195,22 +276,29 @@ impl Registry {
                             server_name: None,
                             tools,
                         };
-                        registry
-                            .verify_manifest(&manifest)
-                            .and_then(|curated| registry.check_mcp(curated, listing))
+                        self.verify_manifest(&manifest)
+                            .and_then(|curated| self.check_mcp(curated, listing))
                             .map_err(|e| e.to_string())
                     }),
             );
         }
+        let mut agents = BTreeMap::new();
         for agent in accepted {
             match agent {
-                Ok(agent) => registry.insert(agent)?,
+                Ok(agent) => {
+                    agents.insert(agent.name.clone(), Arc::new(agent));
+                }
                 Err(why) => {
                     tracing::warn!(reason = %why, "a stored entry was left out of the registry")
                 }
             }
         }
-        Ok(registry)
+        agents
+    }
+
+    fn replace(&self, agents: BTreeMap<String, Arc<RegisteredAgent>>) {
+        *sync::write(&self.agents) = agents;
+        self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Verifies a card: trusted signature, then consistent declarations.
@@ -310,11 +398,10 @@ impl Registry {
         })
     }
 
-    fn insert(&self, agent: RegisteredAgent) -> Result<()> {
+    fn insert(&self, agent: RegisteredAgent) {
         let mut agents = sync::write(&self.agents);
         agents.insert(agent.name.clone(), Arc::new(agent));
         self.generation.fetch_add(1, Ordering::SeqCst);
-        Ok(())
     }
 
     /// How many registrations this registry has seen (it only grows).
@@ -344,12 +431,25 @@ impl Registry {
     }
 
     /// The newest registrations first (at most `limit`), of `agent` or of every agent.
-    pub fn history(&self, agent: Option<&str>, limit: u32) -> Result<Vec<Registration>> {
-        let reader = open_connection(self.db.path(), "registry")?;
-        registry_history::read(&reader, agent, limit).map_err(|source| Error::Database {
-            what: "cannot read the registry's history",
-            source,
-        })
+    pub async fn history(&self, agent: Option<&str>, limit: u32) -> Result<Vec<Registration>> {
+        let db = match &self.place {
+            Place::Sqlite(db) => db.clone(),
+            Place::Postgres { db, .. } => return postgres::history(db, agent, limit).await,
+        };
+        let agent = agent.map(str::to_owned);
+        let read = tokio::task::spawn_blocking(move || {
+            let reader = open_connection(db.path(), "registry")?;
+            registry_history::read(&reader, agent.as_deref(), limit).map_err(|source| {
+                Error::Database {
+                    what: "cannot read the registry's history",
+                    source,
+                }
+            })
+        });
+        read.await.map_err(|e| Error::Io {
+            what: "the registry history's reader stopped".into(),
+            source: std::io::Error::other(e),
+        })?
     }
 
     async fn persist(&self, agent: &RegisteredAgent, by: &str) -> Result<Registration> {
@@ -382,14 +482,18 @@ impl Registry {
                 tools: to_text(tools)?,
             }),
         };
-        let record = registration.clone();
-        self.db
-            .submit(move |tx| {
-                upsert(tx, &row)?;
-                registry_history::record(tx, &record)
-            })
-            .await?;
-        self.insert(agent.clone())?;
+        match &self.place {
+            Place::Sqlite(db) => {
+                let record = registration.clone();
+                db.submit(move |tx| {
+                    upsert(tx, &row)?;
+                    registry_history::record(tx, &record)
+                })
+                .await?;
+            }
+            Place::Postgres { db, .. } => postgres::persist(db, &row, &registration).await?,
+        }
+        self.insert(agent.clone());
         Ok(registration)
     }
 

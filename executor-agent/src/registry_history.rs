@@ -1,6 +1,7 @@
 //! The history of the registry: every registration, who made it and when, and what it
 //! changed in the agent's declarations (skills added or removed; a skill's class,
-//! compensation or other declaration, old and new). Kept in the state file, written in
+//! compensation or other declaration, old and new). Kept in the state file (or the
+//! shared PostgreSQL database, `registry/postgres.rs`), written in
 //! the same transaction as the registration itself, so a change is never in force
 //! without its record. Sagas already accepted are not affected by a change: each runs on
 //! the declarations its journal header was written with.
@@ -117,9 +118,14 @@ fn changed(skill: &str, before: &SkillDeclaration, after: &SkillDeclaration) -> 
     changes
 }
 
+/// A registration's changes as they are stored.
+pub fn changes_text(registration: &Registration) -> serde_json::Result<String> {
+    serde_json::to_string(&registration.changes)
+}
+
 /// Records a registration in the transaction that makes it.
 pub fn record(tx: &Transaction<'_>, registration: &Registration) -> rusqlite::Result<()> {
-    let changes = serde_json::to_string(&registration.changes)
+    let changes = changes_text(registration)
         .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
     tx.prepare_cached(
         "INSERT INTO registry_history (at_ms, agent, by_caller, kind, changes)
@@ -146,22 +152,33 @@ pub fn read(
          WHERE ?1 IS NULL OR agent = ?1 ORDER BY seq DESC LIMIT ?2",
     )?;
     let rows = statement.query_map(params![agent, limit], |row| {
-        let changes: String = row.get(4)?;
-        Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, changes))
+        Ok(registration(
+            row.get(0)?,
+            row.get(1)?,
+            row.get(2)?,
+            row.get(3)?,
+            row.get(4)?,
+        ))
     })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (at_ms, agent, by, kind, changes): (i64, String, String, String, String) = row?;
-        let changes: Vec<Value> = serde_json::from_str(&changes).unwrap_or_default();
-        out.push(Registration {
-            at_ms,
-            agent,
-            by,
-            kind,
-            changes: changes.into_iter().filter_map(stored_change).collect(),
-        });
+    rows.collect()
+}
+
+/// A registration read back from its stored columns.
+pub fn registration(
+    at_ms: i64,
+    agent: String,
+    by: String,
+    kind: String,
+    changes: String,
+) -> Registration {
+    let changes: Vec<Value> = serde_json::from_str(&changes).unwrap_or_default();
+    Registration {
+        at_ms,
+        agent,
+        by,
+        kind,
+        changes: changes.into_iter().filter_map(stored_change).collect(),
     }
-    Ok(out)
 }
 
 /// A stored change read back (its `change` is one of the fixed names).

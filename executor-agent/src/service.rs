@@ -1,12 +1,15 @@
-//! Assembles a running executor from its settings: its state file in the data directory
-//! (registry, journal and tasks in one SQLite database), the executor's own agent card, its A2A endpoint (planner and approver JWTs), the
-//! admin API (admin token) and the catalog (planner JWTs).
+//! Assembles a running executor from its settings: its stores (the state file in the data
+//! directory, registry, journal and tasks in one SQLite database; or a PostgreSQL
+//! database that replicas share), the executor's own agent card, its A2A endpoint
+//! (planner and approver JWTs), the admin API (admin token) and the catalog (planner
+//! JWTs).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_host::store::postgres::{Postgres, PostgresFeed, PostgresTaskStore};
 use agent_host::{
     HostConfig, InboundAuth, JwtPolicy, ServedCard, SqliteTaskStore, TaskManager, describe_auth,
     prepare_card,
@@ -19,15 +22,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Executor, ExecutorAgent, ExecutorConfig};
 use crate::error::{Error, Result};
-use crate::journal::{Journal, PauseAfter, SqliteJournal};
+use crate::journal::{Journal, PauseAfter, PostgresJournal, SqliteJournal};
+use crate::mandates::MandateBook;
 use crate::mcp::invoker::McpInvoker;
 use crate::registry::Registry;
 
 /// Everything an executor is configured with.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Holds `executor.db`: the registry, the journal and the A2A tasks.
-    pub data_dir: PathBuf,
+    /// Where the registry, the journal and the A2A tasks are kept.
+    pub store: Store,
     /// The executor's name: its card's name and the audience of planner JWTs.
     pub executor_id: String,
     /// The base URL clients reach the executor at (written into its card).
@@ -58,6 +62,91 @@ pub struct Settings {
     pub registration_hosts: crate::http::RegistrationHosts,
     /// How near its deadline an open undo handle counts as expiring on `/metrics`.
     pub undo_expiring_within: Duration,
+}
+
+/// Where an executor keeps what it must not lose.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// `executor.db` in this directory (created if missing), held by this process alone.
+    DataDir(PathBuf),
+    /// A PostgreSQL database that executor replicas share.
+    Postgres(Replica),
+}
+
+/// An executor replica's hold on a shared PostgreSQL database.
+#[derive(Clone)]
+pub struct Replica {
+    /// `postgres://user[:password]@host:port/database`; never logged.
+    pub url: String,
+    /// How long a claim on a saga holds without renewal: once it lapses, another replica
+    /// takes the saga over.
+    pub lease: Duration,
+    /// How many connections the replica opens at most.
+    pub connections: usize,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password.
+        f.debug_struct("Replica")
+            .field("lease", &self.lease)
+            .field("connections", &self.connections)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The stores an executor runs on.
+struct Stores {
+    registry: Registry,
+    journal: Arc<dyn Journal>,
+    tasks: Arc<TaskManager>,
+    mandates: MandateBook,
+}
+
+/// `journal`, pausing after `pause_after` durable writes when that is set (crash tests).
+fn paused<J: Journal>(journal: J, pause_after: Option<u64>) -> Arc<dyn Journal> {
+    match pause_after {
+        Some(n) => Arc::new(PauseAfter::writes(journal, n)),
+        None => Arc::new(journal),
+    }
+}
+
+async fn open_stores(
+    settings: &Settings,
+    platform_keys: TrustStore,
+    principal_keys: TrustStore,
+) -> Result<Stores> {
+    match &settings.store {
+        Store::DataDir(dir) => {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+                what: format!("cannot create the data directory {}", dir.display()),
+                source,
+            })?;
+            let db = crate::state::open(dir)?;
+            Ok(Stores {
+                registry: Registry::on(&db, platform_keys)?,
+                journal: paused(SqliteJournal::on(&db)?, settings.pause_after_journal_writes),
+                tasks: TaskManager::new(Arc::new(SqliteTaskStore::on(&db)?)),
+                mandates: MandateBook::on(&db, principal_keys)?,
+            })
+        }
+        Store::Postgres(replica) => {
+            let db = Postgres::connect(&replica.url, replica.connections)?;
+            let journal = PostgresJournal::on(&db).await?.with_lease(replica.lease);
+            let store = PostgresTaskStore::on(&db).await?;
+            let feed = PostgresFeed::start(&db).await?;
+            tracing::info!(
+                database = db.place(),
+                "keeping the executor's state in PostgreSQL, shared with its replicas"
+            );
+            Ok(Stores {
+                registry: Registry::on_postgres(&db, platform_keys).await?,
+                journal: paused(journal, settings.pause_after_journal_writes),
+                tasks: TaskManager::with_feed(Arc::new(store), Arc::new(feed)),
+                mandates: MandateBook::on_postgres(&db, principal_keys).await?,
+            })
+        }
+    }
 }
 
 /// A built executor, ready to serve.
@@ -120,38 +209,22 @@ fn distinct_roles(planners: &[(String, Jwk)], approvers: &[(String, Jwk)]) -> Re
 
 /// Opens the stores, builds the executor and its routes. Call `Executor::recover` on the
 /// result before serving, so unfinished sagas resume.
-pub fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service> {
+pub async fn build(settings: Settings, shutdown: CancellationToken) -> Result<Service> {
     build_with(
         settings,
         shutdown,
         agent_host::server::DEFAULT_MAX_CONCURRENT_REQUESTS,
     )
+    .await
 }
 
 /// `build`, handling at most `max_concurrent_requests` requests at once (A2A, admin,
 /// catalog and metrics together).
-pub fn build_with(
+pub async fn build_with(
     settings: Settings,
     shutdown: CancellationToken,
     max_concurrent_requests: usize,
 ) -> Result<Service> {
-    std::fs::create_dir_all(&settings.data_dir).map_err(|source| Error::Io {
-        what: format!(
-            "cannot create the data directory {}",
-            settings.data_dir.display()
-        ),
-        source,
-    })?;
-    let db = crate::state::open(&settings.data_dir)?;
-    let registry = Registry::on(&db, settings.platform_keys.clone())?;
-    let sqlite = SqliteJournal::on(&db)?;
-    let journal: Arc<dyn Journal> = match settings.pause_after_journal_writes {
-        Some(n) => Arc::new(PauseAfter::writes(sqlite, n)),
-        None => Arc::new(sqlite),
-    };
-    let store = SqliteTaskStore::on(&db)?;
-    let tasks = TaskManager::new(Arc::new(store));
-
     let mut planner_keys = TrustStore::new();
     for (issuer, jwk) in &settings.planners {
         planner_keys
@@ -176,8 +249,14 @@ pub fn build_with(
             .add_jwk(jwk)
             .map_err(|e| Error::Refused(format!("principal key {}: {e}", jwk.key_id())))?;
     }
-    let mandates = crate::mandates::MandateBook::on(&db, principal_keys)?;
     distinct_roles(&settings.planners, &settings.approvers)?;
+    // Every refusal of the settings above comes before a store is opened or created.
+    let Stores {
+        registry,
+        journal,
+        tasks,
+        mandates,
+    } = open_stores(&settings, settings.platform_keys.clone(), principal_keys).await?;
     let callers: Vec<(String, Jwk)> = settings
         .planners
         .iter()

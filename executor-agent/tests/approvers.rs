@@ -501,8 +501,8 @@ async fn a_task_from_before_owners_is_seen_by_approvers_only() {
     assert_eq!(as_approver.unwrap().id, ownerless.id);
 }
 
-#[test]
-fn a_name_or_key_of_both_a_planner_and_an_approver_is_refused_at_start() {
+#[tokio::test]
+async fn a_name_or_key_of_both_a_planner_and_an_approver_is_refused_at_start() {
     use executor_agent::service::{Settings, build};
     let planner = shared_types::SigningIdentity::from_seed([42; 32], Some("planner-1".into()));
     let person = shared_types::SigningIdentity::from_seed([44; 32], Some("approver-1".into()));
@@ -514,12 +514,16 @@ fn a_name_or_key_of_both_a_planner_and_an_approver_is_refused_at_start() {
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     for (name, key) in [("planner-1", &person), ("approver-1", &planner)] {
-        let refused = build(settings((name, key)), shutdown.clone()).err();
+        let refused = build(settings((name, key)), shutdown.clone()).await.err();
         let refused = refused.map(|e| e.to_string()).unwrap_or_default();
         assert!(
             refused.contains("a planner must not decide its own sagas"),
             "{name}: {refused:?}"
         );
     }
-    assert!(build(settings(("approver-1", &person)), shutdown).is_ok());
+    assert!(
+        build(settings(("approver-1", &person)), shutdown)
+            .await
+            .is_ok()
+    );
 }

@@ -334,8 +334,8 @@ async fn a_saga_before_its_pivot_unwinds_when_its_mandate_is_revoked() {
     assert_eq!(undone.len(), 3, "{effects:?}");
 }
 
-#[test]
-fn a_planners_or_approvers_key_is_refused_as_a_principal_at_start() {
+#[tokio::test]
+async fn a_planners_or_approvers_key_is_refused_as_a_principal_at_start() {
     use executor_agent::service::{Settings, build};
     let planner = SigningIdentity::from_seed([42; 32], Some("planner-1".into()));
     let person = SigningIdentity::from_seed([44; 32], Some("approver-1".into()));
@@ -348,14 +348,14 @@ fn a_planners_or_approvers_key_is_refused_as_a_principal_at_start() {
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     for (who, key) in [("planner-1", &planner), ("approver-1", &person)] {
-        let refused = build(settings(key), shutdown.clone()).err();
+        let refused = build(settings(key), shutdown.clone()).await.err();
         let refused = refused.map(|e| e.to_string()).unwrap_or_default();
         assert!(
             refused.contains(&format!("is also the key of planner or approver {who}")),
             "{who}: {refused:?}"
         );
     }
-    assert!(build(settings(&principal()), shutdown).is_ok());
+    assert!(build(settings(&principal()), shutdown).await.is_ok());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -153,7 +153,7 @@ async fn a_changed_declaration_is_recorded_with_who_when_and_what_it_was() {
 
     // Kept in the state file, newest first.
     let reopened = Registry::open(&path, trust(&[&platform()])).unwrap();
-    let history = reopened.history(Some("budget"), 10).unwrap();
+    let history = reopened.history(Some("budget"), 10).await.unwrap();
     let who: Vec<(&str, &str)> = history
         .iter()
         .map(|r| (r.by.as_str(), r.kind.as_str()))
@@ -168,4 +168,59 @@ async fn a_changed_declaration_is_recorded_with_who_when_and_what_it_was() {
     );
     assert_eq!(history[0].changes, registration.changes);
     assert!(history[0].at_ms >= history[2].at_ms);
+}
+
+/// Two replicas on one PostgreSQL database: what one registers, the other uses from its
+/// next read on, with its history; a replaced card replaces the other's entry too.
+#[tokio::test]
+async fn a_card_registered_on_one_replica_is_in_the_others_registry_from_its_next_read() {
+    use agent_host::store::postgres::{Postgres, testing::scratch_database};
+    let Some(url) = scratch_database("registry_across_replicas").await else {
+        return;
+    };
+    let one = Registry::on_postgres(&Postgres::connect(&url, 2).unwrap(), trust(&[&platform()]))
+        .await
+        .unwrap();
+    let two = Registry::on_postgres(&Postgres::connect(&url, 2).unwrap(), trust(&[&platform()]))
+        .await
+        .unwrap();
+    assert!(
+        two.refresh().await.unwrap().is_empty(),
+        "nothing registered yet"
+    );
+
+    one.register(signed("budget", &platform()), "admin")
+        .await
+        .unwrap();
+    assert!(two.agent("budget").is_none(), "not read yet");
+    assert_eq!(two.refresh().await.unwrap(), vec!["budget".to_owned()]);
+    let seen = two
+        .agent("budget")
+        .expect("registered on the other replica");
+    assert_eq!(seen.declarations, one.agent("budget").unwrap().declarations);
+    assert!(two.catalog().unwrap().agents.contains_key("budget"));
+    assert!(two.refresh().await.unwrap().is_empty(), "read once");
+
+    // Replaced on the second, seen as replaced on the first.
+    let mut changed = card("budget");
+    changed["description"] = Value::from("the budget agent, described anew");
+    platform().sign_in_place(&mut changed).unwrap();
+    two.register(changed, "operator").await.unwrap();
+    assert_eq!(one.refresh().await.unwrap(), vec!["budget".to_owned()]);
+    assert_eq!(
+        one.agent("budget").unwrap().declarations.description,
+        "the budget agent, described anew"
+    );
+    let history = one.history(Some("budget"), 10).await.unwrap();
+    let who: Vec<&str> = history.iter().map(|r| r.by.as_str()).collect();
+    assert_eq!(who, ["operator", "admin"]);
+
+    // A card whose key is no longer trusted is left out of a replica that reads it.
+    let untrusting = Registry::on_postgres(
+        &Postgres::connect(&url, 2).unwrap(),
+        trust(&[&SigningIdentity::from_seed([13; 32], None)]),
+    )
+    .await
+    .unwrap();
+    assert!(untrusting.agent("budget").is_none());
 }

@@ -106,6 +106,7 @@ impl Demo {
             },
             shutdown.clone(),
         )
+        .await
         .unwrap();
         tokio::spawn(agent_host::serve(
             listener,

@@ -36,7 +36,7 @@ async fn executor_with(
     let shutdown = CancellationToken::new();
     let service = build(
         Settings {
-            data_dir: dir.join("executor"),
+            store: executor_agent::service::Store::DataDir(dir.join("executor")),
             executor_id: "executor".into(),
             public_url: url.clone(),
             platform_keys,
@@ -56,6 +56,7 @@ async fn executor_with(
         },
         shutdown.clone(),
     )
+    .await
     .unwrap();
     tokio::spawn(agent_host::serve(listener, service.router, shutdown));
     url

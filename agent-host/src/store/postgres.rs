@@ -76,8 +76,11 @@ pub struct Migration {
 pub struct Postgres {
     pool: Pool,
     /// For the connections outside the pool (the task feed's listener).
-    config: tokio_postgres::Config,
+    config: std::sync::Arc<tokio_postgres::Config>,
     place: String,
+    /// Why the database cannot be reached, since the last connection that failed (or
+    /// the listener's connection that dropped), until one succeeds again.
+    unreachable: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl std::fmt::Debug for Postgres {
@@ -112,9 +115,26 @@ impl Postgres {
             .map_err(|e| Error::Config(format!("cannot make a pool for {place}: {e}")))?;
         Ok(Self {
             pool,
-            config,
+            config: std::sync::Arc::new(config),
             place,
+            unreachable: Default::default(),
         })
+    }
+
+    /// Why the database cannot be reached now, if the last attempt to reach it failed:
+    /// `/readyz` then says the agent should be sent no new work.
+    pub fn unreachable(&self) -> Option<String> {
+        self.unreachable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn reached(&self, failure: Option<String>) {
+        *self
+            .unreachable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = failure;
     }
 
     /// Where the database is, for messages: host, port and name.
@@ -124,13 +144,19 @@ impl Postgres {
 
     /// A connection from the pool (opened if none is free and the pool is not full).
     pub async fn connection(&self) -> Result<Connection> {
-        self.pool.get().await.map_err(|e| {
-            Error::store(format!(
-                "cannot reach PostgreSQL at {}: {}",
-                self.place,
-                chain(&e)
-            ))
-        })
+        // A pooled connection whose socket closed is not handed out (the pool checks), so
+        // a connection got is one the database accepted.
+        match self.pool.get().await {
+            Ok(connection) => {
+                self.reached(None);
+                Ok(connection)
+            }
+            Err(e) => {
+                let why = format!("cannot reach PostgreSQL at {}: {}", self.place, chain(&e));
+                self.reached(Some(why.clone()));
+                Err(Error::store(why))
+            }
+        }
     }
 
     /// Brings `store` to the last of `migrations`, in one transaction under a lock that

@@ -4,29 +4,119 @@
 
 use super::*;
 
+/// At most this many sagas are claimed in one write, at a start or a takeover.
+const TAKEOVER_BATCH: usize = 256;
+
 impl Executor {
     /// Resumes every unfinished saga from the journal, and takes in again every plan
     /// whose task was created but whose saga never reached the journal (call once at
     /// start). Returns how many sagas it resumed and how many plans it took in again.
     pub async fn recover(self: &Arc<Self>) -> Result<(usize, usize)> {
-        let ids = self.config.journal.unfinished().await?;
+        let journal = &self.config.journal;
         let now = chrono::Utc::now().timestamp_millis();
-        let mut begun = HashSet::new();
+        if journal.is_shared() {
+            // Other replicas drive the sagas they hold: this one claims those nobody
+            // holds (their owner stopped, or its lease lapsed), and later ones as they
+            // lapse (`take_over_lapsed`). A task created by a replica that died before
+            // beginning its saga cannot be told from one another replica is taking in
+            // now, so none is taken in here.
+            let mut resumed = 0;
+            loop {
+                let claimed = journal.claim_lapsed(now, TAKEOVER_BATCH).await?;
+                // A short batch is the last: one given back (`resume_claimed`) is not
+                // claimed again in this loop.
+                let last = claimed.len() < TAKEOVER_BATCH;
+                resumed += self.resume_claimed(claimed, now).await?.len();
+                if last {
+                    return Ok((resumed, 0));
+                }
+            }
+        }
+        // This process owns the state file (its lock), so it takes every saga over, at a
+        // new epoch: a write under an older claim is refused from now on. The claims
+        // share commits.
+        let ids = journal.unfinished().await?;
+        let claims = futures::future::join_all(
+            ids.iter()
+                .map(|saga_id| journal.claim(saga_id, now, Claim::TakeOver)),
+        )
+        .await;
+        let mut claimed = Vec::new();
+        for (saga_id, epoch) in ids.iter().zip(claims) {
+            // None: it finished meanwhile, which only its own driver could have done.
+            if let Some(epoch) = epoch? {
+                claimed.push((saga_id.clone(), epoch));
+            }
+        }
+        let begun = self.resume_claimed(claimed, now).await?;
+        let begun: HashSet<String> = begun.into_iter().collect();
+        let orphans = self.submitted_but_not_begun(&begun).await?;
+        for task in &orphans {
+            let handle = self.tasks.handle(&task.id, &task.context_id);
+            let plan = task
+                .history
+                .as_deref()
+                .unwrap_or_default()
+                .first()
+                .and_then(plan_of);
+            let me = self.clone();
+            self.drivers
+                .spawn(async move { me.take_in(handle, plan).await });
+        }
+        Ok((ids.len(), orphans.len()))
+    }
+
+    /// Takes over, on a journal replicas share, the sagas whose owner's lease lapsed (it
+    /// died, or was cut off or paused past its lease), at most `TAKEOVER_BATCH` at once;
+    /// how many it resumed. Each is fenced from its earlier owner by the new epoch. A
+    /// journal of one process has nothing to take over.
+    pub async fn take_over_lapsed(self: &Arc<Self>, now_ms: i64) -> Result<usize> {
+        let journal = &self.config.journal;
+        if !journal.is_shared() {
+            return Ok(0);
+        }
+        let claimed = journal.claim_lapsed(now_ms, TAKEOVER_BATCH).await?;
+        if claimed.is_empty() {
+            return Ok(0);
+        }
+        let count = claimed.len();
+        self.resume_claimed(claimed, now_ms).await?;
+        tracing::info!(sagas = count, "took over sagas whose owner's lease lapsed");
+        Ok(count)
+    }
+
+    /// Resumes the sagas this executor just claimed, at their epochs: each replayed from
+    /// its journal, shown on its task, and live before this returns. Returns the tasks of
+    /// the sagas it read (resumed or not).
+    async fn resume_claimed(
+        self: &Arc<Self>,
+        claimed: Vec<(String, Epoch)>,
+        now: i64,
+    ) -> Result<Vec<String>> {
+        let journal = &self.config.journal;
+        let mut begun = Vec::new();
         let mut resumed = Vec::new();
-        for saga_id in &ids {
-            let Some((header, entries)) = self.config.journal.load(saga_id).await? else {
+        for (saga_id, epoch) in claimed {
+            let Some((header, entries)) = journal.load(&saga_id).await? else {
                 continue;
             };
             if header.format != JOURNAL_FORMAT {
-                // Replayed under rules it was not written by, a saga could make other calls
-                // under the keys it journaled: nothing is resumed.
-                return Err(Error::Journal(format!(
+                let why = format!(
                     "saga {saga_id} was journaled in format {}, and this executor reads journal \
                      format {JOURNAL_FORMAT} only; start the executor release that wrote it",
                     header.format
-                )));
+                );
+                if !journal.is_shared() {
+                    // Replayed under rules it was not written by, a saga could make other
+                    // calls under the keys it journaled: nothing is resumed.
+                    return Err(Error::Journal(why));
+                }
+                // Given back, for a replica of the release that wrote it.
+                tracing::error!(saga = %saga_id, "{why}");
+                journal.release(&saga_id, epoch).await?;
+                continue;
             }
-            begun.insert(header.task_id.clone());
+            begun.push(header.task_id.clone());
             let recovered = match replay(header.spec.clone(), &entries, now) {
                 Ok(recovered) => recovered,
                 Err(e) => {
@@ -40,24 +130,8 @@ impl Executor {
                 }
             };
             let task = self.tasks.handle(&header.task_id, &header.context_id);
-            resumed.push((task, saga_metadata(&header), recovered));
+            resumed.push((task, saga_metadata(&header), recovered, epoch));
         }
-        // This process owns the state file (its lock), so it takes every saga over, at a
-        // new epoch: a write under an older claim is refused from now on. The claims
-        // share commits.
-        let journal = &self.config.journal;
-        let claims = futures::future::join_all(resumed.iter().map(|(_, _, recovered)| {
-            journal.claim(&recovered.saga.spec.saga_id, now, Claim::TakeOver)
-        }))
-        .await;
-        let mut claimed = Vec::new();
-        for ((task, metadata, recovered), epoch) in resumed.into_iter().zip(claims) {
-            // None: it finished meanwhile, which only its own driver could have done.
-            if let Some(epoch) = epoch? {
-                claimed.push((task, metadata, recovered, epoch));
-            }
-        }
-        let resumed = claimed;
         // On the tasks before anyone can read them (the executor serves once this returns),
         // in writes that share commits: a saga may have died before its first report.
         futures::future::join_all(
@@ -81,8 +155,8 @@ impl Executor {
             };
             self.metrics.saga_resumed();
             let task_id = task.id().to_owned();
-            // Live before `recover` returns, and so before the executor serves: a cancel
-            // or an answer that comes first finds the saga's driver.
+            // Live before this returns, and so before a start serves: a cancel or an
+            // answer that comes first finds the saga's driver.
             self.start_driver(
                 task,
                 saga,
@@ -95,20 +169,7 @@ impl Executor {
                 self.tell_revoked(|id| id == task_id).await;
             }
         }
-        let orphans = self.submitted_but_not_begun(&begun).await?;
-        for task in &orphans {
-            let handle = self.tasks.handle(&task.id, &task.context_id);
-            let plan = task
-                .history
-                .as_deref()
-                .unwrap_or_default()
-                .first()
-                .and_then(plan_of);
-            let me = self.clone();
-            self.drivers
-                .spawn(async move { me.take_in(handle, plan).await });
-        }
-        Ok((ids.len(), orphans.len()))
+        Ok(begun)
     }
 
     /// Tasks still `SUBMITTED` with no saga in the journal: the process stopped after the

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{Claim, Entry, Journal, SagaHeader};
+use super::{Claim, Entry, Epoch, Journal, SagaHeader};
 use crate::Error;
 use crate::saga::{Event, SagaSpec};
 
@@ -253,9 +253,25 @@ pub async fn owners_claiming_lapsed_sagas_at_once_share_them_out(
     }
     // Held and live, they are not claimed again.
     assert!(two.claim_lapsed(t, 100).await.unwrap().is_empty());
-    assert!(
-        two.claim_lapsed(t + LEASE_MS + 1, 100).await.unwrap().len() == SAGAS,
-        "after the leases lapse, they can be taken over"
+    // Once the leases lapse, each owner takes over the other's, never its own.
+    let later = t + LEASE_MS + 1;
+    let (one_took, two_took) =
+        futures::join!(one.claim_lapsed(later, 100), two.claim_lapsed(later, 100));
+    let ids_of = |claims: &[(String, Epoch)]| {
+        let mut ids: Vec<String> = claims.iter().map(|(id, _)| id.clone()).collect();
+        ids.sort();
+        ids
+    };
+    let ids = |claims: Vec<(String, Epoch)>| ids_of(&claims);
+    assert_eq!(
+        ids(two_took.unwrap()),
+        ids_of(&took_one),
+        "two takes over one's sagas"
+    );
+    assert_eq!(
+        ids(one_took.unwrap()),
+        ids_of(&took_two),
+        "one takes over two's sagas"
     );
 }
 

@@ -246,7 +246,8 @@ impl Ownership for MemoryJournal {
                 break;
             }
             let free = stored.owner.is_none() || stored.lease_until_ms < now_ms;
-            if stored.finished_ms.is_none() && free {
+            let mine = stored.owner.as_deref() == Some(self.owner.as_ref());
+            if stored.finished_ms.is_none() && free && !mine {
                 stored.owner = Some(self.owner.clone());
                 stored.epoch += 1;
                 stored.lease_until_ms = lease_until_ms;

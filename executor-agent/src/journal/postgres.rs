@@ -493,6 +493,7 @@ impl Ownership for PostgresJournal {
                  WHERE saga_id IN (
                      SELECT saga_id FROM sagas
                      WHERE NOT finished AND (owner IS NULL OR lease_until_ms < $3)
+                       AND owner IS DISTINCT FROM $1
                      ORDER BY saga_id LIMIT $4
                      FOR UPDATE SKIP LOCKED
                  )
@@ -507,6 +508,10 @@ impl Ownership for PostgresJournal {
             .collect();
         claimed.sort();
         Ok(claimed)
+    }
+
+    fn is_shared(&self) -> bool {
+        true
     }
 
     async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>> {

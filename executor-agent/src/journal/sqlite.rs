@@ -173,6 +173,7 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
                  WHERE saga_id IN (
                      SELECT saga_id FROM sagas INDEXED BY sagas_unfinished
                      WHERE finished = 0 AND (owner IS NULL OR lease_until_ms < ?3)
+                       AND owner IS NOT ?1
                      ORDER BY saga_id LIMIT ?4
                  )
                  RETURNING saga_id, epoch",

@@ -175,6 +175,10 @@ impl<J: Journal, A: Around> Ownership for Wrapped<J, A> {
         let call = self.inner.claim_lapsed(now_ms, at_most);
         self.around.around(Call::ClaimLapsed, call).await
     }
+
+    fn is_shared(&self) -> bool {
+        self.inner.is_shared()
+    }
 }
 
 #[async_trait]

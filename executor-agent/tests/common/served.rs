@@ -46,7 +46,7 @@ impl Drop for Served {
 /// principal, holding the tool credentials, the admin token `ADMIN_TOKEN`.
 pub fn test_settings(data_dir: std::path::PathBuf, public_url: &str) -> Settings {
     Settings {
-        data_dir,
+        store: executor_agent::service::Store::DataDir(data_dir),
         executor_id: "executor".into(),
         public_url: public_url.into(),
         platform_keys: TrustStore::new(),
@@ -102,6 +102,7 @@ pub async fn serve_faulty(hosts: RegistrationHosts, faults: &[(&str, Fault)]) ->
         },
         shutdown.clone(),
     )
+    .await
     .unwrap();
     tokio::spawn(agent_host::serve(
         listener,

@@ -210,6 +210,7 @@ async fn listen(
                     if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
                         return chain(&e);
                     }
+                    db.reached(None);
                     if let Some(listening) = listening.take() {
                         let _ = listening.send(());
                     }
@@ -223,8 +224,17 @@ async fn listen(
                     lost = relaying => lost,
                 };
                 tracing::warn!(error = %lost, "lost the task-event listener's connection to PostgreSQL; connecting again");
+                db.reached(Some(format!(
+                    "lost the connection to PostgreSQL at {}: {lost}",
+                    db.place()
+                )));
             }
             Err(e) => {
+                db.reached(Some(format!(
+                    "cannot reach PostgreSQL at {}: {}",
+                    db.place(),
+                    chain(&e)
+                )));
                 tracing::warn!(error = %chain(&e), "cannot listen for task events on PostgreSQL; trying again");
             }
         }

@@ -179,6 +179,10 @@ impl TaskStore for PostgresTaskStore {
             .map_err(|e| failed("cannot delete tasks", &e))?;
         Ok(())
     }
+
+    fn write_failure(&self) -> Option<String> {
+        self.db.unreachable()
+    }
 }
 
 /// A value a listing binds.
