@@ -347,37 +347,70 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Every `renewal` until the shutdown: renews the leases of the sagas this process
-/// drives (one write), then, on a database replicas share, takes over the sagas whose
-/// owner's lease lapsed. With a state file of its own a lapse takes nothing from this
-/// process; the leases say which sagas are driven, for whoever reads the journal.
+/// drives (one write), and, on a database replicas share, takes over the sagas whose
+/// owner's lease lapsed. The two go on side by side: resuming many sagas taken over must
+/// not hold up the renewal that keeps this replica's own sagas. With a state file of its
+/// own a lapse takes nothing from this process; the leases say which sagas are driven,
+/// for whoever reads the journal.
 async fn keep_leases(
     executor: std::sync::Arc<executor_agent::agent::Executor>,
     renewal: Duration,
     shutdown: CancellationToken,
 ) {
-    let mut renewals = tokio::time::interval(renewal);
-    renewals.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Said once per outage, not at every renewal.
+    let renewer = executor.clone();
+    let renewing = every(
+        renewal,
+        shutdown.clone(),
+        "renew the leases of the sagas this process drives",
+        move || {
+            let executor = renewer.clone();
+            async move {
+                let now = chrono::Utc::now().timestamp_millis();
+                executor.renew_leases(now).await.map(|_| ())
+            }
+        },
+    );
+    let taking_over = every(
+        renewal,
+        shutdown.clone(),
+        "take over the sagas whose owner's lease lapsed",
+        move || {
+            let executor = executor.clone();
+            async move {
+                let now = chrono::Utc::now().timestamp_millis();
+                executor.take_over_lapsed(now).await.map(|_| ())
+            }
+        },
+    );
+    // Tasks of their own: a long poll of one does not hold the other up.
+    let (renewing, taking_over) = (tokio::spawn(renewing), tokio::spawn(taking_over));
+    let _ = tokio::join!(renewing, taking_over);
+}
+
+/// Does `work` every `period` until the shutdown, a failure said once until it succeeds
+/// again (`what` it could not do).
+async fn every<F, W>(period: Duration, shutdown: CancellationToken, what: &'static str, work: W)
+where
+    W: Fn() -> F,
+    F: std::future::Future<Output = executor_agent::Result<()>>,
+{
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
-            _ = renewals.tick() => {}
+            _ = ticks.tick() => {}
         }
-        let now = chrono::Utc::now().timestamp_millis();
-        let kept = match executor.renew_leases(now).await {
-            Ok(_) => executor.take_over_lapsed(now).await.map(|_| ()),
-            Err(e) => Err(e),
-        };
-        match kept {
+        match work().await {
             Ok(()) if failing => {
                 failing = false;
-                tracing::info!("the journal answers again: leases renewed");
+                tracing::info!("the journal answers again: could {what}");
             }
             Ok(()) => {}
             Err(e) if !failing => {
                 failing = true;
-                tracing::warn!(error = %e.chain(), "cannot renew the leases of the sagas this process drives; trying again at every renewal");
+                tracing::warn!(error = %e.chain(), "cannot {what}; trying again every {} ms", period.as_millis());
             }
             Err(_) => {}
         }

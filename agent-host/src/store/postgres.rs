@@ -63,6 +63,9 @@ impl<C: deadpool_postgres::GenericClient> Cached for C {}
 /// How many connections a pool opens at most, unless told otherwise.
 pub const DEFAULT_CONNECTIONS: usize = 16;
 
+/// The connections kept apart for renewals and takeovers (`control_connection`).
+pub const CONTROL_CONNECTIONS: usize = 2;
+
 /// One step of a store's schema: SQL run inside the migrating transaction.
 pub struct Migration {
     /// What it does, for the log and errors.
@@ -75,6 +78,10 @@ pub struct Migration {
 #[derive(Clone)]
 pub struct Postgres {
     pool: Pool,
+    /// A few connections of their own for the statements that must not queue behind the
+    /// work (lease renewals and takeovers: a renewal that waits for a busy pool past
+    /// the lease gives the replica's sagas away).
+    control: Pool,
     /// For the connections outside the pool (the task feed's listener).
     config: std::sync::Arc<tokio_postgres::Config>,
     place: String,
@@ -101,20 +108,25 @@ impl Postgres {
             Error::Config(format!("the PostgreSQL URL cannot be read: {e}"))
         })?;
         let place = place_of(&config);
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(connections.max(1))
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .build()
-            .map_err(|e| Error::Config(format!("cannot make a pool for {place}: {e}")))?;
+        let pool_of = |size: usize| {
+            let manager = Manager::from_config(
+                config.clone(),
+                NoTls,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            );
+            Pool::builder(manager)
+                .max_size(size)
+                .runtime(deadpool_postgres::Runtime::Tokio1)
+                .build()
+                .map_err(|e| Error::Config(format!("cannot make a pool for {place}: {e}")))
+        };
+        let pool = pool_of(connections.max(1))?;
+        let control = pool_of(CONTROL_CONNECTIONS)?;
         Ok(Self {
             pool,
+            control,
             config: std::sync::Arc::new(config),
             place,
             unreachable: Default::default(),
@@ -151,6 +163,19 @@ impl Postgres {
                 self.reached(None);
                 Ok(connection)
             }
+            Err(e) => {
+                let why = format!("cannot reach PostgreSQL at {}: {}", self.place, chain(&e));
+                self.reached(Some(why.clone()));
+                Err(Error::store(why))
+            }
+        }
+    }
+
+    /// A connection for a statement that must not wait behind the work queued on the
+    /// pool: renewing leases, claiming lapsed sagas. At most `CONTROL_CONNECTIONS`.
+    pub async fn control_connection(&self) -> Result<Connection> {
+        match self.control.get().await {
+            Ok(connection) => Ok(connection),
             Err(e) => {
                 let why = format!("cannot reach PostgreSQL at {}: {}", self.place, chain(&e));
                 self.reached(Some(why.clone()));

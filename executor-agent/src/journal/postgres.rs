@@ -101,11 +101,14 @@ struct Append {
     owner: String,
 }
 
-/// The fence: the saga's row locked (shared) at this epoch and owner, in the append's own
-/// statement. A claim updates that row, so it waits for this append to commit, or this
-/// append waits for it and then finds another epoch.
+/// The fence: the saga's row locked at this epoch and owner, in the append's own
+/// statement. A claim locks that row `FOR UPDATE` first, so it waits for this append to
+/// commit, or this append waits for it and then finds another epoch. `KEY SHARE` is the
+/// weakest lock that a claim's `FOR UPDATE` still waits for; a renewal (a plain update of
+/// the lease) does not wait for it, nor it for a renewal: appends of many sagas and the
+/// renewal of all of them run at once without deadlocking.
 const APPEND: &str = "WITH fence AS (
-         SELECT 1 FROM sagas WHERE saga_id = $1 AND epoch = $3 AND owner = $4 FOR SHARE
+         SELECT 1 FROM sagas WHERE saga_id = $1 AND epoch = $3 AND owner = $4 FOR KEY SHARE
      )
      INSERT INTO entries (saga_id, body) SELECT $1, $2 FROM fence";
 
@@ -441,8 +444,10 @@ impl Ownership for PostgresJournal {
         let conn = self.connection().await?;
         let row = conn
             .row_opt(
+                // FOR UPDATE: the lock an append's fence (KEY SHARE) waits for.
                 "UPDATE sagas SET owner = $2, epoch = epoch + 1, lease_until_ms = $3
-                 WHERE saga_id = $1 AND NOT finished
+                 WHERE saga_id = (SELECT saga_id FROM sagas WHERE saga_id = $1 FOR UPDATE)
+                   AND NOT finished
                    AND ($4 OR owner IS NULL OR lease_until_ms < $5)
                  RETURNING epoch",
                 &[
@@ -459,7 +464,7 @@ impl Ownership for PostgresJournal {
     }
 
     async fn renew(&self, now_ms: i64) -> Result<usize> {
-        let conn = self.connection().await?;
+        let conn = self.db.control_connection().await?;
         let renewed = conn
             .run(
                 "UPDATE sagas SET lease_until_ms = $2 WHERE NOT finished AND owner = $1",
@@ -484,7 +489,7 @@ impl Ownership for PostgresJournal {
 
     async fn claim_lapsed(&self, now_ms: i64, at_most: usize) -> Result<Vec<(String, Epoch)>> {
         let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
-        let conn = self.connection().await?;
+        let conn = self.db.control_connection().await?;
         // SKIP LOCKED: owners claiming at once each take sagas the others have not
         // locked, instead of waiting for them and then finding them taken.
         let rows = conn

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod logs;
+pub mod process;
 pub mod served;
 
 use std::collections::HashMap;
@@ -131,6 +132,10 @@ pub enum Fault {
     ApplyThenHang(u32),
     /// Like `ApplyThenHang`, but the answer goes once `ToolLog::release` is notified.
     ApplyThenHold(u32),
+    /// Like `ApplyThenHold`, but each answer goes once it takes a permit of
+    /// `ToolLog::gate` (none until the test adds them): held answers of many calls go at
+    /// once, however many are held by then.
+    ApplyThenGate(u32),
     /// The first `n` calls reach the tool, which does its work, but the HTTP answer is
     /// replaced by a `503` with a plain body, as a gateway in front of the tool answers.
     ServerError(u32),
@@ -168,6 +173,7 @@ impl Faults {
             Fault::DeclineTimes(n) if self.within(skill, n) => Some(Fault::Decline),
             Fault::ApplyThenHang(n) if self.within(skill, n) => Some(Fault::ApplyThenHang(0)),
             Fault::ApplyThenHold(n) if self.within(skill, n) => Some(Fault::ApplyThenHold(0)),
+            Fault::ApplyThenGate(n) if self.within(skill, n) => Some(Fault::ApplyThenGate(0)),
             _ => None,
         }
     }
@@ -194,6 +200,23 @@ impl Faults {
     }
 }
 
+/// Answers held until the test lets them go (`Fault::ApplyThenGate`).
+#[derive(Debug)]
+pub struct Gate(pub tokio::sync::Semaphore);
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self(tokio::sync::Semaphore::new(0))
+    }
+}
+
+impl Gate {
+    /// Lets every held answer go, and every later one.
+    pub fn open(&self) {
+        self.0.add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+    }
+}
+
 /// Orders effects across tool agents (see `ToolLog::effect_seq`).
 static EFFECT_SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -212,6 +235,12 @@ pub struct ToolLog {
     pub applied: Arc<tokio::sync::Notify>,
     /// Lets a call held by `Fault::ApplyThenHold` answer.
     pub release: Arc<tokio::sync::Notify>,
+    /// Notified at each call received.
+    pub called: Arc<tokio::sync::Notify>,
+    /// When each entry of `calls` was received.
+    pub called_at: Vec<std::time::Instant>,
+    /// Lets calls held by `Fault::ApplyThenGate` answer, one per permit.
+    pub gate: Arc<Gate>,
     /// Results to answer instead of `response(skill)`, by skill.
     pub answers: HashMap<String, Value>,
 }
@@ -274,6 +303,11 @@ impl Agent for Tool {
             ctx.traceparent.is_some(),
             ctx.baggage.clone().unwrap_or_default(),
         ));
+        {
+            let mut log = self.log.lock().unwrap();
+            log.called_at.push(std::time::Instant::now());
+            log.called.notify_one();
+        }
         let fault = self.faults.in_agent(&skill);
         if fault == Some(Fault::Hang) {
             std::future::pending::<()>().await;
@@ -320,6 +354,12 @@ impl Agent for Tool {
             let release = self.log.lock().unwrap().release.clone();
             release.notified().await;
         }
+        if fault == Some(Fault::ApplyThenGate(0)) {
+            let gate = self.log.lock().unwrap().gate.clone();
+            if let Ok(permit) = gate.0.acquire().await {
+                permit.forget();
+            }
+        }
         if result.is_null() {
             let _ = task.set_status(TaskState::Failed, None).await;
             return;
@@ -347,7 +387,10 @@ pub async fn start_tool(faults: HashMap<String, Fault>, log: Arc<Mutex<ToolLog>>
         name: "executor".into(),
         token: TOOL_TOKEN.into(),
     };
-    let config = HostConfig::new(ServedCard::new(&card).unwrap(), auth);
+    let mut config = HostConfig::new(ServedCard::new(&card).unwrap(), auth);
+    // A tool double holds as many calls as a test sends it (hundreds held at once, in
+    // the replica tests), never refusing one for being busy.
+    config.max_concurrent_requests = 4096;
     let faults = Arc::new(Faults {
         declared: faults,
         calls: Mutex::default(),

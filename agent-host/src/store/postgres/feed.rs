@@ -3,7 +3,7 @@
 //!
 //! Each process fans its own writes out to its own subscribers at once (an
 //! `InProcessFeed`), and sends them, in write order, on one connection as notifications
-//! on `CHANNEL`; it listens on another connection, and fans out the others' notifications
+//! on `CHANNEL` (one per schema: `channel_for`); it listens on another connection, and fans out the others' notifications
 //! the same way. PostgreSQL delivers one session's notifications in the order it sent
 //! them, so a subscriber sees a task's events in the order they were written. A write
 //! whose events do not fit a notification (`NOTIFY_LIMIT`) is kept in a table for a few
@@ -25,8 +25,27 @@ use crate::error::{Error, Result};
 use crate::sdk::{StreamResponse, Task};
 use crate::tasks::{InProcessFeed, Subscription, TaskFeed, Watch};
 
-/// The notification channel of task events.
+/// The notification channel of task events, in the `public` schema; the stores of
+/// another schema of the same database (notifications are database-wide) use
+/// `channel_for` theirs.
 pub const CHANNEL: &str = "sagaplane_task_events";
+
+/// The channel of the stores in `schema`: executors in other schemas of one database
+/// never hear each other's events (whose kept ids name rows of their own schema).
+fn channel_for(schema: &str) -> String {
+    if schema == "public" {
+        return CHANNEL.to_owned();
+    }
+    let named = format!("{CHANNEL}_{schema}");
+    // An identifier is at most 63 bytes; the channel is quoted, so no `"` in it.
+    if named.len() <= 63 && !named.contains('"') {
+        return named;
+    }
+    let digest = schema.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{CHANNEL}_{digest:016x}")
+}
 
 /// The largest payload sent whole (PostgreSQL refuses one of 8,000 bytes or more).
 const NOTIFY_LIMIT: usize = 7_900;
@@ -89,13 +108,27 @@ impl PostgresFeed {
     /// another process after that reaches this one).
     pub async fn start(db: &Postgres) -> Result<Self> {
         db.migrate("task-feed", MIGRATIONS).await?;
+        let schema: String = db
+            .connection()
+            .await?
+            .row("SELECT current_schema()::TEXT", &[])
+            .await
+            .map_err(|e| Error::store(chain(&e)))?
+            .get(0);
+        let channel: Arc<str> = channel_for(&schema).into();
         let local = Arc::new(InProcessFeed::new());
         let origin = uuid::Uuid::new_v4().to_string();
         let (outbox, queued) = mpsc::unbounded_channel();
         let mut tasks = JoinSet::new();
-        tasks.spawn(send(db.clone(), origin.clone(), queued));
+        tasks.spawn(send(db.clone(), channel.clone(), origin.clone(), queued));
         let (listening, listens) = oneshot::channel();
-        tasks.spawn(listen(db.clone(), origin.clone(), local.clone(), listening));
+        tasks.spawn(listen(
+            db.clone(),
+            channel,
+            origin.clone(),
+            local.clone(),
+            listening,
+        ));
         listens.await.map_err(|_| {
             Error::store(format!(
                 "cannot listen for task events on PostgreSQL at {}",
@@ -137,15 +170,20 @@ impl TaskFeed for PostgresFeed {
 }
 
 /// Sends each queued notice, in order, one at a time.
-async fn send(db: Postgres, origin: String, mut queued: mpsc::UnboundedReceiver<String>) {
+async fn send(
+    db: Postgres,
+    channel: Arc<str>,
+    origin: String,
+    mut queued: mpsc::UnboundedReceiver<String>,
+) {
     while let Some(payload) = queued.recv().await {
-        if let Err(e) = send_one(&db, &origin, payload).await {
+        if let Err(e) = send_one(&db, &channel, &origin, payload).await {
             tracing::warn!(error = %e, "a task event could not be sent to the other replicas");
         }
     }
 }
 
-async fn send_one(db: &Postgres, origin: &str, payload: String) -> Result<()> {
+async fn send_one(db: &Postgres, channel: &str, origin: &str, payload: String) -> Result<()> {
     let conn = db.connection().await?;
     let failed = |e: super::DriverError| Error::store(chain(&e));
     let payload = if payload.len() > NOTIFY_LIMIT {
@@ -172,7 +210,7 @@ async fn send_one(db: &Postgres, origin: &str, payload: String) -> Result<()> {
     } else {
         payload
     };
-    conn.run("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
+    conn.run("SELECT pg_notify($1, $2)", &[&channel, &payload])
         .await
         .map_err(failed)?;
     Ok(())
@@ -182,6 +220,7 @@ async fn send_one(db: &Postgres, origin: &str, payload: String) -> Result<()> {
 /// whenever the connection is lost. `listening` is told once the first LISTEN holds.
 async fn listen(
     db: Postgres,
+    channel: Arc<str>,
     origin: String,
     local: Arc<InProcessFeed>,
     listening: oneshot::Sender<()>,
@@ -207,7 +246,7 @@ async fn listen(
                     }
                 };
                 let relaying = async {
-                    if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+                    if let Err(e) = client.batch_execute(&format!("LISTEN \"{channel}\"")).await {
                         return chain(&e);
                     }
                     db.reached(None);
