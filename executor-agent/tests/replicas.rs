@@ -201,3 +201,102 @@ async fn sagas_of_a_replica_killed_with_calls_out_are_taken_over_and_end_once() 
     }
     assert!(took >= 1, "no replica said it took sagas over");
 }
+
+/// Sends signal `name` (`STOP`, `CONT`) to a replica's process.
+fn signal(replica: &Executor, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &replica.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_paused_past_its_lease_is_fenced_out_and_makes_no_further_call() {
+    const PAUSED_SAGAS: usize = 30;
+    let Some(url) = scratch_database("replicas_one_paused").await else {
+        return;
+    };
+    let world = World::new();
+    let held = [(HELD_SKILL, Fault::ApplyThenGate(PAUSED_SAGAS as u32))];
+    let (cards, logs) =
+        start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
+    // The default lease (4 s) and renewal (1 s).
+    let mut paused = Executor::replica(&world, &url, "info", &[]);
+    let others: Vec<Executor> = (1..REPLICAS)
+        .map(|_| Executor::replica(&world, &url, "info", &[]))
+        .collect();
+    register(&paused, &cards).await;
+    let mut tasks = Vec::new();
+    for n in 0..PAUSED_SAGAS {
+        match paused
+            .client()
+            .send(&as_planner(&world), &plan_request(&world, n))
+            .await
+            .unwrap()
+        {
+            SendMessageResponse::Task(task) => tasks.push(task),
+            other => panic!("saga {n}: expected a task, got {other:?}"),
+        }
+    }
+    tokio::time::timeout(
+        PATIENCE,
+        until_applied(&logs, "compliance-registry", PAUSED_SAGAS),
+    )
+    .await
+    .expect("every saga reaches its held call");
+
+    // Paused with every saga's call out, past its lease: the others take the sagas over
+    // and end them (the held calls made again, answered from the tool's ledger).
+    signal(&paused, "STOP");
+    let ended = futures::future::join_all(
+        tasks
+            .iter()
+            .enumerate()
+            .map(|(n, task)| settle(&world, &others[n % others.len()], task.clone())),
+    )
+    .await;
+    for task in &ended {
+        assert_eq!(task.status.state, TaskState::Completed, "{:?}", task.status);
+    }
+    let calls_before: HashMap<String, usize> = AGENTS
+        .iter()
+        .map(|agent| (agent.to_string(), logs[*agent].lock().unwrap().calls.len()))
+        .collect();
+
+    // Woken, its held calls answer: its next write for each saga is refused by the
+    // database, and it stops driving the saga without another call.
+    signal(&paused, "CONT");
+    logs["compliance-registry"].lock().unwrap().gate.open();
+    for n in 0..PAUSED_SAGAS {
+        let line = tokio::time::timeout(
+            PATIENCE,
+            paused.line_saying("another replica took the saga over"),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("only {n} sagas were fenced out"))
+        .expect("the paused replica still runs");
+        assert!(line.contains("refused a write"), "{line}");
+    }
+    // It is alive and serves; nothing more reached a tool.
+    let task = paused
+        .client()
+        .get_task(&as_planner(&world), &tasks[0].id)
+        .await
+        .unwrap();
+    assert_eq!(task.status.state, TaskState::Completed);
+    for agent in AGENTS {
+        let log = logs[agent].lock().unwrap();
+        assert_eq!(
+            log.calls.len(),
+            calls_before[agent],
+            "{agent} was called by the fenced replica"
+        );
+        let mut keys: Vec<&String> = log.effects.iter().map(|(key, _)| key).collect();
+        keys.sort();
+        let total = keys.len();
+        keys.dedup();
+        assert_eq!(keys.len(), total, "{agent} applied a key twice");
+        assert_eq!(total, PAUSED_SAGAS, "{agent}: one effect per saga");
+    }
+}

@@ -159,11 +159,7 @@ impl Executor {
         plan: &Value,
         task: &TaskHandle,
     ) -> Result<Option<(Plan, SagaSpec)>> {
-        // A card or server another replica registered is in force from this plan on; an
-        // MCP server registered anew is reached through a new session.
-        for agent in self.config.registry.refresh().await? {
-            self.config.mcp.forget(&agent).await;
-        }
+        self.refresh_registry().await?;
         let validator = self.validator()?;
         let signature = cpu::measure(cpu::Phase::PlanVerification, || validator.verify(plan));
         let report = cpu::measure(cpu::Phase::Validation, || {

@@ -94,6 +94,10 @@ impl Executor {
         now: i64,
     ) -> Result<Vec<String>> {
         let journal = &self.config.journal;
+        // A saga taken over calls the agents registered on any replica.
+        if !claimed.is_empty() {
+            self.refresh_registry().await?;
+        }
         let mut begun = Vec::new();
         let mut resumed = Vec::new();
         for (saga_id, epoch) in claimed {
@@ -170,6 +174,17 @@ impl Executor {
             }
         }
         Ok(begun)
+    }
+
+    /// Reads what other replicas registered since the last read (nothing changes on a
+    /// store of one's own): a card or server registered on any replica is in force from
+    /// the next plan or takeover here on; an MCP server registered anew is reached
+    /// through a new session.
+    pub(super) async fn refresh_registry(&self) -> Result<()> {
+        for agent in self.config.registry.refresh().await? {
+            self.config.mcp.forget(&agent).await;
+        }
+        Ok(())
     }
 
     /// Tasks still `SUBMITTED` with no saga in the journal: the process stopped after the

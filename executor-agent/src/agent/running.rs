@@ -112,7 +112,14 @@ impl Executor {
             if let Ok(Phase::Done { ending }) = &driven {
                 me.metrics.saga_ended(*ending);
             }
-            if let Err(e) = driven {
+            if let Err(e @ Error::Fenced { .. }) = &driven {
+                // Its lease lapsed (this process was paused or cut off) and another
+                // replica drives it now: nothing more is done for it here.
+                tracing::warn!(
+                    task = %task_id, error = %e,
+                    "another replica took the saga over; this one stops driving it"
+                );
+            } else if let Err(e) = driven {
                 // Only a stop ends a driver whose journal cannot be written. The task
                 // keeps what it showed: marking it failed would run ahead of the journal,
                 // where the saga is unfinished and resumes at the next start.
