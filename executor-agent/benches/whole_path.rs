@@ -12,7 +12,10 @@
 //! `cargo bench -p executor-agent --bench whole_path`. `WHOLE_PATH_SECONDS` (5 by default)
 //! per round; `WHOLE_PATH_LEVELS` (`1,64,256`) and `WHOLE_PATH_MODES`
 //! (`blocking,streaming`) choose the rounds; `WHOLE_PATH_EXECUTOR` measures another
-//! build of the binary (an earlier commit's, to compare the two in one sitting).
+//! build of the binary (an earlier commit's, to compare the two in one sitting);
+//! `WHOLE_PATH_STORE=postgres://…` runs the executor on that database (`--store`, one
+//! replica) instead of its SQLite file (the write and fsync columns then read 0: they
+//! count the state file's writer).
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -129,6 +132,13 @@ async fn scrape(url: &str) -> HashMap<String, f64> {
         .collect()
 }
 
+/// The database the executor runs on (`WHOLE_PATH_STORE`), if not its SQLite file.
+fn store() -> Option<String> {
+    std::env::var("WHOLE_PATH_STORE")
+        .ok()
+        .filter(|url| !url.is_empty())
+}
+
 fn start_executor(dir: &std::path::Path, keys: &Keys, phases: bool) -> Executor {
     std::fs::create_dir_all(dir).expect("a data directory");
     let public = |name: &str, id: &SigningIdentity| {
@@ -142,9 +152,13 @@ fn start_executor(dir: &std::path::Path, keys: &Keys, phases: bool) -> Executor 
         .iter()
         .map(|a| (a.to_string(), json!(TOOL_TOKEN)))
         .collect();
-    let mut child = Command::new(executor_binary())
-        .args(["--listen", "127.0.0.1:0", "--data"])
-        .arg(dir.join("data"))
+    let mut command = Command::new(executor_binary());
+    command.args(["--listen", "127.0.0.1:0"]);
+    match store() {
+        Some(url) => command.args(["--store", &url]),
+        None => command.arg("--data").arg(dir.join("data")),
+    };
+    let mut child = command
         .arg("--platform-key")
         .arg(public("platform.pub.jwk", &keys.platform))
         .arg("--planner")
@@ -289,9 +303,14 @@ fn main() {
     let executor = start_executor(&dir.path().join("measured"), &keys, false);
     client.block_on(register(&executor.url, &keys.platform, &tool_urls));
     println!(
-        "whole path: {} (pid {}, SQLite state, fresh data directory) <- clients on loopback that each sign a plan (a unique saga id, under a principal's mandate) and mint a planner JWT per saga, then wait for its end; six A2A tool agents in the bench's process; {seconds} s per round after a {WARM_UP_SECONDS} s warm-up at 64 clients",
+        "whole path: {} (pid {}, {}) <- clients on loopback that each sign a plan (a unique saga id, under a principal's mandate) and mint a planner JWT per saga, then wait for its end; six A2A tool agents in the bench's process; {seconds} s per round after a {WARM_UP_SECONDS} s warm-up at 64 clients",
         executor_binary().display(),
-        executor.child.id()
+        executor.child.id(),
+        if store().is_some() {
+            "PostgreSQL state (WHOLE_PATH_STORE), one replica"
+        } else {
+            "SQLite state, fresh data directory"
+        }
     );
     client.block_on(run_round(
         usize::MAX,

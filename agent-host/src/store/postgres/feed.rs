@@ -169,32 +169,55 @@ impl TaskFeed for PostgresFeed {
     }
 }
 
-/// Sends each queued notice, in order, one at a time.
+/// At most this many notices share a transaction.
+const NOTICE_BATCH: usize = 128;
+
+/// Sends the queued notices, in order: all that queued while the last were sent go in
+/// one transaction (one commit), their statements pipelined on one connection.
+/// PostgreSQL delivers a transaction's notifications at its commit, in the order they
+/// were made.
 async fn send(
     db: Postgres,
     channel: Arc<str>,
     origin: String,
     mut queued: mpsc::UnboundedReceiver<String>,
 ) {
-    while let Some(payload) = queued.recv().await {
-        if let Err(e) = send_one(&db, &channel, &origin, payload).await {
-            tracing::warn!(error = %e, "a task event could not be sent to the other replicas");
+    while let Some(first) = queued.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < NOTICE_BATCH {
+            match queued.try_recv() {
+                Ok(payload) => batch.push(payload),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = send_batch(&db, &channel, &origin, batch).await {
+            tracing::warn!(error = %e, "task events could not be sent to the other replicas");
         }
     }
 }
 
-async fn send_one(db: &Postgres, channel: &str, origin: &str, payload: String) -> Result<()> {
-    let conn = db.connection().await?;
+async fn send_batch(db: &Postgres, channel: &str, origin: &str, batch: Vec<String>) -> Result<()> {
+    let mut conn = db.connection().await?;
     let failed = |e: super::DriverError| Error::store(chain(&e));
-    let payload = if payload.len() > NOTIFY_LIMIT {
+    let tx = conn.transaction().await.map_err(failed)?;
+    let mut payloads = Vec::with_capacity(batch.len());
+    let mut swept = false;
+    for payload in batch {
+        if payload.len() <= NOTIFY_LIMIT {
+            payloads.push(payload);
+            continue;
+        }
         let now_ms = chrono::Utc::now().timestamp_millis();
-        conn.run(
-            "DELETE FROM task_notices WHERE at_ms < $1",
-            &[&(now_ms - KEPT_FOR_MS)],
-        )
-        .await
-        .map_err(failed)?;
-        let kept: i64 = conn
+        if !swept {
+            tx.run(
+                "DELETE FROM task_notices WHERE at_ms < $1",
+                &[&(now_ms - KEPT_FOR_MS)],
+            )
+            .await
+            .map_err(failed)?;
+            swept = true;
+        }
+        let kept: i64 = tx
             .row(
                 "INSERT INTO task_notices (at_ms, payload) VALUES ($1, $2) RETURNING id",
                 &[&now_ms, &payload],
@@ -206,14 +229,22 @@ async fn send_one(db: &Postgres, channel: &str, origin: &str, payload: String) -
             origin: origin.to_owned(),
             kept,
         };
-        serde_json::to_string(&wire).unwrap_or_default()
-    } else {
-        payload
-    };
-    conn.run("SELECT pg_notify($1, $2)", &[&channel, &payload])
-        .await
-        .map_err(failed)?;
-    Ok(())
+        payloads.push(serde_json::to_string(&wire).unwrap_or_default());
+    }
+    // Sent in this order: the driver writes a pipelined connection's statements as
+    // their futures are first polled, and `try_join_all` polls them in order.
+    let params: Vec<[&(dyn super::ToSql + Sync); 2]> = payloads
+        .iter()
+        .map(|payload| [&channel as &(dyn super::ToSql + Sync), payload])
+        .collect();
+    futures::future::try_join_all(
+        params
+            .iter()
+            .map(|params| tx.run("SELECT pg_notify($1, $2)", params)),
+    )
+    .await
+    .map_err(failed)?;
+    tx.commit().await.map_err(failed)
 }
 
 /// Listens for the other processes' notices and fans them out here, connecting again
