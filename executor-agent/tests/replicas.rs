@@ -55,6 +55,19 @@ async fn until_applied(logs: &HashMap<String, Arc<Mutex<ToolLog>>>, agent: &str,
     }
 }
 
+/// Asserts that every tool applied `sagas` effects, no idempotency key twice.
+fn each_key_applied_once(logs: &HashMap<String, Arc<Mutex<ToolLog>>>, sagas: usize) {
+    for (agent, log) in logs {
+        let log = log.lock().unwrap();
+        let mut keys: Vec<&String> = log.effects.iter().map(|(key, _)| key).collect();
+        keys.sort();
+        let total = keys.len();
+        keys.dedup();
+        assert_eq!(keys.len(), total, "{agent} applied a key twice");
+        assert_eq!(total, sagas, "{agent}: one effect per saga");
+    }
+}
+
 /// Calls `agent` received under each key.
 fn calls_by_key(
     logs: &HashMap<String, Arc<Mutex<ToolLog>>>,
@@ -165,15 +178,7 @@ async fn sagas_of_a_replica_killed_with_calls_out_are_taken_over_and_end_once() 
         );
     }
     // Every tool applied each saga's step once, under the key the plan derives.
-    for (agent, log) in &logs {
-        let log = log.lock().unwrap();
-        let mut keys: Vec<&String> = log.effects.iter().map(|(key, _)| key).collect();
-        keys.sort();
-        let total = keys.len();
-        keys.dedup();
-        assert_eq!(keys.len(), total, "{agent} applied a key twice");
-        assert_eq!(total, SAGAS, "{agent}: one effect per saga");
-    }
+    each_key_applied_once(&logs, SAGAS);
     // The killed replica's held calls were made again, by a replica that took the saga
     // over (the tool answered from its ledger, applying nothing).
     let calls = calls_by_key(&logs, "compliance-registry");
@@ -286,17 +291,95 @@ async fn a_replica_paused_past_its_lease_is_fenced_out_and_makes_no_further_call
         .unwrap();
     assert_eq!(task.status.state, TaskState::Completed);
     for agent in AGENTS {
-        let log = logs[agent].lock().unwrap();
         assert_eq!(
-            log.calls.len(),
+            logs[agent].lock().unwrap().calls.len(),
             calls_before[agent],
             "{agent} was called by the fenced replica"
         );
-        let mut keys: Vec<&String> = log.effects.iter().map(|(key, _)| key).collect();
-        keys.sort();
-        let total = keys.len();
-        keys.dedup();
-        assert_eq!(keys.len(), total, "{agent} applied a key twice");
-        assert_eq!(total, PAUSED_SAGAS, "{agent}: one effect per saga");
     }
+    each_key_applied_once(&logs, PAUSED_SAGAS);
+}
+
+/// What a subscriber saw: the first event's kind, then each status (state and text).
+async fn statuses(
+    mut stream: futures::stream::BoxStream<
+        'static,
+        Result<agent_host::sdk::StreamResponse, agent_host::sdk::A2AError>,
+    >,
+) -> (bool, Vec<(TaskState, String)>) {
+    use agent_host::sdk::StreamResponse;
+    let first = tokio::time::timeout(PATIENCE, stream.next())
+        .await
+        .expect("the stream starts");
+    let starts_with_task = matches!(first, Some(Ok(StreamResponse::Task(_))));
+    let mut seen = Vec::new();
+    while let Some(event) = tokio::time::timeout(PATIENCE, stream.next())
+        .await
+        .expect("the stream goes on to the end")
+    {
+        if let Ok(StreamResponse::StatusUpdate(update)) = event {
+            let text = serde_json::to_string(&update.status.message).unwrap_or_default();
+            let state = update.status.state.clone();
+            seen.push((state.clone(), text));
+            if state.is_terminal() {
+                break;
+            }
+        }
+    }
+    (starts_with_task, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_on_another_replica_sees_every_status_the_owner_shows_in_order() {
+    let Some(url) = scratch_database("replicas_subscribe").await else {
+        return;
+    };
+    let world = World::new();
+    let held = [(HELD_SKILL, Fault::ApplyThenGate(1))];
+    let (cards, logs) =
+        start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
+    // `--gather-progress-ms 0`: every step's progress is a status of its own.
+    let gathering = ["--gather-progress-ms", "0"];
+    let owner = Executor::replica(&world, &url, "warn", &gathering);
+    let other = Executor::replica(&world, &url, "warn", &gathering);
+    register(&owner, &cards).await;
+    let task = match owner
+        .client()
+        .send(&as_planner(&world), &plan_request(&world, 0))
+        .await
+        .unwrap()
+    {
+        SendMessageResponse::Task(task) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
+        .await
+        .expect("the saga reaches its held call");
+    // Both subscribed while the saga waits at s3, then it goes on to its end.
+    let on_owner = owner
+        .client()
+        .subscribe(&as_planner(&world), &task.id)
+        .await
+        .unwrap();
+    let on_other = other
+        .client()
+        .subscribe(&as_planner(&world), &task.id)
+        .await
+        .unwrap();
+    let (owner_seen, other_seen, ()) =
+        tokio::join!(statuses(on_owner), statuses(on_other), async {
+            logs["compliance-registry"].lock().unwrap().gate.open();
+        });
+    assert!(
+        owner_seen.0 && other_seen.0,
+        "each stream starts with the task"
+    );
+    assert_eq!(
+        other_seen.1, owner_seen.1,
+        "the other replica shows the owner's statuses, in order"
+    );
+    let last = other_seen.1.last().expect("statuses");
+    assert_eq!(last.0, TaskState::Completed);
+    // s3's answer, s4 and s5 each reported, at least.
+    assert!(other_seen.1.len() >= 3, "{:?}", other_seen.1);
 }
