@@ -13,9 +13,10 @@
 //! per round; `WHOLE_PATH_LEVELS` (`1,64,256`) and `WHOLE_PATH_MODES`
 //! (`blocking,streaming`) choose the rounds; `WHOLE_PATH_EXECUTOR` measures another
 //! build of the binary (an earlier commit's, to compare the two in one sitting);
-//! `WHOLE_PATH_STORE=postgres://…` runs the executor on that database (`--store`, one
-//! replica) instead of its SQLite file (the write and fsync columns then read 0: they
-//! count the state file's writer).
+//! `WHOLE_PATH_STORE=postgres://…` runs the executor on that database (`--store`)
+//! instead of its SQLite file (the write and fsync columns then read 0: they count the
+//! state file's writer), as `WHOLE_PATH_REPLICAS` replicas (1 by default), the clients
+//! spread over them in turn and the executor columns summed over them.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -300,22 +301,35 @@ fn main() {
         .expect("the client's runtime");
     let template = plan_template(&keys);
     let length = Duration::from_secs(seconds);
-    let executor = start_executor(&dir.path().join("measured"), &keys, false);
+    let replicas: usize = std::env::var("WHOLE_PATH_REPLICAS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    assert!(
+        replicas == 1 || store().is_some(),
+        "WHOLE_PATH_REPLICAS needs WHOLE_PATH_STORE: replicas share a database"
+    );
+    let executors: Vec<Executor> = (0..replicas.max(1))
+        .map(|n| start_executor(&dir.path().join(format!("measured-{n}")), &keys, false))
+        .collect();
+    let executor = &executors[0];
+    // Registered on one replica: the others read the registry before their next plan.
     client.block_on(register(&executor.url, &keys.platform, &tool_urls));
     println!(
         "whole path: {} (pid {}, {}) <- clients on loopback that each sign a plan (a unique saga id, under a principal's mandate) and mint a planner JWT per saga, then wait for its end; six A2A tool agents in the bench's process; {seconds} s per round after a {WARM_UP_SECONDS} s warm-up at 64 clients",
         executor_binary().display(),
         executor.child.id(),
-        if store().is_some() {
-            "PostgreSQL state (WHOLE_PATH_STORE), one replica"
-        } else {
-            "SQLite state, fresh data directory"
+        match (store(), executors.len()) {
+            (Some(_), 1) => "PostgreSQL state (WHOLE_PATH_STORE), one replica".to_owned(),
+            (Some(_), n) =>
+                format!("PostgreSQL state (WHOLE_PATH_STORE), {n} replicas; the pid is the first's"),
+            (None, _) => "SQLite state, fresh data directory".to_owned(),
         }
     );
     client.block_on(run_round(
         usize::MAX,
         Mode::Blocking,
-        &executor,
+        &executors,
         &keys.planner,
         &template,
         64,
@@ -343,7 +357,7 @@ fn main() {
         let round = client.block_on(run_round(
             index,
             mode,
-            &executor,
+            &executors,
             &keys.planner,
             &template,
             clients,
@@ -354,7 +368,7 @@ fn main() {
     println!(
         "CPU in ms, from /proc (10 ms ticks): exec = the executor process, tool = the tool agents' threads, clnt = the client's threads (signing and minting included). write/saga = durable writes per saga; fsync/saga = the state file's commits per saga (/metrics sagaplane_state_file_commits; each is one fsync of its WAL under synchronous=FULL; '-' when the binary does not report it). rss MiB = the executor's resident set at the round's end (VmRSS); KiB/saga = how much it grew over the round, per finished saga (what a finished saga leaves behind, with the allocator's and SQLite's caches). Every saga COMPLETED, or the bench stops."
     );
-    drop(executor);
+    drop(executors);
     // 0 skips the breakdown.
     let clients = std::env::var("WHOLE_PATH_PHASE_CLIENTS")
         .ok()
@@ -363,8 +377,8 @@ fn main() {
     if clients == 0 {
         return;
     }
-    let executor = start_executor(&dir.path().join("phases"), &keys, true);
-    client.block_on(register(&executor.url, &keys.platform, &tool_urls));
+    let executor = [start_executor(&dir.path().join("phases"), &keys, true)];
+    client.block_on(register(&executor[0].url, &keys.platform, &tool_urls));
     client.block_on(run_round(
         usize::MAX - 2,
         Mode::Blocking,
@@ -516,17 +530,22 @@ enum Mode {
 async fn run_round(
     round: usize,
     mode: Mode,
-    executor: &Executor,
+    executors: &[Executor],
     planner: &SigningIdentity,
     template: &str,
     clients: usize,
     length: Duration,
 ) -> Round {
+    let executor = &executors[0];
     let pid = executor.child.id();
+    let pids: Vec<u32> = executors.iter().map(|e| e.child.id()).collect();
+    let all_ticks = || pids.iter().map(|pid| process_ticks(*pid)).sum::<u64>();
+    let all_rss = || pids.iter().map(|pid| rss_kib(*pid)).sum::<u64>();
+    let urls: Vec<String> = executors.iter().map(|e| e.url.clone()).collect();
     let before = scrape(&executor.url).await;
-    let rss_before_kib = rss_kib(pid);
+    let rss_before_kib = all_rss();
     let (executor_before, tools_before, client_before, writer_before) = (
-        process_ticks(pid),
+        all_ticks(),
         thread_ticks("self", TOOL_THREADS),
         thread_ticks("self", CLIENT_THREADS),
         thread_ticks(&pid.to_string(), WRITER_THREAD),
@@ -535,7 +554,11 @@ async fn run_round(
     let deadline = started + length;
     let template = Arc::new(template.to_owned());
     let workers = (0..clients).map(|worker| {
-        let (template, planner, url) = (template.clone(), planner.clone(), executor.url.clone());
+        let (template, planner, url) = (
+            template.clone(),
+            planner.clone(),
+            urls[worker % urls.len()].clone(),
+        );
         tokio::spawn(async move {
             let agent = AgentClient::new(&url).expect("a client");
             let mut latencies = Vec::new();
@@ -590,14 +613,14 @@ async fn run_round(
         sagas: latencies_ms.len() as u64,
         seconds,
         latencies_ms,
-        executor_ms: ms(process_ticks(pid) - executor_before),
+        executor_ms: ms(all_ticks() - executor_before),
         tools_ms: ms(thread_ticks("self", TOOL_THREADS) - tools_before),
         client_ms: ms(thread_ticks("self", CLIENT_THREADS) - client_before),
         writer_ms: ms(thread_ticks(&pid.to_string(), WRITER_THREAD) - writer_before),
         after: scrape(&executor.url).await,
         before,
         rss_before_kib,
-        rss_after_kib: rss_kib(pid),
+        rss_after_kib: all_rss(),
         mode,
     }
 }
