@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use agent_host::sdk::{SendMessageConfiguration, SendMessageResponse, Task, TaskState};
+use agent_host::sdk::{SendMessageResponse, Task, TaskState};
 use agent_host::store::postgres::testing::scratch_database;
 use common::process::*;
 use common::*;
@@ -37,14 +37,7 @@ fn plan_request(world: &World, n: usize) -> agent_host::sdk::SendMessageRequest 
             Value::from(format!("{}:{}", saga_id(n), step["id"].as_str().unwrap()));
     }
     sign_plan(&world.planner, &mut plan);
-    let mut request = data_message(plan, None);
-    request.configuration = Some(SendMessageConfiguration {
-        accepted_output_modes: None,
-        task_push_notification_config: None,
-        history_length: None,
-        return_immediately: Some(true),
-    });
-    request
+    answered_at_once(data_message(plan, None))
 }
 
 /// Waits until `agent` has applied `count` effects.

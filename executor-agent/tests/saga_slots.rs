@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_host::sdk::{SendMessageConfiguration, Task, TaskState};
+use agent_host::sdk::{Task, TaskState};
 use agent_host::{Agent, AgentClient, SqliteTaskStore, TaskManager};
 use common::*;
 use executor_agent::agent::{Executor, ExecutorAgent, ExecutorConfig};
@@ -40,13 +40,7 @@ fn plan(setup: &Harness, saga_id: &str) -> Value {
 
 /// Sends `plan` and returns its task at once, without waiting for the saga.
 async fn send_now(setup: &Harness, plan: Value) -> Task {
-    let mut request = data_message(plan, None);
-    request.configuration = Some(SendMessageConfiguration {
-        accepted_output_modes: None,
-        task_push_notification_config: None,
-        history_length: None,
-        return_immediately: Some(true),
-    });
+    let request = answered_at_once(data_message(plan, None));
     match setup.client.send(&setup.as_planner(), &request).await {
         Ok(agent_host::sdk::SendMessageResponse::Task(task)) => task,
         other => panic!("expected a task, got {other:?}"),

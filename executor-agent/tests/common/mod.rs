@@ -582,6 +582,18 @@ pub fn data_message(data: Value, task_id: Option<&str>) -> SendMessageRequest {
     agent_host::user_request(None, Some(data), task_id)
 }
 
+/// `request`, answered as soon as its task exists (`returnImmediately`), not at the
+/// saga's end.
+pub fn answered_at_once(mut request: SendMessageRequest) -> SendMessageRequest {
+    request.configuration = Some(agent_host::sdk::SendMessageConfiguration {
+        accepted_output_modes: None,
+        task_push_notification_config: None,
+        history_length: None,
+        return_immediately: Some(true),
+    });
+    request
+}
+
 /// The executor as an A2A agent on loopback, in front of the six demo tool agents (each
 /// with `faults`), with short timeouts and backoffs so that faults are quick.
 pub struct Harness {
