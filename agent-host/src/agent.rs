@@ -45,6 +45,11 @@ pub enum Reply {
     Message(Message),
     /// Work on a task (new, or the one the message continues); `Agent::run` follows.
     Task,
+    /// Work on the task the message continues, without recording the message on it
+    /// here: the agent has it recorded by the process that writes the task (another
+    /// replica), so that two processes never write the task at once. `Agent::run`
+    /// follows. For a message that starts a task, the same as `Task`.
+    Unrecorded,
     /// The message repeats one already handled: answer with that task, start nothing.
     Existing { task_id: String },
 }

@@ -84,7 +84,7 @@ impl<A: Agent> HostHandler<A> {
                 Some(task)
             }
         };
-        match self.agent.accept(&ctx, &message, existing.as_ref()).await? {
+        let record = match self.agent.accept(&ctx, &message, existing.as_ref()).await? {
             Reply::Message(reply) => return Ok(Started::Message(reply)),
             Reply::Existing { task_id } => {
                 // Subscribed before reading: a change after the read is then an event,
@@ -99,15 +99,18 @@ impl<A: Agent> HostHandler<A> {
                     events,
                 });
             }
-            Reply::Task => {}
-        }
+            Reply::Task => true,
+            Reply::Unrecorded => false,
+        };
         let handle = match existing {
             Some(task) => {
                 let handle = self.tasks.handle(&task.id, &task.context_id);
-                handle
-                    .record_message(message.clone())
-                    .await
-                    .map_err(crate::Error::into_a2a)?;
+                if record {
+                    handle
+                        .record_message(message.clone())
+                        .await
+                        .map_err(crate::Error::into_a2a)?;
+                }
                 handle
             }
             None => {

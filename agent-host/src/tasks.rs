@@ -362,7 +362,7 @@ impl TaskHandle {
     }
 
     /// Appends a message from the client to the history (a follow-up turn).
-    pub(crate) async fn record_message(&self, message: Message) -> Result<Task> {
+    pub async fn record_message(&self, message: Message) -> Result<Task> {
         self.manager
             .update(
                 &self.id,

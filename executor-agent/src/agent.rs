@@ -42,11 +42,13 @@ use crate::sync;
 use crate::taking_in::{Intake, TakingIn};
 
 mod admission;
+mod forwarded;
 mod resume;
 mod retention;
 mod running;
 
 use admission::{Admission, Asking};
+use forwarded::Forwarded;
 use running::{Driven, Live, NOT_DRIVEN_HERE};
 
 /// What the executor needs.
@@ -77,6 +79,9 @@ pub struct ExecutorConfig {
     /// How near its deadline an open undo handle counts as expiring on `/metrics`
     /// (`metrics::DEFAULT_UNDO_EXPIRING_WITHIN` by default).
     pub undo_expiring_within: Duration,
+    /// Where cancels and answers for sagas driven by another replica go (replicas on one
+    /// PostgreSQL database); `None` for an executor alone on its state file.
+    pub forwarding: Option<Arc<crate::forwarding::Forwarding>>,
     /// Cancelled to stop: every driver then waits for the call it has out, journals the
     /// answer and returns (see `Executor::stopped`).
     pub shutdown: CancellationToken,
@@ -341,6 +346,9 @@ impl Agent for ExecutorAgent {
             let handle = self.tasks.handle(&task.id, &task.context_id);
             return match self.driven(&handle).await? {
                 Driven::Here(..) => Ok(Reply::Task),
+                // Forwarded to the replica that drives it (`run`), which records the
+                // answer on the task: one process writes a task at a time.
+                Driven::Elsewhere if self.forwards() => Ok(Reply::Unrecorded),
                 _ => Err(A2AError::internal(format!(
                     "task {}: {NOT_DRIVEN_HERE}; the answer was not given to it",
                     task.id
@@ -402,13 +410,28 @@ impl Agent for ExecutorAgent {
                 by: ctx.caller,
                 approval: answer.approval,
             };
-            // `accept` refused an answer for a saga not driven here; one that ended since
-            // shows its end.
-            if let Some((control, mut stops)) = self.live_control(task.id()) {
-                stops.borrow_and_update();
-                let resolve = Control::Resolve(answer.resolution, Some(decider));
-                if control.send(resolve).await.is_ok() {
-                    let _ = stops.changed().await;
+            // `accept` refused an answer for a saga not driven here, unless another
+            // replica drives it; one that ended since shows its end.
+            if !self
+                .resolve_here(task.id(), answer.resolution, decider.clone())
+                .await
+                && self.forwards()
+            {
+                let request = crate::forwarding::Request::Resolve {
+                    resolution: answer.resolution,
+                    decider,
+                    message: Box::new(message),
+                };
+                match self.forward(&task, request).await {
+                    Ok(Forwarded::Answered(Err(refused))) => tracing::info!(
+                        task = %task.id(), refusal = ?refused.message,
+                        "the replica driving the saga refused a forwarded answer"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(
+                        task = %task.id(), error = ?e.message,
+                        "an answer could not be forwarded to the replica driving the saga"
+                    ),
                 }
             }
             return;
@@ -420,61 +443,83 @@ impl Agent for ExecutorAgent {
     }
 
     async fn cancel(&self, task: TaskHandle) -> Result<Task, A2AError> {
+        match self.cancel_here(&task).await {
+            Some(done) => done,
+            None if self.forwards() => {
+                match self
+                    .forward(&task, crate::forwarding::Request::Cancel)
+                    .await?
+                {
+                    Forwarded::Answered(Ok(())) => {
+                        task.snapshot().await.map_err(agent_host::Error::into_a2a)
+                    }
+                    Forwarded::Answered(Err(refused)) => Err(refused.into()),
+                    Forwarded::Ended => Err(A2AError::task_not_cancelable(task.id())),
+                }
+            }
+            None => Err(A2AError::new(
+                agent_host::sdk::error_code::TASK_NOT_CANCELABLE,
+                format!(
+                    "task {}: {NOT_DRIVEN_HERE}; nothing was canceled",
+                    task.id()
+                ),
+            )),
+        }
+    }
+}
+
+impl Executor {
+    /// Cancels the saga of `task` if this process drives it (or it never began, or waits
+    /// for a slot here); `None` when its saga is unfinished and another process drives it.
+    async fn cancel_here(&self, task: &TaskHandle) -> Option<Result<Task, A2AError>> {
+        let canceled_with = |text: &'static str| async move {
+            task.set_status(TaskState::Canceled, Some(agent_message(text, None)))
+                .await
+                .map_err(agent_host::Error::into_a2a)
+        };
         // A plan still waiting for a slot has done nothing: it is dropped, not unwound.
         // One being begun is canceled once its saga is live, below.
         if self.taking_in.cancel(task.id()).await {
             let text = "canceled while it waited for a saga slot: nothing ran";
-            return task
-                .set_status(TaskState::Canceled, Some(agent_message(text, None)))
-                .await
-                .map_err(agent_host::Error::into_a2a);
+            return Some(canceled_with(text).await);
         }
-        let (control, mut stops) = match self.driven(&task).await? {
-            Driven::Here(control, stops) => (control, stops),
-            Driven::Never => {
+        let (control, mut stops) = match self.driven(task).await {
+            Ok(Driven::Here(control, stops)) => (control, stops),
+            Ok(Driven::Never) => {
                 let text = "canceled before a saga began: nothing ran";
-                return task
-                    .set_status(TaskState::Canceled, Some(agent_message(text, None)))
-                    .await
-                    .map_err(agent_host::Error::into_a2a);
+                return Some(canceled_with(text).await);
             }
-            Driven::Ended => return Err(A2AError::task_not_cancelable(task.id())),
-            Driven::Elsewhere => {
-                return Err(A2AError::new(
-                    agent_host::sdk::error_code::TASK_NOT_CANCELABLE,
-                    format!(
-                        "task {}: {NOT_DRIVEN_HERE}; nothing was canceled",
-                        task.id()
-                    ),
-                ));
+            Ok(Driven::Ended) => {
+                return Some(Err(A2AError::task_not_cancelable(task.id())));
             }
+            Ok(Driven::Elsewhere) => return None,
+            Err(e) => return Some(Err(e)),
         };
         let (reply, answer) = oneshot::channel();
         stops.borrow_and_update();
         if control.send(Control::Cancel(reply)).await.is_err() {
-            return Err(A2AError::task_not_cancelable(task.id()));
+            return Some(Err(A2AError::task_not_cancelable(task.id())));
         }
-        match answer.await {
-            Ok(Err(_refused)) => Err(A2AError::task_not_cancelable(task.id())),
-            _ => {
-                // "Canceled" means compensated: wait for the unwind to end (or to stop
-                // for a person, when a compensation cannot be done). A saga that waited
-                // for a person when the cancel came shows that pause until its next stop.
-                let mut paused_before = true;
-                loop {
-                    match task.snapshot().await.map(|t| t.status.state) {
-                        Ok(s) if s.is_terminal() => break,
-                        Ok(TaskState::InputRequired) if !paused_before => break,
-                        Err(_) => break,
-                        _ => {}
-                    }
-                    if stops.changed().await.is_err() {
-                        break;
-                    }
-                    paused_before = false;
-                }
-                task.snapshot().await.map_err(agent_host::Error::into_a2a)
+        if let Ok(Err(_refused)) = answer.await {
+            return Some(Err(A2AError::task_not_cancelable(task.id())));
+        }
+        tracing::info!(task = %task.id(), "the cancel was accepted and journaled: the saga unwinds once its calls out answer");
+        // "Canceled" means compensated: wait for the unwind to end (or to stop for a
+        // person, when a compensation cannot be done). A saga that waited for a person
+        // when the cancel came shows that pause until its next stop.
+        let mut paused_before = true;
+        loop {
+            match task.snapshot().await.map(|t| t.status.state) {
+                Ok(s) if s.is_terminal() => break,
+                Ok(TaskState::InputRequired) if !paused_before => break,
+                Err(_) => break,
+                _ => {}
             }
+            if stops.changed().await.is_err() {
+                break;
+            }
+            paused_before = false;
         }
+        Some(task.snapshot().await.map_err(agent_host::Error::into_a2a))
     }
 }

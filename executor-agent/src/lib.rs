@@ -6,6 +6,7 @@ pub mod agent;
 pub mod answers;
 pub mod driver;
 pub mod error;
+pub mod forwarding;
 pub mod http;
 pub mod invoke;
 pub mod journal;

@@ -331,6 +331,8 @@ async fn main() -> anyhow::Result<()> {
         renewal,
         shutdown.clone(),
     ));
+    // Replicas: cancels and answers other replicas forward for the sagas driven here.
+    tokio::spawn(service.executor.clone().serve_forwarded());
     if args.retention_days > 0 {
         let keep = Duration::from_secs(args.retention_days * 24 * 3600);
         tokio::spawn(forget_finished(
@@ -348,7 +350,7 @@ async fn main() -> anyhow::Result<()> {
 
 /// Every `renewal` until the shutdown: renews the leases of the sagas this process
 /// drives (one write), and, on a database replicas share, takes over the sagas whose
-/// owner's lease lapsed. The two go on side by side: resuming many sagas taken over must
+/// owner's lease lapsed and carries out the cancels and answers left for its sagas. The two go on side by side: resuming many sagas taken over must
 /// not hold up the renewal that keeps this replica's own sagas. With a state file of its
 /// own a lapse takes nothing from this process; the leases say which sagas are driven,
 /// for whoever reads the journal.
@@ -378,7 +380,10 @@ async fn keep_leases(
             let executor = executor.clone();
             async move {
                 let now = chrono::Utc::now().timestamp_millis();
-                executor.take_over_lapsed(now).await.map(|_| ())
+                executor.take_over_lapsed(now).await?;
+                // Requests left for the sagas driven here: for those just taken over,
+                // and any whose announcement was missed.
+                executor.carry_out_open().await.map(|_| ())
             }
         },
     );

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Executor, ExecutorAgent, ExecutorConfig};
 use crate::error::{Error, Result};
+use crate::forwarding::Forwarding;
 use crate::journal::{Journal, PauseAfter, PostgresJournal, SqliteJournal};
 use crate::mandates::MandateBook;
 use crate::mcp::invoker::McpInvoker;
@@ -101,6 +102,7 @@ struct Stores {
     journal: Arc<dyn Journal>,
     tasks: Arc<TaskManager>,
     mandates: MandateBook,
+    forwarding: Option<Arc<Forwarding>>,
 }
 
 /// `journal`, pausing after `pause_after` durable writes when that is set (crash tests).
@@ -128,6 +130,7 @@ async fn open_stores(
                 journal: paused(SqliteJournal::on(&db)?, settings.pause_after_journal_writes),
                 tasks: TaskManager::new(Arc::new(SqliteTaskStore::on(&db)?)),
                 mandates: MandateBook::on(&db, principal_keys)?,
+                forwarding: None,
             })
         }
         Store::Postgres(replica) => {
@@ -144,6 +147,7 @@ async fn open_stores(
                 journal: paused(journal, settings.pause_after_journal_writes),
                 tasks: TaskManager::with_feed(Arc::new(store), Arc::new(feed)),
                 mandates: MandateBook::on_postgres(&db, principal_keys).await?,
+                forwarding: Some(Forwarding::start(&db).await?),
             })
         }
     }
@@ -256,6 +260,7 @@ pub async fn build_with(
         journal,
         tasks,
         mandates,
+        forwarding,
     } = open_stores(&settings, settings.platform_keys.clone(), principal_keys).await?;
     let callers: Vec<(String, Jwk)> = settings
         .planners
@@ -301,6 +306,7 @@ pub async fn build_with(
             gather_progress: settings.gather_progress,
             max_running_sagas: settings.max_running_sagas,
             undo_expiring_within: settings.undo_expiring_within,
+            forwarding,
             shutdown,
         },
         tasks.clone(),

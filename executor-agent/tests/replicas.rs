@@ -5,16 +5,18 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use agent_host::sdk::{SendMessageResponse, Task, TaskState};
 use agent_host::store::postgres::testing::scratch_database;
+use agent_host::{OutboundCall, mint_jwt};
 use common::process::*;
 use common::*;
 use futures::StreamExt;
 use serde_json::Value;
+use shared_types::SigningIdentity;
 
 const SAGAS: usize = 300;
 const REPLICAS: usize = 3;
@@ -375,4 +377,337 @@ async fn a_subscriber_on_another_replica_sees_every_status_the_owner_shows_in_or
     assert_eq!(last.0, TaskState::Completed);
     // s3's answer, s4 and s5 each reported, at least.
     assert!(other_seen.1.len() >= 3, "{:?}", other_seen.1);
+}
+
+/// A replica that knows the approver `approver` (its key written into the world's
+/// directory), logging at `log`.
+fn replica_with_approver(
+    world: &World,
+    approver: &SigningIdentity,
+    url: &str,
+    log: &str,
+) -> Executor {
+    let path = world.path("approver.pub.jwk");
+    std::fs::write(
+        &path,
+        serde_json::to_string(&approver.public_jwk()).unwrap(),
+    )
+    .unwrap();
+    let flag = format!("approver={}", path.display());
+    Executor::replica(world, url, log, &["--approver", &flag])
+}
+
+/// The effects applied under saga 0's keys, each as `s<n>` or `s<n>:undo`.
+fn effects_of_saga_0(logs: &HashMap<String, Arc<Mutex<ToolLog>>>) -> BTreeSet<String> {
+    let prefix = format!("{}:", saga_id(0));
+    logs.values()
+        .flat_map(|log| {
+            log.lock()
+                .unwrap()
+                .effects
+                .iter()
+                .filter_map(|(key, _)| key.strip_prefix(&prefix).map(str::to_owned))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn set(keys: &[&str]) -> BTreeSet<String> {
+    keys.iter().map(|k| k.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_sent_to_another_replica_unwinds_the_saga_where_it_is_driven() {
+    let Some(url) = scratch_database("replicas_cancel").await else {
+        return;
+    };
+    let world = World::new();
+    let held = [(HELD_SKILL, Fault::ApplyThenGate(1))];
+    let (cards, logs) =
+        start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
+    let mut owner = Executor::replica(&world, &url, "info", &[]);
+    let other = Executor::replica(&world, &url, "warn", &[]);
+    register(&owner, &cards).await;
+    let task = match owner
+        .client()
+        .send(&as_planner(&world), &plan_request(&world, 0))
+        .await
+        .unwrap()
+    {
+        SendMessageResponse::Task(task) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
+        .await
+        .expect("the saga reaches its held call");
+
+    // Sent to the replica that does not drive the saga, before the pivot (s4).
+    let (client, call, id) = (other.client(), as_planner(&world), task.id.clone());
+    let cancel = tokio::spawn(async move { client.cancel_task(&call, &id).await });
+    for words in [
+        "carrying out a request forwarded by another replica",
+        "the cancel was accepted",
+    ] {
+        tokio::time::timeout(PATIENCE, owner.said(words))
+            .await
+            .expect("the owner takes the cancel");
+    }
+    // The cancel is journaled: s3's answer now leads to the unwind, not to the pivot.
+    logs["compliance-registry"].lock().unwrap().gate.open();
+
+    let canceled = tokio::time::timeout(PATIENCE, cancel)
+        .await
+        .expect("the cancel is answered")
+        .unwrap()
+        .expect("the cancel is carried out");
+    assert_eq!(
+        canceled.status.state,
+        TaskState::Canceled,
+        "{:?}",
+        canceled.status
+    );
+    // Unwound on the owner, in front of the pivot: every compensable step undone once,
+    // nothing past s3 done.
+    assert_eq!(
+        effects_of_saga_0(&logs),
+        set(&["s0", "s1", "s2", "s3", "s0:undo", "s1:undo", "s2:undo"])
+    );
+    let on_owner = owner
+        .client()
+        .get_task(&as_planner(&world), &task.id)
+        .await
+        .unwrap();
+    assert_eq!(on_owner.status.state, TaskState::Canceled);
+    // Canceled already: the other replica answers as the owner would, with the task.
+    let again = other
+        .client()
+        .cancel_task(&as_planner(&world), &task.id)
+        .await
+        .unwrap();
+    assert_eq!(again.status.state, TaskState::Canceled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_sent_to_a_third_replica_reaches_the_saga_paused_where_it_is_driven() {
+    let Some(url) = scratch_database("replicas_answer").await else {
+        return;
+    };
+    let world = World::new();
+    // s3 declines, and the budget's release never succeeds: the unwind waits for a person.
+    let faults = [
+        ("compliance.check", Fault::Decline),
+        ("budget.release", Fault::Decline),
+    ];
+    let (cards, logs) = start_tools_timed(&faults, &world.platform, 300).await;
+    let approver = SigningIdentity::from_seed([33; 32], Some("approver".into()));
+    let mut owner = replica_with_approver(&world, &approver, &url, "info");
+    let _second = replica_with_approver(&world, &approver, &url, "warn");
+    let third = replica_with_approver(&world, &approver, &url, "warn");
+    register(&owner, &cards).await;
+    let task = match owner
+        .client()
+        .send(&as_planner(&world), &plan_request(&world, 0))
+        .await
+        .unwrap()
+    {
+        SendMessageResponse::Task(task) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    let paused = settle(&world, &owner, task).await;
+    assert_eq!(
+        paused.status.state,
+        TaskState::InputRequired,
+        "{:?}",
+        paused.status
+    );
+    let answer = data_message(
+        serde_json::json!({"resolution": "resolved-manually"}),
+        Some(&paused.id),
+    );
+
+    // A planner's answer is refused where it arrives, and nothing is forwarded.
+    let refused = third.client().send(&as_planner(&world), &answer).await;
+    assert!(
+        format!("{refused:?}").contains("NOT_AN_APPROVER"),
+        "{refused:?}"
+    );
+
+    // The approver's answer, sent to the third replica, reaches the owner; the unwind
+    // goes on there, and the third replica answers with the saga's next stop.
+    let as_approver = OutboundCall {
+        bearer: Some(mint_jwt(&approver, "approver", "executor", 60).unwrap()),
+        ..OutboundCall::default()
+    };
+    let done = match tokio::time::timeout(PATIENCE, third.client().send(&as_approver, &answer))
+        .await
+        .expect("the answer is answered")
+        .unwrap()
+    {
+        SendMessageResponse::Task(task) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    assert_eq!(done.status.state, TaskState::Failed, "{:?}", done.status);
+    assert_eq!(
+        done.metadata.as_ref().and_then(|m| m.get("outcome")),
+        Some(&Value::from("compensated"))
+    );
+    assert!(
+        owner
+            .said("carrying out a request forwarded by another replica")
+            .await,
+        "the owner carried the answer out"
+    );
+    // The vendor, compensated after the budget in reverse order, was archived once the
+    // person had released the budget by hand.
+    assert_eq!(
+        effects_of_saga_0(&logs),
+        set(&["s0", "s1", "s2", "s2:undo", "s0:undo"])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_for_a_saga_whose_owner_just_died_is_carried_out_by_the_replica_taking_it_over() {
+    let Some(url) = scratch_database("replicas_cancel_dead_owner").await else {
+        return;
+    };
+    let world = World::new();
+    // The owner's call and the call made again by the replica that takes the saga over
+    // are both held: the cancel then comes while a call is out, in front of the pivot.
+    let held = [(HELD_SKILL, Fault::ApplyThenGate(2))];
+    let (cards, logs) =
+        start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
+    let owner = Executor::replica(&world, &url, "warn", &[]);
+    let mut taker = Executor::replica(&world, &url, "info", &[]);
+    register(&owner, &cards).await;
+    let task = match owner
+        .client()
+        .send(&as_planner(&world), &plan_request(&world, 0))
+        .await
+        .unwrap()
+    {
+        SendMessageResponse::Task(task) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
+        .await
+        .expect("the saga reaches its held call");
+    owner.kill();
+
+    // Sent while the dead owner's lease still holds: left for whoever drives the saga.
+    let (client, call, id) = (taker.client(), as_planner(&world), task.id.clone());
+    let cancel = tokio::spawn(async move { client.cancel_task(&call, &id).await });
+    for words in [
+        "took over sagas whose owner's lease lapsed",
+        "carrying out a request forwarded by another replica",
+        "the cancel was accepted",
+    ] {
+        tokio::time::timeout(PATIENCE, taker.said(words))
+            .await
+            .unwrap_or_else(|_| panic!("the taker never said {words:?}"));
+    }
+    logs["compliance-registry"].lock().unwrap().gate.open();
+    let canceled = tokio::time::timeout(PATIENCE, cancel)
+        .await
+        .expect("the cancel is answered")
+        .unwrap()
+        .expect("the cancel is carried out");
+    assert_eq!(
+        canceled.status.state,
+        TaskState::Canceled,
+        "{:?}",
+        canceled.status
+    );
+    assert_eq!(
+        effects_of_saga_0(&logs),
+        set(&["s0", "s1", "s2", "s3", "s0:undo", "s1:undo", "s2:undo"])
+    );
+    // s3's call was made again by the taker, under the same key, and applied once.
+    assert_eq!(
+        calls_by_key(&logs, "compliance-registry")[&format!("{}:s3", saga_id(0))],
+        2
+    );
+}
+
+/// `GET /readyz` of a replica: its status code.
+async fn readiness(replica: &Executor) -> u16 {
+    reqwest::get(format!("{}/readyz", replica.url))
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_restarted_under_replicas_with_calls_out_loses_nothing_and_does_nothing_twice()
+{
+    const RESTART_SAGAS: usize = 100;
+    let Some(cluster) = common::cluster::Cluster::start("replicas_database_restart") else {
+        return;
+    };
+    let url = cluster.url();
+    let world = World::new();
+    let held = [(HELD_SKILL, Fault::ApplyThenGate(RESTART_SAGAS as u32))];
+    let (cards, logs) =
+        start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
+    let mut replicas: Vec<Executor> = (0..REPLICAS)
+        .map(|_| Executor::replica(&world, &url, "warn", &[]))
+        .collect();
+    register(&replicas[0], &cards).await;
+    let sent = futures::stream::iter(0..RESTART_SAGAS)
+        .map(|n| {
+            let (world, replicas) = (&world, &replicas);
+            async move {
+                match replicas[n % REPLICAS]
+                    .client()
+                    .send(&as_planner(world), &plan_request(world, n))
+                    .await
+                    .unwrap()
+                {
+                    SendMessageResponse::Task(task) => task,
+                    other => panic!("saga {n}: expected a task, got {other:?}"),
+                }
+            }
+        })
+        .buffered(16);
+    let tasks: Vec<Task> = sent.collect().await;
+    tokio::time::timeout(
+        PATIENCE,
+        until_applied(&logs, "compliance-registry", RESTART_SAGAS),
+    )
+    .await
+    .expect("every saga reaches its held call");
+
+    // The database goes away (`pg_ctl restart -m fast`, in its two halves) with every
+    // saga's call out: each replica sees it, and says it is not ready.
+    cluster.stop_fast();
+    for replica in &mut replicas {
+        tokio::time::timeout(
+            PATIENCE,
+            replica.said("lost the connection listening for task events"),
+        )
+        .await
+        .expect("the replica notices the database is away");
+        assert_eq!(readiness(replica).await, 503, "not ready while it is away");
+    }
+    // The held calls answer while it is away: their journal writes wait for it.
+    logs["compliance-registry"].lock().unwrap().gate.open();
+    cluster.start_server();
+
+    let ended = futures::future::join_all(tasks.into_iter().enumerate().map(|(n, task)| {
+        let (world, replica) = (&world, &replicas[n % REPLICAS]);
+        async move { settle(world, replica, task).await }
+    }))
+    .await;
+    for (n, task) in ended.iter().enumerate() {
+        assert_eq!(
+            task.status.state,
+            TaskState::Completed,
+            "saga {n}: {:?}",
+            task.status
+        );
+    }
+    each_key_applied_once(&logs, RESTART_SAGAS);
+    for replica in &replicas {
+        assert_eq!(readiness(replica).await, 200, "ready once it is back");
+    }
 }

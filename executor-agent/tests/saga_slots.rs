@@ -412,6 +412,7 @@ fn restart(setup: &Harness) -> (Arc<Executor>, Arc<TaskManager>) {
             gather_progress: GATHER_PROGRESS,
             max_running_sagas: 1,
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
+            forwarding: None,
             shutdown: tokio_util::sync::CancellationToken::new(),
         },
         tasks.clone(),

@@ -7,6 +7,7 @@
 //! pool; both pinned). The executor's journal reaches it through the re-exports below.
 
 mod feed;
+mod listen;
 mod tasks;
 pub mod testing;
 
@@ -19,6 +20,7 @@ use crate::error::{Error, Result};
 
 pub use deadpool_postgres::{Object as Connection, Transaction};
 pub use feed::PostgresFeed;
+pub use listen::Listener;
 pub use tasks::PostgresTaskStore;
 pub use tokio_postgres::Error as DriverError;
 pub use tokio_postgres::Row;

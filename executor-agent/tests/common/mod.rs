@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod logs;
 pub mod process;
 pub mod served;
@@ -669,6 +670,7 @@ impl Harness {
             gather_progress: GATHER_PROGRESS,
             max_running_sagas,
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
+            forwarding: None,
             shutdown: shutdown.clone(),
         };
         let executor = Executor::new(config, tasks.clone());

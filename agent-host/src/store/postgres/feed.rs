@@ -3,8 +3,8 @@
 //!
 //! Each process fans its own writes out to its own subscribers at once (an
 //! `InProcessFeed`), and sends them, in write order, on one connection as notifications
-//! on `CHANNEL` (one per schema: `channel_for`); it listens on another connection, and fans out the others' notifications
-//! the same way. PostgreSQL delivers one session's notifications in the order it sent
+//! on `CHANNEL` (one per schema: `Postgres::channel`); it listens on another connection
+//! (`Postgres::listen`), and fans out the others' notifications the same way. PostgreSQL delivers one session's notifications in the order it sent
 //! them, so a subscriber sees a task's events in the order they were written. A write
 //! whose events do not fit a notification (`NOTIFY_LIMIT`) is kept in a table for a few
 //! minutes and announced by its row's id: the listening side reads exactly those events,
@@ -14,38 +14,20 @@
 //! next one. The listener reconnects by itself.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::{Cached, Postgres, chain};
+use super::{Cached, Listener, Postgres, chain};
 use crate::error::{Error, Result};
 use crate::sdk::{StreamResponse, Task};
 use crate::tasks::{InProcessFeed, Subscription, TaskFeed, Watch};
 
 /// The notification channel of task events, in the `public` schema; the stores of
-/// another schema of the same database (notifications are database-wide) use
-/// `channel_for` theirs.
+/// another schema of the same database (notifications are database-wide) use theirs
+/// (`Postgres::channel`).
 pub const CHANNEL: &str = "sagaplane_task_events";
-
-/// The channel of the stores in `schema`: executors in other schemas of one database
-/// never hear each other's events (whose kept ids name rows of their own schema).
-fn channel_for(schema: &str) -> String {
-    if schema == "public" {
-        return CHANNEL.to_owned();
-    }
-    let named = format!("{CHANNEL}_{schema}");
-    // An identifier is at most 63 bytes; the channel is quoted, so no `"` in it.
-    if named.len() <= 63 && !named.contains('"') {
-        return named;
-    }
-    let digest = schema.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    format!("{CHANNEL}_{digest:016x}")
-}
 
 /// The largest payload sent whole (PostgreSQL refuses one of 8,000 bytes or more).
 const NOTIFY_LIMIT: usize = 7_900;
@@ -63,9 +45,6 @@ const MIGRATIONS: &[super::Migration] = &[super::Migration {
           );
           CREATE INDEX IF NOT EXISTS task_notices_by_time ON task_notices (at_ms);",
 }];
-
-/// How long the listener waits before connecting again after losing its connection.
-const RECONNECT_AFTER: Duration = Duration::from_millis(500);
 
 /// One write's events as they travel between processes.
 #[derive(Debug, Serialize, Deserialize)]
@@ -108,33 +87,19 @@ impl PostgresFeed {
     /// another process after that reaches this one).
     pub async fn start(db: &Postgres) -> Result<Self> {
         db.migrate("task-feed", MIGRATIONS).await?;
-        let schema: String = db
-            .connection()
-            .await?
-            .row("SELECT current_schema()::TEXT", &[])
-            .await
-            .map_err(|e| Error::store(chain(&e)))?
-            .get(0);
-        let channel: Arc<str> = channel_for(&schema).into();
+        let channel: Arc<str> = db.channel(CHANNEL).await?.into();
+        let listener = db.listen(channel.to_string(), "task events").await?;
         let local = Arc::new(InProcessFeed::new());
         let origin = uuid::Uuid::new_v4().to_string();
         let (outbox, queued) = mpsc::unbounded_channel();
         let mut tasks = JoinSet::new();
-        tasks.spawn(send(db.clone(), channel.clone(), origin.clone(), queued));
-        let (listening, listens) = oneshot::channel();
-        tasks.spawn(listen(
+        tasks.spawn(send(db.clone(), channel, origin.clone(), queued));
+        tasks.spawn(relay_all(
+            listener,
             db.clone(),
-            channel,
             origin.clone(),
             local.clone(),
-            listening,
         ));
-        listens.await.map_err(|_| {
-            Error::store(format!(
-                "cannot listen for task events on PostgreSQL at {}",
-                db.place()
-            ))
-        })?;
         Ok(Self {
             local,
             origin,
@@ -247,68 +212,16 @@ async fn send_batch(db: &Postgres, channel: &str, origin: &str, batch: Vec<Strin
     tx.commit().await.map_err(failed)
 }
 
-/// Listens for the other processes' notices and fans them out here, connecting again
-/// whenever the connection is lost. `listening` is told once the first LISTEN holds.
-async fn listen(
+/// Fans out every notice from the other processes, for as long as `listener` listens
+/// (it is owned here whole: dropping it stops the listening).
+async fn relay_all(
+    mut listener: Listener,
     db: Postgres,
-    channel: Arc<str>,
     origin: String,
     local: Arc<InProcessFeed>,
-    listening: oneshot::Sender<()>,
 ) {
-    let mut listening = Some(listening);
-    loop {
-        match db.config.connect(tokio_postgres::NoTls).await {
-            Ok((client, mut connection)) => {
-                let (notices, mut received) = mpsc::unbounded_channel();
-                // The connection's messages, notifications among them, come from polling
-                // it; the client's LISTEN completes only while it is polled.
-                let driving = async move {
-                    loop {
-                        let message = std::future::poll_fn(|cx| connection.poll_message(cx)).await;
-                        match message {
-                            Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
-                                let _ = notices.send(n.payload().to_owned());
-                            }
-                            Some(Ok(_)) => {}
-                            Some(Err(e)) => return chain(&e),
-                            None => return "the connection closed".to_owned(),
-                        }
-                    }
-                };
-                let relaying = async {
-                    if let Err(e) = client.batch_execute(&format!("LISTEN \"{channel}\"")).await {
-                        return chain(&e);
-                    }
-                    db.reached(None);
-                    if let Some(listening) = listening.take() {
-                        let _ = listening.send(());
-                    }
-                    while let Some(payload) = received.recv().await {
-                        relay(&db, &payload, &origin, &local).await;
-                    }
-                    "the listener stopped".to_owned()
-                };
-                let lost = tokio::select! {
-                    lost = driving => lost,
-                    lost = relaying => lost,
-                };
-                tracing::warn!(error = %lost, "lost the task-event listener's connection to PostgreSQL; connecting again");
-                db.reached(Some(format!(
-                    "lost the connection to PostgreSQL at {}: {lost}",
-                    db.place()
-                )));
-            }
-            Err(e) => {
-                db.reached(Some(format!(
-                    "cannot reach PostgreSQL at {}: {}",
-                    db.place(),
-                    chain(&e)
-                )));
-                tracing::warn!(error = %chain(&e), "cannot listen for task events on PostgreSQL; trying again");
-            }
-        }
-        tokio::time::sleep(RECONNECT_AFTER).await;
+    while let Some(payload) = listener.payloads.recv().await {
+        relay(&db, &payload, &origin, &local).await;
     }
 }
 
