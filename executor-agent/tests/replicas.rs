@@ -26,6 +26,12 @@ const HELD_SKILL: &str = "compliance.check";
 /// the held calls' timeout, and the test's patience.
 const PATIENCE: std::time::Duration = std::time::Duration::from_secs(180);
 
+/// Held by each test for its whole run: each starts several debug-build replicas and a
+/// tool agent per skill, and run side by side on two cores they starved each other long
+/// enough for a live replica's lease to lapse (a saga then moved before the event a test
+/// is about, which made the kill test's count of calls made again wrong).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn saga_id(n: usize) -> String {
     format!("sg_replicas_{n:03}")
 }
@@ -40,6 +46,19 @@ fn plan_request(world: &World, n: usize) -> agent_host::sdk::SendMessageRequest 
     }
     sign_plan(&world.planner, &mut plan);
     answered_at_once(data_message(plan, None))
+}
+
+/// Sends saga `n`'s plan to `replica`: its task as the call returns (at once).
+async fn send_plan(world: &World, replica: &Executor, n: usize) -> Task {
+    match replica
+        .client()
+        .send(&as_planner(world), &plan_request(world, n))
+        .await
+        .unwrap()
+    {
+        SendMessageResponse::Task(task) => task,
+        other => panic!("saga {n}: expected a task, got {other:?}"),
+    }
 }
 
 /// Waits until `agent` has applied `count` effects.
@@ -98,6 +117,7 @@ async fn until_a_call_is_made_again(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sagas_of_a_replica_killed_with_calls_out_are_taken_over_and_end_once() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let Some(url) = scratch_database("replicas_one_killed").await else {
         return;
     };
@@ -128,15 +148,7 @@ async fn sagas_of_a_replica_killed_with_calls_out_are_taken_over_and_end_once() 
             let (world, replicas) = (&world, &replicas);
             async move {
                 let replica = replicas[n % REPLICAS].as_ref().unwrap();
-                match replica
-                    .client()
-                    .send(&as_planner(world), &plan_request(world, n))
-                    .await
-                    .unwrap()
-                {
-                    SendMessageResponse::Task(task) => task,
-                    other => panic!("saga {n}: expected a task, got {other:?}"),
-                }
+                send_plan(world, replica, n).await
             }
         })
         .buffered(16);
@@ -213,6 +225,7 @@ fn signal(replica: &Executor, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_paused_past_its_lease_is_fenced_out_and_makes_no_further_call() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     const PAUSED_SAGAS: usize = 30;
     let Some(url) = scratch_database("replicas_one_paused").await else {
         return;
@@ -229,15 +242,7 @@ async fn a_replica_paused_past_its_lease_is_fenced_out_and_makes_no_further_call
     register(&paused, &cards).await;
     let mut tasks = Vec::new();
     for n in 0..PAUSED_SAGAS {
-        match paused
-            .client()
-            .send(&as_planner(&world), &plan_request(&world, n))
-            .await
-            .unwrap()
-        {
-            SendMessageResponse::Task(task) => tasks.push(task),
-            other => panic!("saga {n}: expected a task, got {other:?}"),
-        }
+        tasks.push(send_plan(&world, &paused, n).await);
     }
     tokio::time::timeout(
         PATIENCE,
@@ -326,6 +331,7 @@ async fn statuses(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_on_another_replica_sees_every_status_the_owner_shows_in_order() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let Some(url) = scratch_database("replicas_subscribe").await else {
         return;
     };
@@ -338,15 +344,7 @@ async fn a_subscriber_on_another_replica_sees_every_status_the_owner_shows_in_or
     let owner = Executor::replica(&world, &url, "warn", &gathering);
     let other = Executor::replica(&world, &url, "warn", &gathering);
     register(&owner, &cards).await;
-    let task = match owner
-        .client()
-        .send(&as_planner(&world), &plan_request(&world, 0))
-        .await
-        .unwrap()
-    {
-        SendMessageResponse::Task(task) => task,
-        other => panic!("expected a task, got {other:?}"),
-    };
+    let task = send_plan(&world, &owner, 0).await;
     tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
         .await
         .expect("the saga reaches its held call");
@@ -416,45 +414,19 @@ fn set(keys: &[&str]) -> BTreeSet<String> {
     keys.iter().map(|k| k.to_string()).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancel_sent_to_another_replica_unwinds_the_saga_where_it_is_driven() {
-    let Some(url) = scratch_database("replicas_cancel").await else {
-        return;
-    };
-    let world = World::new();
-    let held = [(HELD_SKILL, Fault::ApplyThenGate(1))];
-    let (cards, logs) =
-        start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
-    let mut owner = Executor::replica(&world, &url, "info", &[]);
-    let other = Executor::replica(&world, &url, "warn", &[]);
-    register(&owner, &cards).await;
-    let task = match owner
-        .client()
-        .send(&as_planner(&world), &plan_request(&world, 0))
+/// Waits until `replica` says `words` on stderr.
+async fn says(replica: &mut Executor, words: &str) {
+    tokio::time::timeout(PATIENCE, replica.said(words))
         .await
-        .unwrap()
-    {
-        SendMessageResponse::Task(task) => task,
-        other => panic!("expected a task, got {other:?}"),
-    };
-    tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
-        .await
-        .expect("the saga reaches its held call");
+        .unwrap_or_else(|_| panic!("the replica never said {words:?}"));
+}
 
-    // Sent to the replica that does not drive the saga, before the pivot (s4).
-    let (client, call, id) = (other.client(), as_planner(&world), task.id.clone());
-    let cancel = tokio::spawn(async move { client.cancel_task(&call, &id).await });
-    for words in [
-        "carrying out a request forwarded by another replica",
-        "the cancel was accepted",
-    ] {
-        tokio::time::timeout(PATIENCE, owner.said(words))
-            .await
-            .expect("the owner takes the cancel");
-    }
-    // The cancel is journaled: s3's answer now leads to the unwind, not to the pivot.
-    logs["compliance-registry"].lock().unwrap().gate.open();
-
+/// The answer to saga 0's cancel: CANCELED, each compensable step before s3 undone once,
+/// nothing past s3 done.
+async fn canceled_in_front_of_the_pivot(
+    cancel: tokio::task::JoinHandle<Result<Task, agent_host::Error>>,
+    logs: &HashMap<String, Arc<Mutex<ToolLog>>>,
+) {
     let canceled = tokio::time::timeout(PATIENCE, cancel)
         .await
         .expect("the cancel is answered")
@@ -466,12 +438,44 @@ async fn a_cancel_sent_to_another_replica_unwinds_the_saga_where_it_is_driven() 
         "{:?}",
         canceled.status
     );
-    // Unwound on the owner, in front of the pivot: every compensable step undone once,
-    // nothing past s3 done.
     assert_eq!(
-        effects_of_saga_0(&logs),
+        effects_of_saga_0(logs),
         set(&["s0", "s1", "s2", "s3", "s0:undo", "s1:undo", "s2:undo"])
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_sent_to_another_replica_unwinds_the_saga_where_it_is_driven() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let Some(url) = scratch_database("replicas_cancel").await else {
+        return;
+    };
+    let world = World::new();
+    let held = [(HELD_SKILL, Fault::ApplyThenGate(1))];
+    let (cards, logs) =
+        start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
+    let mut owner = Executor::replica(&world, &url, "info", &[]);
+    let other = Executor::replica(&world, &url, "warn", &[]);
+    register(&owner, &cards).await;
+    let task = send_plan(&world, &owner, 0).await;
+    tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
+        .await
+        .expect("the saga reaches its held call");
+
+    // Sent to the replica that does not drive the saga, before the pivot (s4).
+    let (client, call, id) = (other.client(), as_planner(&world), task.id.clone());
+    let cancel = tokio::spawn(async move { client.cancel_task(&call, &id).await });
+    for words in [
+        "carrying out a request forwarded by another replica",
+        "the cancel was accepted",
+    ] {
+        says(&mut owner, words).await;
+    }
+    // The cancel is journaled: s3's answer now leads to the unwind, not to the pivot.
+    logs["compliance-registry"].lock().unwrap().gate.open();
+
+    // Unwound where it is driven, in front of the pivot.
+    canceled_in_front_of_the_pivot(cancel, &logs).await;
     let on_owner = owner
         .client()
         .get_task(&as_planner(&world), &task.id)
@@ -489,6 +493,7 @@ async fn a_cancel_sent_to_another_replica_unwinds_the_saga_where_it_is_driven() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_sent_to_a_third_replica_reaches_the_saga_paused_where_it_is_driven() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let Some(url) = scratch_database("replicas_answer").await else {
         return;
     };
@@ -504,15 +509,7 @@ async fn an_answer_sent_to_a_third_replica_reaches_the_saga_paused_where_it_is_d
     let _second = replica_with_approver(&world, &approver, &url, "warn");
     let third = replica_with_approver(&world, &approver, &url, "warn");
     register(&owner, &cards).await;
-    let task = match owner
-        .client()
-        .send(&as_planner(&world), &plan_request(&world, 0))
-        .await
-        .unwrap()
-    {
-        SendMessageResponse::Task(task) => task,
-        other => panic!("expected a task, got {other:?}"),
-    };
+    let task = send_plan(&world, &owner, 0).await;
     let paused = settle(&world, &owner, task).await;
     assert_eq!(
         paused.status.state,
@@ -567,6 +564,7 @@ async fn an_answer_sent_to_a_third_replica_reaches_the_saga_paused_where_it_is_d
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_for_a_saga_whose_owner_just_died_is_carried_out_by_the_replica_taking_it_over() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let Some(url) = scratch_database("replicas_cancel_dead_owner").await else {
         return;
     };
@@ -579,15 +577,7 @@ async fn a_cancel_for_a_saga_whose_owner_just_died_is_carried_out_by_the_replica
     let owner = Executor::replica(&world, &url, "warn", &[]);
     let mut taker = Executor::replica(&world, &url, "info", &[]);
     register(&owner, &cards).await;
-    let task = match owner
-        .client()
-        .send(&as_planner(&world), &plan_request(&world, 0))
-        .await
-        .unwrap()
-    {
-        SendMessageResponse::Task(task) => task,
-        other => panic!("expected a task, got {other:?}"),
-    };
+    let task = send_plan(&world, &owner, 0).await;
     tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
         .await
         .expect("the saga reaches its held call");
@@ -601,26 +591,10 @@ async fn a_cancel_for_a_saga_whose_owner_just_died_is_carried_out_by_the_replica
         "carrying out a request forwarded by another replica",
         "the cancel was accepted",
     ] {
-        tokio::time::timeout(PATIENCE, taker.said(words))
-            .await
-            .unwrap_or_else(|_| panic!("the taker never said {words:?}"));
+        says(&mut taker, words).await;
     }
     logs["compliance-registry"].lock().unwrap().gate.open();
-    let canceled = tokio::time::timeout(PATIENCE, cancel)
-        .await
-        .expect("the cancel is answered")
-        .unwrap()
-        .expect("the cancel is carried out");
-    assert_eq!(
-        canceled.status.state,
-        TaskState::Canceled,
-        "{:?}",
-        canceled.status
-    );
-    assert_eq!(
-        effects_of_saga_0(&logs),
-        set(&["s0", "s1", "s2", "s3", "s0:undo", "s1:undo", "s2:undo"])
-    );
+    canceled_in_front_of_the_pivot(cancel, &logs).await;
     // s3's call was made again by the taker, under the same key, and applied once.
     assert_eq!(
         calls_by_key(&logs, "compliance-registry")[&format!("{}:s3", saga_id(0))],
@@ -640,6 +614,7 @@ async fn readiness(replica: &Executor) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_restarted_under_replicas_with_calls_out_loses_nothing_and_does_nothing_twice()
 {
+    let _alone = ONE_AT_A_TIME.lock().await;
     const RESTART_SAGAS: usize = 100;
     let Some(cluster) = common::cluster::Cluster::start("replicas_database_restart") else {
         return;
@@ -656,17 +631,7 @@ async fn the_database_restarted_under_replicas_with_calls_out_loses_nothing_and_
     let sent = futures::stream::iter(0..RESTART_SAGAS)
         .map(|n| {
             let (world, replicas) = (&world, &replicas);
-            async move {
-                match replicas[n % REPLICAS]
-                    .client()
-                    .send(&as_planner(world), &plan_request(world, n))
-                    .await
-                    .unwrap()
-                {
-                    SendMessageResponse::Task(task) => task,
-                    other => panic!("saga {n}: expected a task, got {other:?}"),
-                }
-            }
+            async move { send_plan(world, &replicas[n % REPLICAS], n).await }
         })
         .buffered(16);
     let tasks: Vec<Task> = sent.collect().await;
