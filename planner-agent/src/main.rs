@@ -43,9 +43,10 @@ struct Args {
     /// JWTs and the signer of its plans.
     #[arg(long, value_name = "planner.jwk")]
     key: PathBuf,
-    /// The executor's base URL.
+    /// The executor's base URL. Repeated for executor replicas on one database: calls go
+    /// to the first until it cannot be reached, then to the next.
     #[arg(long, default_value = "http://127.0.0.1:7300")]
-    executor: String,
+    executor: Vec<String>,
     /// The executor's id: the audience of the planner's JWTs.
     #[arg(long, default_value = "executor")]
     executor_id: String,
@@ -229,7 +230,7 @@ async fn main() -> anyhow::Result<()> {
         Settings {
             data_dir: Some(args.data.clone()),
             identity,
-            executor_url: args.executor,
+            executor_urls: args.executor,
             executor_id: args.executor_id,
             public_url: public_url.clone(),
             auth,

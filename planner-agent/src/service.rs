@@ -31,8 +31,9 @@ pub struct Settings {
     pub data_dir: Option<PathBuf>,
     /// Signs plans, JWTs and the card; its kid is the planner's id.
     pub identity: SigningIdentity,
-    /// The executor's base URL.
-    pub executor_url: String,
+    /// The executor's base URL; more than one for replicas on one database (tried in
+    /// order: the next once one cannot be reached).
+    pub executor_urls: Vec<String>,
     /// The executor's id: the audience of the planner's JWTs.
     pub executor_id: String,
     /// The base URL clients reach the planner at (written into its card).
@@ -136,8 +137,8 @@ pub fn build_with(
         Some(config) => Arc::new(LlmBackend::new(config)?),
         None => Arc::new(RulesBackend::new(settings.templates.clone())),
     };
-    let executor = ExecutorLink::new(
-        &settings.executor_url,
+    let executor = ExecutorLink::replicas(
+        &settings.executor_urls,
         &settings.executor_id,
         identity.clone(),
     )?;

@@ -360,7 +360,7 @@ pub async fn start_under(
         Settings {
             data_dir,
             identity,
-            executor_url: executor_url.to_owned(),
+            executor_urls: vec![executor_url.to_owned()],
             executor_id: executor_id.to_owned(),
             public_url: url.clone(),
             auth,

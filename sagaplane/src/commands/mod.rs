@@ -79,6 +79,14 @@ enum Command {
         /// Kill the executor (SIGKILL) when this step starts, and restart it.
         #[arg(long, value_name = "STEP")]
         crash_executor_at: Option<String>,
+        /// Run this many executor replicas on a throwaway PostgreSQL (its server binaries
+        /// under /usr/lib/postgresql) instead of one executor on its state file.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=9))]
+        replicas: u16,
+        /// With --replicas: kill (SIGKILL) the replica driving the saga when this step
+        /// starts; another takes it over.
+        #[arg(long, value_name = "STEP")]
+        kill_replica_at: Option<String>,
         /// Use the agents' binaries as built; do not run cargo first.
         #[arg(long)]
         no_build: bool,
@@ -111,6 +119,8 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             scenario,
             fail_at,
             crash_executor_at,
+            replicas,
+            kill_replica_at,
             no_build,
             summary,
             serve,
@@ -119,6 +129,8 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             scenario,
             fail_at,
             crash_executor_at,
+            replicas: usize::from(replicas),
+            kill_replica_at,
             build: !no_build,
             summary,
         }),

@@ -147,7 +147,7 @@ async fn start(
                 .join(", "))
             .unwrap_or_default()
     ));
-    let planner = start_planner(planner_bin, work, executor.url()).await?;
+    let planner = start_planner(planner_bin, work, &[executor.url().to_owned()]).await?;
     Ok(Stack {
         shop,
         executor,

@@ -5,6 +5,7 @@
 //! (`checkout.rs`).
 
 mod checkout;
+mod database;
 mod mandate;
 mod processes;
 mod report;
@@ -191,6 +192,12 @@ struct Running {
     admin_token: String,
     /// The mandate the principal granted the planner.
     granted: shared_types::Mandate,
+    /// With `--replicas`: the replicas after the first (`executor`), by number from 2,
+    /// and the database they all share.
+    others: Vec<(usize, Process)>,
+    database: Option<database::Database>,
+    /// How many executor replicas were started.
+    replicas: usize,
 }
 
 impl Running {
@@ -237,12 +244,28 @@ impl Running {
         Ok(())
     }
 
+    /// Kills the first replica (the one the planner sends its plans to, which drives
+    /// them) with SIGKILL; the next one takes its place in the demo's calls.
+    async fn kill_first_replica(&mut self) {
+        if let Some(first) = self.executor.take() {
+            first.kill().await;
+        }
+        if !self.others.is_empty() {
+            self.executor = Some(self.others.remove(0).1);
+        }
+    }
+
     async fn stop(self) {
         if let Some(executor) = self.executor {
             executor.stop().await;
         }
+        for (_, replica) in self.others {
+            replica.stop().await;
+        }
         self.planner.stop().await;
         self.tools.stop().await;
+        // After the replicas: they would only log that it went away.
+        drop(self.database);
     }
 }
 
@@ -281,37 +304,40 @@ fn executor_args(work: &Path) -> Vec<String> {
 /// Starts the planner (key `work/planner.jwk`, no tool credentials) for `executor_url`,
 /// with a fresh caller token in `work/planner-token` (0600) and the principal's mandate
 /// (`work/mandate.json`). The process presents that token when the demo calls it (`Process::call`).
-async fn start_planner(bin: &Path, work: &Path, executor_url: &str) -> Result<Process, Failure> {
+async fn start_planner(
+    bin: &Path,
+    work: &Path,
+    executor_urls: &[String],
+) -> Result<Process, Failure> {
     let path = |name: &str| work.join(name).display().to_string();
     let token = random_token();
     write_private(&work.join(PLANNER_TOKEN_FILE), &format!("{token}\n"))?;
-    let planner = Process::start(
-        "planner",
-        bin,
-        &[
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--data".into(),
-            path("planner"),
-            "--key".into(),
-            path("planner.jwk"),
-            "--executor".into(),
-            executor_url.to_owned(),
-            "--caller-token-file".into(),
-            path(PLANNER_TOKEN_FILE),
-            "--mandate".into(),
-            path(mandate::MANDATE_FILE),
-        ],
-        &[],
-        &work.join("planner.log"),
-        1,
-    )
-    .await?;
+    let mut args: Vec<String> = vec![
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--data".into(),
+        path("planner"),
+        "--key".into(),
+        path("planner.jwk"),
+        "--caller-token-file".into(),
+        path(PLANNER_TOKEN_FILE),
+        "--mandate".into(),
+        path(mandate::MANDATE_FILE),
+    ];
+    for url in executor_urls {
+        args.extend(["--executor".into(), url.clone()]);
+    }
+    let planner = Process::start("planner", bin, &args, &[], &work.join("planner.log"), 1).await?;
     Ok(planner.with_bearer(token))
 }
 
 /// Starts the tool agents, the executor and the planner; registers the tools' cards.
-async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, Failure> {
+async fn start(
+    fail_at: FailAt,
+    build: bool,
+    replicas: usize,
+    clock: &Clock,
+) -> Result<Running, Failure> {
     let bins = binaries(build, &|line| clock.say(line))?;
     let (executor_bin, planner_bin, tool_bin) = (&bins[0], &bins[1], &bins[2]);
     let work = std::env::temp_dir().join(format!(
@@ -368,30 +394,72 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
         .map(|(name, _)| (name.clone(), json!(tool_token)))
         .collect();
     write(&work.join("credentials.json"), &credentials)?;
-    let executor_args = executor_args(&work);
+    let database = if replicas > 1 {
+        let database = database::Database::start()?;
+        clock.say(&format!(
+            "started a throwaway PostgreSQL at {} for {replicas} executor replicas",
+            database.place()
+        ));
+        Some(database)
+    } else {
+        None
+    };
+    let mut executor_args = executor_args(&work);
+    if let Some(database) = &database
+        && let Some(at) = executor_args.iter().position(|a| a == "--data")
+    {
+        executor_args[at] = "--store".into();
+        executor_args[at + 1] = database.url();
+    }
     let executor_env = vec![("SAGAPLANE_ADMIN_TOKEN".into(), admin_token.clone())];
-    let executor = Process::start(
-        "executor",
-        executor_bin,
-        &executor_args,
-        &executor_env,
-        &work.join("executor.log"),
-        1,
-    )
-    .await?;
-    clock.say(&format!(
-        "started the executor at {} (it alone holds the tools' credentials)",
-        executor.url()
-    ));
+    let mut started = Vec::new();
+    for number in 1..=replicas.max(1) {
+        let log = if replicas > 1 {
+            format!("executor-{number}.log")
+        } else {
+            "executor.log".to_owned()
+        };
+        let process = Process::start(
+            "executor",
+            executor_bin,
+            &executor_args,
+            &executor_env,
+            &work.join(log),
+            1,
+        )
+        .await?;
+        if replicas > 1 {
+            clock.say(&format!(
+                "started executor replica {number} at {} (on the shared database; it alone, with the other replicas, holds the tools' credentials)",
+                process.url()
+            ));
+        } else {
+            clock.say(&format!(
+                "started the executor at {} (it alone holds the tools' credentials)",
+                process.url()
+            ));
+        }
+        started.push((number, process));
+    }
+    let (_, executor) = started.remove(0);
     for (name, url) in &tools.urls {
         crate::executor_api::register_card(executor.url(), &admin_token, &json!({ "url": url }))
             .await
             .map_err(|e| Failure::unusable(format!("registering {name}: {e}")))?;
     }
-    clock.say("registered the 6 platform-signed agent cards with the executor");
+    if replicas > 1 {
+        clock.say(
+            "registered the 6 platform-signed agent cards with replica 1; every replica uses them from its next plan",
+        );
+    } else {
+        clock.say("registered the 6 platform-signed agent cards with the executor");
+    }
 
     clock.say(&mandate::summary(&granted));
-    let planner = start_planner(planner_bin, &work, executor.url()).await?;
+    let executor_urls: Vec<String> = std::iter::once(executor.url().to_owned())
+        .chain(started.iter().map(|(_, p)| p.url().to_owned()))
+        .collect();
+    let planner = start_planner(planner_bin, &work, &executor_urls).await?;
     clock.say(&format!(
         "started the planner at {} (no tool credentials, no principal key: it embeds the signed mandate)",
         planner.url()
@@ -409,6 +477,9 @@ async fn start(fail_at: FailAt, build: bool, clock: &Clock) -> Result<Running, F
         tool_token,
         admin_token,
         granted,
+        others: started,
+        database,
+        replicas,
     })
 }
 
@@ -419,6 +490,10 @@ pub struct Options {
     pub fail_at: FailAt,
     /// Kill the executor when this step starts, then restart it.
     pub crash_executor_at: Option<String>,
+    /// How many executor replicas, on a throwaway PostgreSQL when more than one.
+    pub replicas: usize,
+    /// With replicas: kill the one driving the saga when this step starts.
+    pub kill_replica_at: Option<String>,
     /// Build the agents' binaries first (cargo; a no-op when up to date).
     pub build: bool,
     /// Also write the outcome as JSON here (tasks, ledgers, problems).
@@ -433,23 +508,52 @@ pub fn run(options: Options) -> Result<(), Failure> {
         scenario,
         fail_at,
         crash_executor_at,
+        replicas,
+        kill_replica_at,
         build,
         summary,
         serve,
     } = options;
     if let Scenario::Checkout = scenario {
-        if fail_at != FailAt::None || crash_executor_at.is_some() || serve {
+        if fail_at != FailAt::None
+            || crash_executor_at.is_some()
+            || serve
+            || replicas > 1
+            || kill_replica_at.is_some()
+        {
             return Err(Failure::unusable(
-                "--fail-at, --crash-executor-at and --serve belong to the supplier-onboarding demo",
+                "--fail-at, --crash-executor-at, --replicas, --kill-replica-at and --serve belong to the supplier-onboarding demo",
             ));
         }
         return crate::a2a::block_on(async move {
             checkout::run(build, summary.as_deref(), &Clock(Instant::now())).await
         });
     }
+    if let Some(step) = &kill_replica_at
+        && skill_of_step(step).is_none()
+    {
+        return Err(Failure::unusable(format!(
+            "--kill-replica-at {step:?}: the supplier plan's steps are s0 to s5"
+        )));
+    }
+    if kill_replica_at.is_some() && replicas < 2 {
+        return Err(Failure::unusable(
+            "--kill-replica-at needs --replicas 2 or more: another replica takes the saga over",
+        ));
+    }
+    if crash_executor_at.is_some() && replicas > 1 {
+        return Err(Failure::unusable(
+            "--crash-executor-at restarts the one executor; with --replicas, use --kill-replica-at",
+        ));
+    }
+    let crash = match (crash_executor_at, kill_replica_at) {
+        (Some(step), _) => Some(Crash::Restart(step)),
+        (None, Some(step)) => Some(Crash::KillReplica(step)),
+        (None, None) => None,
+    };
     crate::a2a::block_on(async move {
         let clock = Clock(Instant::now());
-        let mut running = start(fail_at, build, &clock).await?;
+        let mut running = start(fail_at, build, replicas, &clock).await?;
         if serve {
             print!("{}", serving_help(&running));
             agent_host::process::interrupted().await;
@@ -459,7 +563,7 @@ pub fn run(options: Options) -> Result<(), Failure> {
             return Ok(());
         }
         let outcome = tokio::select! {
-            outcome = saga(&mut running, fail_at, crash_executor_at.as_deref(), summary.as_deref(), &clock) => outcome,
+            outcome = saga(&mut running, fail_at, crash.as_ref(), summary.as_deref(), &clock) => outcome,
             _ = agent_host::process::interrupted() => Err(Failure::rejected("interrupted")),
         };
         let work = running.work.clone();
@@ -510,15 +614,78 @@ fn serving_help(running: &Running) -> String {
     )
 }
 
+/// The supplier plan's steps and their skills (`examples/plans/supplier-onboarding.json`).
+const SUPPLIER_STEPS: [(&str, &str); 6] = [
+    ("s0", "vendor.create"),
+    ("s1", "budget.reserve"),
+    ("s2", "sandbox.provision"),
+    ("s3", "compliance.check"),
+    ("s4", "payments.capture"),
+    ("s5", "email.send"),
+];
+
+fn skill_of_step(step: &str) -> Option<&'static str> {
+    SUPPLIER_STEPS
+        .iter()
+        .find(|(id, _)| *id == step)
+        .map(|(_, skill)| *skill)
+}
+
+/// Switches the fault of the tool agent that serves `skill`: `ApplyThenHang` holds the
+/// step's call out (its effect applied, no answer) until the replica driving it is
+/// killed; `None` clears it, so that the call made again is answered from the ledger.
+async fn hold_calls(running: &Running, skill: &str, hold: bool) -> Result<(), Failure> {
+    use sagaplane_examples::supplier::{FaultMode, ToolClient, agent_of};
+    let agent = agent_of(skill).unwrap_or_default();
+    let Some((_, url)) = running.tools.urls.iter().find(|(name, _)| name == agent) else {
+        return Err(Failure::unusable(format!("no tool agent serves {skill}")));
+    };
+    let faults = if hold {
+        [(skill.to_owned(), FaultMode::ApplyThenHang)].into()
+    } else {
+        std::collections::BTreeMap::new()
+    };
+    ToolClient::new(url, Some(&running.tool_token))
+        .map_err(|e| Failure::unusable(e.to_string()))?
+        .set_faults(&faults)
+        .await
+        .map_err(|e| Failure::unusable(format!("cannot set the faults of {agent}: {e}")))?;
+    Ok(())
+}
+
+/// What the demo kills when a step starts.
+enum Crash {
+    /// The one executor, restarted on the same journal.
+    Restart(String),
+    /// The replica driving the saga; another takes it over.
+    KillReplica(String),
+}
+
+impl Crash {
+    fn step(&self) -> &str {
+        match self {
+            Self::Restart(step) | Self::KillReplica(step) => step,
+        }
+    }
+}
+
 /// Sends the goal, shows the saga, answers an escalation, prints the ledgers.
 async fn saga(
     running: &mut Running,
     fail_at: FailAt,
-    crash_at: Option<&str>,
+    crash: Option<&Crash>,
     summary: Option<&Path>,
     clock: &Clock,
 ) -> Result<(), Failure> {
     let before = mandate::show(running, "before the saga", clock).await?;
+    // The step's call is held out, so that the replica dies with it in flight.
+    let held = match crash {
+        Some(Crash::KillReplica(step)) => skill_of_step(step),
+        _ => None,
+    };
+    if let Some(skill) = held {
+        hold_calls(running, skill, true).await?;
+    }
     clock.say(&format!("goal → planner: \"{GOAL}\""));
     let planner = client(running.planner.url())?;
     let request = crate::commands::goal_message(GOAL, None);
@@ -534,15 +701,26 @@ async fn saga(
             StreamResponse::Task(task) => planner_task = Some(task.id.clone()),
             StreamResponse::StatusUpdate(update) => {
                 let text = clock.show(update);
-                if let Some(step) = crash_at
+                if let Some(crash) = crash
                     && !crashed
-                    && text.contains(&format!("{step}: started"))
+                    && text.contains(&format!("{}: started", crash.step()))
                 {
                     crashed = true;
-                    running.restart_executor().await?;
-                    clock.say(&format!(
-                        "✗ executor killed with SIGKILL while {step} was in flight; restarted on the same journal"
-                    ));
+                    let step = crash.step();
+                    if let Crash::KillReplica(_) = crash {
+                        running.kill_first_replica().await;
+                        if let Some(skill) = held {
+                            hold_calls(running, skill, false).await?;
+                        }
+                        clock.say(&format!(
+                            "✗ replica 1, which drives the saga, killed with SIGKILL while {step} was in flight (its call applied, unanswered); another replica takes the saga over once its lease lapses (--lease-ms, 4 s) and makes the call again under the same key"
+                        ));
+                    } else {
+                        running.restart_executor().await?;
+                        clock.say(&format!(
+                            "✗ executor killed with SIGKILL while {step} was in flight; restarted on the same journal"
+                        ));
+                    }
                 }
             }
             _ => {}
@@ -649,6 +827,14 @@ async fn saga(
     let ledgers = print_ledgers(&running.tools.urls, &running.tool_token).await?;
     let mut problems = Expected::of(fail_at).problems(&task, &ledgers);
     problems.append(&mut refused);
+    if let Some(Crash::KillReplica(_)) = crash {
+        match took_over(running) {
+            Some((number, line)) => clock.say(&format!(
+                "replica {number} took the saga over; its log says: {line}"
+            )),
+            None => problems.push("no replica says it took the killed replica's saga over".into()),
+        }
+    }
     if let Some(path) = summary {
         let outcome = json!({
             "failAt": fail_at.wire(),
@@ -672,6 +858,21 @@ async fn saga(
         );
     }
     verdict(&task, &problems)
+}
+
+/// The surviving replica that says it took sagas over, and its line (the message part).
+fn took_over(running: &Running) -> Option<(usize, String)> {
+    const TOOK: &str = "took over sagas whose owner's lease lapsed";
+    // Replica 1 was killed.
+    for number in 2..=running.replicas {
+        let log = running.work.join(format!("executor-{number}.log"));
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|line| line.contains(TOOK)) {
+            let said = line.find(TOOK).map_or(line, |at| &line[at..]);
+            return Some((number, said.to_owned()));
+        }
+    }
+    None
 }
 
 #[cfg(all(test, unix))]
