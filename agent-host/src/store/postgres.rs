@@ -6,6 +6,7 @@
 //! The one module of the workspace that names the driver (tokio-postgres, with deadpool's
 //! pool; both pinned). The executor's journal reaches it through the re-exports below.
 
+mod cluster;
 mod feed;
 mod listen;
 mod tasks;
@@ -18,6 +19,7 @@ use tokio_postgres::NoTls;
 
 use crate::error::{Error, Result};
 
+pub use cluster::Cluster;
 pub use deadpool_postgres::{Object as Connection, Transaction};
 pub use feed::PostgresFeed;
 pub use listen::Listener;

@@ -3,7 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod cluster;
 pub mod logs;
 pub mod process;
 pub mod served;

@@ -5,7 +5,6 @@
 //! (`checkout.rs`).
 
 mod checkout;
-mod database;
 mod mandate;
 mod processes;
 mod report;
@@ -195,7 +194,7 @@ struct Running {
     /// With `--replicas`: the replicas after the first (`executor`), by number from 2,
     /// and the database they all share.
     others: Vec<(usize, Process)>,
-    database: Option<database::Database>,
+    database: Option<agent_host::store::postgres::Cluster>,
     /// How many executor replicas were started.
     replicas: usize,
 }
@@ -395,7 +394,8 @@ async fn start(
         .collect();
     write(&work.join("credentials.json"), &credentials)?;
     let database = if replicas > 1 {
-        let database = database::Database::start()?;
+        let database = agent_host::store::postgres::Cluster::start()
+            .map_err(|e| Failure::unusable(format!("--replicas needs a PostgreSQL: {e}")))?;
         clock.say(&format!(
             "started a throwaway PostgreSQL at {} for {replicas} executor replicas",
             database.place()

@@ -1,29 +1,26 @@
-//! `demo --replicas N`: a throwaway PostgreSQL cluster for the executor replicas, made
-//! the way `scripts/with-postgres` makes the tests' one (the Debian server binaries under
+//! A throwaway PostgreSQL cluster (`sagaplane demo --replicas`, and the tests that stop
+//! and start the database under running replicas), made the way `scripts/with-postgres`
+//! makes the tests' shared one: the Debian server binaries under
 //! `/usr/lib/postgresql/<version>/bin`, a temporary directory, a free loopback port, run
-//! as the `postgres` user when the demo runs as root, since initdb refuses root), and
-//! stopped and removed when the demo ends.
+//! as the `postgres` user when the caller is root (initdb refuses root); stopped and
+//! removed when dropped. Errors are one line of text for the caller to show.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::failure::Failure;
-
 /// A running cluster; stopped (immediately: nothing in it is kept) when dropped.
-pub struct Database {
+pub struct Cluster {
     dir: tempfile::TempDir,
     bin: PathBuf,
     port: u16,
     as_postgres: bool,
 }
 
-impl Database {
+impl Cluster {
     /// Makes and starts a cluster.
-    pub fn start() -> Result<Self, Failure> {
+    pub fn start() -> Result<Self, String> {
         let missing = || {
-            Failure::unusable(
-                "--replicas needs PostgreSQL's server binaries under /usr/lib/postgresql/<version>/bin (apt-get install postgresql)",
-            )
+            "PostgreSQL's server binaries are not under /usr/lib/postgresql/<version>/bin (apt-get install postgresql)".to_owned()
         };
         let bin = std::fs::read_dir("/usr/lib/postgresql")
             .map_err(|_| missing())?
@@ -32,9 +29,9 @@ impl Database {
             .max()
             .ok_or_else(missing)?;
         let dir = tempfile::Builder::new()
-            .prefix("sagaplane-demo-pg-")
+            .prefix("sagaplane-pg-")
             .tempdir()
-            .map_err(|e| Failure::unusable(format!("cannot make a directory: {e}")))?;
+            .map_err(|e| format!("cannot make a directory: {e}"))?;
         let as_postgres = Command::new("id")
             .arg("-u")
             .output()
@@ -47,17 +44,17 @@ impl Database {
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
-            .map_err(|e| Failure::unusable(format!("cannot find a free port: {e}")))?
+            .map_err(|e| format!("cannot find a free port: {e}"))?
             .port();
-        let database = Self {
+        let cluster = Self {
             dir,
             bin,
             port,
             as_postgres,
         };
-        let data = database.data();
+        let data = cluster.data();
         run(
-            database.command("initdb").args([
+            cluster.command("initdb").args([
                 "-D",
                 &data,
                 "-U",
@@ -68,22 +65,39 @@ impl Database {
             ]),
             "initdb",
         )?;
-        let log = database.dir.path().join("server.log").display().to_string();
+        cluster.start_server()?;
+        Ok(cluster)
+    }
+
+    /// Starts the server (again), waiting until it accepts connections.
+    pub fn start_server(&self) -> Result<(), String> {
+        let data = self.data();
+        let log = self.dir.path().join("server.log").display().to_string();
         let options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -k {}",
-            database.port,
-            database.dir.path().display()
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=200",
+            self.port,
+            self.dir.path().display()
         );
         run(
-            database.command("pg_ctl").args([
+            self.command("pg_ctl").args([
                 "-D", &data, "-l", &log, "-w", "-t", "60", "-o", &options, "start",
             ]),
             "pg_ctl start",
-        )?;
-        Ok(database)
+        )
     }
 
-    /// The URL the executor replicas are given (`--store`).
+    /// `pg_ctl stop -m fast`: the server ends every session and stops, waiting until it
+    /// has.
+    pub fn stop_fast(&self) -> Result<(), String> {
+        let data = self.data();
+        run(
+            self.command("pg_ctl")
+                .args(["-D", &data, "-m", "fast", "-w", "stop"]),
+            "pg_ctl stop",
+        )
+    }
+
+    /// Its URL (the `postgres` superuser, trusted on loopback).
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
@@ -110,7 +124,7 @@ impl Database {
     }
 }
 
-impl Drop for Database {
+impl Drop for Cluster {
     fn drop(&mut self) {
         let data = self.data();
         let _ = self
@@ -120,16 +134,16 @@ impl Drop for Database {
     }
 }
 
-fn run(command: &mut Command, what: &str) -> Result<(), Failure> {
+fn run(command: &mut Command, what: &str) -> Result<(), String> {
     let output = command
         .output()
-        .map_err(|e| Failure::unusable(format!("cannot run {what}: {e}")))?;
+        .map_err(|e| format!("cannot run {what}: {e}"))?;
     if output.status.success() {
         return Ok(());
     }
-    Err(Failure::unusable(format!(
+    Err(format!(
         "{what} failed: {}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
-    )))
+    ))
 }
