@@ -105,6 +105,22 @@ impl TaskManager {
         }
     }
 
+    /// A handle on a task this process starts to drive again, which another process may
+    /// have written since this one last did (a saga taken over by a replica, then back):
+    /// the copy held from this manager's last write is dropped, so the next write reads
+    /// the store and expects the version there instead of conflicting with it.
+    pub async fn resumed(self: &Arc<Self>, task_id: &str, context_id: &str) -> TaskHandle {
+        let held = self
+            .write_locks
+            .lock()
+            .ok()
+            .and_then(|locks| locks.get(task_id).cloned());
+        if let Some(lock) = held {
+            *lock.lock().await = None;
+        }
+        self.handle(task_id, context_id)
+    }
+
     /// Reads a task, applying it a change, and writes it back durably before announcing
     /// `event(&task)`.
     async fn update(
@@ -672,6 +688,45 @@ mod tests {
         assert_eq!(stored.status.state, TaskState::Working);
         assert_eq!(stored.artifacts.unwrap(), [ledger(1)]);
         assert!(stored.history.unwrap_or_default().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_task_written_elsewhere_meanwhile_is_read_again_when_its_work_resumes_here() {
+        let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::default());
+        let here = TaskManager::new(store.clone());
+        let elsewhere = TaskManager::new(store.clone());
+        for id in ["t6", "t7"] {
+            let task = here.create(working_task(id)).await.unwrap();
+            task.set_status(TaskState::Working, said("s0: done here"))
+                .await
+                .unwrap();
+            // Another process drives the task for a while (a replica that took it over).
+            elsewhere
+                .handle(id, &format!("ctx-{id}"))
+                .set_status(TaskState::Working, said("s1: done elsewhere"))
+                .await
+                .unwrap();
+        }
+
+        // Taken up again here: the next write builds on what the store holds.
+        here.resumed("t6", "ctx-t6")
+            .await
+            .set_status(TaskState::Completed, said("s2: done here again"))
+            .await
+            .unwrap();
+        let stored = store.get("t6").await.unwrap().unwrap();
+        assert_eq!(stored.status.state, TaskState::Completed);
+        assert_eq!(
+            texts(stored.history.as_deref().unwrap_or_default()),
+            ["s0: done here", "s1: done elsewhere", "s2: done here again"]
+        );
+
+        // Written from the copy this manager holds, the write is refused, not lost silently.
+        let stale = here
+            .handle("t7", "ctx-t7")
+            .set_status(TaskState::Completed, said("s2: stale"))
+            .await;
+        assert!(matches!(stale, Err(Error::Conflict { .. })), "{stale:?}");
     }
 
     #[tokio::test]

@@ -52,7 +52,7 @@ impl Executor {
         let begun: HashSet<String> = begun.into_iter().collect();
         let orphans = self.submitted_but_not_begun(&begun).await?;
         for task in &orphans {
-            let handle = self.tasks.handle(&task.id, &task.context_id);
+            let handle = self.tasks.resumed(&task.id, &task.context_id).await;
             let plan = task
                 .history
                 .as_deref()
@@ -133,7 +133,10 @@ impl Executor {
                     continue;
                 }
             };
-            let task = self.tasks.handle(&header.task_id, &header.context_id);
+            let task = self
+                .tasks
+                .resumed(&header.task_id, &header.context_id)
+                .await;
             resumed.push((task, saga_metadata(&header), recovered, epoch));
         }
         // On the tasks before anyone can read them (the executor serves once this returns),
