@@ -16,7 +16,10 @@
 //! `WHOLE_PATH_STORE=postgres://…` runs the executor on that database (`--store`)
 //! instead of its SQLite file (the write and fsync columns then read 0: they count the
 //! state file's writer), as `WHOLE_PATH_REPLICAS` replicas (1 by default), the clients
-//! spread over them in turn and the executor columns summed over them.
+//! spread over them in turn and the executor columns summed over them. The run makes a
+//! database of its own on that server (`whole_path_PID`, left there) and prints, for each
+//! round, the database's commits, WAL fsyncs and postgres CPU per step, and then one
+//! saga's own sequence of commits and tool calls made without the executor.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -31,6 +34,8 @@ use sagaplane_examples::supplier::AGENTS;
 use serde_json::{Value, json};
 use shared_types::SigningIdentity;
 
+#[path = "whole_path/database.rs"]
+mod database;
 #[path = "saga/tool_agent.rs"]
 mod tool_agent;
 
@@ -134,10 +139,39 @@ async fn scrape(url: &str) -> HashMap<String, f64> {
 }
 
 /// The database the executor runs on (`WHOLE_PATH_STORE`), if not its SQLite file.
+/// A database of its own, made for this run on that server: saga ids and registered cards
+/// of an earlier run are not there.
 fn store() -> Option<String> {
-    std::env::var("WHOLE_PATH_STORE")
-        .ok()
-        .filter(|url| !url.is_empty())
+    static FRESH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    FRESH
+        .get_or_init(|| {
+            let url = std::env::var("WHOLE_PATH_STORE")
+                .ok()
+                .filter(|url| !url.is_empty())?;
+            let name = format!("whole_path_{}", std::process::id());
+            let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+            runtime.block_on(async {
+                use agent_host::store::postgres::{Cached, Postgres};
+                let server = Postgres::connect(&url, 1).expect("WHOLE_PATH_STORE");
+                let conn = server
+                    .connection()
+                    .await
+                    .expect("the bench reaches PostgreSQL");
+                conn.run(&format!("CREATE DATABASE {name}"), &[])
+                    .await
+                    .expect("a database for the run");
+            });
+            let (address, options) = url.split_once('?').unwrap_or((&url, ""));
+            let (server, _) = address
+                .rsplit_once('/')
+                .expect("postgres://host:port/database");
+            Some(if options.is_empty() {
+                format!("{server}/{name}")
+            } else {
+                format!("{server}/{name}?{options}")
+            })
+        })
+        .clone()
 }
 
 fn start_executor(dir: &std::path::Path, keys: &Keys, phases: bool) -> Executor {
@@ -353,7 +387,15 @@ fn main() {
         "rss MiB",
         "KiB/saga"
     );
+    let db = store().map(|url| {
+        agent_host::store::postgres::Postgres::connect(&url, 2).expect("WHOLE_PATH_STORE")
+    });
+    let mut lone_p50_ms = None;
+    let mut database_lines = Vec::new();
     for (index, (mode, clients)) in rounds().into_iter().enumerate() {
+        let before = db
+            .as_ref()
+            .map(|db| client.block_on(database::counters(db)));
         let round = client.block_on(run_round(
             index,
             mode,
@@ -364,10 +406,58 @@ fn main() {
             length,
         ));
         print_round(&round);
+        if clients == 1 && mode == Mode::Blocking {
+            lone_p50_ms = Some(p50(&round.latencies_ms));
+        }
+        if let (Some(db), Some(before)) = (&db, before) {
+            let used = client.block_on(database::counters(db)).since(before);
+            database_lines.push(database_line(&round, used));
+        }
     }
     println!(
         "CPU in ms, from /proc (10 ms ticks): exec = the executor process, tool = the tool agents' threads, clnt = the client's threads (signing and minting included). write/saga = durable writes per saga; fsync/saga = the state file's commits per saga (/metrics sagaplane_state_file_commits; each is one fsync of its WAL under synchronous=FULL; '-' when the binary does not report it). rss MiB = the executor's resident set at the round's end (VmRSS); KiB/saga = how much it grew over the round, per finished saga (what a finished saga leaves behind, with the allocator's and SQLite's caches). Every saga COMPLETED, or the bench stops."
     );
+    if let Some(db) = &db {
+        println!(
+            "\nthe database, per round (pg_stat_database, pg_stat_wal, /proc; the replicas' idle renewals during the {} s read after each round included):",
+            database::STATS_SETTLE.as_secs_f64()
+        );
+        for line in &database_lines {
+            println!("{line}");
+        }
+        let task = client.block_on(lone_task(&executors[0], &keys.planner, &template));
+        let plan: Value = serde_json::from_str(&template).expect("the plan");
+        let tools: Vec<(&str, String)> = AGENTS
+            .iter()
+            .copied()
+            .zip(tool_urls.iter().cloned())
+            .collect();
+        let sequence = client.block_on(database::Sequence::prepare(
+            db, &plan, &task, &tools, TOOL_TOKEN,
+        ));
+        let mut took = Vec::new();
+        let started = Instant::now();
+        while started.elapsed() < length {
+            let n = took.len() as u64;
+            took.push(client.block_on(sequence.run(n)).as_secs_f64() * 1000.0);
+        }
+        let alone = p50(&took);
+        let mut sorted = took.clone();
+        sorted.sort_by(f64::total_cmp);
+        println!(
+            "\none saga's own sequence without the executor ({} commits, {STEPS} tool calls, one after another on one connection, this process): {} runs, p50 {alone:.2} ms, p99 {:.2} ms{}",
+            database::Sequence::COMMITS,
+            took.len(),
+            percentile(&sorted, 0.99),
+            match lone_p50_ms {
+                Some(saga) => format!(
+                    "; one saga alone through the executor (blocking, 1 client): p50 {saga:.2} ms = {:.2}x its sequence",
+                    saga / alone
+                ),
+                None => String::new(),
+            }
+        );
+    }
     drop(executors);
     // 0 skips the breakdown.
     let clients = std::env::var("WHOLE_PATH_PHASE_CLIENTS")
@@ -398,6 +488,47 @@ fn main() {
         length,
     ));
     print_phases(&round);
+}
+
+fn p50(latencies_ms: &[f64]) -> f64 {
+    let mut sorted = latencies_ms.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    percentile(&sorted, 0.5)
+}
+
+/// What the database did for a round, per step.
+fn database_line(round: &Round, used: database::Counters) -> String {
+    let steps = (round.sagas.max(1) * STEPS) as f64;
+    format!(
+        "{:>9} {:>4} clients: {:>6} commits ({:.2}/step, {:.1}/saga), {:>6} WAL fsyncs ({:.2}/step), postgres CPU {:.3} ms/step; executors {:.3} ms/step",
+        format!("{:?}", round.mode).to_lowercase(),
+        round.clients,
+        used.commits,
+        used.commits as f64 / steps,
+        used.commits as f64 * STEPS as f64 / steps,
+        used.wal_syncs,
+        used.wal_syncs as f64 / steps,
+        ms(used.postgres_ticks) / steps,
+        round.executor_ms / steps,
+    )
+}
+
+/// A task as the executor ends it: one saga sent, its answer kept.
+async fn lone_task(executor: &Executor, planner: &SigningIdentity, template: &str) -> Value {
+    let agent = AgentClient::new(&executor.url).expect("a client");
+    let mut plan: Value =
+        serde_json::from_str(&template.replace("sg_demo_supplier_onboarding", "sg_wp_lone"))
+            .expect("the plan");
+    planner.sign_in_place(&mut plan).expect("signed");
+    let call = OutboundCall {
+        bearer: Some(mint_jwt(planner, planner.kid(), "executor", 60).expect("a JWT")),
+        ..OutboundCall::default()
+    };
+    let request = agent_host::user_request(None, Some(json!({ "plan": plan })), None);
+    match agent.send(&call, &request).await {
+        Ok(SendMessageResponse::Task(task)) => serde_json::to_value(task).expect("a task"),
+        other => panic!("the lone saga: {other:?}"),
+    }
 }
 
 /// Unreported: connections opened, pools and the heap grown, before the first round.

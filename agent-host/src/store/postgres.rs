@@ -1,11 +1,13 @@
 //! PostgreSQL, for the stores that several executor replicas share: a pool per database,
 //! one schema version per store (the rules of `schema.rs`: migrations in order, a newer
-//! schema than this binary knows refused), the `TaskStore` on it (`postgres/tasks.rs`),
-//! and task events across processes (`postgres/feed.rs`).
+//! schema than this binary knows refused), group commit of one-statement writes
+//! (`postgres/batch.rs`), the `TaskStore` on it (`postgres/tasks.rs`), and task events
+//! across processes (`postgres/feed.rs`).
 //!
 //! The one module of the workspace that names the driver (tokio-postgres, with deadpool's
 //! pool; both pinned). The executor's journal reaches it through the re-exports below.
 
+mod batch;
 mod cluster;
 mod feed;
 mod listen;
@@ -19,6 +21,7 @@ use tokio_postgres::NoTls;
 
 use crate::error::{Error, Result};
 
+pub use batch::Param;
 pub use cluster::Cluster;
 pub use deadpool_postgres::{Object as Connection, Transaction};
 pub use feed::PostgresFeed;
@@ -92,6 +95,9 @@ pub struct Postgres {
     /// Why the database cannot be reached, since the last connection that failed (or
     /// the listener's connection that dropped), until one succeeds again.
     unreachable: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// The group-commit writers of the one-statement writes (`batch.rs`), started by
+    /// the first; they stop with the last clone of this handle.
+    writes: std::sync::Arc<std::sync::OnceLock<batch::Writes>>,
 }
 
 impl std::fmt::Debug for Postgres {
@@ -134,7 +140,22 @@ impl Postgres {
             config: std::sync::Arc::new(config),
             place,
             unreachable: Default::default(),
+            writes: Default::default(),
         })
+    }
+
+    /// Runs the one statement `sql` in the next group commit (`batch.rs` says which
+    /// statements may): the rows it changed, once its batch committed.
+    pub async fn write(&self, sql: &'static str, params: Vec<Param>) -> Result<u64> {
+        let writes = self.writes.get_or_init(|| {
+            // The writers' own handle has no writers of its own: nothing holds them but
+            // this handle and its clones.
+            batch::Writes::start(Self {
+                writes: Default::default(),
+                ..self.clone()
+            })
+        });
+        writes.write(sql, params).await
     }
 
     /// Why the database cannot be reached now, if the last attempt to reach it failed:

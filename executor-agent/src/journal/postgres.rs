@@ -1,27 +1,28 @@
 //! The PostgreSQL journal, shared by executor replicas: each saga's owner, epoch and lease
 //! on its row; every append fenced by a lock on that row in the append's own statement,
 //! so a claim and an append of one saga are ordered by the database, never by a replica's
-//! memory; accepting a plan reserves its mandate's budget in the same transaction.
+//! memory; appends group-committed with the other one-statement writes of the moment
+//! (`Postgres::write`: the task store's too); accepting a plan reserves its mandate's
+//! budget in the same transaction, the mandate's row locked last.
 
 use agent_host::store::postgres::{
     Cached, Connection, DriverError, Migration, Postgres, ToSql, Transaction, failed, to_i64,
     to_u64,
 };
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use shared_types::Violation;
-use tokio::sync::{mpsc, oneshot};
 
 use super::{Claim, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog};
 use crate::error::{Error, Result};
 use crate::mandates::{self, MandateHold};
 
 /// The journal's schema in PostgreSQL, in order; the count is its version.
-const MIGRATIONS: &[Migration] = &[Migration {
-    what: "the sagas, their owners and their entries",
-    sql: "CREATE TABLE IF NOT EXISTS sagas (
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        what: "the sagas, their owners and their entries",
+        sql: "CREATE TABLE IF NOT EXISTS sagas (
               saga_id        TEXT PRIMARY KEY,
               task_id        TEXT NOT NULL,
               header         TEXT NOT NULL,
@@ -43,7 +44,20 @@ const MIGRATIONS: &[Migration] = &[Migration {
           -- Recovery, claims and renewals read the sagas still running, not every saga.
           CREATE INDEX IF NOT EXISTS sagas_unfinished ON sagas (owner, saga_id) WHERE NOT finished;
           CREATE INDEX IF NOT EXISTS sagas_by_finish ON sagas (finished_ms) WHERE finished;",
-}];
+    },
+    Migration {
+        what: "plans and entries compressed with lz4",
+        sql: "DO $$ BEGIN
+              -- lz4 where the server has it: pglz compressing the large JSON of every
+              -- write was a large share of the database's CPU under load (perf).
+              IF EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression'
+                                                     AND 'lz4' = ANY(enumvals)) THEN
+                  ALTER TABLE sagas ALTER COLUMN header SET COMPRESSION lz4;
+                  ALTER TABLE entries ALTER COLUMN body SET COMPRESSION lz4;
+              END IF;
+          END $$;",
+    },
+];
 
 /// The journal in a PostgreSQL database; one owner per opening (a replica's run).
 #[derive(Debug, Clone)]
@@ -51,7 +65,6 @@ pub struct PostgresJournal {
     db: Postgres,
     owner: String,
     lease: std::time::Duration,
-    appends: Appends,
 }
 
 impl PostgresJournal {
@@ -65,7 +78,6 @@ impl PostgresJournal {
             db: db.clone(),
             owner: uuid::Uuid::new_v4().to_string(),
             lease: super::DEFAULT_LEASE,
-            appends: Appends::start(db),
         })
     }
 
@@ -79,7 +91,6 @@ impl PostgresJournal {
     pub fn as_other_owner(&self) -> Self {
         Self {
             owner: uuid::Uuid::new_v4().to_string(),
-            appends: Appends::start(&self.db),
             ..self.clone()
         }
     }
@@ -93,14 +104,6 @@ impl PostgresJournal {
     }
 }
 
-/// One append waiting for its commit.
-struct Append {
-    saga_id: String,
-    body: String,
-    epoch: i64,
-    owner: String,
-}
-
 /// The fence: the saga's row locked at this epoch and owner, in the append's own
 /// statement. A claim locks that row `FOR UPDATE` first, so it waits for this append to
 /// commit, or this append waits for it and then finds another epoch. `KEY SHARE` is the
@@ -111,129 +114,6 @@ const APPEND: &str = "WITH fence AS (
          SELECT 1 FROM sagas WHERE saga_id = $1 AND epoch = $3 AND owner = $4 FOR KEY SHARE
      )
      INSERT INTO entries (saga_id, body) SELECT $1, $2 FROM fence";
-
-/// At most this many appends share a commit.
-const BATCH: usize = 128;
-
-/// Writers committing batches at once: while one waits for its commit, the next batch
-/// gathers and goes out on another connection.
-const WRITERS: usize = 2;
-
-type Appended = oneshot::Sender<std::result::Result<bool, String>>;
-
-/// Group commit of appends: they queue to the writers (`WRITERS`), each of which commits
-/// all that queued while the last commit was made as one transaction, its statements
-/// pipelined on one connection. An append alone is one statement, one round trip.
-#[derive(Debug, Clone)]
-struct Appends {
-    queue: mpsc::UnboundedSender<(Append, Appended)>,
-    /// The writers; they end when the last clone of their journal is dropped.
-    _writers: Arc<AbortOnDrop>,
-}
-
-#[derive(Debug)]
-struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        for writer in &self.0 {
-            writer.abort();
-        }
-    }
-}
-
-type Queued = Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<(Append, Appended)>>>;
-
-impl Appends {
-    fn start(db: &Postgres) -> Self {
-        let (queue, queued) = mpsc::unbounded_channel();
-        let queued: Queued = Arc::new(tokio::sync::Mutex::new(queued));
-        let writers = (0..WRITERS)
-            .map(|_| tokio::spawn(write_appends(db.clone(), queued.clone())))
-            .collect();
-        Self {
-            queue,
-            _writers: Arc::new(AbortOnDrop(writers)),
-        }
-    }
-
-    /// Whether the append was written (`false`: fenced); durable when it returns.
-    async fn append(&self, append: Append) -> Result<bool> {
-        let (done, written) = oneshot::channel();
-        let gone = || Error::Journal("the journal's writer has stopped".to_owned());
-        self.queue.send((append, done)).map_err(|_| gone())?;
-        written
-            .await
-            .map_err(|_| gone())?
-            .map_err(|e| Error::Storage(agent_host::Error::Store(e)))
-    }
-}
-
-/// One writer: takes what queued (waiting for the first), commits it, again. A saga's
-/// appends never share a batch or race each other: its driver waits for each.
-async fn write_appends(db: Postgres, queued: Queued) {
-    loop {
-        let batch = {
-            let mut queued = queued.lock().await;
-            let Some(first) = queued.recv().await else {
-                return;
-            };
-            let mut batch = vec![first];
-            while batch.len() < BATCH {
-                match queued.try_recv() {
-                    Ok(next) => batch.push(next),
-                    Err(_) => break,
-                }
-            }
-            batch
-        };
-        let outcome = commit_appends(&db, &batch).await;
-        match outcome {
-            Ok(written) => {
-                for ((_, done), written) in batch.into_iter().zip(written) {
-                    let _ = done.send(Ok(written));
-                }
-            }
-            Err(e) => {
-                // `commit_appends` said what failed; every append of the batch failed.
-                let text = e.to_string();
-                for (_, done) in batch {
-                    let _ = done.send(Err(text.clone()));
-                }
-            }
-        }
-    }
-}
-
-/// An append's parameters, in `APPEND`'s order.
-fn row_of(append: &Append) -> [&(dyn ToSql + Sync); 4] {
-    [&append.saga_id, &append.body, &append.epoch, &append.owner]
-}
-
-/// Commits `batch`, each append fenced as alone; which were written.
-async fn commit_appends(
-    db: &Postgres,
-    batch: &[(Append, Appended)],
-) -> std::result::Result<Vec<bool>, agent_host::Error> {
-    let mut conn = db.connection().await?;
-    let failed = |e: DriverError| failed("cannot append to a saga", &e);
-    let statement = conn.prepare_cached(APPEND).await.map_err(failed)?;
-    if let [(append, _)] = batch {
-        let written = conn
-            .execute(&statement, &row_of(append))
-            .await
-            .map_err(failed)?;
-        return Ok(vec![written == 1]);
-    }
-    let tx = conn.transaction().await.map_err(failed)?;
-    let rows: Vec<_> = batch.iter().map(|(append, _)| row_of(append)).collect();
-    // Polled together, the statements go out back to back on the one connection.
-    let written = futures::future::try_join_all(rows.iter().map(|row| tx.execute(&statement, row)))
-        .await
-        .map_err(failed)?;
-    tx.commit().await.map_err(failed)?;
-    Ok(written.into_iter().map(|n| n == 1).collect())
-}
 
 fn encode<T: Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(|source| Error::Encoding {
@@ -281,34 +161,45 @@ impl SagaLog for PostgresJournal {
             .await
             .map_err(store("cannot begin a saga"))?;
         if let Some(hold) = &header.spec.mandate
+            && is_revoked(&tx, hold).await?
+        {
+            return Err(Error::Mandate(mandates::revoked(hold)));
+        }
+        let (ends_ms, lease_until_ms) = (mandate_ends_ms(header), self.lease_until(at_ms));
+        let saga_row: [&(dyn ToSql + Sync); 7] = [
+            &header.saga_id,
+            &header.task_id,
+            &body,
+            &at_ms,
+            &ends_ms,
+            &self.owner,
+            &lease_until_ms,
+        ];
+        let saga = tx.run(
+            "INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms, owner,
+                                epoch, lease_until_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7)",
+            &saga_row,
+        );
+        let entries = async {
+            match &first {
+                Some(first) => tx
+                    .run(
+                        "INSERT INTO entries (saga_id, body) VALUES ($1, $2)",
+                        &[&header.saga_id, first],
+                    )
+                    .await
+                    .map(|_| ()),
+                None => Ok(()),
+            }
+        };
+        // Polled together, the inserts go out back to back: one round trip.
+        futures::try_join!(saga, entries).map_err(store("cannot begin a saga"))?;
+        if let Some(hold) = &header.spec.mandate
             && let Some(violation) = reserve(&tx, &header.saga_id, hold, at_ms).await?
         {
             // Dropped, the transaction rolls back: nothing is written.
             return Err(Error::Mandate(violation));
-        }
-        tx.run(
-            "INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms, owner,
-                                epoch, lease_until_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, 1, $7)",
-            &[
-                &header.saga_id,
-                &header.task_id,
-                &body,
-                &at_ms,
-                &mandate_ends_ms(header),
-                &self.owner,
-                &self.lease_until(at_ms),
-            ],
-        )
-        .await
-        .map_err(store("cannot begin a saga"))?;
-        if let Some(first) = first {
-            tx.run(
-                "INSERT INTO entries (saga_id, body) VALUES ($1, $2)",
-                &[&header.saga_id, &first],
-            )
-            .await
-            .map_err(store("cannot begin a saga"))?;
         }
         tx.commit().await.map_err(store("cannot begin a saga"))?;
         Ok(1)
@@ -316,16 +207,21 @@ impl SagaLog for PostgresJournal {
 
     async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()> {
         let body = encode(&entries)?;
+        // Group-committed with the other writes waiting at this moment (the database's
+        // `write`): each append is fenced as if alone.
         let written = self
-            .appends
-            .append(Append {
-                saga_id: saga_id.to_owned(),
-                body,
-                epoch: to_i64(epoch),
-                owner: self.owner.clone(),
-            })
+            .db
+            .write(
+                APPEND,
+                vec![
+                    Box::new(saga_id.to_owned()),
+                    Box::new(body),
+                    Box::new(to_i64(epoch)),
+                    Box::new(self.owner.clone()),
+                ],
+            )
             .await?;
-        if !written {
+        if written != 1 {
             return Err(Error::Fenced {
                 saga_id: saga_id.to_owned(),
                 epoch,
@@ -341,13 +237,14 @@ impl SagaLog for PostgresJournal {
             .transaction()
             .await
             .map_err(store("cannot finish a saga"))?;
-        settle(&tx, saga_id, spent_minor).await?;
         tx.run(
             "UPDATE sagas SET finished = TRUE, finished_ms = $2 WHERE saga_id = $1",
             &[&saga_id, &at_ms],
         )
         .await
         .map_err(store("cannot finish a saga"))?;
+        // Last: the mandate's row, which every saga under it locks, is held the shortest.
+        settle(&tx, saga_id, spent_minor).await?;
         tx.commit().await.map_err(store("cannot finish a saga"))
     }
 
@@ -556,9 +453,28 @@ impl Headers for PostgresJournal {
     }
 }
 
-/// Inside the transaction that begins `saga_id`: the rules of `mandates::reserve`, with the
-/// mandate's row locked so that replicas accepting plans under one mandate at once are
-/// serialized on it.
+/// Whether the mandate `hold` names was revoked (read inside the transaction that begins
+/// a saga under it).
+async fn is_revoked(tx: &Transaction<'_>, hold: &MandateHold) -> Result<bool> {
+    Ok(tx
+        .row_opt(
+            "SELECT 1 FROM mandate_revocations WHERE principal_key = $1 AND mandate_id = $2",
+            &[&hold.principal_key, &hold.mandate_id],
+        )
+        .await
+        .map_err(store("cannot reserve against a mandate"))?
+        .is_some())
+}
+
+/// How many times a reservation refused by the database is tried again when the refusal
+/// cannot be explained by what the mandate's row then shows (it changed in between).
+const RESERVE_ATTEMPTS: usize = 3;
+
+/// Inside the transaction that begins `saga_id`, after its rows are written: the rules of
+/// `mandates::refusal_for`, as the condition of the one statement that takes the budget.
+/// Every saga under a mandate locks its row until its commit, so replicas accepting plans
+/// under one mandate at once are serialized on it; taking it last, in one statement,
+/// holds it for the commit alone.
 async fn reserve(
     tx: &Transaction<'_>,
     saga_id: &str,
@@ -567,74 +483,80 @@ async fn reserve(
 ) -> Result<Option<Violation>> {
     let failed = store("cannot reserve against a mandate");
     let key: [&(dyn ToSql + Sync); 2] = [&hold.principal_key, &hold.mandate_id];
-    let revoked = tx
-        .row_opt(
-            "SELECT 1 FROM mandate_revocations WHERE principal_key = $1 AND mandate_id = $2",
-            &key,
-        )
-        .await
-        .map_err(&failed)?
-        .is_some();
-    if revoked {
-        return Ok(Some(mandates::revoked(hold)));
-    }
-    tx.run(
+    let reserved = to_i64(hold.reserved_minor);
+    let budget = to_i64(hold.budget.amount_minor.get());
+    let (currency, max_sagas) = (hold.budget.currency.as_str(), hold.max_sagas.map(i64::from));
+    let mandate_row: [&(dyn ToSql + Sync); 7] = [
+        &hold.principal_key,
+        &hold.mandate_id,
+        &hold.document_sha256,
+        &hold.principal,
+        &currency,
+        &budget,
+        &max_sagas,
+    ];
+    let reservation_row: [&(dyn ToSql + Sync); 5] = [
+        &saga_id,
+        &hold.principal_key,
+        &hold.mandate_id,
+        &reserved,
+        &at_ms,
+    ];
+    let mandate = tx.run(
         "INSERT INTO mandates
              (principal_key, mandate_id, document_sha256, principal, currency, budget_minor, max_sagas)
          VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-        &[
-            &hold.principal_key,
-            &hold.mandate_id,
-            &hold.document_sha256,
-            &hold.principal,
-            &hold.budget.currency.as_str(),
-            &to_i64(hold.budget.amount_minor.get()),
-            &hold.max_sagas.map(i64::from),
-        ],
-    )
-    .await
-    .map_err(&failed)?;
-    let row = tx
-        .row(
-            "SELECT document_sha256, used_minor, sagas FROM mandates
-             WHERE principal_key = $1 AND mandate_id = $2 FOR UPDATE",
-            &key,
-        )
-        .await
-        .map_err(&failed)?;
-    let (known, used, sagas): (String, i64, i64) = (row.get(0), row.get(1), row.get(2));
-    if let Some(violation) = mandates::refusal_for(hold, &known, to_u64(used), to_u64(sagas)) {
-        return Ok(Some(violation));
-    }
-    tx.run(
+        &mandate_row,
+    );
+    let reservation = tx.run(
         "INSERT INTO mandate_reservations
              (saga_id, principal_key, mandate_id, reserved_minor, spent_minor, at_ms)
          VALUES ($1, $2, $3, $4, NULL, $5)",
-        &[
-            &saga_id,
-            &hold.principal_key,
-            &hold.mandate_id,
-            &to_i64(hold.reserved_minor),
-            &at_ms,
-        ],
-    )
-    .await
-    .map_err(&failed)?;
-    tx.run(
-        "UPDATE mandates SET used_minor = used_minor + $3, sagas = sagas + 1
-         WHERE principal_key = $1 AND mandate_id = $2",
-        &[
-            &hold.principal_key,
-            &hold.mandate_id,
-            &to_i64(hold.reserved_minor),
-        ],
-    )
-    .await
-    .map_err(&failed)?;
-    Ok(None)
+        &reservation_row,
+    );
+    futures::try_join!(mandate, reservation).map_err(&failed)?;
+    for _ in 0..RESERVE_ATTEMPTS {
+        let taken = tx
+            .run(
+                "UPDATE mandates SET used_minor = used_minor + $3, sagas = sagas + 1
+                 WHERE principal_key = $1 AND mandate_id = $2 AND document_sha256 = $4
+                   AND $3 <= GREATEST($5 - used_minor, 0)
+                   AND ($6::BIGINT IS NULL OR sagas < $6)",
+                &[
+                    &hold.principal_key,
+                    &hold.mandate_id,
+                    &reserved,
+                    &hold.document_sha256,
+                    &budget,
+                    &max_sagas,
+                ],
+            )
+            .await
+            .map_err(&failed)?;
+        if taken == 1 {
+            return Ok(None);
+        }
+        let row = tx
+            .row(
+                "SELECT document_sha256, used_minor, sagas FROM mandates
+                 WHERE principal_key = $1 AND mandate_id = $2",
+                &key,
+            )
+            .await
+            .map_err(&failed)?;
+        let (known, used, sagas): (String, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        if let Some(violation) = mandates::refusal_for(hold, &known, to_u64(used), to_u64(sagas)) {
+            return Ok(Some(violation));
+        }
+    }
+    Err(Error::Journal(format!(
+        "the reservation against mandate {:?} was refused {RESERVE_ATTEMPTS} times while its row allowed it",
+        hold.mandate_id
+    )))
 }
 
-/// Inside the transaction that finishes `saga_id`: the rules of `mandates::settle`.
+/// Inside the transaction that finishes `saga_id`: the rules of `mandates::settle`. The
+/// mandate's row is written only when the saga gives budget back.
 async fn settle(tx: &Transaction<'_>, saga_id: &str, spent: u64) -> Result<()> {
     let failed = store("cannot settle a mandate's reservation");
     let Some(row) = tx
@@ -651,6 +573,9 @@ async fn settle(tx: &Transaction<'_>, saga_id: &str, spent: u64) -> Result<()> {
     };
     let (principal_key, mandate_id, unspent): (String, String, i64) =
         (row.get(0), row.get(1), row.get(2));
+    if unspent == 0 {
+        return Ok(());
+    }
     tx.run(
         "UPDATE mandates SET used_minor = used_minor - $3
          WHERE principal_key = $1 AND mandate_id = $2",

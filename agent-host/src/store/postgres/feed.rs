@@ -36,15 +36,28 @@ const NOTIFY_LIMIT: usize = 7_900;
 const KEPT_FOR_MS: i64 = 5 * 60 * 1000;
 
 /// The feed's table: the events too large for a notification.
-const MIGRATIONS: &[super::Migration] = &[super::Migration {
-    what: "task events too large for a notification",
-    sql: "CREATE TABLE IF NOT EXISTS task_notices (
+const MIGRATIONS: &[super::Migration] = &[
+    super::Migration {
+        what: "task events too large for a notification",
+        sql: "CREATE TABLE IF NOT EXISTS task_notices (
               id      BIGSERIAL PRIMARY KEY,
               at_ms   BIGINT NOT NULL,
               payload TEXT NOT NULL
           );
           CREATE INDEX IF NOT EXISTS task_notices_by_time ON task_notices (at_ms);",
-}];
+    },
+    super::Migration {
+        what: "kept task events compressed with lz4",
+        sql: "DO $$ BEGIN
+              -- lz4 where the server has it: pglz compressing the large JSON of every
+              -- write was a large share of the database's CPU under load (perf).
+              IF EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression'
+                                                     AND 'lz4' = ANY(enumvals)) THEN
+                  ALTER TABLE task_notices ALTER COLUMN payload SET COMPRESSION lz4;
+              END IF;
+          END $$;",
+    },
+];
 
 /// One write's events as they travel between processes.
 #[derive(Debug, Serialize, Deserialize)]
@@ -62,14 +75,30 @@ struct Notice {
 #[serde(untagged)]
 enum Wire {
     Whole(Box<Notice>),
-    Kept { origin: String, kept: i64 },
+    Kept {
+        origin: String,
+        kept: i64,
+        /// Absent from what an earlier binary sent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task_id: Option<String>,
+    },
+}
+
+/// Who sent a notification and which task it is about, read without building the events:
+/// every replica receives every other's notifications, and most are about tasks nobody
+/// follows there.
+#[derive(Deserialize)]
+struct Head {
+    origin: String,
+    task_id: Option<String>,
 }
 
 /// The feed of a process among several on one database.
 pub struct PostgresFeed {
     local: Arc<InProcessFeed>,
     origin: String,
-    outbox: mpsc::UnboundedSender<String>,
+    /// Each write's task id and notification payload, in write order.
+    outbox: mpsc::UnboundedSender<(String, String)>,
     /// The sender and the listener; they end when the feed is dropped.
     _tasks: JoinSet<()>,
 }
@@ -130,7 +159,7 @@ impl TaskFeed for PostgresFeed {
         let payload = serde_json::to_string(&Wire::Whole(Box::new(notice))).unwrap_or_default();
         self.local.publish(task_id, events, ended);
         // The sender is gone only when the feed is: nobody is left to tell.
-        let _ = self.outbox.send(payload);
+        let _ = self.outbox.send((task_id.to_owned(), payload));
     }
 }
 
@@ -145,7 +174,7 @@ async fn send(
     db: Postgres,
     channel: Arc<str>,
     origin: String,
-    mut queued: mpsc::UnboundedReceiver<String>,
+    mut queued: mpsc::UnboundedReceiver<(String, String)>,
 ) {
     while let Some(first) = queued.recv().await {
         let mut batch = vec![first];
@@ -161,13 +190,18 @@ async fn send(
     }
 }
 
-async fn send_batch(db: &Postgres, channel: &str, origin: &str, batch: Vec<String>) -> Result<()> {
+async fn send_batch(
+    db: &Postgres,
+    channel: &str,
+    origin: &str,
+    batch: Vec<(String, String)>,
+) -> Result<()> {
     let mut conn = db.connection().await?;
     let failed = |e: super::DriverError| Error::store(chain(&e));
     let tx = conn.transaction().await.map_err(failed)?;
     let mut payloads = Vec::with_capacity(batch.len());
     let mut swept = false;
-    for payload in batch {
+    for (task_id, payload) in batch {
         if payload.len() <= NOTIFY_LIMIT {
             payloads.push(payload);
             continue;
@@ -193,6 +227,7 @@ async fn send_batch(db: &Postgres, channel: &str, origin: &str, batch: Vec<Strin
         let wire = Wire::Kept {
             origin: origin.to_owned(),
             kept,
+            task_id: Some(task_id),
         };
         payloads.push(serde_json::to_string(&wire).unwrap_or_default());
     }
@@ -225,8 +260,18 @@ async fn relay_all(
     }
 }
 
-/// Fans one notice from another process out to this one's subscribers.
+/// Fans one notice from another process out to this one's subscribers. A notice of this
+/// process, or about a task nobody here follows, is left unread: a subscriber that comes
+/// after it reads the task from the store, where the write it announces already is.
 async fn relay(db: &Postgres, payload: &str, origin: &str, local: &InProcessFeed) {
+    if let Ok(head) = serde_json::from_str::<Head>(payload)
+        && (head.origin == origin
+            || head
+                .task_id
+                .is_some_and(|task_id| local.watched(&task_id).is_none()))
+    {
+        return;
+    }
     let notice = match serde_json::from_str::<Wire>(payload) {
         Ok(Wire::Whole(notice)) => *notice,
         Ok(Wire::Kept { origin: from, .. }) if from == origin => return,
