@@ -82,6 +82,11 @@ pub struct ExecutorConfig {
     /// Where cancels and answers for sagas driven by another replica go (replicas on one
     /// PostgreSQL database); `None` for an executor alone on its state file.
     pub forwarding: Option<Arc<crate::forwarding::Forwarding>>,
+    /// The task store replicas share, whose submitted tasks this replica holds until
+    /// their saga begins (`PostgresTaskStore::held_by`): renewed with the sagas' leases,
+    /// and those of a replica that stopped taken in here (`take_in_lapsed`). `None` for
+    /// an executor alone on its state file.
+    pub held_tasks: Option<agent_host::store::postgres::PostgresTaskStore>,
     /// Cancelled to stop: every driver then waits for the call it has out, journals the
     /// answer and returns (see `Executor::stopped`).
     pub shutdown: CancellationToken,

@@ -381,6 +381,7 @@ async fn keep_leases(
             async move {
                 let now = chrono::Utc::now().timestamp_millis();
                 executor.take_over_lapsed(now).await?;
+                executor.take_in_lapsed(now).await?;
                 // Requests left for the sagas driven here: for those just taken over,
                 // and any whose announcement was missed.
                 executor.carry_out_open().await.map(|_| ())

@@ -603,6 +603,79 @@ async fn a_cancel_for_a_saga_whose_owner_just_died_is_carried_out_by_the_replica
     );
 }
 
+/// Waits until the task shows on `replica` that its plan waits for a saga slot.
+async fn until_waiting_for_a_slot(world: &World, replica: &Executor, task_id: &str) {
+    use agent_host::sdk::StreamResponse;
+    let waits = |status: &agent_host::sdk::TaskStatus| {
+        serde_json::to_string(&status.message)
+            .unwrap_or_default()
+            .contains("waiting for a saga slot")
+    };
+    let mut stream = replica
+        .client()
+        .subscribe(&as_planner(world), task_id)
+        .await
+        .unwrap();
+    while let Some(event) = tokio::time::timeout(PATIENCE, stream.next())
+        .await
+        .expect("the plan comes to wait for a slot")
+    {
+        match event.unwrap() {
+            StreamResponse::Task(task) if waits(&task.status) => return,
+            StreamResponse::StatusUpdate(update) if waits(&update.status) => return,
+            _ => {}
+        }
+    }
+    panic!("task {task_id}: the stream ended before its plan waited for a slot");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plans_waiting_for_a_slot_on_a_replica_that_died_are_taken_in_by_another() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    const WAITING: usize = 5;
+    let Some(url) = scratch_database("replicas_waiting_plans").await else {
+        return;
+    };
+    let world = World::new();
+    let held = [(HELD_SKILL, Fault::ApplyThenGate(1))];
+    let (cards, logs) =
+        start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
+    // One saga slot: saga 0 takes it and is held at s3; the plans after it wait.
+    let owner = Executor::replica(&world, &url, "warn", &["--max-running-sagas", "1"]);
+    let mut taker = Executor::replica(&world, &url, "info", &[]);
+    register(&owner, &cards).await;
+    let mut tasks = vec![send_plan(&world, &owner, 0).await];
+    tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
+        .await
+        .expect("saga 0 reaches its held call");
+    for n in 1..=WAITING {
+        let task = send_plan(&world, &owner, n).await;
+        until_waiting_for_a_slot(&world, &owner, &task.id).await;
+        tasks.push(task);
+    }
+    // Nothing of the waiting plans has run: their saga has not begun anywhere.
+    assert_eq!(logs["vendor-registry"].lock().unwrap().effects.len(), 1);
+    owner.kill();
+    logs["compliance-registry"].lock().unwrap().gate.open();
+
+    // Saga 0 comes back under its own lease; the waiting plans under their task's hold.
+    says(
+        &mut taker,
+        "took in plans whose replica stopped before their saga began",
+    )
+    .await;
+    for (n, task) in tasks.into_iter().enumerate() {
+        let ended = settle(&world, &taker, task).await;
+        assert_eq!(
+            ended.status.state,
+            TaskState::Completed,
+            "saga {n}: {:?}",
+            ended.status
+        );
+    }
+    each_key_applied_once(&logs, WAITING + 1);
+}
+
 /// `GET /readyz` of a replica: its status code.
 async fn readiness(replica: &Executor) -> u16 {
     reqwest::get(format!("{}/readyz", replica.url))

@@ -413,6 +413,7 @@ fn restart(setup: &Harness) -> (Arc<Executor>, Arc<TaskManager>) {
             max_running_sagas: 1,
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             forwarding: None,
+            held_tasks: None,
             shutdown: tokio_util::sync::CancellationToken::new(),
         },
         tasks.clone(),

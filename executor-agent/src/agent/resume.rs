@@ -18,8 +18,7 @@ impl Executor {
             // Other replicas drive the sagas they hold: this one claims those nobody
             // holds (their owner stopped, or its lease lapsed), and later ones as they
             // lapse (`take_over_lapsed`). A task created by a replica that died before
-            // beginning its saga cannot be told from one another replica is taking in
-            // now, so none is taken in here.
+            // beginning its saga is taken in once its hold lapses (`take_in_lapsed`).
             let mut resumed = 0;
             loop {
                 let claimed = journal.claim_lapsed(now, TAKEOVER_BATCH).await?;
@@ -83,6 +82,56 @@ impl Executor {
         self.resume_claimed(claimed, now_ms).await?;
         tracing::info!(sagas = count, "took over sagas whose owner's lease lapsed");
         Ok(count)
+    }
+
+    /// Takes in, on a store replicas share, the plans whose task another replica created
+    /// and held, then stopped renewing before their saga began (it died, or was paused
+    /// past its lease): at most `TAKEOVER_BATCH` at once; how many. A plan whose saga
+    /// began is left to the saga's own lease. Should the replica that held one come back,
+    /// the journal keeps the plan to one saga: its begin finds the saga begun on the task.
+    pub async fn take_in_lapsed(self: &Arc<Self>, now_ms: i64) -> Result<usize> {
+        let Some(held) = &self.config.held_tasks else {
+            return Ok(0);
+        };
+        let claimed = held.claim_lapsed_submitted(now_ms, TAKEOVER_BATCH).await?;
+        let mut taken = 0;
+        for task_id in claimed {
+            let Some(task) = self.tasks.store().get(&task_id).await? else {
+                continue;
+            };
+            if task.status.state != TaskState::Submitted {
+                continue;
+            }
+            let plan = task
+                .history
+                .as_deref()
+                .unwrap_or_default()
+                .first()
+                .and_then(plan_of);
+            let saga_id = plan
+                .as_ref()
+                .and_then(|plan| plan.get("sagaId"))
+                .and_then(Value::as_str);
+            if let Some(saga_id) = saga_id
+                && let Some(header) = self.config.journal.header(saga_id).await?
+                && header.task_id == task.id
+            {
+                continue;
+            }
+            // Read again when first written here: the replica that held it wrote it.
+            let handle = self.tasks.resumed(&task.id, &task.context_id).await;
+            let me = self.clone();
+            self.drivers
+                .spawn(async move { me.take_in(handle, plan).await });
+            taken += 1;
+        }
+        if taken > 0 {
+            tracing::info!(
+                plans = taken,
+                "took in plans whose replica stopped before their saga began"
+            );
+        }
+        Ok(taken)
     }
 
     /// Resumes the sagas this executor just claimed, at their epochs: each replayed from

@@ -30,9 +30,14 @@ pub(super) struct Live {
 }
 
 impl Executor {
-    /// Extends the leases of every saga this process drives (one journal write).
+    /// Extends the leases of every saga this process drives (one journal write), and on a
+    /// store replicas share those of the submitted tasks it holds (one write more).
     pub async fn renew_leases(&self, now_ms: i64) -> Result<usize> {
-        self.config.journal.renew(now_ms).await
+        let renewed = self.config.journal.renew(now_ms).await?;
+        if let Some(held) = &self.config.held_tasks {
+            held.renew_held(now_ms).await?;
+        }
+        Ok(renewed)
     }
 
     /// Starts a driver for `saga` reporting on `task` (`metadata` goes with the first

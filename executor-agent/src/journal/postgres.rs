@@ -81,6 +81,11 @@ impl PostgresJournal {
         })
     }
 
+    /// Who this opening claims sagas as: one replica's run.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
     /// The same journal, whose claims hold a saga for `lease` without renewal.
     pub fn with_lease(mut self, lease: std::time::Duration) -> Self {
         self.lease = lease;

@@ -670,6 +670,7 @@ impl Harness {
             max_running_sagas,
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             forwarding: None,
+            held_tasks: None,
             shutdown: shutdown.clone(),
         };
         let executor = Executor::new(config, tasks.clone());

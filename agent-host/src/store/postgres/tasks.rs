@@ -40,19 +40,101 @@ const MIGRATIONS: &[Migration] = &[Migration {
                   ALTER TABLE tasks ALTER COLUMN body SET COMPRESSION lz4;
               END IF;
           END $$;",
+}, Migration {
+    what: "the process holding each task it is taking in",
+    sql: "ALTER TABLE tasks ADD COLUMN IF NOT EXISTS holder TEXT;
+          ALTER TABLE tasks ADD COLUMN IF NOT EXISTS held_until_ms BIGINT NOT NULL DEFAULT 0;
+          CREATE INDEX IF NOT EXISTS tasks_submitted_by_holder ON tasks (holder, held_until_ms)
+              WHERE state = 'TASK_STATE_SUBMITTED';",
 }];
 
 /// Tasks in a PostgreSQL database, shared by every replica that opens it.
 #[derive(Debug, Clone)]
 pub struct PostgresTaskStore {
     db: Postgres,
+    holder: Option<Holder>,
+}
+
+/// The process that holds the tasks this store creates, while they are submitted and not
+/// yet worked on (`held_by`).
+#[derive(Debug, Clone)]
+struct Holder {
+    id: String,
+    lease: std::time::Duration,
 }
 
 impl PostgresTaskStore {
     /// The store in `db`, its schema brought to this binary's version.
     pub async fn on(db: &Postgres) -> Result<Self> {
         db.migrate("task", MIGRATIONS).await?;
-        Ok(Self { db: db.clone() })
+        Ok(Self {
+            db: db.clone(),
+            holder: None,
+        })
+    }
+
+    /// The same store, whose tasks are created held by `holder` for `lease` while they
+    /// are submitted: the lease `renew_held` renews, and that another process claims when
+    /// it lapses (`claim_lapsed_submitted`). A task created just before its process died
+    /// is then taken in by another, not left submitted for ever.
+    pub fn held_by(mut self, holder: &str, lease: std::time::Duration) -> Self {
+        self.holder = Some(Holder {
+            id: holder.to_owned(),
+            lease,
+        });
+        self
+    }
+
+    fn held_until(&self, now_ms: i64) -> i64 {
+        let lease = self.holder.as_ref().map_or(0, |h| h.lease.as_millis());
+        now_ms.saturating_add(i64::try_from(lease).unwrap_or(i64::MAX))
+    }
+
+    /// Renews the lease of every submitted task this store's holder holds, in one
+    /// statement; how many.
+    pub async fn renew_held(&self, now_ms: i64) -> Result<u64> {
+        let Some(holder) = &self.holder else {
+            return Ok(0);
+        };
+        let conn = self.db.control_connection().await?;
+        conn.run(
+            // The state named as stored (`state_name`), for the partial index.
+            "UPDATE tasks SET held_until_ms = $2
+             WHERE state = 'TASK_STATE_SUBMITTED' AND holder = $1",
+            &[&holder.id, &self.held_until(now_ms)],
+        )
+        .await
+        .map_err(|e| failed("cannot renew the leases of submitted tasks", &e))
+    }
+
+    /// Claims for this store's holder at most `at_most` submitted tasks whose holder's
+    /// lease lapsed (it died, or was paused past it), skipping those another process is
+    /// claiming at this moment; their ids, oldest first.
+    pub async fn claim_lapsed_submitted(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>> {
+        let Some(holder) = &self.holder else {
+            return Ok(Vec::new());
+        };
+        let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
+        let conn = self.db.control_connection().await?;
+        let rows = conn
+            .rows(
+                "UPDATE tasks SET holder = $1, held_until_ms = $2
+                 WHERE seq IN (
+                     SELECT seq FROM tasks
+                     WHERE state = 'TASK_STATE_SUBMITTED' AND held_until_ms < $3
+                       AND holder IS DISTINCT FROM $1
+                     ORDER BY seq LIMIT $4
+                     FOR UPDATE SKIP LOCKED
+                 )
+                 RETURNING id, seq",
+                &[&holder.id, &self.held_until(now_ms), &now_ms, &at_most],
+            )
+            .await
+            .map_err(|e| failed("cannot claim submitted tasks", &e))?;
+        let mut claimed: Vec<(i64, String)> =
+            rows.iter().map(|row| (row.get(1), row.get(0))).collect();
+        claimed.sort();
+        Ok(claimed.into_iter().map(|(_, id)| id).collect())
     }
 }
 
@@ -74,21 +156,29 @@ impl TaskStore for PostgresTaskStore {
         // Group-committed with the other writes waiting at this moment (`batch.rs`): a
         // task is written by one manager at a time, so no two batches wait for its row.
         let written = match expected {
-            Expected::Absent => self
-                .db
-                .write(
-                    "INSERT INTO tasks (id, context_id, state, owner, updated_ms, version, body)
-                         VALUES ($1, $2, $3, $4, $5, 1, $6) ON CONFLICT (id) DO NOTHING",
-                    vec![
-                        Box::new(task.id.clone()),
-                        Box::new(context_id),
-                        Box::new(state),
-                        Box::new(owner),
-                        Box::new(updated_ms),
-                        Box::new(body),
-                    ],
-                )
-                .await,
+            Expected::Absent => {
+                // Held from its creation, in the same statement: no moment when a task
+                // exists that no live process is answerable for.
+                let holder = self.holder.as_ref().map(|h| h.id.clone());
+                let held_until_ms = self.held_until(chrono::Utc::now().timestamp_millis());
+                self.db
+                    .write(
+                        "INSERT INTO tasks (id, context_id, state, owner, updated_ms, version, body,
+                                            holder, held_until_ms)
+                         VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
+                        vec![
+                            Box::new(task.id.clone()),
+                            Box::new(context_id),
+                            Box::new(state),
+                            Box::new(owner),
+                            Box::new(updated_ms),
+                            Box::new(body),
+                            Box::new(holder),
+                            Box::new(held_until_ms),
+                        ],
+                    )
+                    .await
+            }
             Expected::Version(version) => {
                 self.db
                     .write(
@@ -256,5 +346,96 @@ impl Filter {
                 Value::Int(int) => int as &(dyn ToSql + Sync),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sdk::TaskState;
+    use crate::store::conformance::task;
+    use crate::store::postgres::testing::scratch_database;
+
+    const LEASE: std::time::Duration = std::time::Duration::from_secs(4);
+
+    #[tokio::test]
+    async fn a_submitted_task_whose_holder_stopped_renewing_is_claimed_by_one_other_holder() {
+        let Some(url) = scratch_database("tasks_held").await else {
+            return;
+        };
+        let db = Postgres::connect(&url, 4).unwrap();
+        let store = PostgresTaskStore::on(&db).await.unwrap();
+        let (a, b, c) = (
+            store.clone().held_by("a", LEASE),
+            store.clone().held_by("b", LEASE),
+            store.clone().held_by("c", LEASE),
+        );
+        assert_eq!(
+            state_name(&TaskState::Submitted),
+            "TASK_STATE_SUBMITTED",
+            "the state the statements name"
+        );
+        a.put(
+            &task("waits", "ctx", TaskState::Submitted, 1),
+            Expected::Absent,
+        )
+        .await
+        .unwrap();
+        a.put(
+            &task("works", "ctx", TaskState::Submitted, 2),
+            Expected::Absent,
+        )
+        .await
+        .unwrap();
+        a.put(
+            &task("works", "ctx", TaskState::Working, 3),
+            Expected::Version(1),
+        )
+        .await
+        .unwrap();
+        let now = chrono::Utc::now().timestamp_millis();
+        let lease_ms = i64::try_from(LEASE.as_millis()).unwrap();
+
+        // Held while the lease runs, and renewed by its holder alone.
+        assert!(b.claim_lapsed_submitted(now, 10).await.unwrap().is_empty());
+        assert_eq!(
+            a.renew_held(now).await.unwrap(),
+            1,
+            "only the submitted task"
+        );
+        assert_eq!(b.renew_held(now).await.unwrap(), 0);
+
+        // Past the lease: claimed once, by one of the two asking; the task working is not.
+        let lapsed = now + lease_ms + 1;
+        let (by_b, by_c) = tokio::join!(
+            b.claim_lapsed_submitted(lapsed, 10),
+            c.claim_lapsed_submitted(lapsed, 10)
+        );
+        let mut claimed = by_b.unwrap();
+        claimed.extend(by_c.unwrap());
+        assert_eq!(claimed, ["waits"]);
+        // Held again from then: neither the other claimer nor the first holder takes it.
+        assert!(
+            a.claim_lapsed_submitted(lapsed, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            b.claim_lapsed_submitted(lapsed, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(a.renew_held(lapsed).await.unwrap(), 0, "no longer a's");
+
+        // A store that holds nothing claims nothing.
+        assert!(
+            store
+                .claim_lapsed_submitted(lapsed + lease_ms * 10, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 }
