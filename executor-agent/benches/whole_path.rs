@@ -390,7 +390,6 @@ fn main() {
     let db = store().map(|url| {
         agent_host::store::postgres::Postgres::connect(&url, 2).expect("WHOLE_PATH_STORE")
     });
-    let mut lone_p50_ms = None;
     let mut database_lines = Vec::new();
     for (index, (mode, clients)) in rounds().into_iter().enumerate() {
         let before = db
@@ -406,9 +405,6 @@ fn main() {
             length,
         ));
         print_round(&round);
-        if clients == 1 && mode == Mode::Blocking {
-            lone_p50_ms = Some(p50(&round.latencies_ms));
-        }
         if let (Some(db), Some(before)) = (&db, before) {
             let used = client.block_on(database::counters(db)).since(before);
             database_lines.push(database_line(&round, used));
@@ -425,7 +421,7 @@ fn main() {
         for line in &database_lines {
             println!("{line}");
         }
-        let task = client.block_on(lone_task(&executors[0], &keys.planner, &template));
+        let (_, task) = client.block_on(lone_saga(&executors[0], &keys.planner, &template, 0));
         let plan: Value = serde_json::from_str(&template).expect("the plan");
         let tools: Vec<(&str, String)> = AGENTS
             .iter()
@@ -435,27 +431,27 @@ fn main() {
         let sequence = client.block_on(database::Sequence::prepare(
             db, &plan, &task, &tools, TOOL_TOKEN,
         ));
-        let mut took = Vec::new();
+        // One saga through the executor, then its sequence, in turn: both see the machine
+        // as it is at that moment (its speed drifts by more than their difference).
+        let (mut sagas, mut sequences) = (Vec::new(), Vec::new());
         let started = Instant::now();
-        while started.elapsed() < length {
-            let n = took.len() as u64;
-            took.push(client.block_on(sequence.run(n)).as_secs_f64() * 1000.0);
+        while started.elapsed() < length * 2 {
+            let n = sagas.len() as u64 + 1;
+            let (took, _) = client.block_on(lone_saga(&executors[0], &keys.planner, &template, n));
+            sagas.push(took.as_secs_f64() * 1000.0);
+            sequences.push(client.block_on(sequence.run(n)).as_secs_f64() * 1000.0);
         }
-        let alone = p50(&took);
-        let mut sorted = took.clone();
-        sorted.sort_by(f64::total_cmp);
+        let ratios: Vec<f64> = sagas.iter().zip(&sequences).map(|(a, b)| a / b).collect();
         println!(
-            "\none saga's own sequence without the executor ({} commits, {STEPS} tool calls, one after another on one connection, this process): {} runs, p50 {alone:.2} ms, p99 {:.2} ms{}",
+            "
+one saga alone through the executor against its own sequence without the executor ({} commits, {STEPS} tool calls, one after another on one connection, this process), in turn, {} pairs: saga p50 {:.2} ms, sequence p50 {:.2} ms, ratio of each pair p50 {:.2}x (p10 {:.2}x, p90 {:.2}x)",
             database::Sequence::COMMITS,
-            took.len(),
-            percentile(&sorted, 0.99),
-            match lone_p50_ms {
-                Some(saga) => format!(
-                    "; one saga alone through the executor (blocking, 1 client): p50 {saga:.2} ms = {:.2}x its sequence",
-                    saga / alone
-                ),
-                None => String::new(),
-            }
+            sagas.len(),
+            p50(&sagas),
+            p50(&sequences),
+            p50(&ratios),
+            quantile(&ratios, 0.1),
+            quantile(&ratios, 0.9),
         );
     }
     drop(executors);
@@ -491,9 +487,7 @@ fn main() {
 }
 
 fn p50(latencies_ms: &[f64]) -> f64 {
-    let mut sorted = latencies_ms.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    percentile(&sorted, 0.5)
+    quantile(latencies_ms, 0.5)
 }
 
 /// What the database did for a round, per step.
@@ -513,11 +507,19 @@ fn database_line(round: &Round, used: database::Counters) -> String {
     )
 }
 
-/// A task as the executor ends it: one saga sent, its answer kept.
-async fn lone_task(executor: &Executor, planner: &SigningIdentity, template: &str) -> Value {
+/// One saga sent alone and waited for (blocking): how long it took, and the task as the
+/// executor ended it.
+async fn lone_saga(
+    executor: &Executor,
+    planner: &SigningIdentity,
+    template: &str,
+    n: u64,
+) -> (Duration, Value) {
     let agent = AgentClient::new(&executor.url).expect("a client");
+    let sent = Instant::now();
+    let saga = format!("sg_wp_lone_{n}");
     let mut plan: Value =
-        serde_json::from_str(&template.replace("sg_demo_supplier_onboarding", "sg_wp_lone"))
+        serde_json::from_str(&template.replace("sg_demo_supplier_onboarding", &saga))
             .expect("the plan");
     planner.sign_in_place(&mut plan).expect("signed");
     let call = OutboundCall {
@@ -526,9 +528,17 @@ async fn lone_task(executor: &Executor, planner: &SigningIdentity, template: &st
     };
     let request = agent_host::user_request(None, Some(json!({ "plan": plan })), None);
     match agent.send(&call, &request).await {
-        Ok(SendMessageResponse::Task(task)) => serde_json::to_value(task).expect("a task"),
-        other => panic!("the lone saga: {other:?}"),
+        Ok(SendMessageResponse::Task(task)) if task.status.state == TaskState::Completed => {
+            (sent.elapsed(), serde_json::to_value(task).expect("a task"))
+        }
+        other => panic!("the lone saga {saga}: {other:?}"),
     }
+}
+
+fn quantile(values: &[f64], p: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    percentile(&sorted, p)
 }
 
 /// Unreported: connections opened, pools and the heap grown, before the first round.

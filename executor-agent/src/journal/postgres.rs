@@ -165,11 +165,7 @@ impl SagaLog for PostgresJournal {
             .transaction()
             .await
             .map_err(store("cannot begin a saga"))?;
-        if let Some(hold) = &header.spec.mandate
-            && is_revoked(&tx, hold).await?
-        {
-            return Err(Error::Mandate(mandates::revoked(hold)));
-        }
+        let hold = header.spec.mandate.as_ref();
         let (ends_ms, lease_until_ms) = (mandate_ends_ms(header), self.lease_until(at_ms));
         let saga_row: [&(dyn ToSql + Sync); 7] = [
             &header.saga_id,
@@ -180,12 +176,22 @@ impl SagaLog for PostgresJournal {
             &self.owner,
             &lease_until_ms,
         ];
-        let saga = tx.run(
-            "INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms, owner,
-                                epoch, lease_until_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, 1, $7)",
-            &saga_row,
-        );
+        let revoked = async {
+            match hold {
+                Some(hold) => is_revoked(&tx, hold).await,
+                None => Ok(false),
+            }
+        };
+        let saga = async {
+            tx.run(
+                "INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms, owner,
+                                    epoch, lease_until_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, 1, $7)",
+                &saga_row,
+            )
+            .await
+            .map_err(store("cannot begin a saga"))
+        };
         let entries = async {
             match &first {
                 Some(first) => tx
@@ -194,17 +200,27 @@ impl SagaLog for PostgresJournal {
                         &[&header.saga_id, first],
                     )
                     .await
-                    .map(|_| ()),
-                None => Ok(()),
+                    .map_err(store("cannot begin a saga")),
+                None => Ok(0),
             }
         };
-        // Polled together, the inserts go out back to back: one round trip.
-        futures::try_join!(saga, entries).map_err(store("cannot begin a saga"))?;
-        if let Some(hold) = &header.spec.mandate
-            && let Some(violation) = reserve(&tx, &header.saga_id, hold, at_ms).await?
-        {
-            // Dropped, the transaction rolls back: nothing is written.
-            return Err(Error::Mandate(violation));
+        let taken = async {
+            match hold {
+                Some(hold) => take_budget(&tx, &header.saga_id, hold, at_ms).await,
+                None => Ok(true),
+            }
+        };
+        // Polled together, every statement goes out back to back: one round trip, the
+        // mandate's row locked by the last of them. A revoked mandate, or a budget
+        // refused, drops the transaction: nothing is written.
+        let (revoked, _, _, taken) = futures::try_join!(revoked, saga, entries, taken)?;
+        if let Some(hold) = hold {
+            if revoked {
+                return Err(Error::Mandate(mandates::revoked(hold)));
+            }
+            if !taken && let Some(violation) = refused(&tx, hold).await? {
+                return Err(Error::Mandate(violation));
+            }
         }
         tx.commit().await.map_err(store("cannot begin a saga"))?;
         Ok(1)
@@ -471,26 +487,36 @@ async fn is_revoked(tx: &Transaction<'_>, hold: &MandateHold) -> Result<bool> {
         .is_some())
 }
 
-/// How many times a reservation refused by the database is tried again when the refusal
-/// cannot be explained by what the mandate's row then shows (it changed in between).
-const RESERVE_ATTEMPTS: usize = 3;
+/// The conditional write that takes a plan's reservation from its mandate's budget: the
+/// rules of `mandates::refusal_for` as its condition. Every saga under a mandate locks
+/// its row until its commit, so replicas accepting plans under one mandate at once are
+/// serialized on it; taken in the last statement before the commit, the lock is held for
+/// the commit alone.
+const TAKE_BUDGET: &str = "UPDATE mandates SET used_minor = used_minor + $3, sagas = sagas + 1
+     WHERE principal_key = $1 AND mandate_id = $2 AND document_sha256 = $4
+       AND $3 <= GREATEST($5 - used_minor, 0)
+       AND ($6::BIGINT IS NULL OR sagas < $6)";
 
-/// Inside the transaction that begins `saga_id`, after its rows are written: the rules of
-/// `mandates::refusal_for`, as the condition of the one statement that takes the budget.
-/// Every saga under a mandate locks its row until its commit, so replicas accepting plans
-/// under one mandate at once are serialized on it; taking it last, in one statement,
-/// holds it for the commit alone.
-async fn reserve(
+fn take_budget_row(hold: &MandateHold) -> (i64, i64, Option<i64>) {
+    (
+        to_i64(hold.reserved_minor),
+        to_i64(hold.budget.amount_minor.get()),
+        hold.max_sagas.map(i64::from),
+    )
+}
+
+/// Inside the transaction that begins `saga_id`: records the mandate (when first seen)
+/// and the saga's reservation, and takes the reservation from the budget; whether the
+/// budget allowed it (`refused` then says why not). Its three statements go out together.
+async fn take_budget(
     tx: &Transaction<'_>,
     saga_id: &str,
     hold: &MandateHold,
     at_ms: i64,
-) -> Result<Option<Violation>> {
+) -> Result<bool> {
     let failed = store("cannot reserve against a mandate");
-    let key: [&(dyn ToSql + Sync); 2] = [&hold.principal_key, &hold.mandate_id];
-    let reserved = to_i64(hold.reserved_minor);
-    let budget = to_i64(hold.budget.amount_minor.get());
-    let (currency, max_sagas) = (hold.budget.currency.as_str(), hold.max_sagas.map(i64::from));
+    let (reserved, budget, max_sagas) = take_budget_row(hold);
+    let currency = hold.budget.currency.as_str();
     let mandate_row: [&(dyn ToSql + Sync); 7] = [
         &hold.principal_key,
         &hold.mandate_id,
@@ -507,6 +533,14 @@ async fn reserve(
         &reserved,
         &at_ms,
     ];
+    let take_row: [&(dyn ToSql + Sync); 6] = [
+        &hold.principal_key,
+        &hold.mandate_id,
+        &reserved,
+        &hold.document_sha256,
+        &budget,
+        &max_sagas,
+    ];
     let mandate = tx.run(
         "INSERT INTO mandates
              (principal_key, mandate_id, document_sha256, principal, currency, budget_minor, max_sagas)
@@ -519,14 +553,37 @@ async fn reserve(
          VALUES ($1, $2, $3, $4, NULL, $5)",
         &reservation_row,
     );
-    futures::try_join!(mandate, reservation).map_err(&failed)?;
+    let take = tx.run(TAKE_BUDGET, &take_row);
+    let (_, _, taken) = futures::try_join!(mandate, reservation, take).map_err(&failed)?;
+    Ok(taken == 1)
+}
+
+/// How many times a reservation refused by the database is tried again when the refusal
+/// cannot be explained by what the mandate's row then shows (it changed in between).
+const RESERVE_ATTEMPTS: usize = 3;
+
+/// Why the budget refused the reservation, from the mandate's row as it stands; `None`
+/// once a try again took it (the row changed between the refusal and the read).
+async fn refused(tx: &Transaction<'_>, hold: &MandateHold) -> Result<Option<Violation>> {
+    let failed = store("cannot reserve against a mandate");
+    let key: [&(dyn ToSql + Sync); 2] = [&hold.principal_key, &hold.mandate_id];
+    let (reserved, budget, max_sagas) = take_budget_row(hold);
     for _ in 0..RESERVE_ATTEMPTS {
+        let row = tx
+            .row(
+                "SELECT document_sha256, used_minor, sagas FROM mandates
+                 WHERE principal_key = $1 AND mandate_id = $2",
+                &key,
+            )
+            .await
+            .map_err(&failed)?;
+        let (known, used, sagas): (String, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        if let Some(violation) = mandates::refusal_for(hold, &known, to_u64(used), to_u64(sagas)) {
+            return Ok(Some(violation));
+        }
         let taken = tx
             .run(
-                "UPDATE mandates SET used_minor = used_minor + $3, sagas = sagas + 1
-                 WHERE principal_key = $1 AND mandate_id = $2 AND document_sha256 = $4
-                   AND $3 <= GREATEST($5 - used_minor, 0)
-                   AND ($6::BIGINT IS NULL OR sagas < $6)",
+                TAKE_BUDGET,
                 &[
                     &hold.principal_key,
                     &hold.mandate_id,
@@ -540,18 +597,6 @@ async fn reserve(
             .map_err(&failed)?;
         if taken == 1 {
             return Ok(None);
-        }
-        let row = tx
-            .row(
-                "SELECT document_sha256, used_minor, sagas FROM mandates
-                 WHERE principal_key = $1 AND mandate_id = $2",
-                &key,
-            )
-            .await
-            .map_err(&failed)?;
-        let (known, used, sagas): (String, i64, i64) = (row.get(0), row.get(1), row.get(2));
-        if let Some(violation) = mandates::refusal_for(hold, &known, to_u64(used), to_u64(sagas)) {
-            return Ok(Some(violation));
         }
     }
     Err(Error::Journal(format!(

@@ -66,8 +66,12 @@ struct Notice {
     origin: String,
     task_id: String,
     events: Vec<StreamResponse>,
-    /// The task as the write ended it, when it did.
+    /// The task as the write ended it, when it did (sent by earlier binaries; `ends`
+    /// now, and the listening side reads the ended task, which no longer changes).
     ended: Option<Task>,
+    /// Whether the write ended the task.
+    #[serde(default)]
+    ends: bool,
 }
 
 /// What a notification carries: a notice, or where one too large for it is kept.
@@ -149,15 +153,29 @@ impl TaskFeed for PostgresFeed {
         Some(Watch::Everything)
     }
 
+    /// Sent to the other processes without the task as it was created or ended: a task
+    /// is followed elsewhere only once it exists (a subscription there reads it first),
+    /// and an ended task no longer changes, so the other side reads it when someone
+    /// there waits for it. What travels is then mostly a status, within a notification.
     fn publish(&self, task_id: &str, events: Vec<StreamResponse>, ended: Option<Task>) {
+        let remote: Vec<StreamResponse> = events
+            .iter()
+            .filter(|event| !matches!(event, StreamResponse::Task(_)))
+            .cloned()
+            .collect();
+        let ends = ended.is_some();
+        self.local.publish(task_id, events, ended);
+        if remote.is_empty() && !ends {
+            return;
+        }
         let notice = Notice {
             origin: self.origin.clone(),
             task_id: task_id.to_owned(),
-            events: events.clone(),
-            ended: ended.clone(),
+            events: remote,
+            ended: None,
+            ends,
         };
         let payload = serde_json::to_string(&Wire::Whole(Box::new(notice))).unwrap_or_default();
-        self.local.publish(task_id, events, ended);
         // The sender is gone only when the feed is: nobody is left to tell.
         let _ = self.outbox.send((task_id.to_owned(), payload));
     }
@@ -291,9 +309,22 @@ async fn relay(db: &Postgres, payload: &str, origin: &str, local: &InProcessFeed
             return;
         }
     };
-    if notice.origin != origin {
-        local.publish(&notice.task_id, notice.events, notice.ended);
+    if notice.origin == origin {
+        return;
     }
+    let ended = match notice.ended {
+        Some(task) => Some(task),
+        None if notice.ends => match super::tasks::read_task(db, &notice.task_id).await {
+            Ok(task) => task,
+            Err(e) => {
+                // The end is still told; a waiter then reads the task itself.
+                tracing::warn!(error = %e, "cannot read a task another replica ended");
+                None
+            }
+        },
+        None => None,
+    };
+    local.publish(&notice.task_id, notice.events, ended);
 }
 
 /// The notice kept under `id`, if it is still kept.
@@ -346,10 +377,10 @@ mod tests {
         };
         let writer = replica(&url).await;
         let follower = replica(&url).await;
-        let mut events = follower.subscribe("t1").unwrap();
-
         let task = crate::store::conformance::task("t1", "c1", TaskState::Submitted, 0);
         let handle = writer.create(task).await.unwrap();
+        // Followed elsewhere once it exists, as a subscription there reads it first.
+        let mut events = follower.subscribe("t1").unwrap();
         handle.set_status(TaskState::Working, None).await.unwrap();
         // Too large for a notification: kept in the table, announced by its id.
         let large = crate::agent::agent_message("x".repeat(20_000), None);
@@ -370,12 +401,7 @@ mod tests {
         }
         assert_eq!(
             seen,
-            [
-                TaskState::Submitted,
-                TaskState::Working,
-                TaskState::Working,
-                TaskState::Completed
-            ]
+            [TaskState::Working, TaskState::Working, TaskState::Completed]
         );
         assert_eq!(texts, [false, true, false], "the large status came whole");
         let ended = events.ended();

@@ -138,6 +138,17 @@ impl PostgresTaskStore {
     }
 }
 
+/// The task with id `id` in `db`, as stored (for the task feed, which reads an ended
+/// task when another process announces its end).
+pub(super) async fn read_task(db: &Postgres, id: &str) -> Result<Option<Task>> {
+    let conn = db.connection().await?;
+    let row = conn
+        .row_opt("SELECT body FROM tasks WHERE id = $1", &[&id])
+        .await
+        .map_err(|e| failed("cannot read a task", &e))?;
+    row.map(|row| decode(row.get(0))).transpose()
+}
+
 fn decode(body: &str) -> Result<Task> {
     serde_json::from_str(body)
         .map_err(|e| Error::store(format!("a stored task cannot be read: {e}")))
