@@ -1,6 +1,6 @@
 //! PostgreSQL, for the stores that several executor replicas share: a pool per database,
 //! one schema version per store (the rules of `schema.rs`: migrations in order, a newer
-//! schema than this binary knows refused), group commit of one-statement writes
+//! schema than this binary knows refused), group commit of writes
 //! (`postgres/batch.rs`), the `TaskStore` on it (`postgres/tasks.rs`), and task events
 //! across processes (`postgres/feed.rs`).
 //!
@@ -21,7 +21,7 @@ use tokio_postgres::NoTls;
 
 use crate::error::{Error, Result};
 
-pub use batch::Param;
+pub use batch::{Done, Param, Statement};
 pub use cluster::Cluster;
 pub use deadpool_postgres::{Object as Connection, Transaction};
 pub use feed::PostgresFeed;
@@ -147,6 +147,25 @@ impl Postgres {
     /// Runs the one statement `sql` in the next group commit (`batch.rs` says which
     /// statements may): the rows it changed, once its batch committed.
     pub async fn write(&self, sql: &'static str, params: Vec<Param>) -> Result<u64> {
+        let statement = Statement {
+            sql,
+            params,
+            returns_rows: false,
+        };
+        match self.write_together(None, vec![statement]).await?.pop() {
+            Some(Done::Changed(changed)) => Ok(changed),
+            _ => Err(Error::store("a write answered what it was not asked")),
+        }
+    }
+
+    /// Commits `statements` together in the next group commit, in the transaction of
+    /// `group` when it names one (the row they lock that other writers share:
+    /// `batch.rs`); what each did, once committed.
+    pub async fn write_together(
+        &self,
+        group: Option<String>,
+        statements: Vec<Statement>,
+    ) -> Result<Vec<Done>> {
         let writes = self.writes.get_or_init(|| {
             // The writers' own handle has no writers of its own: nothing holds them but
             // this handle and its clones.
@@ -155,7 +174,7 @@ impl Postgres {
                 ..self.clone()
             })
         });
-        writes.write(sql, params).await
+        writes.write(group, statements).await
     }
 
     /// Why the database cannot be reached now, if the last attempt to reach it failed:

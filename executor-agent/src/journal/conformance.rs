@@ -399,3 +399,34 @@ async fn the_postgres_journal_conforms() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_plan_under_a_revoked_mandate_is_refused_and_writes_nothing() {
+    use agent_host::store::postgres::{Cached, Postgres, testing};
+    use crate::journal::{Headers, SagaLog};
+    let Some(url) = testing::scratch_database("postgres_revoked_mandate").await else {
+        return;
+    };
+    let db = Postgres::connect(&url, 4).unwrap();
+    let journal = super::PostgresJournal::on(&db).await.unwrap();
+    journal
+        .begin(&under_mandate("before", 10), &[])
+        .await
+        .unwrap();
+    db.connection()
+        .await
+        .unwrap()
+        .run(
+            "INSERT INTO mandate_revocations VALUES ('principal-key', 'md_conformance', 'now', '{}')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let refused = journal.begin(&under_mandate("after", 10), &[]).await;
+    assert!(
+        matches!(&refused, Err(Error::Mandate(v)) if v.code == shared_types::ViolationCode::MandateRevoked),
+        "{refused:?}"
+    );
+    assert_eq!(journal.header("after").await.unwrap(), None);
+    assert!(journal.header("before").await.unwrap().is_some());
+}

@@ -6,7 +6,7 @@
 //! budget in the same transaction, the mandate's row locked last.
 
 use agent_host::store::postgres::{
-    Cached, Connection, DriverError, Migration, Postgres, ToSql, Transaction, failed, to_i64,
+    Cached, Connection, Done, DriverError, Migration, Param, Postgres, Statement, failed, to_i64,
     to_u64,
 };
 
@@ -159,71 +159,81 @@ impl SagaLog for PostgresJournal {
         } else {
             Some(encode(&first)?)
         };
-        let at_ms = chrono::Utc::now().timestamp_millis();
-        let mut conn = self.connection().await?;
-        let tx = conn
-            .transaction()
-            .await
-            .map_err(store("cannot begin a saga"))?;
-        let hold = header.spec.mandate.as_ref();
-        let (ends_ms, lease_until_ms) = (mandate_ends_ms(header), self.lease_until(at_ms));
-        let saga_row: [&(dyn ToSql + Sync); 7] = [
-            &header.saga_id,
-            &header.task_id,
-            &body,
-            &at_ms,
-            &ends_ms,
-            &self.owner,
-            &lease_until_ms,
-        ];
-        let revoked = async {
-            match hold {
-                Some(hold) => is_revoked(&tx, hold).await,
-                None => Ok(false),
+        let Some(hold) = &header.spec.mandate else {
+            let at_ms = chrono::Utc::now().timestamp_millis();
+            let mut statements = vec![Statement {
+                sql: "INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms,
+                                         owner, epoch, lease_until_ms)
+                      VALUES ($1, $2, $3, $4, $5, $6, 1, $7)",
+                params: saga_params(header, body, at_ms, &self.owner, self.lease_until(at_ms)),
+                returns_rows: false,
+            }];
+            if let Some(first) = first {
+                statements.push(Statement {
+                    sql: "INSERT INTO entries (saga_id, body) VALUES ($1, $2)",
+                    params: vec![Box::new(header.saga_id.clone()), Box::new(first)],
+                    returns_rows: false,
+                });
             }
+            self.db.write_together(None, statements).await?;
+            return Ok(1);
         };
-        let saga = async {
-            tx.run(
-                "INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms, owner,
-                                    epoch, lease_until_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, 1, $7)",
-                &saga_row,
-            )
-            .await
-            .map_err(store("cannot begin a saga"))
-        };
-        let entries = async {
-            match &first {
-                Some(first) => tx
-                    .run(
-                        "INSERT INTO entries (saga_id, body) VALUES ($1, $2)",
-                        &[&header.saga_id, first],
-                    )
-                    .await
-                    .map_err(store("cannot begin a saga")),
-                None => Ok(0),
+        for _ in 0..RESERVE_ATTEMPTS {
+            let at_ms = chrono::Utc::now().timestamp_millis();
+            let mut params = saga_params(
+                header,
+                body.clone(),
+                at_ms,
+                &self.owner,
+                self.lease_until(at_ms),
+            );
+            params.extend(budget_params(hold));
+            params.push(Box::new(first.clone()));
+            // The plans accepted under one mandate at one moment share a transaction of
+            // their own: its row is locked once for all of them (`batch.rs`).
+            let done = self
+                .db
+                .write_together(
+                    Some(format!(
+                        "mandate {} {}",
+                        hold.principal_key, hold.mandate_id
+                    )),
+                    vec![
+                        Statement {
+                            sql: MANDATE_IF_NEW,
+                            params: mandate_params(hold),
+                            returns_rows: false,
+                        },
+                        Statement {
+                            sql: BEGIN_UNDER_MANDATE,
+                            params,
+                            returns_rows: true,
+                        },
+                    ],
+                )
+                .await?;
+            let Some(Done::Rows(rows)) = done.last() else {
+                return Err(Error::Journal("a begin answered no row".into()));
+            };
+            let Some(row) = rows.first() else {
+                return Err(Error::Journal("a begin answered no row".into()));
+            };
+            let (taken, revoked): (bool, bool) = (row.get(0), row.get(1));
+            if taken {
+                return Ok(1);
             }
-        };
-        let taken = async {
-            match hold {
-                Some(hold) => take_budget(&tx, &header.saga_id, hold, at_ms).await,
-                None => Ok(true),
-            }
-        };
-        // Polled together, every statement goes out back to back: one round trip, the
-        // mandate's row locked by the last of them. A revoked mandate, or a budget
-        // refused, drops the transaction: nothing is written.
-        let (revoked, _, _, taken) = futures::try_join!(revoked, saga, entries, taken)?;
-        if let Some(hold) = hold {
             if revoked {
                 return Err(Error::Mandate(mandates::revoked(hold)));
             }
-            if !taken && let Some(violation) = refused(&tx, hold).await? {
+            if let Some(violation) = self.refusal(hold).await? {
                 return Err(Error::Mandate(violation));
             }
+            // The budget changed between the refusal and the read: asked again.
         }
-        tx.commit().await.map_err(store("cannot begin a saga"))?;
-        Ok(1)
+        Err(Error::Journal(format!(
+            "the reservation against mandate {:?} was refused {RESERVE_ATTEMPTS} times while its row allowed it",
+            hold.mandate_id
+        )))
     }
 
     async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()> {
@@ -253,20 +263,13 @@ impl SagaLog for PostgresJournal {
 
     async fn finish(&self, saga_id: &str, spent_minor: u64) -> Result<()> {
         let at_ms = chrono::Utc::now().timestamp_millis();
-        let mut conn = self.connection().await?;
-        let tx = conn
-            .transaction()
+        let conn = self.connection().await?;
+        // One statement, committed alone: it locks the saga's row, its reservation, and
+        // its mandate's row only when the saga gives budget back.
+        conn.run(FINISH, &[&saga_id, &to_i64(spent_minor), &at_ms])
             .await
             .map_err(store("cannot finish a saga"))?;
-        tx.run(
-            "UPDATE sagas SET finished = TRUE, finished_ms = $2 WHERE saga_id = $1",
-            &[&saga_id, &at_ms],
-        )
-        .await
-        .map_err(store("cannot finish a saga"))?;
-        // Last: the mandate's row, which every saga under it locks, is held the shortest.
-        settle(&tx, saga_id, spent_minor).await?;
-        tx.commit().await.map_err(store("cannot finish a saga"))
+        Ok(())
     }
 
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {
@@ -474,164 +477,125 @@ impl Headers for PostgresJournal {
     }
 }
 
-/// Whether the mandate `hold` names was revoked (read inside the transaction that begins
-/// a saga under it).
-async fn is_revoked(tx: &Transaction<'_>, hold: &MandateHold) -> Result<bool> {
-    Ok(tx
-        .row_opt(
-            "SELECT 1 FROM mandate_revocations WHERE principal_key = $1 AND mandate_id = $2",
-            &[&hold.principal_key, &hold.mandate_id],
-        )
-        .await
-        .map_err(store("cannot reserve against a mandate"))?
-        .is_some())
-}
-
-/// The conditional write that takes a plan's reservation from its mandate's budget: the
-/// rules of `mandates::refusal_for` as its condition. Every saga under a mandate locks
-/// its row until its commit, so replicas accepting plans under one mandate at once are
-/// serialized on it; taken in the last statement before the commit, the lock is held for
-/// the commit alone.
-const TAKE_BUDGET: &str = "UPDATE mandates SET used_minor = used_minor + $3, sagas = sagas + 1
-     WHERE principal_key = $1 AND mandate_id = $2 AND document_sha256 = $4
-       AND $3 <= GREATEST($5 - used_minor, 0)
-       AND ($6::BIGINT IS NULL OR sagas < $6)";
-
-fn take_budget_row(hold: &MandateHold) -> (i64, i64, Option<i64>) {
-    (
-        to_i64(hold.reserved_minor),
-        to_i64(hold.budget.amount_minor.get()),
-        hold.max_sagas.map(i64::from),
-    )
-}
-
-/// Inside the transaction that begins `saga_id`: records the mandate (when first seen)
-/// and the saga's reservation, and takes the reservation from the budget; whether the
-/// budget allowed it (`refused` then says why not). Its three statements go out together.
-async fn take_budget(
-    tx: &Transaction<'_>,
-    saga_id: &str,
-    hold: &MandateHold,
+/// The parameters `$1`–`$7` of a begin: the saga's row.
+fn saga_params(
+    header: &SagaHeader,
+    body: String,
     at_ms: i64,
-) -> Result<bool> {
-    let failed = store("cannot reserve against a mandate");
-    let (reserved, budget, max_sagas) = take_budget_row(hold);
-    let currency = hold.budget.currency.as_str();
-    let mandate_row: [&(dyn ToSql + Sync); 7] = [
-        &hold.principal_key,
-        &hold.mandate_id,
-        &hold.document_sha256,
-        &hold.principal,
-        &currency,
-        &budget,
-        &max_sagas,
-    ];
-    let reservation_row: [&(dyn ToSql + Sync); 5] = [
-        &saga_id,
-        &hold.principal_key,
-        &hold.mandate_id,
-        &reserved,
-        &at_ms,
-    ];
-    let take_row: [&(dyn ToSql + Sync); 6] = [
-        &hold.principal_key,
-        &hold.mandate_id,
-        &reserved,
-        &hold.document_sha256,
-        &budget,
-        &max_sagas,
-    ];
-    let mandate = tx.run(
-        "INSERT INTO mandates
-             (principal_key, mandate_id, document_sha256, principal, currency, budget_minor, max_sagas)
-         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-        &mandate_row,
-    );
-    let reservation = tx.run(
-        "INSERT INTO mandate_reservations
-             (saga_id, principal_key, mandate_id, reserved_minor, spent_minor, at_ms)
-         VALUES ($1, $2, $3, $4, NULL, $5)",
-        &reservation_row,
-    );
-    let take = tx.run(TAKE_BUDGET, &take_row);
-    let (_, _, taken) = futures::try_join!(mandate, reservation, take).map_err(&failed)?;
-    Ok(taken == 1)
+    owner: &str,
+    lease_until_ms: i64,
+) -> Vec<Param> {
+    vec![
+        Box::new(header.saga_id.clone()),
+        Box::new(header.task_id.clone()),
+        Box::new(body),
+        Box::new(at_ms),
+        Box::new(mandate_ends_ms(header)),
+        Box::new(owner.to_owned()),
+        Box::new(lease_until_ms),
+    ]
 }
 
-/// How many times a reservation refused by the database is tried again when the refusal
-/// cannot be explained by what the mandate's row then shows (it changed in between).
+/// The parameters `$8`–`$13` of a begin under a mandate: what its budget must allow.
+fn budget_params(hold: &MandateHold) -> Vec<Param> {
+    vec![
+        Box::new(hold.principal_key.clone()),
+        Box::new(hold.mandate_id.clone()),
+        Box::new(to_i64(hold.reserved_minor)),
+        Box::new(hold.document_sha256.clone()),
+        Box::new(to_i64(hold.budget.amount_minor.get())),
+        Box::new(hold.max_sagas.map(i64::from)),
+    ]
+}
+
+fn mandate_params(hold: &MandateHold) -> Vec<Param> {
+    vec![
+        Box::new(hold.principal_key.clone()),
+        Box::new(hold.mandate_id.clone()),
+        Box::new(hold.document_sha256.clone()),
+        Box::new(hold.principal.clone()),
+        Box::new(hold.budget.currency.as_str().to_owned()),
+        Box::new(to_i64(hold.budget.amount_minor.get())),
+        Box::new(hold.max_sagas.map(i64::from)),
+    ]
+}
+
+/// The mandate's row, the first time a plan under it is accepted. An existing row is
+/// seen without waiting for a transaction that holds it (`ON CONFLICT` alone would wait).
+const MANDATE_IF_NEW: &str = "INSERT INTO mandates
+         (principal_key, mandate_id, document_sha256, principal, currency, budget_minor, max_sagas)
+     SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::TEXT, $5::TEXT, $6::BIGINT, $7::BIGINT
+     WHERE NOT EXISTS (SELECT 1 FROM mandates WHERE principal_key = $1 AND mandate_id = $2)
+     ON CONFLICT DO NOTHING";
+
+/// A saga begun under a mandate, in one statement: the budget taken by a conditional
+/// update of the mandate's row (the rules of `mandates::refusal_for`, and no revocation),
+/// and the saga's rows written only if it was. Answers whether the budget was taken, and
+/// whether the mandate was revoked.
+const BEGIN_UNDER_MANDATE: &str = "WITH revoked AS (
+         SELECT 1 FROM mandate_revocations WHERE principal_key = $8::TEXT AND mandate_id = $9::TEXT
+     ), taken AS (
+         UPDATE mandates SET used_minor = used_minor + $10::BIGINT, sagas = sagas + 1
+         WHERE principal_key = $8 AND mandate_id = $9 AND document_sha256 = $11::TEXT
+           AND $10 <= GREATEST($12::BIGINT - used_minor, 0)
+           AND ($13::BIGINT IS NULL OR sagas < $13)
+           AND NOT EXISTS (SELECT 1 FROM revoked)
+         RETURNING 1
+     ), reservation AS (
+         INSERT INTO mandate_reservations
+             (saga_id, principal_key, mandate_id, reserved_minor, spent_minor, at_ms)
+         SELECT $1::TEXT, $8, $9, $10, NULL, $4::BIGINT FROM taken
+     ), saga AS (
+         INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms, owner,
+                            epoch, lease_until_ms)
+         SELECT $1, $2::TEXT, $3::TEXT, $4, $5::BIGINT, $6::TEXT, 1, $7::BIGINT FROM taken
+         RETURNING saga_id
+     ), entry AS (
+         INSERT INTO entries (saga_id, body)
+         SELECT saga_id, $14::TEXT FROM saga WHERE $14 IS NOT NULL
+     )
+     SELECT EXISTS (SELECT 1 FROM taken), EXISTS (SELECT 1 FROM revoked)";
+
+/// A saga finished, its reservation settled (the rules of `mandates::settle`): what it did
+/// not spend goes back to its mandate, whose row is written only then.
+const FINISH: &str = "WITH settled AS (
+         UPDATE mandate_reservations SET spent_minor = LEAST($2, reserved_minor)
+         WHERE saga_id = $1 AND spent_minor IS NULL
+         RETURNING principal_key, mandate_id, reserved_minor - spent_minor AS unspent
+     ), given_back AS (
+         UPDATE mandates SET used_minor = used_minor - settled.unspent
+         FROM settled
+         WHERE mandates.principal_key = settled.principal_key
+           AND mandates.mandate_id = settled.mandate_id AND settled.unspent > 0
+     )
+     UPDATE sagas SET finished = TRUE, finished_ms = $3 WHERE saga_id = $1";
+
+/// How many times a begin refused by the budget is tried again when the refusal cannot be
+/// explained by what the mandate's row shows (it changed in between).
 const RESERVE_ATTEMPTS: usize = 3;
 
-/// Why the budget refused the reservation, from the mandate's row as it stands; `None`
-/// once a try again took it (the row changed between the refusal and the read).
-async fn refused(tx: &Transaction<'_>, hold: &MandateHold) -> Result<Option<Violation>> {
-    let failed = store("cannot reserve against a mandate");
-    let key: [&(dyn ToSql + Sync); 2] = [&hold.principal_key, &hold.mandate_id];
-    let (reserved, budget, max_sagas) = take_budget_row(hold);
-    for _ in 0..RESERVE_ATTEMPTS {
-        let row = tx
-            .row(
+impl PostgresJournal {
+    /// Why the mandate's budget refuses `hold`, from its row as it stands; `None` when it
+    /// would now allow it.
+    async fn refusal(&self, hold: &MandateHold) -> Result<Option<Violation>> {
+        let conn = self.connection().await?;
+        let row = conn
+            .row_opt(
                 "SELECT document_sha256, used_minor, sagas FROM mandates
                  WHERE principal_key = $1 AND mandate_id = $2",
-                &key,
+                &[&hold.principal_key, &hold.mandate_id],
             )
             .await
-            .map_err(&failed)?;
-        let (known, used, sagas): (String, i64, i64) = (row.get(0), row.get(1), row.get(2));
-        if let Some(violation) = mandates::refusal_for(hold, &known, to_u64(used), to_u64(sagas)) {
-            return Ok(Some(violation));
-        }
-        let taken = tx
-            .run(
-                TAKE_BUDGET,
-                &[
-                    &hold.principal_key,
-                    &hold.mandate_id,
-                    &reserved,
-                    &hold.document_sha256,
-                    &budget,
-                    &max_sagas,
-                ],
-            )
-            .await
-            .map_err(&failed)?;
-        if taken == 1 {
+            .map_err(store("cannot reserve against a mandate"))?;
+        let Some(row) = row else {
             return Ok(None);
-        }
+        };
+        let (known, used, sagas): (String, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        Ok(mandates::refusal_for(
+            hold,
+            &known,
+            to_u64(used),
+            to_u64(sagas),
+        ))
     }
-    Err(Error::Journal(format!(
-        "the reservation against mandate {:?} was refused {RESERVE_ATTEMPTS} times while its row allowed it",
-        hold.mandate_id
-    )))
-}
-
-/// Inside the transaction that finishes `saga_id`: the rules of `mandates::settle`. The
-/// mandate's row is written only when the saga gives budget back.
-async fn settle(tx: &Transaction<'_>, saga_id: &str, spent: u64) -> Result<()> {
-    let failed = store("cannot settle a mandate's reservation");
-    let Some(row) = tx
-        .row_opt(
-            "UPDATE mandate_reservations SET spent_minor = LEAST($2, reserved_minor)
-             WHERE saga_id = $1 AND spent_minor IS NULL
-             RETURNING principal_key, mandate_id, reserved_minor - spent_minor",
-            &[&saga_id, &to_i64(spent)],
-        )
-        .await
-        .map_err(&failed)?
-    else {
-        return Ok(());
-    };
-    let (principal_key, mandate_id, unspent): (String, String, i64) =
-        (row.get(0), row.get(1), row.get(2));
-    if unspent == 0 {
-        return Ok(());
-    }
-    tx.run(
-        "UPDATE mandates SET used_minor = used_minor - $3
-         WHERE principal_key = $1 AND mandate_id = $2",
-        &[&principal_key, &mandate_id, &unspent],
-    )
-    .await
-    .map_err(&failed)?;
-    Ok(())
 }

@@ -1,24 +1,45 @@
-//! Group commit on PostgreSQL: the one-statement writes of every store on a database
-//! (the executor's journal appends, the task store's writes) queue to a few writers, each
-//! of which commits everything that queued while its last commit was made, as one
-//! transaction whose statements are pipelined on one connection. A write is acknowledged
-//! only once its batch committed (`synchronous_commit` decides when that is durable; on
-//! by default). A write alone is one statement, one round trip.
+//! Group commit on PostgreSQL: the writes of every store on a database (the executor's
+//! journal appends and begins, the task store's writes) queue to a few writers, each of
+//! which commits everything that queued while its last commit was made. A write is one
+//! statement or a few that must commit together; the writes of one batch share a
+//! transaction, sent as one pipeline (`BEGIN`, every statement, `COMMIT`) on one
+//! connection: one round trip. A write is acknowledged only once its transaction
+//! committed (`synchronous_commit` decides when that is durable; on by default).
 //!
-//! Every write queued here must be one statement that takes no lock another write of a
-//! batch could wait for in the opposite order: a row written by one writer at a time (a
-//! task, under its manager's lock), or a `KEY SHARE` lock (the journal's fence). Writes
-//! that lock a row many writers share (a mandate's budget) keep their own transactions.
+//! Locks decide which writes may share a transaction. A write whose statements lock only
+//! a row no other write of another transaction locks at once (a task, under its manager's
+//! lock) or take a `KEY SHARE` lock (the journal's fence) goes in the batch's common
+//! transaction. A write that locks a row many writers share names it as its `group` (a
+//! mandate, whose budget every saga under it takes): the writes of a group share a
+//! transaction of their own, which locks that one row, so two transactions never wait
+//! for each other's rows in opposite orders.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{DriverError, Postgres, ToSql, failed};
+use super::{Postgres, Row, ToSql, failed};
 use crate::error::{Error, Result};
 
 /// A write's parameter, owned: it waits in the queue for its batch.
 pub type Param = Box<dyn ToSql + Send + Sync>;
+
+/// One statement of a write, and what it answers.
+pub struct Statement {
+    pub sql: &'static str,
+    pub params: Vec<Param>,
+    /// Whether the caller wants its rows (`Done::Rows`) or the count it changed.
+    pub returns_rows: bool,
+}
+
+/// What one statement of a committed write did.
+#[derive(Debug)]
+pub enum Done {
+    Changed(u64),
+    Rows(Vec<Row>),
+}
 
 /// At most this many writes share a commit.
 const BATCH: usize = 128;
@@ -27,13 +48,12 @@ const BATCH: usize = 128;
 /// gathers and goes out on another connection.
 const WRITERS: usize = 2;
 
-/// What a write's batch answers: the rows it changed, or why it failed.
-type Done = oneshot::Sender<std::result::Result<u64, String>>;
+type Answer = oneshot::Sender<std::result::Result<Vec<Done>, String>>;
 
 struct Write {
-    sql: &'static str,
-    params: Vec<Param>,
-    done: Done,
+    group: Option<String>,
+    statements: Vec<Statement>,
+    answer: Answer,
 }
 
 type Queue = Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Write>>>;
@@ -63,12 +83,21 @@ impl Writes {
         Self { queue, writers }
     }
 
-    /// Runs `sql` in the next batch; the rows it changed, once the batch committed.
-    pub(super) async fn write(&self, sql: &'static str, params: Vec<Param>) -> Result<u64> {
-        let (done, answered) = oneshot::channel();
+    /// Commits `statements` together in the next batch (in `group`'s transaction, when
+    /// named); what each did, once committed.
+    pub(super) async fn write(
+        &self,
+        group: Option<String>,
+        statements: Vec<Statement>,
+    ) -> Result<Vec<Done>> {
+        let (answer, answered) = oneshot::channel();
         let gone = || Error::store("the database's writer has stopped");
         self.queue
-            .send(Write { sql, params, done })
+            .send(Write {
+                group,
+                statements,
+                answer,
+            })
             .map_err(|_| gone())?;
         answered.await.map_err(|_| gone())?.map_err(Error::store)
     }
@@ -91,59 +120,107 @@ async fn write_batches(db: Postgres, queued: Queue) {
             }
             batch
         };
-        let outcome = match commit(&db, &batch).await {
-            // One statement that failed fails its batch: each is made again alone, so that
-            // it fails alone.
-            Err(_) if batch.len() > 1 => {
-                let mut alone = Vec::with_capacity(batch.len());
-                for write in &batch {
-                    alone.push(
-                        commit(&db, std::slice::from_ref(write))
-                            .await
-                            .map(|changed| changed[0]),
-                    );
-                }
-                alone
-            }
-            Err(e) => vec![Err(e)],
-            Ok(changed) => changed.into_iter().map(Ok).collect(),
-        };
-        for (write, outcome) in batch.into_iter().zip(outcome) {
-            let _ = write.done.send(outcome.map_err(|e| e.to_string()));
+        let mut groups: BTreeMap<Option<String>, Vec<Write>> = BTreeMap::new();
+        for write in batch {
+            groups.entry(write.group.clone()).or_default().push(write);
+        }
+        for writes in groups.into_values() {
+            commit_and_answer(&db, writes).await;
         }
     }
 }
 
-fn params(write: &Write) -> Vec<&(dyn ToSql + Sync)> {
-    write
+/// Commits `writes` in one transaction and answers each. One statement that fails fails
+/// its transaction: each write is then made again alone, so that it fails alone.
+async fn commit_and_answer(db: &Postgres, writes: Vec<Write>) {
+    let outcomes = match commit(db, &writes).await {
+        Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
+        Err(e) if writes.len() == 1 => vec![Err(e)],
+        Err(_) => {
+            let mut alone = Vec::with_capacity(writes.len());
+            for write in &writes {
+                alone.push(
+                    commit(db, std::slice::from_ref(write))
+                        .await
+                        .map(|mut done| done.remove(0)),
+                );
+            }
+            alone
+        }
+    };
+    for (write, outcome) in writes.into_iter().zip(outcomes) {
+        let _ = write.answer.send(outcome.map_err(|e| e.to_string()));
+    }
+}
+
+fn bound(statement: &Statement) -> Vec<&(dyn ToSql + Sync)> {
+    statement
         .params
         .iter()
         .map(|p| p.as_ref() as &(dyn ToSql + Sync))
         .collect()
 }
 
-/// Commits `batch`; the rows each write changed.
-async fn commit(db: &Postgres, batch: &[Write]) -> Result<Vec<u64>> {
-    let mut conn = db.connection().await?;
-    let failed = |e: DriverError| failed("cannot write", &e);
-    let mut statements = Vec::with_capacity(batch.len());
-    for write in batch {
-        statements.push(conn.prepare_cached(write.sql).await.map_err(failed)?);
+/// Commits `writes` as one transaction, sent as one pipeline; what each statement of
+/// each write did.
+async fn commit(db: &Postgres, writes: &[Write]) -> Result<Vec<Vec<Done>>> {
+    let conn = db.connection().await?;
+    let cannot = |e: &super::DriverError| failed("cannot write", e);
+    let statements: Vec<&Statement> = writes.iter().flat_map(|w| &w.statements).collect();
+    let mut prepared = Vec::with_capacity(statements.len());
+    for statement in &statements {
+        prepared.push(
+            conn.prepare_cached(statement.sql)
+                .await
+                .map_err(|e| cannot(&e))?,
+        );
     }
-    let bound: Vec<_> = batch.iter().map(params).collect();
-    if let ([statement], [bound]) = (statements.as_slice(), bound.as_slice()) {
-        return Ok(vec![conn.execute(statement, bound).await.map_err(failed)?]);
+    let params: Vec<_> = statements.iter().map(|s| bound(s)).collect();
+    let alone = statements.len() == 1;
+    // In the order they are first polled, which is the order here: the driver writes a
+    // connection's requests as their futures are first polled.
+    let mut pipeline: Vec<BoxFuture<'_, std::result::Result<Option<Done>, super::DriverError>>> =
+        Vec::with_capacity(statements.len() + 2);
+    if !alone {
+        pipeline.push(Box::pin(async {
+            conn.batch_execute("BEGIN").await.map(|()| None)
+        }));
     }
-    let tx = conn.transaction().await.map_err(failed)?;
-    // Polled together, the statements go out back to back on the one connection.
-    let changed = futures::future::try_join_all(
-        statements
-            .iter()
-            .zip(&bound)
-            .map(|(statement, bound)| tx.execute(statement, bound)),
-    )
-    .await
-    .map_err(failed)?;
-    tx.commit().await.map_err(failed)?;
-    Ok(changed)
+    for ((statement, prepared), params) in statements.iter().zip(&prepared).zip(&params) {
+        let conn = &conn;
+        if statement.returns_rows {
+            pipeline.push(Box::pin(async move {
+                conn.query(prepared, params)
+                    .await
+                    .map(|rows| Some(Done::Rows(rows)))
+            }));
+        } else {
+            pipeline.push(Box::pin(async move {
+                conn.execute(prepared, params)
+                    .await
+                    .map(|n| Some(Done::Changed(n)))
+            }));
+        }
+    }
+    if !alone {
+        pipeline.push(Box::pin(async {
+            conn.batch_execute("COMMIT").await.map(|()| None)
+        }));
+    }
+    // Every request is waited for: the connection goes back to the pool with its
+    // transaction ended (committed, or rolled back by the server after a failure).
+    let results = futures::future::join_all(pipeline).await;
+    let mut done = Vec::with_capacity(statements.len());
+    for result in results {
+        if let Some(outcome) = result.map_err(|e| cannot(&e))? {
+            done.push(outcome);
+        }
+    }
+    // After a failed statement the server answers `COMMIT` with a rollback, and every
+    // statement after it with an error: a failure above says so.
+    let mut done = done.into_iter();
+    Ok(writes
+        .iter()
+        .map(|write| done.by_ref().take(write.statements.len()).collect())
+        .collect())
 }
