@@ -402,8 +402,8 @@ async fn the_postgres_journal_conforms() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_a_plan_under_a_revoked_mandate_is_refused_and_writes_nothing() {
-    use agent_host::store::postgres::{Cached, Postgres, testing};
     use crate::journal::{Headers, SagaLog};
+    use agent_host::store::postgres::{Cached, Postgres, testing};
     let Some(url) = testing::scratch_database("postgres_revoked_mandate").await else {
         return;
     };

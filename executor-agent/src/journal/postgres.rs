@@ -1,9 +1,9 @@
 //! The PostgreSQL journal, shared by executor replicas: each saga's owner, epoch and lease
 //! on its row; every append fenced by a lock on that row in the append's own statement,
 //! so a claim and an append of one saga are ordered by the database, never by a replica's
-//! memory; appends group-committed with the other one-statement writes of the moment
-//! (`Postgres::write`: the task store's too); accepting a plan reserves its mandate's
-//! budget in the same transaction, the mandate's row locked last.
+//! memory; appends group-committed with the other writes of the moment (`Postgres::write`:
+//! the task store's too); a saga begun in one statement that takes its mandate's budget,
+//! the begins under one mandate sharing a transaction (`Postgres::write_together`).
 
 use agent_host::store::postgres::{
     Cached, Connection, Done, DriverError, Migration, Param, Postgres, Statement, failed, to_i64,
