@@ -52,12 +52,7 @@ impl Executor {
         let orphans = self.submitted_but_not_begun(&begun).await?;
         for task in &orphans {
             let handle = self.tasks.resumed(&task.id, &task.context_id).await;
-            let plan = task
-                .history
-                .as_deref()
-                .unwrap_or_default()
-                .first()
-                .and_then(plan_of);
+            let plan = first_plan(task);
             let me = self.clone();
             self.drivers
                 .spawn(async move { me.take_in(handle, plan).await });
@@ -102,12 +97,7 @@ impl Executor {
             if task.status.state != TaskState::Submitted {
                 continue;
             }
-            let plan = task
-                .history
-                .as_deref()
-                .unwrap_or_default()
-                .first()
-                .and_then(plan_of);
+            let plan = first_plan(&task);
             let saga_id = plan
                 .as_ref()
                 .and_then(|plan| plan.get("sagaId"))
@@ -264,4 +254,13 @@ impl Executor {
             }
         }
     }
+}
+
+/// The plan of the message that created `task`, if it had one.
+fn first_plan(task: &Task) -> Option<Value> {
+    task.history
+        .as_deref()
+        .unwrap_or_default()
+        .first()
+        .and_then(plan_of)
 }
