@@ -91,16 +91,23 @@ impl PostgresTaskStore {
     }
 
     /// Renews the lease of every submitted task this store's holder holds, in one
-    /// statement; how many.
+    /// statement, but those being written at that moment; how many.
     pub async fn renew_held(&self, now_ms: i64) -> Result<u64> {
         let Some(holder) = &self.holder else {
             return Ok(0);
         };
         let conn = self.db.control_connection().await?;
         conn.run(
-            // The state named as stored (`state_name`), for the partial index.
+            // The state named as stored (`state_name`), for the partial index. A task
+            // being written at this moment is skipped, not waited for: a group commit
+            // writing two of them could otherwise wait for this renewal while it waits
+            // for that commit. Its hold is renewed at the next renewal.
             "UPDATE tasks SET held_until_ms = $2
-             WHERE state = 'TASK_STATE_SUBMITTED' AND holder = $1",
+             WHERE seq IN (
+                 SELECT seq FROM tasks
+                 WHERE state = 'TASK_STATE_SUBMITTED' AND holder = $1
+                 FOR NO KEY UPDATE SKIP LOCKED
+             )",
             &[&holder.id, &self.held_until(now_ms)],
         )
         .await
