@@ -208,6 +208,7 @@ impl<A: Agent> HostHandler<A> {
         let tasks = self.tasks.clone();
         let id = first.id.clone();
         let state = Follow {
+            shown: crate::tasks::Shown::of(&first),
             events,
             run,
             done: false,
@@ -219,7 +220,7 @@ impl<A: Agent> HostHandler<A> {
             if state.done {
                 return None;
             }
-            let event = state.next().await?;
+            let event = state.next_new().await?;
             if ends_stream(&event) {
                 state.done = true;
             }
@@ -247,6 +248,8 @@ enum Started {
 }
 
 struct Follow {
+    /// What the first task showed, until a status newer than it arrives.
+    shown: Option<crate::tasks::Shown>,
     shutdown: CancellationToken,
     events: Subscription,
     run: Option<tokio::task::JoinHandle<()>>,
@@ -256,6 +259,23 @@ struct Follow {
 }
 
 impl Follow {
+    /// The next event the stream has not shown yet (`tasks/shown.rs`).
+    async fn next_new(&mut self) -> Option<StreamResponse> {
+        loop {
+            let event = self.next().await?;
+            let Some(shown) = self.shown.as_mut() else {
+                return Some(event);
+            };
+            let (sent, late) = shown.take(event);
+            if !late {
+                self.shown = None;
+            }
+            if let Some(event) = sent {
+                return Some(event);
+            }
+        }
+    }
+
     /// The next event; after a lag, the stored task stands in for what was missed.
     /// Events come before the end of the run (`biased`), so nothing the run published
     /// is lost when it ends.

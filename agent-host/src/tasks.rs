@@ -15,8 +15,10 @@ use crate::sdk::{
 use crate::store::{Expected, TaskStore, Version};
 
 mod feed;
+mod shown;
 
 pub use feed::{Ended, InProcessFeed, Subscription, TaskFeed, Watch};
+pub(crate) use shown::Shown;
 
 /// The task as this manager last wrote it, with the version the store gave that write.
 type WriteLock = Arc<tokio::sync::Mutex<Option<(Version, Task)>>>;
