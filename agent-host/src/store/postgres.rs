@@ -67,6 +67,23 @@ pub trait Cached: deadpool_postgres::GenericClient {
 
 impl<C: deadpool_postgres::GenericClient> Cached for C {}
 
+/// The SQL of a migration step that runs `alter` (statements compressing columns with
+/// lz4) only where the server offers lz4: pglz compressing the large JSON of every write
+/// was a large share of the database's CPU under load (perf).
+#[macro_export]
+macro_rules! where_lz4 {
+    ($alter:literal) => {
+        concat!(
+            "DO $$ BEGIN
+                 IF EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression'
+                                                        AND 'lz4' = ANY(enumvals)) THEN ",
+            $alter,
+            " END IF;
+             END $$;"
+        )
+    };
+}
+
 /// How many connections a pool opens at most, unless told otherwise.
 pub const DEFAULT_CONNECTIONS: usize = 16;
 

@@ -47,15 +47,10 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         what: "plans and entries compressed with lz4",
-        sql: "DO $$ BEGIN
-              -- lz4 where the server has it: pglz compressing the large JSON of every
-              -- write was a large share of the database's CPU under load (perf).
-              IF EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression'
-                                                     AND 'lz4' = ANY(enumvals)) THEN
-                  ALTER TABLE sagas ALTER COLUMN header SET COMPRESSION lz4;
-                  ALTER TABLE entries ALTER COLUMN body SET COMPRESSION lz4;
-              END IF;
-          END $$;",
+        sql: agent_host::where_lz4!(
+            "ALTER TABLE sagas ALTER COLUMN header SET COMPRESSION lz4; \
+             ALTER TABLE entries ALTER COLUMN body SET COMPRESSION lz4;"
+        ),
     },
 ];
 

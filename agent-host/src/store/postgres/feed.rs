@@ -48,14 +48,9 @@ const MIGRATIONS: &[super::Migration] = &[
     },
     super::Migration {
         what: "kept task events compressed with lz4",
-        sql: "DO $$ BEGIN
-              -- lz4 where the server has it: pglz compressing the large JSON of every
-              -- write was a large share of the database's CPU under load (perf).
-              IF EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression'
-                                                     AND 'lz4' = ANY(enumvals)) THEN
-                  ALTER TABLE task_notices ALTER COLUMN payload SET COMPRESSION lz4;
-              END IF;
-          END $$;",
+        sql: crate::where_lz4!(
+            "ALTER TABLE task_notices ALTER COLUMN payload SET COMPRESSION lz4;"
+        ),
     },
 ];
 

@@ -32,14 +32,9 @@ const MIGRATIONS: &[Migration] = &[Migration {
           CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, updated_ms DESC, seq DESC);",
 }, Migration {
     what: "tasks compressed with lz4",
-    sql: "DO $$ BEGIN
-              -- lz4 where the server has it: pglz compressing the large JSON of every
-              -- write was a large share of the database's CPU under load (perf).
-              IF EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression'
-                                                     AND 'lz4' = ANY(enumvals)) THEN
-                  ALTER TABLE tasks ALTER COLUMN body SET COMPRESSION lz4;
-              END IF;
-          END $$;",
+    sql: crate::where_lz4!(
+        "ALTER TABLE tasks ALTER COLUMN body SET COMPRESSION lz4;"
+    ),
 }, Migration {
     what: "the process holding each task it is taking in",
     sql: "ALTER TABLE tasks ADD COLUMN IF NOT EXISTS holder TEXT;
