@@ -203,6 +203,21 @@ impl Executor {
         &self.taking_in
     }
 
+    /// What the executor runs with (the console reads the journal and the approvers).
+    pub(crate) fn config(&self) -> &ExecutorConfig {
+        &self.config
+    }
+
+    /// The sagas' A2A tasks.
+    pub(crate) fn tasks(&self) -> &Arc<TaskManager> {
+        &self.tasks
+    }
+
+    /// The counters and gauges `/metrics` shows.
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     fn invoker(&self) -> Arc<dyn Invoker> {
         // Read before building: a registration racing this build only causes a rebuild.
         let generation = self.config.registry.generation();

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod answers;
+pub mod console;
 pub mod driver;
 pub mod error;
 pub mod forwarding;

@@ -30,6 +30,8 @@ const DEFAULT_RENEWAL: Duration = Duration::from_secs(1);
 
 /// Environment variable holding the admin API's bearer token.
 const ADMIN_TOKEN_ENV: &str = "SAGAPLANE_ADMIN_TOKEN";
+/// Environment variable holding the operator token (the console, read only).
+const OPERATOR_TOKEN_ENV: &str = "SAGAPLANE_OPERATOR_TOKEN";
 /// Prefix of environment variables holding a tool credential: `SAGAPLANE_CREDENTIAL_`
 /// followed by the agent's name in upper case with `-` as `_`.
 const CREDENTIAL_ENV_PREFIX: &str = "SAGAPLANE_CREDENTIAL_";
@@ -38,7 +40,7 @@ const CREDENTIAL_ENV_PREFIX: &str = "SAGAPLANE_CREDENTIAL_";
 #[command(
     version,
     about = "Sagaplane executor: validates signed plans and runs them as durable sagas",
-    after_help = "Environment:\n  SAGAPLANE_ADMIN_TOKEN          bearer token of the admin API (or --admin-token-file)\n  SAGAPLANE_STORE                the PostgreSQL database replicas share (or --store)\n  SAGAPLANE_CREDENTIAL_<AGENT>   credential for a tool agent, e.g. SAGAPLANE_CREDENTIAL_VENDOR_REGISTRY\n  RUST_LOG                       log filter (default: info)"
+    after_help = "Environment:\n  SAGAPLANE_ADMIN_TOKEN          bearer token of the admin API (or --admin-token-file)\n  SAGAPLANE_OPERATOR_TOKEN       token that opens the console at /console, read only (or --operator-token-file)\n  SAGAPLANE_STORE                the PostgreSQL database replicas share (or --store)\n  SAGAPLANE_CREDENTIAL_<AGENT>   credential for a tool agent, e.g. SAGAPLANE_CREDENTIAL_VENDOR_REGISTRY\n  RUST_LOG                       log filter (default: info)"
 )]
 struct Args {
     /// Address to listen on (port 0 picks a free port; the address is printed).
@@ -103,9 +105,15 @@ struct Args {
     /// JSON file `{"<agent name>": "<bearer token>", …}` with the tool credentials.
     #[arg(long)]
     credentials: Option<PathBuf>,
-    /// File holding the admin API's bearer token (instead of SAGAPLANE_ADMIN_TOKEN).
+    /// File holding the admin API's bearer token (instead of SAGAPLANE_ADMIN_TOKEN). The
+    /// admin token also opens the console at /console.
     #[arg(long)]
     admin_token_file: Option<PathBuf>,
+    /// File holding the operator token (instead of SAGAPLANE_OPERATOR_TOKEN): it opens the
+    /// console at /console to read, and nothing else. Approvers log in there with a JWT
+    /// of theirs, and answer the sagas that wait for a person.
+    #[arg(long)]
+    operator_token_file: Option<PathBuf>,
     /// How long (ms) a saga's step progress gathers before it is written to its task, so
     /// that a busy executor writes each task a few times rather than at every step.
     /// Pauses and ends are written at once; 0 writes progress at every step; at most
@@ -221,6 +229,26 @@ fn admin_token(file: Option<&Path>) -> anyhow::Result<String> {
     Ok(token)
 }
 
+/// The operator token, if one is given; at least 16 characters, and not the admin's.
+fn operator_token(file: Option<&Path>, admin: &str) -> anyhow::Result<Option<String>> {
+    let token = match file {
+        Some(path) => read_text(path)?.trim().to_owned(),
+        None => match std::env::var(OPERATOR_TOKEN_ENV) {
+            Ok(token) => token,
+            Err(_) => return Ok(None),
+        },
+    };
+    if token.len() < 16 {
+        bail!(
+            "the operator token must have at least 16 characters ({OPERATOR_TOKEN_ENV} or --operator-token-file)"
+        );
+    }
+    if token == admin {
+        bail!("the operator token must differ from the admin token: an operator only reads");
+    }
+    Ok(Some(token))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     agent_host::process::init_logging();
@@ -249,6 +277,7 @@ async fn main() -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let credentials = credentials(args.credentials.as_deref())?;
     let admin_token = admin_token(args.admin_token_file.as_deref())?;
+    let operator_token = operator_token(args.operator_token_file.as_deref(), &admin_token)?;
 
     let (store, renewal) = match (&args.store, &args.data) {
         (Some(url), _) => {
@@ -297,6 +326,7 @@ async fn main() -> anyhow::Result<()> {
             principals,
             approvers,
             admin_token,
+            operator_token,
             credentials,
             pause_after_journal_writes: args.pause_after_journal_writes,
             gather_progress: Duration::from_millis(args.gather_progress_ms),

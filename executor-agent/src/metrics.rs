@@ -43,8 +43,17 @@ struct AgentLabels {
     agent: String,
 }
 
-/// The undo handles open in each unfinished saga with a driver here: (agent, deadline).
-type OpenHandles = HashMap<String, Vec<(String, Option<i64>)>>;
+/// An undo handle open in an unfinished saga with a driver here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenHandle {
+    pub step: String,
+    pub agent: String,
+    /// When the undo expires (ms since the epoch), if the step has a deadline.
+    pub deadline_ms: Option<i64>,
+}
+
+/// The undo handles open in each unfinished saga with a driver here, by saga id.
+type OpenHandles = HashMap<String, Vec<OpenHandle>>;
 
 /// What the gauges show, read when scraped.
 #[derive(Debug, Clone, Copy, Default)]
@@ -282,12 +291,12 @@ impl Metrics {
     }
 
     /// Replaces what saga `saga_id` holds open (nothing: it is gone).
-    fn hold_undo_handles(&self, saga_id: &str, handles: Vec<(String, Option<i64>)>) {
+    fn hold_undo_handles(&self, saga_id: &str, handles: Vec<OpenHandle>) {
         if !handles.is_empty() {
             let mut agents = sync::lock(&self.undo_agents);
-            for (agent, _) in &handles {
-                if !agents.contains(agent) {
-                    agents.insert(agent.clone());
+            for handle in &handles {
+                if !agents.contains(&handle.agent) {
+                    agents.insert(handle.agent.clone());
                 }
             }
         }
@@ -299,6 +308,23 @@ impl Metrics {
         }
     }
 
+    /// The undo handles open now, each with its saga's id: those with a deadline first,
+    /// the soonest first (the console's list of undos to watch).
+    pub fn open_undo_handles(&self) -> Vec<(String, OpenHandle)> {
+        let mut handles: Vec<(String, OpenHandle)> = sync::lock(&self.open_handles)
+            .iter()
+            .flat_map(|(saga_id, handles)| handles.iter().map(|h| (saga_id.clone(), h.clone())))
+            .collect();
+        handles
+            .sort_by_key(|(saga_id, h)| (h.deadline_ms.is_none(), h.deadline_ms, saga_id.clone()));
+        handles
+    }
+
+    /// How near its deadline an open undo handle counts as expiring, in seconds.
+    pub fn expiring_within_secs(&self) -> i64 {
+        self.expiring_within_ms / 1000
+    }
+
     /// Sets the undo gauges for a scrape at `at_ms`.
     fn count_undo_handles(&self, at_ms: i64) {
         let soon = at_ms.saturating_add(self.expiring_within_ms);
@@ -306,10 +332,10 @@ impl Metrics {
             .iter()
             .map(|agent| (agent.clone(), (0, 0)))
             .collect();
-        for (agent, deadline) in sync::lock(&self.open_handles).values().flatten() {
-            let count = counts.entry(agent.clone()).or_default();
+        for handle in sync::lock(&self.open_handles).values().flatten() {
+            let count = counts.entry(handle.agent.clone()).or_default();
             count.0 += 1;
-            if deadline.is_some_and(|at| at <= soon) {
+            if handle.deadline_ms.is_some_and(|at| at <= soon) {
                 count.1 += 1;
             }
         }
@@ -451,7 +477,11 @@ impl MeteredReporter {
         let handles = saga
             .open_undo_handles()
             .into_iter()
-            .map(|(i, deadline)| (saga.spec.steps[i].call.agent.clone(), deadline))
+            .map(|(i, deadline_ms)| OpenHandle {
+                step: saga.spec.steps[i].id.clone(),
+                agent: saga.spec.steps[i].call.agent.clone(),
+                deadline_ms,
+            })
             .collect();
         self.metrics.hold_undo_handles(&self.saga_id, handles);
     }

@@ -47,8 +47,10 @@ pub struct Settings {
     /// rules as planners') answer sagas that wait for a person and see every saga; their
     /// keys sign no plan. No name or key may be both a planner's and an approver's.
     pub approvers: Vec<(String, Jwk)>,
-    /// The bearer token of the admin API.
+    /// The bearer token of the admin API (it also opens the console, as an operator's).
     pub admin_token: String,
+    /// The operator token: it opens the console (read only), and nothing else.
+    pub operator_token: Option<String>,
     /// The executor's credential for each tool agent, by agent name.
     pub credentials: HashMap<String, String>,
     /// Fault injection for crash tests: stop (without returning) after this many durable
@@ -276,9 +278,11 @@ pub async fn build_with(
         .chain(&settings.approvers)
         .cloned()
         .collect();
-    let policy = JwtPolicy::new(settings.executor_id.clone(), &callers)
-        .map_err(|e| Error::Refused(e.to_string()))?;
-    let planner_auth = InboundAuth::Jwt(Arc::new(policy));
+    let policy = Arc::new(
+        JwtPolicy::new(settings.executor_id.clone(), &callers)
+            .map_err(|e| Error::Refused(e.to_string()))?,
+    );
+    let planner_auth = InboundAuth::Jwt(policy.clone());
     let admin_auth = InboundAuth::StaticBearer {
         name: "admin".into(),
         token: settings.admin_token.clone(),
@@ -331,9 +335,24 @@ pub async fn build_with(
         hosts: settings.registration_hosts,
     };
     // The admin API, the catalog and the metrics come under the same body limit as A2A.
+    let mut console_tokens = vec![("admin".to_owned(), settings.admin_token.clone())];
+    if let Some(token) = settings.operator_token.clone() {
+        console_tokens.push(("operator".to_owned(), token));
+    }
+    let gate = crate::console::session::Gate::new(
+        console_tokens,
+        policy,
+        settings
+            .approvers
+            .iter()
+            .map(|(issuer, _)| issuer.clone())
+            .collect(),
+    );
+    let console = Arc::new(crate::console::Console::new(executor.clone(), gate));
     let routes = crate::http::routes(admin, admin_auth.clone(), planner_auth)
         .merge(crate::http::metrics_routes(executor.clone()))
-        .merge(crate::mandate_routes::routes(executor.clone(), admin_auth));
+        .merge(crate::mandate_routes::routes(executor.clone(), admin_auth))
+        .merge(crate::console::routes(console));
     let router = agent_host::app_with(
         &host,
         Arc::new(ExecutorAgent(executor.clone())),

@@ -102,6 +102,7 @@ impl Demo {
                 platform_keys,
                 planners: vec![("planner-1".into(), planner.public_jwk())],
                 admin_token: ADMIN.into(),
+                operator_token: None,
                 ..served::test_settings(dir.path().join("executor"), &url)
             },
             shutdown.clone(),

@@ -54,6 +54,7 @@ pub fn test_settings(data_dir: std::path::PathBuf, public_url: &str) -> Settings
         approvers: Vec::new(),
         principals: vec![super::principal().public_jwk()],
         admin_token: ADMIN_TOKEN.into(),
+        operator_token: None,
         credentials: AGENTS
             .iter()
             .map(|a| (a.to_string(), TOOL_TOKEN.to_owned()))

@@ -1,4 +1,4 @@
-//! `sagaplane keygen`.
+//! `sagaplane keygen` and `sagaplane token`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -44,5 +44,16 @@ pub fn keygen(name: &Path, kid: Option<String>, force: bool) -> Result<(), Failu
         public_path.display(),
         identity.kid()
     );
+    Ok(())
+}
+
+/// Prints a JWT of the key at `key` for `audience`, valid for `lifetime_secs`.
+pub fn token(key: &Path, audience: &str, lifetime_secs: i64) -> Result<(), Failure> {
+    let identity = SigningIdentity::from_jwk(&crate::input::read_jwk(key)?)
+        .map_err(|e| Failure::unusable(format!("{}: {e}", key.display())))?;
+    let issuer = identity.kid().to_owned();
+    let jwt = agent_host::mint_jwt(&identity, &issuer, audience, lifetime_secs)
+        .map_err(|e| Failure::unusable(e.to_string()))?;
+    println!("{jwt}");
     Ok(())
 }

@@ -38,6 +38,19 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Print a short-lived JWT of a key (its kid is the issuer): an approver pastes one
+    /// to log in to the executor's console.
+    Token {
+        /// The private JWK that signs it (an approver's key, say).
+        #[arg(long, value_name = "KEY.jwk")]
+        key: PathBuf,
+        /// Who it is for: the executor's name (its --id).
+        #[arg(long, default_value = "executor")]
+        audience: String,
+        /// How long it is valid, in seconds (at most 300; a login uses it at once).
+        #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(i64).range(1..=300))]
+        lifetime_secs: i64,
+    },
     /// Validate, sign and verify plans.
     #[command(subcommand)]
     Plan(plan::PlanCommand),
@@ -103,6 +116,11 @@ enum Command {
 pub fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Keygen { out, kid, force } => keys::keygen(&out, kid, force),
+        Command::Token {
+            key,
+            audience,
+            lifetime_secs,
+        } => keys::token(&key, &audience, lifetime_secs),
         Command::Plan(command) => plan::run(command),
         Command::Cards(command) => cards::run(command),
         Command::Mandate(command) => mandate::run(command),

@@ -105,6 +105,9 @@ pub const PLANNER_TOKEN_FILE: &str = "planner-token";
 /// The file in a run's folder holding the executor's admin token.
 pub const ADMIN_TOKEN_FILE: &str = "admin-token";
 
+/// The file in a run's folder holding the operator token (the console, read only).
+pub const OPERATOR_TOKEN_FILE: &str = "operator-token";
+
 /// Creates `work` readable by its owner only (0700, as it is created; it must not exist
 /// yet, so nobody else's folder is used), and its parents if missing.
 fn private_folder(work: &Path) -> Result<(), Failure> {
@@ -355,6 +358,12 @@ async fn start(
     let admin_token = random_token();
     // For `mandate show` by hand with `--serve`.
     write_private(&work.join(ADMIN_TOKEN_FILE), &format!("{admin_token}\n"))?;
+    // For the console with `--serve`.
+    let operator_token = random_token();
+    write_private(
+        &work.join(OPERATOR_TOKEN_FILE),
+        &format!("{operator_token}\n"),
+    )?;
     let path = |name: &str| work.join(name).display().to_string();
 
     let tools = Process::start(
@@ -411,7 +420,10 @@ async fn start(
         executor_args[at] = "--store".into();
         executor_args[at + 1] = database.url();
     }
-    let executor_env = vec![("SAGAPLANE_ADMIN_TOKEN".into(), admin_token.clone())];
+    let executor_env = vec![
+        ("SAGAPLANE_ADMIN_TOKEN".into(), admin_token.clone()),
+        ("SAGAPLANE_OPERATOR_TOKEN".into(), operator_token),
+    ];
     let mut started = Vec::new();
     for number in 1..=replicas.max(1) {
         let log = if replicas > 1 {
@@ -609,6 +621,11 @@ fn serving_help(running: &Running) -> String {
          sagaplane mandate show --executor {executor} --admin-token-file {work}/{ADMIN_TOKEN_FILE} {mandate_id}\n\
          revoke it (new plans refused, sagas before their pivot unwind):\n  \
          sagaplane mandate revoke --key {principal} --executor {executor} {granted}\n\
+         the console (sagas, timelines, undo deadlines, answers): {executor}/console/\n  \
+         log in as the operator (reads) with the token in {work}/{OPERATOR_TOKEN_FILE}:\n  \
+         cat {work}/{OPERATOR_TOKEN_FILE}\n  \
+         or as the approver (reads and answers), with a JWT valid for two minutes:\n  \
+         sagaplane token --key {work}/approver.jwk --audience executor\n\
          logs: {work}/planner.log, {work}/executor.log, {work}/tools.log\n\
          agents up; Ctrl-C stops everything\n"
     )

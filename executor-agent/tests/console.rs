@@ -1,0 +1,366 @@
+//! The console's API on an executor as `main` serves it: who may log in (operators and
+//! approvers; never a planner, nobody anonymous), what each refusal says, that no answer
+//! shows a tool credential, and that an approver's answer from the console moves a saga
+//! as the same answer over A2A would.
+
+mod common;
+
+use agent_host::sdk::TaskState;
+use common::served::*;
+use common::{TOOL_TOKEN, read};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+const CONSOLE_API: &str = "/console/api";
+
+fn http() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+/// `POST api/session` with `bearer`: the status and the JSON answer.
+async fn log_in(served: &Served, bearer: Option<&str>) -> (u16, Value) {
+    let mut request = http().post(format!("{}{CONSOLE_API}/session", served.url));
+    if let Some(token) = bearer {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// A session opened with `bearer`, which must open one.
+async fn session(served: &Served, bearer: &str) -> String {
+    let (status, body) = log_in(served, Some(bearer)).await;
+    assert_eq!(status, 201, "{body}");
+    body["session"].as_str().unwrap().to_owned()
+}
+
+async fn get(served: &Served, session: Option<&str>, path: &str) -> (u16, String) {
+    let mut request = http().get(format!("{}{CONSOLE_API}{path}", served.url));
+    if let Some(session) = session {
+        request = request.bearer_auth(session);
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+async fn post(served: &Served, session: &str, path: &str, body: &str) -> (u16, Value) {
+    let response = http()
+        .post(format!("{}{CONSOLE_API}{path}", served.url))
+        .bearer_auth(session)
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn message(body: &Value) -> &str {
+    body["error"]["message"].as_str().unwrap_or_default()
+}
+
+/// The supplier plan as `saga_id`, with a compliance review that needs an approval
+/// after the vendor is created, signed by planner-1.
+fn approval_plan(served: &Served, saga_id: &str) -> Value {
+    let text = serde_json::to_string(&read("examples/plans/supplier-onboarding.json"))
+        .unwrap()
+        .replace("sg_demo_supplier_onboarding", saga_id);
+    let mut plan: Value = serde_json::from_str(&text).unwrap();
+    let review = json!({
+        "id": "s0r", "agent": "compliance-registry", "skill": "compliance.review",
+        "args": {"vendorId": "$steps.s0.response.body#/vendorId"},
+        "class": "retriable", "idempotencyKey": format!("{saga_id}:s0r"),
+    });
+    plan["steps"].as_array_mut().unwrap().insert(1, review);
+    plan["pivotIndex"] = json!(5);
+    common::sign_plan(&served.planner, &mut plan);
+    plan
+}
+
+#[tokio::test]
+async fn planners_anonymous_callers_and_made_up_tokens_get_no_session_and_no_page() {
+    let served = serve().await;
+
+    let (status, body) = log_in(&served, None).await;
+    assert_eq!(status, 401, "{body}");
+    let planner = planner_jwt(&served, "executor").unwrap();
+    let (status, body) = log_in(&served, Some(&planner)).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(message(&body).contains("planner"), "{body}");
+    for made_up in ["not-a-token", "a.b.c", &"x".repeat(20_000), TOOL_TOKEN] {
+        let (status, body) = log_in(&served, Some(made_up)).await;
+        assert_eq!(status, 401, "{made_up:.20}: {body}");
+    }
+    // A JWT for another audience is not the executor's, whoever signed it.
+    let elsewhere = mint_approver_jwt(&served, "planner");
+    let (status, _) = log_in(&served, Some(&elsewhere)).await;
+    assert_eq!(status, 401);
+
+    for path in ["/overview", "/sagas", "/waiting", "/sagas/anything"] {
+        assert_eq!(get(&served, None, path).await.0, 401, "{path}");
+        assert_eq!(
+            get(&served, Some("made-up-session"), path).await.0,
+            401,
+            "{path}"
+        );
+        // A credential that opens a session is not itself a session.
+        assert_eq!(get(&served, Some(ADMIN_TOKEN), path).await.0, 401, "{path}");
+    }
+
+    // A session ends at its logout.
+    let id = session(&served, ADMIN_TOKEN).await;
+    assert_eq!(get(&served, Some(&id), "/overview").await.0, 200);
+    let response = http()
+        .delete(format!("{}{CONSOLE_API}/session", served.url))
+        .bearer_auth(&id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    assert_eq!(get(&served, Some(&id), "/overview").await.0, 401);
+}
+
+fn mint_approver_jwt(served: &Served, audience: &str) -> String {
+    agent_host::mint_jwt(&served.approver, "approver-1", audience, 60).unwrap()
+}
+
+#[tokio::test]
+async fn the_page_loads_nothing_from_elsewhere_and_the_api_keeps_nothing_in_caches() {
+    let served = serve().await;
+    let page = http()
+        .get(format!("{}/console/", served.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(csp.contains("default-src 'self'"), "{csp}");
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    let html = page.text().await.unwrap();
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "{html}"
+    );
+    for asset in ["console.js", "console.css"] {
+        let response = http()
+            .get(format!("{}/console/{asset}", served.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{asset}");
+        // The SVG namespace is a name, not an address anything is loaded from.
+        let text = response
+            .text()
+            .await
+            .unwrap()
+            .replace("http://www.w3.org/2000/svg", "");
+        assert!(
+            !text.contains("http://") && !text.contains("https://"),
+            "{asset} names an outside address"
+        );
+    }
+    let id = session(&served, ADMIN_TOKEN).await;
+    let response = http()
+        .get(format!("{}{CONSOLE_API}/overview", served.url))
+        .bearer_auth(&id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["cache-control"], "no-store");
+}
+
+#[tokio::test]
+async fn an_operator_reads_every_page_and_none_shows_a_tool_credential_but_cannot_answer() {
+    let served = serve().await;
+    let task = send(
+        &served,
+        planner_jwt(&served, "executor"),
+        approval_plan(&served, "sg_console_read"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        task.status.state,
+        TaskState::InputRequired,
+        "{:?}",
+        task.status
+    );
+    let id = session(&served, ADMIN_TOKEN).await;
+
+    let mut seen = String::new();
+    for path in [
+        "/overview".to_owned(),
+        "/sagas".to_owned(),
+        "/waiting".to_owned(),
+        "/sagas/sg_console_read".to_owned(),
+        format!("/sagas/{}", task.id),
+        "/sagas?q=sg_console_read:s0r".to_owned(),
+    ] {
+        let (status, body) = get(&served, Some(&id), &path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        seen.push_str(&body);
+    }
+    assert!(
+        !seen.contains(TOOL_TOKEN),
+        "a console answer shows a tool credential"
+    );
+
+    let (_, listed) = get(&served, Some(&id), "/sagas?q=sg_console_read:s0r").await;
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["sagas"][0]["sagaId"], "sg_console_read", "{listed}");
+    assert_eq!(listed["sagas"][0]["state"], "waitingForAPerson");
+
+    let (_, waiting) = get(&served, Some(&id), "/waiting").await;
+    let waiting: Value = serde_json::from_str(&waiting).unwrap();
+    let row = &waiting["sagas"][0];
+    assert_eq!(row["sagaId"], "sg_console_read", "{waiting}");
+    assert_eq!(row["on"], "approval");
+    let choices: Vec<&str> = row["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["resolution"].as_str().unwrap())
+        .collect();
+    assert_eq!(choices, ["approve", "compensate"]);
+
+    let (status, body) = post(
+        &served,
+        &id,
+        "/sagas/sg_console_read/answer",
+        r#"{"resolution": "compensate"}"#,
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(message(&body).contains("NOT_AN_APPROVER"), "{body}");
+
+    let (status, body) = get(&served, Some(&id), "/sagas?state=exploded").await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = get(&served, Some(&id), "/sagas/no-such-saga").await;
+    assert_eq!(status, 404);
+}
+
+/// Reads the saga's live stream until its state in the console is `state`.
+async fn until_state(served: &Served, session: &str, id: &str, state: &str) -> Value {
+    let response = http()
+        .get(format!("{}{CONSOLE_API}/sagas/{id}/events", served.url))
+        .bearer_auth(session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut changes = response.bytes_stream();
+    loop {
+        let (_, body) = get(served, Some(session), &format!("/sagas/{id}")).await;
+        let saga: Value = serde_json::from_str(&body).unwrap();
+        if saga["state"] == state {
+            return saga;
+        }
+        // The next change (a guard, not a wait: the stream says when to look again).
+        tokio::time::timeout(std::time::Duration::from_secs(60), changes.next())
+            .await
+            .unwrap_or_else(|_| panic!("no change while the saga is {}", saga["state"]))
+            .expect("the stream ended before the saga was {state}")
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_approvers_answer_from_the_console_is_checked_as_over_a2a_and_moves_the_saga() {
+    let served = serve().await;
+    let task = send(
+        &served,
+        planner_jwt(&served, "executor"),
+        approval_plan(&served, "sg_console_answer"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        task.status.state,
+        TaskState::InputRequired,
+        "{:?}",
+        task.status
+    );
+    let approver = session(&served, &mint_approver_jwt(&served, "executor")).await;
+    let (_, waiting) = get(&served, Some(&approver), "/waiting").await;
+    let waiting: Value = serde_json::from_str(&waiting).unwrap();
+    let approval = waiting["sagas"][0]["approval"].clone();
+    let in_five_minutes = (chrono::Utc::now() + chrono::Duration::minutes(5)).to_rfc3339();
+
+    // Refused as over A2A: bound to other arguments, unbound, not JSON, too large.
+    let mut other = approval.clone();
+    other["argsSha256"] = json!("0".repeat(64));
+    other["expiresAt"] = json!(in_five_minutes);
+    let path = "/sagas/sg_console_answer/answer";
+    let (status, body) = post(
+        &served,
+        &approver,
+        path,
+        &json!({"resolution": "approve", "approval": other}).to_string(),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(message(&body).contains("APPROVAL_MISMATCH"), "{body}");
+    let (status, body) = post(&served, &approver, path, r#"{"resolution": "approve"}"#).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(message(&body).contains("APPROVAL_UNBOUND"), "{body}");
+    let (status, _) = post(&served, &approver, path, "{not json").await;
+    assert_eq!(status, 400);
+    let huge = json!({"resolution": "retry", "note": "x".repeat(8 * 1024)}).to_string();
+    let (status, _) = post(&served, &approver, path, &huge).await;
+    assert_eq!(status, 413);
+    let (_, saga) = get(&served, Some(&approver), "/sagas/sg_console_answer").await;
+    assert!(
+        saga.contains("\"waitingForAPerson\""),
+        "a refused answer moved the saga: {saga}"
+    );
+
+    let mut bound = approval.clone();
+    bound["expiresAt"] = json!(in_five_minutes);
+    let (status, body) = post(
+        &served,
+        &approver,
+        path,
+        &json!({"resolution": "approve", "approval": bound}).to_string(),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let saga = until_state(&served, &approver, "sg_console_answer", "completed").await;
+
+    // The decision is the approver's, in the ledger, and the timeline shows every call.
+    let decisions = &saga["ledger"]["steps"][1]["decisions"];
+    assert_eq!(decisions[0]["by"], "approver-1", "{saga}");
+    assert_eq!(decisions[0]["resolution"], "approve");
+    assert_eq!(saga["timelineFrom"], "journal");
+    let forwards: Vec<&str> = saga["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["kind"] == "forward" && b["outcome"] == "succeeded")
+        .map(|b| b["step"].as_str().unwrap())
+        .collect();
+    let steps: Vec<&str> = saga["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(forwards, steps, "{saga}");
+    assert_eq!(saga["audit"]["signerKeyId"], served.planner.kid());
+    let waits = saga["waits"].as_array().unwrap();
+    assert!(
+        waits.iter().any(|w| w["why"]
+            .as_str()
+            .unwrap()
+            .contains("answered approve by approver-1")),
+        "{saga}"
+    );
+
+    // An answer to a saga that no longer waits is refused.
+    let (status, body) = post(&served, &approver, path, r#"{"resolution": "retry"}"#).await;
+    assert_eq!(status, 409, "{body}");
+}
