@@ -87,6 +87,8 @@ pub struct ExecutorConfig {
     /// and those of a replica that stopped taken in here (`take_in_lapsed`). `None` for
     /// an executor alone on its state file.
     pub held_tasks: Option<agent_host::store::postgres::PostgresTaskStore>,
+    /// Where saga spans go (`--otlp-endpoint`); `None` sends none, and wraps nothing.
+    pub traces: Option<Arc<crate::telemetry::Traces>>,
     /// Cancelled to stop: every driver then waits for the call it has out, journals the
     /// answer and returns (see `Executor::stopped`).
     pub shutdown: CancellationToken,
@@ -282,10 +284,17 @@ impl Executor {
             mcp: self.config.mcp.clone(),
             registry: self.config.registry.clone(),
         });
-        Arc::new(CountedInvoker {
+        let counted: Arc<dyn Invoker> = Arc::new(CountedInvoker {
             inner: tools,
             metrics: self.metrics.clone(),
-        })
+        });
+        match &self.config.traces {
+            Some(traces) => Arc::new(crate::telemetry::TracedInvoker {
+                inner: counted,
+                traces: traces.clone(),
+            }),
+            None => counted,
+        }
     }
 
     /// The executor's account of a mandate (see `MandateBook::show`).

@@ -424,6 +424,8 @@ impl Ctx {
             step_id: saga.spec.steps[step].id.clone(),
             caused_by,
             trace_id: self.trace_id.clone(),
+            span_id: None,
+            class: Some(saga.spec.steps[step].class),
         };
         let invoker = self.invoker.clone();
         running.spawn(cpu::measured(cpu::Phase::Saga, async move {

@@ -53,6 +53,11 @@ pub struct CallContext {
     pub caused_by: Option<String>,
     /// The saga's W3C trace id (`trace_id(saga_id)`), worked out once per saga.
     pub trace_id: String,
+    /// The id of this call's span (16 hex digits) when traces are sent: the parent id
+    /// of the call's `traceparent`. `None`: a new one per call, reported nowhere.
+    pub span_id: Option<String>,
+    /// The step's reversibility class, for its span.
+    pub class: Option<shared_types::ReversibilityClass>,
 }
 
 impl CallContext {
@@ -113,10 +118,16 @@ pub fn trace_id(saga_id: &str) -> String {
         .to_string()
 }
 
-/// A W3C trace context: the saga's trace, a new span for this call.
-fn traceparent(trace_id: &str) -> String {
-    let span = uuid::Uuid::new_v4().as_u64_pair().0;
-    format!("00-{trace_id}-{span:016x}-01")
+/// A W3C trace context: the saga's trace, and the call's span (a new one unless traced).
+fn traceparent(context: &CallContext) -> String {
+    let trace_id = &context.trace_id;
+    match &context.span_id {
+        Some(span) => format!("00-{trace_id}-{span}-01"),
+        None => {
+            let span = uuid::Uuid::new_v4().as_u64_pair().0;
+            format!("00-{trace_id}-{span:016x}-01")
+        }
+    }
 }
 
 fn take_data(parts: Vec<Part>) -> Option<Value> {
@@ -196,7 +207,7 @@ impl Invoker for A2aInvoker {
             // The client carries the agent's credential.
             bearer: None,
             idempotency_key: Some(invocation.idempotency_key.clone()),
-            traceparent: Some(traceparent(&context.trace_id)),
+            traceparent: Some(traceparent(context)),
             baggage: context.baggage(),
             timeout: Duration::from_millis(invocation.call.timeout_ms),
         };
@@ -256,7 +267,7 @@ impl Invoker for ToolInvoker {
                     step_id: context.step_id.clone(),
                     caused_by: context.caused_by.clone(),
                     compensation: matches!(invocation.target, Target::Compensation(_)),
-                    traceparent: traceparent(&context.trace_id),
+                    traceparent: traceparent(context),
                     baggage: agent_host::baggage_header(&context.baggage()),
                 };
                 self.mcp.invoke(&agent, invocation, context).await

@@ -25,5 +25,6 @@ pub mod slots;
 pub mod state;
 mod sync;
 pub mod taking_in;
+pub mod telemetry;
 
 pub use error::{Error, Result};

@@ -109,6 +109,12 @@ struct Args {
     /// admin token also opens the console at /console.
     #[arg(long)]
     admin_token_file: Option<PathBuf>,
+    /// An OpenTelemetry collector's OTLP/HTTP base URL (as OTEL_EXPORTER_OTLP_ENDPOINT,
+    /// e.g. http://127.0.0.1:4318): each saga is sent there as a trace, one span per saga
+    /// and one per tool call, in the trace the tools see in `traceparent`. Off unless
+    /// given.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
     /// File holding the operator token (instead of SAGAPLANE_OPERATOR_TOKEN): it opens the
     /// console at /console to read, and nothing else. Approvers log in there with a JWT
     /// of theirs, and answer the sagas that wait for a person.
@@ -327,6 +333,7 @@ async fn main() -> anyhow::Result<()> {
             approvers,
             admin_token,
             operator_token,
+            otlp_endpoint: args.otlp_endpoint,
             credentials,
             pause_after_journal_writes: args.pause_after_journal_writes,
             gather_progress: Duration::from_millis(args.gather_progress_ms),
@@ -375,6 +382,10 @@ async fn main() -> anyhow::Result<()> {
     let limits = args.serving.connection_limits();
     agent_host::serve_with(listener, service.router, shutdown, limits).await?;
     drain(&service.executor, Duration::from_secs(args.drain_secs)).await;
+    if let Some(traces) = service.traces {
+        // The exporter's thread sends what is buffered; shutting it down blocks.
+        let _ = tokio::task::spawn_blocking(move || traces.shut_down()).await;
+    }
     Ok(())
 }
 

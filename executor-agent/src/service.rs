@@ -51,6 +51,8 @@ pub struct Settings {
     pub admin_token: String,
     /// The operator token: it opens the console (read only), and nothing else.
     pub operator_token: Option<String>,
+    /// The OTLP/HTTP collector saga spans are sent to (its base URL); `None` sends none.
+    pub otlp_endpoint: Option<String>,
     /// The executor's credential for each tool agent, by agent name.
     pub credentials: HashMap<String, String>,
     /// Fault injection for crash tests: stop (without returning) after this many durable
@@ -166,6 +168,8 @@ async fn open_stores(
 pub struct Service {
     pub router: Router,
     pub executor: Arc<Executor>,
+    /// Where saga spans go, to send what is buffered at shutdown (`Traces::shut_down`).
+    pub traces: Option<Arc<crate::telemetry::Traces>>,
 }
 
 impl std::fmt::Debug for Service {
@@ -296,6 +300,13 @@ pub async fn build_with(
     host.shutdown = shutdown.clone();
     host.max_concurrent_requests = max_concurrent_requests;
 
+    let traces = match &settings.otlp_endpoint {
+        Some(endpoint) => Some(Arc::new(
+            crate::telemetry::Traces::otlp(endpoint, &settings.executor_id)
+                .map_err(|e| Error::Refused(e.to_string()))?,
+        )),
+        None => None,
+    };
     let mcp = Arc::new(McpInvoker::new(settings.credentials.clone()));
     let executor = Executor::new(
         ExecutorConfig {
@@ -320,6 +331,7 @@ pub async fn build_with(
             undo_expiring_within: settings.undo_expiring_within,
             forwarding,
             held_tasks,
+            traces: traces.clone(),
             shutdown,
         },
         tasks.clone(),
@@ -359,5 +371,9 @@ pub async fn build_with(
         tasks,
         routes,
     );
-    Ok(Service { router, executor })
+    Ok(Service {
+        router,
+        executor,
+        traces,
+    })
 }

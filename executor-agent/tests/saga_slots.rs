@@ -414,6 +414,7 @@ fn restart(setup: &Harness) -> (Arc<Executor>, Arc<TaskManager>) {
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             forwarding: None,
             held_tasks: None,
+            traces: None,
             shutdown: tokio_util::sync::CancellationToken::new(),
         },
         tasks.clone(),

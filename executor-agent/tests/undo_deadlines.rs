@@ -103,6 +103,7 @@ impl Demo {
                 planners: vec![("planner-1".into(), planner.public_jwk())],
                 admin_token: ADMIN.into(),
                 operator_token: None,
+                otlp_endpoint: None,
                 ..served::test_settings(dir.path().join("executor"), &url)
             },
             shutdown.clone(),

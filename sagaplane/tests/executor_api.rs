@@ -48,6 +48,7 @@ async fn executor_with(
             approvers: Vec::new(),
             admin_token: ADMIN_TOKEN.into(),
             operator_token: None,
+            otlp_endpoint: None,
             credentials,
             pause_after_journal_writes: None,
             gather_progress: GATHER_PROGRESS,

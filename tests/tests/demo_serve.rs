@@ -32,6 +32,24 @@ fn run(words: &[String]) -> (i32, String) {
     (output.status.code().unwrap_or(-1), text)
 }
 
+/// The status line and body of `POST path` on `url` with `Authorization: Bearer token`
+/// (HTTP/1.1 by hand: this crate has no HTTP client).
+fn post_bearer(url: &str, path: &str, token: &str) -> String {
+    use std::io::{Read, Write};
+    let address = url.trim_start_matches("http://").trim_end_matches('/');
+    let address = address.split('/').next().unwrap();
+    let mut stream = std::net::TcpStream::connect(address).expect("the executor listens");
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
 fn replace(words: &[String], placeholder: &str, value: &str) -> Vec<String> {
     words
         .iter()
@@ -70,6 +88,7 @@ fn the_served_demo_prints_its_folder_and_commands_that_work() {
         "principal.jwk",
         "mandate.json",
         "admin-token",
+        "operator-token",
     ] {
         assert_eq!(mode(&folder.join(secret)), 0o600, "{secret}");
     }
@@ -138,4 +157,30 @@ fn the_served_demo_prints_its_folder_and_commands_that_work() {
             && (shown.contains("spent 12000") || shown.contains("reserved 12000")),
         "{shown}"
     );
+
+    // Issue 24: the console's address is printed, the operator's token in the folder
+    // opens it, and so does the printed approver's JWT; each with its role.
+    let console = served
+        .lines
+        .iter()
+        .find_map(|l| {
+            l.split("the console")
+                .nth(1)?
+                .split_whitespace()
+                .find(|w| w.starts_with("http://"))
+        })
+        .unwrap_or_else(|| panic!("no console address printed: {:?}", served.lines))
+        .to_owned();
+    assert!(console.ends_with("/console/"), "{console}");
+    let operator = std::fs::read_to_string(folder.join("operator-token")).unwrap();
+    let answer = post_bearer(&console, "/console/api/session", operator.trim());
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    assert!(answer.contains("\"role\":\"operator\""), "{answer}");
+    let (code, jwt) = run(&served.command("token"));
+    assert_eq!(code, 0, "{jwt}");
+    let answer = post_bearer(&console, "/console/api/session", jwt.trim());
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    assert!(answer.contains("\"role\":\"approver\""), "{answer}");
+    let answer = post_bearer(&console, "/console/api/session", "not-the-token");
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
 }

@@ -325,6 +325,8 @@ impl Executor {
                 step_id,
                 caused_by: None,
                 trace_id: trace_id.clone(),
+                span_id: None,
+                class: None,
             };
             let outcome = self.direct_invoker.invoke(&invocation, &context).await;
             self.calls_answered.fetch_add(1, Ordering::Relaxed);
@@ -378,6 +380,8 @@ impl Executor {
                 step_id: header.spec.steps[i].id.clone(),
                 caused_by: None,
                 trace_id: trace_id.clone(),
+                span_id: None,
+                class: None,
             };
             let outcome = self.direct_invoker.invoke(invocation, &context).await;
             self.calls_answered.fetch_add(1, Ordering::Relaxed);

@@ -70,7 +70,16 @@ impl Executor {
         let (control, rx) = mpsc::channel(8);
         let (reporter, reporting) =
             TaskReporter::start(task.clone(), metadata, self.config.gather_progress);
-        let reporter = Arc::new(MeteredReporter::new(reporter, self.metrics.clone(), &saga));
+        let reporter: Arc<dyn crate::driver::Reporter> =
+            Arc::new(MeteredReporter::new(reporter, self.metrics.clone(), &saga));
+        let reporter: Arc<dyn crate::driver::Reporter> = match &self.config.traces {
+            Some(traces) => Arc::new(crate::telemetry::TracedReporter::new(
+                reporter,
+                traces.clone(),
+                &saga,
+            )),
+            None => reporter,
+        };
         let stops = reporting.stops();
         let first_stop = stops.clone();
         let mandate = saga

@@ -239,6 +239,8 @@ pub struct ToolLog {
     pub called: Arc<tokio::sync::Notify>,
     /// When each entry of `calls` was received.
     pub called_at: Vec<std::time::Instant>,
+    /// The `traceparent` of each entry of `calls` (empty when none came).
+    pub traceparents: Vec<String>,
     /// Lets calls held by `Fault::ApplyThenGate` answer, one per permit.
     pub gate: Arc<Gate>,
     /// Results to answer instead of `response(skill)`, by skill.
@@ -306,6 +308,8 @@ impl Agent for Tool {
         {
             let mut log = self.log.lock().unwrap();
             log.called_at.push(std::time::Instant::now());
+            log.traceparents
+                .push(ctx.traceparent.clone().unwrap_or_default());
             log.called.notify_one();
         }
         let fault = self.faults.in_agent(&skill);
@@ -671,6 +675,7 @@ impl Harness {
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             forwarding: None,
             held_tasks: None,
+            traces: None,
             shutdown: shutdown.clone(),
         };
         let executor = Executor::new(config, tasks.clone());

@@ -31,6 +31,8 @@ pub struct Served {
     pub logs: HashMap<String, Arc<Mutex<ToolLog>>>,
     /// The signed cards registered, in `AGENTS` order.
     pub cards: Vec<serde_json::Value>,
+    /// Where saga spans go, when the settings send them.
+    pub traces: Option<Arc<executor_agent::telemetry::Traces>>,
     pub shutdown: CancellationToken,
     _dir: tempfile::TempDir,
 }
@@ -55,6 +57,7 @@ pub fn test_settings(data_dir: std::path::PathBuf, public_url: &str) -> Settings
         principals: vec![super::principal().public_jwk()],
         admin_token: ADMIN_TOKEN.into(),
         operator_token: None,
+        otlp_endpoint: None,
         credentials: AGENTS
             .iter()
             .map(|a| (a.to_string(), TOOL_TOKEN.to_owned()))
@@ -79,6 +82,15 @@ pub async fn serve_with(hosts: RegistrationHosts) -> Served {
 
 /// `serve_with`, with `faults` injected in the tool agents.
 pub async fn serve_faulty(hosts: RegistrationHosts, faults: &[(&str, Fault)]) -> Served {
+    serve_configured(hosts, faults, |_| {}).await
+}
+
+/// `serve_faulty`, with the executor's settings changed by `configure` last.
+pub async fn serve_configured(
+    hosts: RegistrationHosts,
+    faults: &[(&str, Fault)],
+    configure: impl FnOnce(&mut Settings),
+) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let platform = SigningIdentity::from_seed([41; 32], Some("platform".into()));
     let planner = SigningIdentity::from_seed([42; 32], Some("planner-1".into()));
@@ -90,21 +102,19 @@ pub async fn serve_faulty(hosts: RegistrationHosts, faults: &[(&str, Fault)]) ->
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = CancellationToken::new();
-    let service = build(
-        Settings {
-            platform_keys,
-            planners: vec![
-                ("planner-1".into(), planner.public_jwk()),
-                ("planner-2".into(), other_planner.public_jwk()),
-            ],
-            approvers: vec![("approver-1".into(), approver.public_jwk())],
-            registration_hosts: hosts,
-            ..test_settings(dir.path().join("data"), &url)
-        },
-        shutdown.clone(),
-    )
-    .await
-    .unwrap();
+    let mut settings = Settings {
+        platform_keys,
+        planners: vec![
+            ("planner-1".into(), planner.public_jwk()),
+            ("planner-2".into(), other_planner.public_jwk()),
+        ],
+        approvers: vec![("approver-1".into(), approver.public_jwk())],
+        registration_hosts: hosts,
+        ..test_settings(dir.path().join("data"), &url)
+    };
+    configure(&mut settings);
+    let service = build(settings, shutdown.clone()).await.unwrap();
+    let traces = service.traces.clone();
     tokio::spawn(agent_host::serve(
         listener,
         service.router,
@@ -129,6 +139,7 @@ pub async fn serve_faulty(hosts: RegistrationHosts, faults: &[(&str, Fault)]) ->
         platform,
         logs,
         cards,
+        traces,
         shutdown,
         _dir: dir,
     }
