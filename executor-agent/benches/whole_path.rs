@@ -34,6 +34,8 @@ use sagaplane_examples::supplier::AGENTS;
 use serde_json::{Value, json};
 use shared_types::SigningIdentity;
 
+#[path = "whole_path/console.rs"]
+mod console;
 #[path = "whole_path/database.rs"]
 mod database;
 #[path = "saga/tool_agent.rs"]
@@ -453,6 +455,25 @@ one saga alone through the executor against its own sequence without the executo
             quantile(&ratios, 0.1),
             quantile(&ratios, 0.9),
         );
+    }
+    if let Some(wanted) = console::wanted() {
+        let http = reqwest::Client::new();
+        let session = client.block_on(console::log_in(&http, &executors[0].url, ADMIN_TOKEN));
+        let mut held = client.block_on(console::finished(&http, &executors[0].url, &session));
+        while held < wanted {
+            eprintln!("the store holds {held} finished sagas; sending more until {wanted}");
+            client.block_on(run_round(
+                usize::MAX - 3,
+                Mode::Blocking,
+                &executors,
+                &keys.planner,
+                &template,
+                256,
+                length,
+            ));
+            held = client.block_on(console::finished(&http, &executors[0].url, &session));
+        }
+        client.block_on(console::measure(&executors[0].url, ADMIN_TOKEN, held));
     }
     drop(executors);
     // 0 skips the breakdown.

@@ -196,6 +196,11 @@ pub async fn list(executor: &Executor, query: &ListQuery) -> Result<Value> {
         .as_deref()
         .filter(|s| !s.is_empty())
         .and_then(task_state);
+    if query.page_token.is_none()
+        && let Some(found) = exact(executor, query).await?
+    {
+        return Ok(json!({"sagas": [summary(&found)], "nextPageToken": null, "scanned": 1}));
+    }
     let mut after = query.page_token.as_deref().and_then(PageKey::from_token);
     let mut shown = Vec::new();
     let mut scanned = 0;
@@ -228,6 +233,35 @@ pub async fn list(executor: &Executor, query: &ListQuery) -> Result<Value> {
         "nextPageToken": next.map(|k| k.token()),
         "scanned": scanned,
     }))
+}
+
+/// The saga that `q` names exactly (a saga id, an idempotency key, a task id), when it
+/// passes the other filters: found by its id, not by reading the list.
+async fn exact(executor: &Executor, query: &ListQuery) -> Result<Option<Task>> {
+    let Some(q) = query.q.as_deref().map(str::trim).filter(|q| !q.is_empty()) else {
+        return Ok(None);
+    };
+    let store = executor.tasks().store();
+    if let Some(task) = store.get(q).await?
+        && matches(&task, query)
+    {
+        return Ok(Some(task));
+    }
+    // `<sagaId>`, `<sagaId>:<stepId>` or `<sagaId>:<stepId>:undo`.
+    let key = q.strip_suffix(":undo").unwrap_or(q);
+    let mut candidates = vec![q];
+    if let Some((saga_id, _)) = key.rsplit_once(':') {
+        candidates.push(saga_id);
+    }
+    for saga_id in candidates {
+        if let Some(header) = executor.config().journal.header(saga_id).await?
+            && let Some(task) = store.get(&header.task_id).await?
+            && matches(&task, query)
+        {
+            return Ok(Some(task));
+        }
+    }
+    Ok(None)
 }
 
 /// The numbers the overview shows first: the compensation rate and the undo handles,
