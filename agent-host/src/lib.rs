@@ -21,6 +21,7 @@ pub mod sdk;
 pub mod server;
 pub mod store;
 pub mod tasks;
+pub mod telemetry;
 
 pub use agent::{Agent, OWNER_METADATA, Reply, RequestContext, agent_message, user_request};
 pub use auth::{Caller, InboundAuth, JwtPolicy, mint_jwt};

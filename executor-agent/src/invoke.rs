@@ -113,9 +113,7 @@ impl A2aInvoker {
 
 /// The W3C trace id of a saga: every call of one saga belongs to one trace.
 pub fn trace_id(saga_id: &str) -> String {
-    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, saga_id.as_bytes())
-        .simple()
-        .to_string()
+    agent_host::telemetry::saga_trace_id(saga_id)
 }
 
 /// A W3C trace context: the saga's trace, and the call's span (a new one unless traced).

@@ -11,97 +11,22 @@
 //! `sagaplane.*` for the rest. Nothing is sent before a saga's call or end, and nothing
 //! here runs at all when traces are off: the invoker and reporter are not wrapped.
 
-use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use agent_host::telemetry::{Exporter, new_span_id, saga_span_id, saga_trace_id, under_saga};
 use async_trait::async_trait;
-use opentelemetry::trace::{
-    SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
-    Tracer, TracerProvider,
-};
+use opentelemetry::trace::{Span, SpanId, SpanKind, Status};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SdkTracer, SdkTracerProvider};
 
 use crate::driver::Reporter;
 use crate::invoke::{CallContext, Invoker};
 use crate::saga::{CallOutcome, Command, Ending, Invocation, Saga, Target};
 
-/// Why traces cannot be sent.
-#[derive(Debug, thiserror::Error)]
-#[error("--otlp-endpoint: {0}")]
-pub struct TraceError(String);
-
 /// Where the saga spans go.
+#[derive(Debug)]
 pub struct Traces {
-    provider: SdkTracerProvider,
-    tracer: SdkTracer,
-}
-
-impl std::fmt::Debug for Traces {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Traces").finish_non_exhaustive()
-    }
-}
-
-thread_local! {
-    /// The ids the next span built on this thread takes (`with_ids`).
-    static PLANNED: Cell<(Option<TraceId>, Option<SpanId>)> = const { Cell::new((None, None)) };
-}
-
-/// Random ids, except where a span's ids are planned: the SDK takes a span's ids from
-/// its generator, and a saga's span must have the ids its calls already named.
-#[derive(Debug, Default)]
-struct PlannedIds(RandomIdGenerator);
-
-impl IdGenerator for PlannedIds {
-    fn new_trace_id(&self) -> TraceId {
-        let (trace, span) = PLANNED.with(Cell::get);
-        PLANNED.with(|p| p.set((None, span)));
-        trace.unwrap_or_else(|| self.0.new_trace_id())
-    }
-
-    fn new_span_id(&self) -> SpanId {
-        let (trace, span) = PLANNED.with(Cell::get);
-        PLANNED.with(|p| p.set((trace, None)));
-        span.unwrap_or_else(|| self.0.new_span_id())
-    }
-}
-
-/// Runs `build` (which builds one span, synchronously) with the ids that span takes.
-fn with_ids<T>(trace: Option<TraceId>, span: SpanId, build: impl FnOnce() -> T) -> T {
-    PLANNED.with(|p| p.set((trace, Some(span))));
-    let built = build();
-    PLANNED.with(|p| p.set((None, None)));
-    built
-}
-
-/// The saga's trace id, as `invoke::trace_id` writes it (32 hex digits).
-fn trace_of(trace_id: &str) -> TraceId {
-    TraceId::from_hex(trace_id).unwrap_or(TraceId::INVALID)
-}
-
-/// The span id of saga `saga_id`'s own span: derived from its id, never zero.
-pub fn saga_span_id(saga_id: &str) -> SpanId {
-    let (high, _) =
-        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, saga_id.as_bytes()).as_u64_pair();
-    SpanId::from_bytes(high.max(1).to_be_bytes())
-}
-
-/// A new span id for a call, never zero.
-pub fn call_span_id() -> SpanId {
-    SpanId::from_bytes(uuid::Uuid::new_v4().as_u64_pair().0.max(1).to_be_bytes())
-}
-
-/// The saga's span as a remote parent of its calls' spans.
-fn saga_parent(trace_id: &str, saga_id: &str) -> Context {
-    Context::new().with_remote_span_context(SpanContext::new(
-        trace_of(trace_id),
-        saga_span_id(saga_id),
-        TraceFlags::SAMPLED,
-        true,
-        TraceState::default(),
-    ))
+    exporter: Exporter,
 }
 
 fn ms_to_time(ms: i64) -> SystemTime {
@@ -109,46 +34,21 @@ fn ms_to_time(ms: i64) -> SystemTime {
 }
 
 impl Traces {
-    /// Sends spans to the OTLP/HTTP collector at `endpoint` (its base URL, as
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT`: `/v1/traces` is added), as service `service`.
-    pub fn otlp(endpoint: &str, service: &str) -> Result<Self, TraceError> {
-        use opentelemetry_otlp::{Protocol, WithExportConfig};
-        let parsed = reqwest::Url::parse(endpoint)
-            .map_err(|e| TraceError(format!("{endpoint:?} is not a URL: {e}")))?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(TraceError(format!("{endpoint:?} is not an http(s) URL")));
-        }
-        let url = format!("{}/v1/traces", endpoint.trim_end_matches('/'));
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpJson)
-            .with_endpoint(url)
-            .with_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| TraceError(e.to_string()))?;
-        let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
-            .with_id_generator(PlannedIds::default())
-            .with_resource(
-                opentelemetry_sdk::Resource::builder()
-                    .with_service_name(service.to_owned())
-                    .build(),
-            )
-            .build();
-        let tracer = provider.tracer("sagaplane-executor");
-        Ok(Self { provider, tracer })
+    /// Sends spans to the OTLP/HTTP collector at `endpoint` (`Exporter::otlp`).
+    pub fn otlp(endpoint: &str, service: &str) -> agent_host::Result<Self> {
+        Ok(Self {
+            exporter: Exporter::otlp(endpoint, service)?,
+        })
     }
 
-    /// Sends what is buffered, waiting at most a few seconds; at shutdown.
+    /// Sends what is buffered, waiting at most a few seconds; at shutdown. Blocks.
     pub fn shut_down(&self) {
-        if let Err(e) = self.provider.shutdown_with_timeout(Duration::from_secs(5)) {
-            tracing::warn!(error = %e, "traces buffered at shutdown could not all be sent");
-        }
+        self.exporter.shut_down();
     }
 
-    /// Sends what is buffered now (tests).
+    /// Sends what is buffered now (tests). Blocks.
     pub fn flush(&self) {
-        let _ = self.provider.force_flush();
+        self.exporter.flush();
     }
 
     fn call_span(
@@ -191,17 +91,17 @@ impl Traces {
         if let Some(cause) = &context.caused_by {
             attributes.push(KeyValue::new("sagaplane.caused_by", cause.clone()));
         }
-        let parent = saga_parent(&context.trace_id, &context.saga_id);
-        let mut span = with_ids(None, span_id, || {
-            self.tracer
-                .span_builder(format!("execute_tool {}", invocation.call.skill))
-                .with_kind(SpanKind::Client)
-                .with_start_time(started)
-                .with_attributes(attributes)
-                .start_with_context(&self.tracer, &parent)
-        });
-        opentelemetry::trace::Span::set_status(&mut span, status);
-        opentelemetry::trace::Span::end(&mut span);
+        let builder = self
+            .exporter
+            .span(format!("execute_tool {}", invocation.call.skill))
+            .with_kind(SpanKind::Client)
+            .with_start_time(started)
+            .with_attributes(attributes);
+        let mut span = self
+            .exporter
+            .build(builder, &under_saga(&context.saga_id), None, span_id);
+        span.set_status(status);
+        span.end();
     }
 
     fn saga_span(&self, saga: &Saga, started: SystemTime, ending: Ending) {
@@ -217,16 +117,20 @@ impl Traces {
             KeyValue::new("sagaplane.ending", ending),
             KeyValue::new("sagaplane.steps", saga.spec.steps.len() as i64),
         ];
-        let trace = trace_of(&crate::invoke::trace_id(saga_id));
-        let mut span = with_ids(Some(trace), saga_span_id(saga_id), || {
-            self.tracer
-                .span_builder(format!("invoke_workflow {saga_id}"))
-                .with_kind(SpanKind::Internal)
-                .with_start_time(started)
-                .with_attributes(attributes)
-                .start_with_context(&self.tracer, &Context::new())
-        });
-        opentelemetry::trace::Span::end(&mut span);
+        let builder = self
+            .exporter
+            .span(format!("invoke_workflow {saga_id}"))
+            .with_kind(SpanKind::Internal)
+            .with_start_time(started)
+            .with_attributes(attributes);
+        let trace = saga_trace_id(saga_id);
+        let mut span = self.exporter.build(
+            builder,
+            &Context::new(),
+            Some(&trace),
+            saga_span_id(saga_id),
+        );
+        span.end();
     }
 }
 
@@ -239,7 +143,7 @@ pub struct TracedInvoker {
 #[async_trait]
 impl Invoker for TracedInvoker {
     async fn invoke(&self, invocation: &Invocation, context: &CallContext) -> CallOutcome {
-        let span_id = call_span_id();
+        let span_id: SpanId = new_span_id();
         let mut traced = context.clone();
         traced.span_id = Some(format!("{span_id}"));
         let started = SystemTime::now();

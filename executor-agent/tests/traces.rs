@@ -5,69 +5,11 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
 use agent_host::sdk::TaskState;
-use axum::Router;
-use axum::routing::post;
 use common::Fault;
 use common::served::*;
 use serde_json::Value;
-
-/// An OTLP/HTTP receiver: every JSON body posted to `/v1/traces`.
-async fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let kept = bodies.clone();
-    let app = Router::new().route(
-        "/v1/traces",
-        post(move |body: axum::body::Bytes| {
-            let kept = kept.clone();
-            async move {
-                let value: Value = serde_json::from_slice(&body).expect("an OTLP/JSON body");
-                kept.lock().unwrap().push(value);
-                "{}"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, bodies)
-}
-
-/// Every span received, as OTLP/JSON shows it.
-fn spans(bodies: &[Value]) -> Vec<Value> {
-    bodies
-        .iter()
-        .flat_map(|b| b["resourceSpans"].as_array().cloned().unwrap_or_default())
-        .flat_map(|r| r["scopeSpans"].as_array().cloned().unwrap_or_default())
-        .flat_map(|s| s["spans"].as_array().cloned().unwrap_or_default())
-        .collect()
-}
-
-fn attributes(span: &Value) -> HashMap<String, Value> {
-    span["attributes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|a| {
-            let value = a["value"]
-                .as_object()
-                .and_then(|v| v.values().next().cloned())
-                .unwrap_or(Value::Null);
-            (a["key"].as_str().unwrap().to_owned(), value)
-        })
-        .collect()
-}
-
-fn attribute(span: &Value, key: &str) -> String {
-    match attributes(span).get(key) {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string().trim_matches('"').to_owned(),
-        None => String::new(),
-    }
-}
+use test_kit::otlp::{attribute, receiver, spans};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compensated_saga_is_one_trace_with_a_span_per_call_under_the_sagas() {
@@ -93,7 +35,7 @@ async fn a_compensated_saga_is_one_trace_with_a_span_per_call_under_the_sagas() 
         .await
         .unwrap();
 
-    let spans = spans(&bodies.lock().unwrap());
+    let spans = spans(&bodies);
     let trace = executor_agent::invoke::trace_id("sg_traced");
     assert!(
         spans.iter().all(|s| s["traceId"] == trace.as_str()),

@@ -64,6 +64,8 @@ pub struct PlannerConfig {
     /// executor is unreachable or its answer is unknown (`retry::DEFAULT_EXECUTOR_RETRY`
     /// by default).
     pub executor_retry: Duration,
+    /// Where the planning spans go (`--otlp-endpoint`); `None` sends none.
+    pub traces: Option<Arc<agent_host::telemetry::Exporter>>,
 }
 
 /// Where one of the planner's tasks stands, for cancellation.
@@ -90,6 +92,48 @@ impl std::fmt::Debug for Planner {
             .field("backend", &self.config.backend.name())
             .finish_non_exhaustive()
     }
+}
+
+/// The planning of `plan` as a span in its saga's trace, under the saga's span (whose id
+/// every agent derives from the saga id): from the goal's reading to the signed plan.
+fn planning_span(
+    traces: &agent_host::telemetry::Exporter,
+    planner: &str,
+    plan: &Value,
+    started: std::time::SystemTime,
+) {
+    use opentelemetry::KeyValue;
+    use opentelemetry::trace::{Span, SpanKind};
+    let saga_id = plan
+        .get("sagaId")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let text = |pointer: &str| {
+        plan.pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let steps = plan["steps"].as_array().map_or(0, Vec::len) as i64;
+    let builder = traces
+        .span(format!("invoke_agent {planner}"))
+        .with_kind(SpanKind::Internal)
+        .with_start_time(started)
+        .with_attributes(vec![
+            KeyValue::new("gen_ai.operation.name", "invoke_agent"),
+            KeyValue::new("gen_ai.agent.name", planner.to_owned()),
+            KeyValue::new("gen_ai.request.model", text("/authoredBy/model")),
+            KeyValue::new("sagaplane.saga.id", saga_id.to_owned()),
+            KeyValue::new("sagaplane.plan.steps", steps),
+            KeyValue::new("sagaplane.mandate.id", text("/mandate/mandateId")),
+        ]);
+    let mut span = traces.build(
+        builder,
+        &agent_host::telemetry::under_saga(saga_id),
+        None,
+        agent_host::telemetry::new_span_id(),
+    );
+    span.end();
 }
 
 /// Logs a failed report: the task store is the only place a report can go.
@@ -305,12 +349,16 @@ impl Planner {
                 .await
                 .map_err(|e| Error::Config(format!("cannot record the dry run: {e}")))?;
         }
+        let planning_started = std::time::SystemTime::now();
         let plan = self.compose(task, &goal, &grant).await?;
         let saga_id = plan
             .get("sagaId")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
+        if let Some(traces) = &self.config.traces {
+            planning_span(traces, self.config.identity.kid(), &plan, planning_started);
+        }
         let artifact = Artifact {
             artifact_id: PLAN_ARTIFACT.into(),
             name: Some(PLAN_ARTIFACT.into()),

@@ -84,6 +84,11 @@ struct Args {
     /// jitter); a refusal is not tried again.
     #[arg(long, value_name = "SECONDS", default_value_t = planner_agent::DEFAULT_EXECUTOR_RETRY.as_secs())]
     executor_retry_secs: u64,
+    /// An OpenTelemetry collector's OTLP/HTTP base URL (e.g. http://127.0.0.1:4318): each
+    /// plan's making is sent there as a span in its saga's trace, under the executor's
+    /// span of that saga. Off unless given.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
     #[command(flatten)]
     serving: agent_host::cli::ServingArgs,
 }
@@ -238,6 +243,7 @@ async fn main() -> anyhow::Result<()> {
             llm,
             templates: Templates::builtin(),
             executor_retry: Duration::from_secs(args.executor_retry_secs),
+            otlp_endpoint: args.otlp_endpoint,
         },
         shutdown.clone(),
         args.serving.max_concurrent_requests,
@@ -251,5 +257,9 @@ async fn main() -> anyhow::Result<()> {
     println!("listening on {public_url}");
     let limits = args.serving.connection_limits();
     agent_host::serve_with(listener, service.router, shutdown, limits).await?;
+    if let Some(traces) = service.traces {
+        // The exporter's thread sends what is buffered; shutting it down blocks.
+        let _ = tokio::task::spawn_blocking(move || traces.shut_down()).await;
+    }
     Ok(())
 }

@@ -49,12 +49,16 @@ pub struct Settings {
     /// How long a catalog read or a submission is tried again while the executor cannot
     /// be reached (`DEFAULT_EXECUTOR_RETRY` unless configured).
     pub executor_retry: Duration,
+    /// The OTLP/HTTP collector the planning spans go to (its base URL); `None` sends none.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// A built planner, ready to serve.
 pub struct Service {
     pub router: Router,
     pub planner: Arc<Planner>,
+    /// Where planning spans go, to send what is buffered at shutdown.
+    pub traces: Option<Arc<agent_host::telemetry::Exporter>>,
 }
 
 impl std::fmt::Debug for Service {
@@ -154,6 +158,13 @@ pub fn build_with(
     host.shutdown = shutdown.clone();
     host.max_concurrent_requests = max_concurrent_requests;
 
+    let traces = match &settings.otlp_endpoint {
+        Some(endpoint) => Some(Arc::new(
+            agent_host::telemetry::Exporter::otlp(endpoint, identity.kid())
+                .map_err(|e| Error::Config(e.to_string()))?,
+        )),
+        None => None,
+    };
     let planner = Planner::new(
         PlannerConfig {
             identity,
@@ -163,9 +174,14 @@ pub fn build_with(
             shutdown,
             mandate,
             executor_retry: settings.executor_retry,
+            traces: traces.clone(),
         },
         tasks.clone(),
     );
     let router = agent_host::app(&host, Arc::new(PlannerAgent(planner.clone())), tasks);
-    Ok(Service { router, planner })
+    Ok(Service {
+        router,
+        planner,
+        traces,
+    })
 }

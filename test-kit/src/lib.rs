@@ -4,6 +4,8 @@
 //! tests and benchmarks. A fixture that cannot be read fails the test that needs it,
 //! naming the file.
 
+pub mod otlp;
+
 use std::path::PathBuf;
 
 use serde_json::Value;

@@ -39,10 +39,7 @@ pub async fn log_in(http: &reqwest::Client, url: &str, token: &str) -> String {
         .json()
         .await
         .expect("a session");
-    answer["session"]
-        .as_str()
-        .expect("a session id")
-        .to_owned()
+    answer["session"].as_str().expect("a session id").to_owned()
 }
 
 async fn get(http: &reqwest::Client, url: &str, session: &str, path: &str) -> (Duration, Value) {
@@ -53,7 +50,11 @@ async fn get(http: &reqwest::Client, url: &str, session: &str, path: &str) -> (D
         .send()
         .await
         .expect("the console answers");
-    assert!(response.status().is_success(), "{path}: {}", response.status());
+    assert!(
+        response.status().is_success(),
+        "{path}: {}",
+        response.status()
+    );
     let body: Value = response.json().await.expect("JSON");
     (started.elapsed(), body)
 }
@@ -61,7 +62,12 @@ async fn get(http: &reqwest::Client, url: &str, session: &str, path: &str) -> (D
 fn quantiles(mut ms: Vec<f64>) -> String {
     ms.sort_by(f64::total_cmp);
     let at = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
-    format!("p50 {:.2} ms, p90 {:.2} ms, max {:.2} ms", at(0.5), at(0.9), at(1.0))
+    format!(
+        "p50 {:.2} ms, p90 {:.2} ms, max {:.2} ms",
+        at(0.5),
+        at(0.9),
+        at(1.0)
+    )
 }
 
 async fn timed(http: &reqwest::Client, url: &str, session: &str, path: &str) -> (String, Value) {
@@ -89,16 +95,30 @@ pub async fn measure(url: &str, token: &str, held: usize) {
     let mut pages = 1;
     while pages < 100 {
         let Some(next) = token_at.clone() else { break };
-        let (_, body) = get(&http, url, &session, &format!("/sagas?pageSize=50&pageToken={next}")).await;
+        let (_, body) = get(
+            &http,
+            url,
+            &session,
+            &format!("/sagas?pageSize=50&pageToken={next}"),
+        )
+        .await;
         token_at = body["nextPageToken"].as_str().map(str::to_owned);
         pages += 1;
     }
     if let Some(deep) = &token_at {
-        let (deep_times, _) =
-            timed(&http, url, &session, &format!("/sagas?pageSize=50&pageToken={deep}")).await;
+        let (deep_times, _) = timed(
+            &http,
+            url,
+            &session,
+            &format!("/sagas?pageSize=50&pageToken={deep}"),
+        )
+        .await;
         println!("  list, page {pages} of 50 (by its key):      {deep_times}");
     }
-    let some_saga = page["sagas"][7]["sagaId"].as_str().unwrap_or_default().to_owned();
+    let some_saga = page["sagas"][7]["sagaId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let (by_key, found) = timed(
         &http,
         url,
@@ -111,7 +131,13 @@ pub async fn measure(url: &str, token: &str, held: usize) {
         found["sagas"].as_array().map(Vec::len).unwrap_or(0),
         found["scanned"]
     );
-    let (by_text, found) = timed(&http, url, &session, "/sagas?q=no-such-goal-text&pageSize=50").await;
+    let (by_text, found) = timed(
+        &http,
+        url,
+        &session,
+        "/sagas?q=no-such-goal-text&pageSize=50",
+    )
+    .await;
     println!(
         "  list, text found nowhere:             {by_text} (read {} tasks, the most one page reads)",
         found["scanned"]

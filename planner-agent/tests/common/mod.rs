@@ -286,6 +286,8 @@ pub struct RunningPlanner {
     pub service_planner: Arc<planner_agent::Planner>,
     pub shutdown: CancellationToken,
     pub served: tokio::task::JoinHandle<()>,
+    /// Where its planning spans go, when its settings send them.
+    pub traces: Option<Arc<agent_host::telemetry::Exporter>>,
 }
 
 /// Starts a planner with the deterministic backend in front of `executor_url`.
@@ -353,25 +355,32 @@ pub async fn start_under(
     auth: InboundAuth,
     mandate: Option<Value>,
 ) -> RunningPlanner {
+    let settings = |url: &str| Settings {
+        data_dir,
+        identity,
+        executor_urls: vec![executor_url.to_owned()],
+        executor_id: executor_id.to_owned(),
+        public_url: url.to_owned(),
+        auth,
+        mandate,
+        llm,
+        templates: Templates::builtin(),
+        executor_retry: planner_agent::DEFAULT_EXECUTOR_RETRY,
+        otlp_endpoint: None,
+    };
+    start_configured(settings).await
+}
+
+/// Starts a planner with the settings `settings` gives for its URL.
+pub async fn start_configured(settings: impl FnOnce(&str) -> Settings) -> RunningPlanner {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = CancellationToken::new();
-    let Service { router, planner } = build(
-        Settings {
-            data_dir,
-            identity,
-            executor_urls: vec![executor_url.to_owned()],
-            executor_id: executor_id.to_owned(),
-            public_url: url.clone(),
-            auth,
-            mandate,
-            llm,
-            templates: Templates::builtin(),
-            executor_retry: planner_agent::DEFAULT_EXECUTOR_RETRY,
-        },
-        shutdown.clone(),
-    )
-    .unwrap();
+    let Service {
+        router,
+        planner,
+        traces,
+    } = build(settings(&url), shutdown.clone()).unwrap();
     planner.recover().await.unwrap();
     let serving = shutdown.clone();
     let served = tokio::spawn(async move {
@@ -383,6 +392,7 @@ pub async fn start_under(
         service_planner: planner,
         shutdown,
         served,
+        traces,
     }
 }
 
