@@ -276,14 +276,9 @@ fn body_bytes(body: &Value) -> Vec<u8> {
     serde_json::to_vec(body).unwrap_or_default()
 }
 
-/// The middleware: authenticates, then adds the `Caller` to the request.
-pub async fn authenticate(
-    State(auth): State<InboundAuth>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let presented = request
-        .headers()
+/// The token of an `Authorization: Bearer` header, trimmed, if one was sent.
+pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| {
@@ -291,7 +286,15 @@ pub async fn authenticate(
                 .or_else(|| v.strip_prefix("bearer "))
         })
         .map(str::trim)
-        .map(str::to_owned);
+}
+
+/// The middleware: authenticates, then adds the `Caller` to the request.
+pub async fn authenticate(
+    State(auth): State<InboundAuth>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let presented = bearer_token(request.headers()).map(str::to_owned);
     let refused = |message: &str| Unauthenticated {
         message: message.to_owned(),
         presented: true,

@@ -146,14 +146,5 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Result<Recovere
 }
 
 fn event_time(event: &Event) -> i64 {
-    match event {
-        Event::Start { now_ms }
-        | Event::Result { now_ms, .. }
-        | Event::TimerFired { now_ms, .. }
-        | Event::Resolve { now_ms, .. }
-        | Event::Cancel { now_ms }
-        | Event::MandateRevoked { now_ms }
-        | Event::InFlightLost { now_ms, .. }
-        | Event::ReplayDiverged { now_ms, .. } => *now_ms,
-    }
+    event.now_ms()
 }

@@ -9,33 +9,10 @@ mod common;
 use agent_host::sdk::{A2AError, ListTasksRequest, StreamResponse, Task, TaskState};
 use agent_host::{AgentClient, OutboundCall};
 use common::served::*;
-use common::{Harness, data_message, ledger_of, read};
+use common::{Harness, data_message, ledger_of};
 use executor_agent::journal::SagaLog;
 use futures::StreamExt;
 use serde_json::{Value, json};
-
-/// The supplier plan as saga `saga_id`, with a compliance review (whose curated card
-/// requires approval) after the vendor is created, signed by planner-1.
-fn approval_plan(served: &Served, saga_id: &str) -> Value {
-    approval_plan_by(&served.planner, saga_id)
-}
-
-fn approval_plan_by(planner: &shared_types::SigningIdentity, saga_id: &str) -> Value {
-    let text = serde_json::to_string(&read("examples/plans/supplier-onboarding.json"))
-        .unwrap()
-        .replace("sg_demo_supplier_onboarding", saga_id);
-    let mut plan: Value = serde_json::from_str(&text).unwrap();
-    let review = json!({
-        "id": "s0r", "agent": "compliance-registry", "skill": "compliance.review",
-        "args": {"vendorId": "$steps.s0.response.body#/vendorId"},
-        "class": "retriable", "idempotencyKey": format!("{saga_id}:s0r"),
-    });
-    let steps = plan["steps"].as_array_mut().unwrap();
-    steps.insert(1, review);
-    plan["pivotIndex"] = json!(5);
-    common::sign_plan(planner, &mut plan);
-    plan
-}
 
 fn call(bearer: Option<String>) -> OutboundCall {
     OutboundCall {
@@ -64,24 +41,6 @@ async fn answer(
         Err(agent_host::Error::Protocol(e)) => Err(e),
         Err(other) => panic!("expected an A2A answer, got {other:?}"),
     }
-}
-
-/// The saga paused for its approval: planner-1's task, waiting for a person.
-async fn paused(served: &Served, saga_id: &str) -> Task {
-    let task = send(
-        served,
-        planner_jwt(served, "executor"),
-        approval_plan(served, saga_id),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        task.status.state,
-        TaskState::InputRequired,
-        "{:?}",
-        task.status
-    );
-    task
 }
 
 /// The task as the approver reads it.
@@ -153,7 +112,7 @@ async fn standing(served: &Served, id: &str) -> Standing {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planners_resolution_is_refused_and_the_saga_does_not_move() {
     let served = serve().await;
-    let task = paused(&served, "sg_planner_answers").await;
+    let task = paused_for_approval(&served, "sg_planner_answers").await;
     let shown = awaiting(&task);
     assert_eq!(shown["skill"], "compliance.review");
     assert_eq!(shown["stepId"], "s0r");
@@ -229,7 +188,7 @@ async fn a_planners_resolution_is_refused_and_the_saga_does_not_move() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_for_other_arguments_another_step_or_expired_is_refused() {
     let served = serve().await;
-    let task = paused(&served, "sg_bound_approvals").await;
+    let task = paused_for_approval(&served, "sg_bound_approvals").await;
     let before = standing(&served, &task.id).await;
     let good = approval(&task, in_five_minutes());
     let with = |pointer: &str, value: Value| {
@@ -327,7 +286,7 @@ fn is_not_found(result: Result<impl std::fmt::Debug, agent_host::Error>) -> bool
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_planner_cannot_get_list_subscribe_to_cancel_or_answer_a_saga() {
     let served = serve().await;
-    let task = paused(&served, "sg_planner_one").await;
+    let task = paused_for_approval(&served, "sg_planner_one").await;
     let before = standing(&served, &task.id).await;
     let other = || call(other_planner_jwt(&served));
 

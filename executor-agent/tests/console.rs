@@ -5,9 +5,8 @@
 
 mod common;
 
-use agent_host::sdk::TaskState;
+use common::TOOL_TOKEN;
 use common::served::*;
-use common::{TOOL_TOKEN, read};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -59,24 +58,6 @@ async fn post(served: &Served, session: &str, path: &str, body: &str) -> (u16, V
 
 fn message(body: &Value) -> &str {
     body["error"]["message"].as_str().unwrap_or_default()
-}
-
-/// The supplier plan as `saga_id`, with a compliance review that needs an approval
-/// after the vendor is created, signed by planner-1.
-fn approval_plan(served: &Served, saga_id: &str) -> Value {
-    let text = serde_json::to_string(&read("examples/plans/supplier-onboarding.json"))
-        .unwrap()
-        .replace("sg_demo_supplier_onboarding", saga_id);
-    let mut plan: Value = serde_json::from_str(&text).unwrap();
-    let review = json!({
-        "id": "s0r", "agent": "compliance-registry", "skill": "compliance.review",
-        "args": {"vendorId": "$steps.s0.response.body#/vendorId"},
-        "class": "retriable", "idempotencyKey": format!("{saga_id}:s0r"),
-    });
-    plan["steps"].as_array_mut().unwrap().insert(1, review);
-    plan["pivotIndex"] = json!(5);
-    common::sign_plan(&served.planner, &mut plan);
-    plan
 }
 
 #[tokio::test]
@@ -177,19 +158,7 @@ async fn the_page_loads_nothing_from_elsewhere_and_the_api_keeps_nothing_in_cach
 #[tokio::test]
 async fn an_operator_reads_every_page_and_none_shows_a_tool_credential_but_cannot_answer() {
     let served = serve().await;
-    let task = send(
-        &served,
-        planner_jwt(&served, "executor"),
-        approval_plan(&served, "sg_console_read"),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        task.status.state,
-        TaskState::InputRequired,
-        "{:?}",
-        task.status
-    );
+    let task = paused_for_approval(&served, "sg_console_read").await;
     let id = session(&served, ADMIN_TOKEN).await;
 
     let mut seen = String::new();
@@ -272,19 +241,7 @@ async fn until_state(served: &Served, session: &str, id: &str, state: &str) -> V
 #[tokio::test]
 async fn an_approvers_answer_from_the_console_is_checked_as_over_a2a_and_moves_the_saga() {
     let served = serve().await;
-    let task = send(
-        &served,
-        planner_jwt(&served, "executor"),
-        approval_plan(&served, "sg_console_answer"),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        task.status.state,
-        TaskState::InputRequired,
-        "{:?}",
-        task.status
-    );
+    paused_for_approval(&served, "sg_console_answer").await;
     let approver = session(&served, &mint_approver_jwt(&served, "executor")).await;
     let (_, waiting) = get(&served, Some(&approver), "/waiting").await;
     let waiting: Value = serde_json::from_str(&waiting).unwrap();

@@ -18,7 +18,6 @@ use agent_host::sdk::{StreamResponse, TaskState};
 use common::Fault;
 use common::served::*;
 use futures::StreamExt;
-use serde_json::Value;
 
 fn workspace() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
@@ -42,16 +41,6 @@ fn missing() -> Option<String> {
     }
 }
 
-/// The supplier plan as `saga_id`, signed by planner-1.
-fn supplier(served: &Served, saga_id: &str) -> Value {
-    let text = serde_json::to_string(&common::read("examples/plans/supplier-onboarding.json"))
-        .unwrap()
-        .replace("sg_demo_supplier_onboarding", saga_id);
-    let mut plan: Value = serde_json::from_str(&text).unwrap();
-    common::sign_plan(&served.planner, &mut plan);
-    plan
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_in_chromium_shows_the_undos_in_reverse_and_an_approver_answers_by_clicking() {
     if let Some(what) = missing() {
@@ -73,7 +62,7 @@ async fn the_console_in_chromium_shows_the_undos_in_reverse_and_an_approver_answ
     let compensated = send(
         &served,
         planner_jwt(&served, "executor"),
-        supplier(&served, "sg_console_compensated"),
+        supplier_plan(&served, "sg_console_compensated"),
     )
     .await
     .unwrap();
@@ -86,7 +75,7 @@ async fn the_console_in_chromium_shows_the_undos_in_reverse_and_an_approver_answ
     let escalated = send(
         &served,
         planner_jwt(&served, "executor"),
-        supplier(&served, "sg_console_escalated"),
+        supplier_plan(&served, "sg_console_escalated"),
     )
     .await
     .unwrap();

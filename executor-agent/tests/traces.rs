@@ -20,11 +20,7 @@ async fn a_compensated_saga_is_one_trace_with_a_span_per_call_under_the_sagas() 
         |settings| settings.otlp_endpoint = Some(collector.clone()),
     )
     .await;
-    let text = serde_json::to_string(&common::read("examples/plans/supplier-onboarding.json"))
-        .unwrap()
-        .replace("sg_demo_supplier_onboarding", "sg_traced");
-    let mut plan: Value = serde_json::from_str(&text).unwrap();
-    common::sign_plan(&served.planner, &mut plan);
+    let plan = supplier_plan(&served, "sg_traced");
     let task = send(&served, planner_jwt(&served, "executor"), plan)
         .await
         .unwrap();

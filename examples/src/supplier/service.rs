@@ -321,15 +321,7 @@ impl Transport {
     /// Whether the request carries the agent's token (only authenticated calls see the
     /// fault; the others go on to get their 401).
     fn authorized(&self, headers: &HeaderMap) -> bool {
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .unwrap_or_default();
+        let given = agent_host::auth::bearer_token(headers).unwrap_or_default();
         let token = self.token.as_bytes();
         given.len() == token.len()
             && given

@@ -150,17 +150,9 @@ pub enum Refused {
     Full,
 }
 
-/// The bearer token of a request, if it sent one.
+/// The bearer token of a request, if it sent a non-empty one.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
+    agent_host::auth::bearer_token(headers).filter(|t| !t.is_empty())
 }
 
 /// The middleware of the console's API: a live session, added to the request.

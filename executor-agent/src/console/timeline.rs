@@ -75,7 +75,7 @@ pub fn timeline(spec: &SagaSpec, entries: &[Entry], paused: bool) -> (Vec<Bar>, 
                 },
             )),
             Entry::Event(event) => {
-                let now_ms = at(event);
+                let now_ms = event.now_ms();
                 match event {
                     Event::Result {
                         target,
@@ -158,19 +158,6 @@ fn end(
     {
         bar.end_ms = Some(now_ms);
         bar.outcome = outcome;
-    }
-}
-
-fn at(event: &Event) -> i64 {
-    match event {
-        Event::Start { now_ms }
-        | Event::Result { now_ms, .. }
-        | Event::TimerFired { now_ms, .. }
-        | Event::Resolve { now_ms, .. }
-        | Event::Cancel { now_ms }
-        | Event::MandateRevoked { now_ms }
-        | Event::InFlightLost { now_ms, .. }
-        | Event::ReplayDiverged { now_ms, .. } => *now_ms,
     }
 }
 

@@ -137,6 +137,20 @@ pub enum Event {
 }
 
 impl Event {
+    /// When it happened (ms since the Unix epoch), as it was given to the engine.
+    pub fn now_ms(&self) -> i64 {
+        match self {
+            Self::Start { now_ms }
+            | Self::Result { now_ms, .. }
+            | Self::TimerFired { now_ms, .. }
+            | Self::Resolve { now_ms, .. }
+            | Self::Cancel { now_ms }
+            | Self::MandateRevoked { now_ms }
+            | Self::InFlightLost { now_ms, .. }
+            | Self::ReplayDiverged { now_ms, .. } => *now_ms,
+        }
+    }
+
     /// The event's name, as journaled.
     pub fn kind(&self) -> &'static str {
         match self {

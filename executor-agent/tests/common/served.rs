@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use agent_host::sdk::{SendMessageResponse, Task};
 use agent_host::{AgentClient, OutboundCall, mint_jwt};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{AGENTS, Fault, TOOL_TOKEN, ToolLog, data_message, read, start_tools};
 
@@ -259,4 +259,57 @@ pub async fn declared_length_status(served: &Served, path: &str, length: usize) 
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or_else(|| panic!("not an HTTP answer: {status_line:?}"))
+}
+
+/// The supplier plan as saga `saga_id`, with a compliance review (whose curated card
+/// requires approval) after the vendor is created, signed by planner-1.
+pub fn approval_plan(served: &Served, saga_id: &str) -> Value {
+    approval_plan_by(&served.planner, saga_id)
+}
+
+pub fn approval_plan_by(planner: &SigningIdentity, saga_id: &str) -> Value {
+    let mut plan = supplier_as(saga_id);
+    let review = json!({
+        "id": "s0r", "agent": "compliance-registry", "skill": "compliance.review",
+        "args": {"vendorId": "$steps.s0.response.body#/vendorId"},
+        "class": "retriable", "idempotencyKey": format!("{saga_id}:s0r"),
+    });
+    let steps = plan["steps"].as_array_mut().unwrap();
+    steps.insert(1, review);
+    plan["pivotIndex"] = json!(5);
+    super::sign_plan(planner, &mut plan);
+    plan
+}
+
+/// The supplier plan as saga `saga_id`, unsigned.
+fn supplier_as(saga_id: &str) -> Value {
+    let text = serde_json::to_string(&read("examples/plans/supplier-onboarding.json"))
+        .unwrap()
+        .replace("sg_demo_supplier_onboarding", saga_id);
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The supplier plan as saga `saga_id`, signed by planner-1.
+pub fn supplier_plan(served: &Served, saga_id: &str) -> Value {
+    let mut plan = supplier_as(saga_id);
+    super::sign_plan(&served.planner, &mut plan);
+    plan
+}
+
+/// The saga paused for its approval: planner-1's task, waiting for a person.
+pub async fn paused_for_approval(served: &Served, saga_id: &str) -> Task {
+    let task = send(
+        served,
+        planner_jwt(served, "executor"),
+        approval_plan(served, saga_id),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        task.status.state,
+        agent_host::sdk::TaskState::InputRequired,
+        "{:?}",
+        task.status
+    );
+    task
 }
