@@ -460,10 +460,14 @@ one saga alone through the executor against its own sequence without the executo
         let http = reqwest::Client::new();
         let session = client.block_on(console::log_in(&http, &executors[0].url, ADMIN_TOKEN));
         let mut held = client.block_on(console::finished(&http, &executors[0].url, &session));
-        while held < wanted {
+        // Each round's saga ids are its own (the index names them): new sagas every time.
+        for fill in 1_000_000.. {
+            if held >= wanted {
+                break;
+            }
             eprintln!("the store holds {held} finished sagas; sending more until {wanted}");
             client.block_on(run_round(
-                usize::MAX - 3,
+                fill,
                 Mode::Blocking,
                 &executors,
                 &keys.planner,

@@ -85,6 +85,8 @@ async fn the_console_in_chromium_shows_the_undos_in_reverse_and_an_approver_answ
         "{:?}",
         escalated.status
     );
+    // Paused for an approval before its pivot: its vendor's undo is open, and listed.
+    paused_for_approval(&served, "sg_console_undo_open").await;
 
     let as_planner = || agent_host::OutboundCall {
         bearer: planner_jwt(&served, "executor"),

@@ -254,13 +254,15 @@ async function main() {
         const m = await metricsNow();
         const rate = (await page.textContent('[data-testid=compensation-rate]')).trim();
         const open = (await page.textContent('[data-testid=undo-open]')).trim();
-        seen = { m, rate, open };
-        return rate === m.rate && open === m.undoOpen
-          && `rate ${rate} = ${m.succeeded}/${m.total}, ${open} undo handles open`;
+        // The list shows each open handle (up to 20), the soonest first.
+        const rows = await page.locator('[data-testid=undo-soonest] tr[data-saga-id]').count();
+        seen = { m, rate, open, rows };
+        return rate === m.rate && open === m.undoOpen && String(rows) === m.undoOpen
+          && `rate ${rate} = ${m.succeeded}/${m.total}, ${open} undo handles open, ${rows} listed`;
       }, 20_000, 'no agreement');
     } catch (e) {
-      const { m = {}, rate, open } = seen;
-      let why = `page rate ${rate}, /metrics ${m.rate} (${m.succeeded} succeeded of ${m.total}); page undo-open ${open}, /metrics ${m.undoOpen}`;
+      const { m = {}, rate, open, rows } = seen;
+      let why = `page rate ${rate}, /metrics ${m.rate} (${m.succeeded} succeeded of ${m.total}); page undo-open ${open} (${rows} listed), /metrics ${m.undoOpen}`;
       if (rate !== m.rate && rate === m.attemptsRate) {
         why += `; the page's rate is succeeded/(succeeded+failed) = ${m.attemptsRate}, while the README's rate leaves failed attempts out`;
       }

@@ -363,9 +363,28 @@ fn status_of(command: &Command, saga: &Saga) -> Option<(TaskState, Option<Messag
                 .as_ref()
                 .is_some_and(|a| a.get("approval").is_some())
             {
-                "An approver answers with a data part {\"resolution\": \"approve\", \"approval\": {\"sagaId\", \"stepId\", \"argsSha256\", \"expiresAt\"}} naming the step and arguments in this status's data part, or {\"resolution\": \"compensate\"}"
+                "An approver answers with a data part {\"resolution\": \"approve\", \"approval\": {\"sagaId\", \"stepId\", \"argsSha256\", \"expiresAt\"}} naming the step and arguments in this status's data part, or {\"resolution\": \"compensate\"}".to_owned()
             } else {
-                "An approver answers with a data part {\"resolution\": \"retry\" | \"resolved-manually\" | \"compensate\"}"
+                // The answers the pause takes (past the point of no return, no unwinding).
+                let choices: Vec<String> = awaiting
+                    .as_ref()
+                    .and_then(|a| {
+                        a.as_object()?
+                            .values()
+                            .next()?
+                            .get("resolutions")?
+                            .as_array()
+                            .cloned()
+                    })
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(|r| format!("\"{r}\""))
+                    .collect();
+                format!(
+                    "An approver answers with a data part {{\"resolution\": {}}}",
+                    choices.join(" | ")
+                )
             };
             let text = format!("{reason}. {how}");
             return Some((

@@ -92,11 +92,16 @@ impl Saga {
         };
         let (i, kind, resolutions) = match *on {
             PauseOn::Approval { step } => (step, "approval", &["approve", "compensate"][..]),
-            PauseOn::Forward { step } => (
-                step,
-                "escalation",
-                &["retry", "resolved-manually", "compensate"][..],
-            ),
+            // Unwinding is an answer only where the engine takes it: before the point of
+            // no return, or at it (a person confirming the pivot did not happen).
+            PauseOn::Forward { step } if self.spec.point_of_no_return.is_none_or(|p| step <= p) => {
+                (
+                    step,
+                    "escalation",
+                    &["retry", "resolved-manually", "compensate"][..],
+                )
+            }
+            PauseOn::Forward { step } => (step, "escalation", &["retry", "resolved-manually"][..]),
             PauseOn::Compensation { step, .. } => {
                 (step, "compensation", &["retry", "resolved-manually"][..])
             }
