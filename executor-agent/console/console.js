@@ -321,15 +321,28 @@ function route() {
 
 // ---- overview --------------------------------------------------------------------
 
+// The compensation rate's window in seconds (0: since the executor's start); it stays
+// chosen across refreshes and visits.
+let overviewWindow = 3600;
+const WINDOWS = [[3600, 'the last hour'], [86400, 'the last 24 h'], [0, "since the executor's start"]];
+
 function viewOverview(view, root) {
-  poll(view, 'api/overview', 5000, (d) => root.replaceChildren(...overviewSections(obj(d))));
+  let reload = () => {};
+  const choose = (w) => { overviewWindow = w; reload(); };
+  const path = () => (overviewWindow ? `api/overview?windowSecs=${overviewWindow}` : 'api/overview');
+  reload = poll(view, path, 5000, (d) => root.replaceChildren(...overviewSections(obj(d), choose)));
 }
 
-function overviewSections(d) {
+function windowPicker(choose) {
+  return h('select', { id: 'window', 'aria-label': 'window of the compensation rate', onchange: (ev) => choose(Number(ev.target.value)) },
+    WINDOWS.map(([secs, label]) => h('option', { value: String(secs), selected: secs === overviewWindow ? '' : null }, label)));
+}
+
+function overviewSections(d, choose) {
   const c = obj(d.compensations);
   const u = obj(d.undoHandles);
   const soonMs = num(u.expiringWithinSecs) == null ? null : u.expiringWithinSecs * 1000;
-  const since = h('p', { class: 'muted' }, `since ${str(d.since) || 'start'}`, num(d.atMs) != null ? ` · as of ${fmtTime(d.atMs)}` : '');
+  const since = h('p', { class: 'muted' }, 'over ', windowPicker(choose || (() => {})), ` (${str(d.since) || 'start'})`, num(d.atMs) != null ? ` · as of ${fmtTime(d.atMs)}` : '');
 
   const byAgent = arr(c.byAgent).filter(isObj);
   const comp = h('section', { class: 'card', id: 'compensations' },

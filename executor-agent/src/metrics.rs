@@ -24,6 +24,11 @@ use crate::saga::model::{Forward, StepRecord, Undo};
 use crate::saga::{CallOutcome, Command, Ending, Invocation, Saga, Target};
 use crate::sync;
 
+/// How far back the compensation outcomes behind the console's windowed rate go, and at
+/// most how many are kept (a day of a busy executor's unwinding, about 5 MiB at most).
+pub const RECENT_WINDOW_MS: i64 = 24 * 3600 * 1000;
+const RECENT_COMPENSATIONS_KEPT: usize = 100_000;
+
 /// `--undo-expiring-within-secs` unless set: an undo handle expiring within the hour.
 pub const DEFAULT_UNDO_EXPIRING_WITHIN: Duration = Duration::from_secs(3600);
 
@@ -90,6 +95,8 @@ pub struct Metrics {
     /// Every agent the undo gauges have shown, so that one whose handles are all gone
     /// shows 0 rather than vanishing.
     undo_agents: Mutex<BTreeSet<String>>,
+    /// Each compensation outcome of the last day, in order: (when, agent, outcome).
+    recent_compensations: Mutex<std::collections::VecDeque<(i64, String, &'static str)>>,
     live: Gauge,
     running: Gauge,
     waiting_for_a_slot: Gauge,
@@ -133,6 +140,7 @@ impl Metrics {
             expiring_within_ms: i64::try_from(undo_expiring_within.as_millis()).unwrap_or(i64::MAX),
             open_handles: Mutex::default(),
             undo_agents: Mutex::default(),
+            recent_compensations: Mutex::default(),
             live: Gauge::default(),
             running: Gauge::default(),
             waiting_for_a_slot: Gauge::default(),
@@ -288,6 +296,32 @@ impl Metrics {
             outcome,
         };
         self.compensations.get_or_create(&labels).inc();
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let mut recent = sync::lock(&self.recent_compensations);
+        recent.push_back((now_ms, agent.to_owned(), outcome));
+        while recent.len() > RECENT_COMPENSATIONS_KEPT
+            || recent
+                .front()
+                .is_some_and(|(at, ..)| *at < now_ms - RECENT_WINDOW_MS)
+        {
+            recent.pop_front();
+        }
+    }
+
+    /// The compensation outcomes since `since_ms` (at most a day back), by agent and
+    /// outcome: the console's rate over a window.
+    pub fn compensations_since(&self, since_ms: i64) -> BTreeMap<String, BTreeMap<String, f64>> {
+        let mut by: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+        for (_, agent, outcome) in sync::lock(&self.recent_compensations)
+            .iter()
+            .filter(|(at, ..)| *at >= since_ms)
+        {
+            *by.entry(agent.clone())
+                .or_default()
+                .entry((*outcome).to_owned())
+                .or_default() += 1.0;
+        }
+        by
     }
 
     /// Replaces what saga `saga_id` holds open (nothing: it is gone).
@@ -540,5 +574,34 @@ impl Reporter for MeteredReporter {
 
     async fn settled(&self) -> bool {
         self.inner.settled().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_windowed_compensations_are_those_since_the_window_began_by_agent_and_outcome() {
+        let metrics = Metrics::default();
+        let before = chrono::Utc::now().timestamp_millis() - 1;
+        metrics.compensation("vendor-registry", "failed");
+        metrics.compensation("vendor-registry", "succeeded");
+        metrics.compensation("budget", "dead_lettered");
+        let all = metrics.compensations_since(before);
+        assert_eq!(all["vendor-registry"]["failed"], 1.0);
+        assert_eq!(all["vendor-registry"]["succeeded"], 1.0);
+        assert_eq!(all["budget"]["dead_lettered"], 1.0);
+        // A window that begins after them holds none.
+        let later = chrono::Utc::now().timestamp_millis() + 1_000;
+        assert!(metrics.compensations_since(later).is_empty());
+        // The counters /metrics shows count the same outcomes.
+        let text = metrics.encode(Now::default()).unwrap();
+        assert!(
+            text.contains(
+                "sagaplane_compensations_total{agent=\"budget\",outcome=\"dead_lettered\"} 1"
+            ),
+            "{text}"
+        );
     }
 }

@@ -209,6 +209,13 @@ async fn an_operator_reads_every_page_and_none_shows_a_tool_credential_but_canno
 
     let (status, body) = get(&served, Some(&id), "/sagas?state=exploded").await;
     assert_eq!(status, 400, "{body}");
+    let (status, body) = get(&served, Some(&id), "/overview?windowSecs=5").await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = get(&served, Some(&id), "/overview?windowSecs=3600").await;
+    assert_eq!(status, 200, "{body}");
+    let overview: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(overview["since"], "the last 1 h", "{overview}");
+    assert_eq!(overview["windowSecs"], 3600);
     let (status, _) = get(&served, Some(&id), "/sagas/no-such-saga").await;
     assert_eq!(status, 404);
 }

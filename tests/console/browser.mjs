@@ -246,6 +246,9 @@ async function main() {
     return states.join(', ');
   });
   await check('the compensation rate and open undo handles equal /metrics', async () => {
+    // /metrics counts since the executor's start: the overview over the same span.
+    await page.selectOption('#window', '0');
+    await page.locator('#window option[value="0"][selected]').waitFor({ state: 'attached', timeout: TIMEOUT });
     // The overview refreshes every 5 s and the metrics move while sagas run: poll until
     // one reading of both agrees.
     let seen = {};

@@ -196,8 +196,29 @@ fn ok(value: Value) -> Response {
     response
 }
 
-async fn overview(State(console): State<Arc<Console>>) -> Response {
-    match views::overview(&console.executor).await {
+/// What `GET api/overview` asks for: the window of the compensation rate, in seconds
+/// (60 to 86400); without it, since the executor's start.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OverviewQuery {
+    window_secs: Option<u64>,
+}
+
+async fn overview(
+    State(console): State<Arc<Console>>,
+    Query(query): Query<OverviewQuery>,
+) -> Response {
+    let window = match query.window_secs {
+        None => None,
+        Some(secs @ 60..=86_400) => Some(Duration::from_secs(secs)),
+        Some(_) => {
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                "windowSecs is from 60 (a minute) to 86400 (a day)",
+            );
+        }
+    };
+    match views::overview(&console.executor, window).await {
         Ok(value) => ok(value),
         Err(e) => unreadable(e),
     }

@@ -266,10 +266,24 @@ async fn exact(executor: &Executor, query: &ListQuery) -> Result<Option<Task>> {
 
 /// The numbers the overview shows first: the compensation rate and the undo handles,
 /// then sagas by state and tool calls by agent.
-pub async fn overview(executor: &Executor) -> Result<Value> {
+pub async fn overview(executor: &Executor, window: Option<std::time::Duration>) -> Result<Value> {
     let text = executor.metrics_text().await?;
     let families = super::metrics_text::read(&text);
-    let compensations = families.by_labels("sagaplane_compensations_total", "agent", "outcome");
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    // Over the window asked for, from the outcomes of the last day; or since the start,
+    // from the counters `/metrics` shows.
+    let (compensations, since) = match window {
+        Some(window) => (
+            executor
+                .metrics()
+                .compensations_since(now_ms - window.as_millis() as i64),
+            format!("the last {}", shown_window(window)),
+        ),
+        None => (
+            families.by_labels("sagaplane_compensations_total", "agent", "outcome"),
+            "this executor's start".to_owned(),
+        ),
+    };
     // As the README's PromQL: of the compensations that ended, those that succeeded. A
     // failed attempt is retried; dead_lettered and unavailable were put to a person.
     let mut by_agent = Vec::new();
@@ -328,8 +342,9 @@ pub async fn overview(executor: &Executor) -> Result<Value> {
         sagas.insert(state.to_owned(), json!(total));
     }
     Ok(json!({
-        "atMs": chrono::Utc::now().timestamp_millis(),
-        "since": "this executor's start",
+        "atMs": now_ms,
+        "since": since,
+        "windowSecs": window.map(|w| w.as_secs()),
         "sagas": sagas,
         "compensations": {
             "succeeded": succeeded, "gaveUp": gave_up, "failedAttempts": failed_attempts,
@@ -343,6 +358,16 @@ pub async fn overview(executor: &Executor) -> Result<Value> {
         },
         "calls": calls,
     }))
+}
+
+/// `3600 s` as `60 min`, `86400 s` as `24 h`.
+fn shown_window(window: std::time::Duration) -> String {
+    let secs = window.as_secs();
+    match secs {
+        s if s % 3600 == 0 => format!("{} h", s / 3600),
+        s if s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
 }
 
 /// The task of saga (or task) `id`: a task id first, else the journal's saga.
