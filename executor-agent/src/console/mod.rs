@@ -364,6 +364,7 @@ async fn answer(
             ),
         );
     }
+    let resolution = sent.resolution.clone();
     let mut data = json!({"resolution": sent.resolution});
     if let (Some(approval), Value::Object(members)) = (sent.approval, &mut data) {
         members.insert("approval".to_owned(), approval);
@@ -397,7 +398,7 @@ async fn answer(
     if record && let Err(e) = handle.record_message(message.clone()).await {
         return unreadable(e.into());
     }
-    tracing::info!(task = %task.id, who = ?session.name, resolution = ?message.parts.first().map(|_| ()), "an approver answered from the console");
+    tracing::info!(task = %task.id, who = ?session.name, resolution = ?resolution, "an approver answered from the console");
     agent.run(ctx, handle.clone(), message).await;
     let state = match handle.snapshot().await {
         Ok(task) => views::state_of(&task),
