@@ -202,17 +202,40 @@ async fn sagas_of_a_replica_killed_with_calls_out_are_taken_over_and_end_once() 
         }
     }
     eprintln!("calls of the live replicas' sagas made again: {again}");
-    // Said by the replicas that took them over.
-    let mut took = 0;
+    // Said by the replicas that took them over: both, each its share.
+    let mut took = Vec::new();
     for replica in replicas.iter_mut().flatten() {
+        let mut sagas = 0;
         while let Ok(line) = replica.stderr.try_recv() {
             if line.contains("took over sagas whose owner's lease lapsed") {
                 eprintln!("{line}");
-                took += 1;
+                sagas += sagas_in(&line);
             }
         }
+        took.push(sagas);
     }
-    assert!(took >= 1, "no replica said it took sagas over");
+    eprintln!("sagas taken over by each replica alive: {took:?}");
+    assert!(
+        took.iter().sum::<usize>() >= SAGAS / REPLICAS,
+        "the replicas alive took over {took:?}"
+    );
+    assert!(
+        took.iter().all(|&sagas| sagas > 0),
+        "the dead replica's sagas were not shared out: {took:?}"
+    );
+}
+
+/// The count in a log line's `sagas=N` field.
+fn sagas_in(line: &str) -> usize {
+    line.split("sagas=")
+        .nth(1)
+        .map(|rest| {
+            rest.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or_default()
 }
 
 /// Sends signal `name` (`STOP`, `CONT`) to a replica's process.

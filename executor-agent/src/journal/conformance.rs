@@ -430,3 +430,78 @@ async fn on_postgres_a_plan_under_a_revoked_mandate_is_refused_and_writes_nothin
     assert_eq!(journal.header("after").await.unwrap(), None);
     assert!(journal.header("before").await.unwrap().is_some());
 }
+
+/// On PostgreSQL the owners alive share a dead owner's sagas out, each claiming only its
+/// share however soon it claims, and a share whose owner is alive but does not claim goes
+/// to the others once it has lapsed for a lease more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_the_owners_alive_share_a_dead_owners_sagas_out() {
+    use crate::journal::{Ownership, SagaLog};
+    use agent_host::store::postgres::{Postgres, testing};
+    let Some(url) = testing::scratch_database("postgres_sagas_shared_out").await else {
+        return;
+    };
+    let db = Postgres::connect(&url, 4).unwrap();
+    let dead = super::PostgresJournal::on(&db)
+        .await
+        .unwrap()
+        .with_lease(LEASE);
+    let (two, three, idle) = (
+        dead.as_other_owner(),
+        dead.as_other_owner(),
+        dead.as_other_owner(),
+    );
+    const SAGAS: usize = 60;
+    for n in 0..SAGAS {
+        dead.begin(&header(&format!("shared-{n:02}")), &[])
+            .await
+            .unwrap();
+    }
+    // After the begins: their leases run from their own clock reads.
+    let t = now();
+    let ids = |claims: &[(String, Epoch)]| -> Vec<String> {
+        claims.iter().map(|(id, _)| id.clone()).collect()
+    };
+    // The dead owner's leases lapse; two and three are alive (they renewed), and claim
+    // one after the other: the first takes its share only, not all it finds.
+    let lapsed = t + LEASE_MS + 1;
+    two.renew(lapsed).await.unwrap();
+    three.renew(lapsed).await.unwrap();
+    let by_two = two.claim_lapsed(lapsed, 1_000).await.unwrap();
+    let by_three = three.claim_lapsed(lapsed, 1_000).await.unwrap();
+    assert!(
+        !by_two.is_empty() && by_two.len() < SAGAS,
+        "two took {} of {SAGAS}",
+        by_two.len()
+    );
+    assert_eq!(
+        by_two.len() + by_three.len(),
+        SAGAS,
+        "each saga went to one"
+    );
+    let mut all = [ids(&by_two), ids(&by_three)].concat();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), SAGAS, "no saga went to both");
+    assert!(two.claim_lapsed(lapsed, 1_000).await.unwrap().is_empty());
+
+    // Now three dies too, while idle is alive and never claims: two takes its own share
+    // of three's sagas at once, and idle's share once that has lapsed a lease more.
+    let later = lapsed + LEASE_MS + 1;
+    two.renew(later).await.unwrap();
+    idle.renew(later).await.unwrap();
+    let first = two.claim_lapsed(later, 1_000).await.unwrap();
+    assert!(
+        !first.is_empty() && first.len() < by_three.len(),
+        "two took {} of three's {} while idle's share was fresh",
+        first.len(),
+        by_three.len()
+    );
+    let much_later = later + LEASE_MS + 1;
+    two.renew(much_later).await.unwrap();
+    idle.renew(much_later).await.unwrap();
+    let rest = two.claim_lapsed(much_later, 1_000).await.unwrap();
+    let mut taken = [ids(&first), ids(&rest)].concat();
+    taken.sort();
+    assert_eq!(taken, ids(&by_three), "two took all of three's, once each");
+}

@@ -52,7 +52,57 @@ const MIGRATIONS: &[Migration] = &[
              ALTER TABLE entries ALTER COLUMN body SET COMPRESSION lz4;"
         ),
     },
+    Migration {
+        what: "the replicas alive, among which lapsed sagas are shared out",
+        sql: "CREATE TABLE IF NOT EXISTS replicas (
+              owner          TEXT PRIMARY KEY,
+              -- The lease its last renewal gave its sagas: alive until then.
+              alive_until_ms BIGINT NOT NULL
+          );",
+    },
 ];
+
+/// How long the row of a replica that stopped renewing is kept (a day): past that it is
+/// deleted at another's renewal.
+const REPLICA_GONE_AFTER_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// Claims lapsed sagas for `$1` (lease until `$2`, now `$3`, at most `$4`). The owners
+/// alive (their last renewal's lease holds; this one counts) share them out by a hash of
+/// saga id and epoch, each claiming only its share, so that a dead replica's sagas spread
+/// over the others instead of going to whichever claims first; a saga taken over again
+/// is shared out anew. A saga whose lease lapsed more than a lease (`$5`) ago is
+/// anyone's: the owner of its share is alive on paper but does not claim it. A saga
+/// given up at a stop (no owner) is shared out like a lapsed one.
+const CLAIM_LAPSED: &str = "WITH live AS (
+         SELECT owner FROM replicas WHERE alive_until_ms >= $3 AND owner <> $1
+         UNION ALL SELECT $1
+     ), share AS (
+         SELECT count(*) AS owners, count(*) FILTER (WHERE owner < $1) AS rank FROM live
+     )
+     UPDATE sagas SET owner = $1, epoch = epoch + 1, lease_until_ms = $2
+     WHERE saga_id IN (
+         SELECT saga_id FROM sagas
+         WHERE NOT finished AND (owner IS NULL OR lease_until_ms < $3)
+           AND owner IS DISTINCT FROM $1
+           AND ((SELECT owners FROM share) = 1
+                OR (owner IS NOT NULL AND lease_until_ms < $3 - $5::BIGINT)
+                OR mod(hashtext(saga_id || '@' || epoch)::BIGINT + 2147483648, (SELECT owners FROM share))
+                   = (SELECT rank FROM share))
+         ORDER BY saga_id LIMIT $4
+         FOR UPDATE SKIP LOCKED
+     )
+     RETURNING saga_id, epoch";
+
+/// Extends every lease of `$1` to `$2`, and its row among the replicas alive with them
+/// (it is seen alive exactly as long as the leases it renewed hold); the rows of replicas
+/// gone for a day (before `$3`) are deleted.
+const RENEW: &str = "WITH beat AS (
+         INSERT INTO replicas (owner, alive_until_ms) VALUES ($1, $2)
+         ON CONFLICT (owner) DO UPDATE SET alive_until_ms = EXCLUDED.alive_until_ms
+     ), gone AS (
+         DELETE FROM replicas WHERE alive_until_ms < $3
+     )
+     UPDATE sagas SET lease_until_ms = $2 WHERE NOT finished AND owner = $1";
 
 /// The journal in a PostgreSQL database; one owner per opening (a replica's run).
 #[derive(Debug, Clone)]
@@ -383,8 +433,12 @@ impl Ownership for PostgresJournal {
         let conn = self.db.control_connection().await?;
         let renewed = conn
             .run(
-                "UPDATE sagas SET lease_until_ms = $2 WHERE NOT finished AND owner = $1",
-                &[&self.owner, &self.lease_until(now_ms)],
+                RENEW,
+                &[
+                    &self.owner,
+                    &self.lease_until(now_ms),
+                    &(now_ms - REPLICA_GONE_AFTER_MS),
+                ],
             )
             .await
             .map_err(store("cannot renew leases"))?;
@@ -407,19 +461,18 @@ impl Ownership for PostgresJournal {
         let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
         let conn = self.db.control_connection().await?;
         // SKIP LOCKED: owners claiming at once each take sagas the others have not
-        // locked, instead of waiting for them and then finding them taken.
+        // locked, instead of waiting for them and then finding them taken. Each claims
+        // its share (`CLAIM_LAPSED`).
         let rows = conn
             .rows(
-                "UPDATE sagas SET owner = $1, epoch = epoch + 1, lease_until_ms = $2
-                 WHERE saga_id IN (
-                     SELECT saga_id FROM sagas
-                     WHERE NOT finished AND (owner IS NULL OR lease_until_ms < $3)
-                       AND owner IS DISTINCT FROM $1
-                     ORDER BY saga_id LIMIT $4
-                     FOR UPDATE SKIP LOCKED
-                 )
-                 RETURNING saga_id, epoch",
-                &[&self.owner, &self.lease_until(now_ms), &now_ms, &at_most],
+                CLAIM_LAPSED,
+                &[
+                    &self.owner,
+                    &self.lease_until(now_ms),
+                    &now_ms,
+                    &at_most,
+                    &i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX),
+                ],
             )
             .await
             .map_err(store("cannot claim lapsed sagas"))?;
