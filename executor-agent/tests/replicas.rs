@@ -699,6 +699,98 @@ async fn plans_waiting_for_a_slot_on_a_replica_that_died_are_taken_in_by_another
     each_key_applied_once(&logs, WAITING + 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_paused_past_its_hold_on_waiting_plans_leaves_them_to_the_one_that_took_them_in()
+{
+    let _alone = ONE_AT_A_TIME.lock().await;
+    const WAITING: usize = 5;
+    let Some(url) = scratch_database("replicas_paused_holder").await else {
+        return;
+    };
+    let world = World::new();
+    let held = [(HELD_SKILL, Fault::ApplyThenGate(1))];
+    let (cards, logs) =
+        start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
+    // One saga slot: saga 0 takes it and is held at s3; the plans after it wait, their
+    // tasks held by this replica.
+    let mut holder = Executor::replica(&world, &url, "info", &["--max-running-sagas", "1"]);
+    let mut taker = Executor::replica(&world, &url, "info", &[]);
+    register(&holder, &cards).await;
+    let mut tasks = vec![send_plan(&world, &holder, 0).await];
+    tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
+        .await
+        .expect("saga 0 reaches its held call");
+    for n in 1..=WAITING {
+        let task = send_plan(&world, &holder, n).await;
+        until_waiting_for_a_slot(&world, &holder, &task.id).await;
+        tasks.push(task);
+    }
+
+    // Paused past its lease and its holds: the other takes saga 0 over and the waiting
+    // plans in, and ends them all.
+    signal(&holder, "STOP");
+    logs["compliance-registry"].lock().unwrap().gate.open();
+    says(
+        &mut taker,
+        "took in plans whose replica stopped before their saga began",
+    )
+    .await;
+    for (n, task) in tasks.iter().enumerate() {
+        let ended = settle(&world, &taker, task.clone()).await;
+        assert_eq!(
+            ended.status.state,
+            TaskState::Completed,
+            "saga {n}: {:?}",
+            ended.status
+        );
+    }
+    each_key_applied_once(&logs, WAITING + 1);
+    let calls_before: HashMap<String, usize> = AGENTS
+        .iter()
+        .map(|agent| (agent.to_string(), logs[*agent].lock().unwrap().calls.len()))
+        .collect();
+
+    // Woken: saga 0's next write is refused, which frees the slot; each waiting plan
+    // then finds its saga begun on its own task, and is left to the taker.
+    signal(&holder, "CONT");
+    let fenced = tokio::time::timeout(
+        PATIENCE,
+        holder.line_saying("another replica took the saga over"),
+    )
+    .await
+    .expect("saga 0 is fenced out on the woken replica")
+    .expect("the woken replica still runs");
+    assert!(fenced.contains("refused a write"), "{fenced}");
+    for n in 0..WAITING {
+        tokio::time::timeout(
+            PATIENCE,
+            holder.line_saying("begun on its task by another replica meanwhile"),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("only {n} waiting plans were left to the taker"))
+        .expect("the woken replica still runs");
+    }
+    // Nothing more reached a tool, and every task still reads COMPLETED, on both.
+    for agent in AGENTS {
+        assert_eq!(
+            logs[agent].lock().unwrap().calls.len(),
+            calls_before[agent],
+            "{agent} was called by the woken replica"
+        );
+    }
+    for replica in [&holder, &taker] {
+        for task in &tasks {
+            let read = replica
+                .client()
+                .get_task(&as_planner(&world), &task.id)
+                .await
+                .unwrap();
+            assert_eq!(read.status.state, TaskState::Completed, "{:?}", read.status);
+        }
+    }
+    each_key_applied_once(&logs, WAITING + 1);
+}
+
 /// `GET /readyz` of a replica: its status code.
 async fn readiness(replica: &Executor) -> u16 {
     reqwest::get(format!("{}/readyz", replica.url))

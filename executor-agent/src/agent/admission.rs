@@ -176,6 +176,15 @@ impl Executor {
                 Admission::Admit => {}
                 Admission::Conflict(v) => violations.push(v),
                 Admission::Existing { task_id, how } => {
+                    if task_id == task.id() {
+                        // Taken in elsewhere while this process was away (paused past
+                        // its hold on the task, or cut off): the saga is driven there.
+                        tracing::info!(
+                            task = task.id(),
+                            saga = ?saga_id,
+                            "this plan's saga was begun on its task by another replica meanwhile; left to it"
+                        );
+                    }
                     self.point_to(task, &task_id, how).await;
                     return Ok(None);
                 }
