@@ -439,6 +439,7 @@ impl Agent for ExecutorAgent {
                 by: ctx.caller,
                 approval: answer.approval,
             };
+            self.record_if_driven_here(&task, &message).await;
             // `accept` refused an answer for a saga not driven here, unless another
             // replica drives it; one that ended since shows its end.
             if !self

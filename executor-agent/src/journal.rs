@@ -139,8 +139,9 @@ pub trait Ownership: Send + Sync + 'static {
     /// this owner, each at a new epoch, in one write; the sagas and their epochs. An
     /// owner's own lapsed sagas are still driven by it: its next renewal holds them again,
     /// and a claim would only fence its own drivers out. Owners claiming at once get
-    /// disjoint sets (each saga goes to one of them), so a dead owner's sagas spread over
-    /// the others.
+    /// disjoint sets (each saga goes to one of them). On PostgreSQL each owner claims
+    /// only its share among the owners alive, so a dead owner's sagas spread over the
+    /// others whichever claims first.
     async fn claim_lapsed(&self, now_ms: i64, at_most: usize) -> Result<Vec<(String, Epoch)>>;
     /// Whether other executors (replicas) may own sagas in this journal. Then a start
     /// claims only the sagas nobody holds, and the sagas whose owner stops renewing are

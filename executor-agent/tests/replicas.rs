@@ -372,6 +372,9 @@ async fn a_subscriber_on_another_replica_sees_every_status_the_owner_shows_in_or
     tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
         .await
         .expect("the saga reaches its held call");
+    // Its reports are written off the saga's path: until the task says s3 started,
+    // one stream's first task could show statuses the other's gets as events.
+    until_status_says(&world, &other, &task.id, "s3: started").await;
     // Both subscribed while the saga waits at s3, then it goes on to its end.
     let on_owner = owner
         .client()
@@ -626,13 +629,14 @@ async fn a_cancel_for_a_saga_whose_owner_just_died_is_carried_out_by_the_replica
     );
 }
 
-/// Waits until the task shows on `replica` that its plan waits for a saga slot.
-async fn until_waiting_for_a_slot(world: &World, replica: &Executor, task_id: &str) {
+/// Waits until the task's status on `replica` says `words` (read from its stream: the
+/// task first, then its events).
+async fn until_status_says(world: &World, replica: &Executor, task_id: &str, words: &str) {
     use agent_host::sdk::StreamResponse;
-    let waits = |status: &agent_host::sdk::TaskStatus| {
+    let says = |status: &agent_host::sdk::TaskStatus| {
         serde_json::to_string(&status.message)
             .unwrap_or_default()
-            .contains("waiting for a saga slot")
+            .contains(words)
     };
     let mut stream = replica
         .client()
@@ -641,15 +645,20 @@ async fn until_waiting_for_a_slot(world: &World, replica: &Executor, task_id: &s
         .unwrap();
     while let Some(event) = tokio::time::timeout(PATIENCE, stream.next())
         .await
-        .expect("the plan comes to wait for a slot")
+        .unwrap_or_else(|_| panic!("task {task_id} never said {words:?}"))
     {
         match event.unwrap() {
-            StreamResponse::Task(task) if waits(&task.status) => return,
-            StreamResponse::StatusUpdate(update) if waits(&update.status) => return,
+            StreamResponse::Task(task) if says(&task.status) => return,
+            StreamResponse::StatusUpdate(update) if says(&update.status) => return,
             _ => {}
         }
     }
-    panic!("task {task_id}: the stream ended before its plan waited for a slot");
+    panic!("task {task_id}: the stream ended before its status said {words:?}");
+}
+
+/// Waits until the task shows on `replica` that its plan waits for a saga slot.
+async fn until_waiting_for_a_slot(world: &World, replica: &Executor, task_id: &str) {
+    until_status_says(world, replica, task_id, "waiting for a saga slot").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -143,7 +143,7 @@ impl Executor {
         message: Message,
     ) -> Option<Answer> {
         self.live_control(task.id())?;
-        if let Err(e) = task.record_message(message).await {
+        if let Err(e) = record_once(task, message).await {
             return Some(Err(Refusal::from(e.into_a2a())));
         }
         // Recorded: if the saga stopped being driven here since, the answer is kept on
@@ -151,6 +151,18 @@ impl Executor {
         self.resolve_here(task.id(), resolution, decider)
             .await
             .then_some(Ok(()))
+    }
+
+    /// Records an answer that `accept` left unrecorded, for the replica driving its saga,
+    /// when that is this one now: it took the saga over between `accept` and `run`, and
+    /// no other replica will record it.
+    pub(super) async fn record_if_driven_here(&self, task: &TaskHandle, message: &Message) {
+        if self.live_control(task.id()).is_none() {
+            return;
+        }
+        if let Err(e) = record_once(task, message.clone()).await {
+            tracing::warn!(task = %task.id(), error = %e, "cannot record an answer on its task");
+        }
     }
 
     /// Gives a person's answer to the saga of `task_id` if it is driven here, and waits
@@ -236,4 +248,20 @@ impl Drop for ForgetOnDrop<'_> {
     fn drop(&mut self) {
         self.0.forget(self.1);
     }
+}
+
+/// Records `message` on `task` unless its history holds it already: recorded by the
+/// replica that received it, or by an earlier attempt at the same request. Only the
+/// replica driving the saga writes its task, so nothing records it in between.
+async fn record_once(task: &TaskHandle, message: Message) -> agent_host::Result<()> {
+    let shown = task.snapshot().await?;
+    let recorded = shown
+        .history
+        .iter()
+        .flatten()
+        .any(|earlier| earlier.message_id == message.message_id);
+    if !recorded {
+        task.record_message(message).await?;
+    }
+    Ok(())
 }

@@ -72,7 +72,7 @@ const REPLICA_GONE_AFTER_MS: i64 = 24 * 60 * 60 * 1000;
 /// over the others instead of going to whichever claims first; a saga taken over again
 /// is shared out anew. A saga whose lease lapsed more than a lease (`$5`) ago is
 /// anyone's: the owner of its share is alive on paper but does not claim it. A saga
-/// given up at a stop (no owner) is shared out like a lapsed one.
+/// given up at a stop (no owner, its lease ended then) is shared out like a lapsed one.
 const CLAIM_LAPSED: &str = "WITH live AS (
          SELECT owner FROM replicas WHERE alive_until_ms >= $3 AND owner <> $1
          UNION ALL SELECT $1
@@ -85,7 +85,7 @@ const CLAIM_LAPSED: &str = "WITH live AS (
          WHERE NOT finished AND (owner IS NULL OR lease_until_ms < $3)
            AND owner IS DISTINCT FROM $1
            AND ((SELECT owners FROM share) = 1
-                OR (owner IS NOT NULL AND lease_until_ms < $3 - $5::BIGINT)
+                OR lease_until_ms < $3 - $5::BIGINT
                 OR mod(hashtext(saga_id || '@' || epoch)::BIGINT + 2147483648, (SELECT owners FROM share))
                    = (SELECT rank FROM share))
          ORDER BY saga_id LIMIT $4
@@ -447,10 +447,13 @@ impl Ownership for PostgresJournal {
 
     async fn release(&self, saga_id: &str, epoch: Epoch) -> Result<()> {
         let conn = self.connection().await?;
+        // Given up now: free at once, shared out among the owners alive like a lapsed
+        // saga, and anyone's once a lease has passed (`CLAIM_LAPSED`).
+        let now_ms = chrono::Utc::now().timestamp_millis();
         conn.run(
-            "UPDATE sagas SET owner = NULL, lease_until_ms = 0
+            "UPDATE sagas SET owner = NULL, lease_until_ms = $4
              WHERE saga_id = $1 AND owner = $2 AND epoch = $3",
-            &[&saga_id, &self.owner, &to_i64(epoch)],
+            &[&saga_id, &self.owner, &to_i64(epoch), &now_ms],
         )
         .await
         .map_err(store("cannot release a saga"))?;
