@@ -178,6 +178,11 @@ impl Executor {
     /// by nobody, and at the next start recovery repeats each one whose skill is
     /// idempotent, under the same key, and asks a person about the others.
     pub async fn stopped(&self, within: Duration) -> Vec<String> {
+        if let Err(e) = self.config.journal.retire().await {
+            // The others count it alive until its lease ends, and claim what it gives
+            // up a lease later.
+            tracing::warn!(error = %e.chain(), "cannot tell the other replicas that this one stops");
+        }
         self.drivers.close();
         if tokio::time::timeout(within, self.drivers.wait())
             .await

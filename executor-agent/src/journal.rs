@@ -150,6 +150,12 @@ pub trait Ownership: Send + Sync + 'static {
     fn is_shared(&self) -> bool {
         false
     }
+    /// This owner stops (a planned stop, before its drivers give their sagas up): on a
+    /// shared journal the others stop counting it among the owners alive, so the sagas it
+    /// gives up are shared out among them at once.
+    async fn retire(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A saga's header by its id, read on every submission (one row, not the saga's

@@ -504,4 +504,21 @@ async fn on_postgres_the_owners_alive_share_a_dead_owners_sagas_out() {
     let mut taken = [ids(&first), ids(&rest)].concat();
     taken.sort();
     assert_eq!(taken, ids(&by_three), "two took all of three's, once each");
+
+    // An owner that retires (a planned stop) is not counted from then on: what a dead
+    // owner leaves goes to the one owner left at once.
+    let last = dead.as_other_owner();
+    // Held from far on, past every earlier lease (and the rows alive with them).
+    let base = much_later + 10 * LEASE_MS;
+    for n in 0..10 {
+        let saga_id = format!("left-{n}");
+        last.begin(&header(&saga_id), &[]).await.unwrap();
+        last.claim(&saga_id, base, Claim::TakeOver).await.unwrap();
+    }
+    let gone = base + LEASE_MS + 1;
+    two.renew(gone).await.unwrap();
+    idle.renew(gone).await.unwrap();
+    idle.retire().await.unwrap();
+    let all_left = two.claim_lapsed(gone, 1_000).await.unwrap();
+    assert_eq!(all_left.len(), 10, "{all_left:?}");
 }

@@ -491,6 +491,14 @@ impl Ownership for PostgresJournal {
         true
     }
 
+    async fn retire(&self) -> Result<()> {
+        let conn = self.db.control_connection().await?;
+        conn.run("DELETE FROM replicas WHERE owner = $1", &[&self.owner])
+            .await
+            .map_err(store("cannot say that this replica stops"))?;
+        Ok(())
+    }
+
     async fn claimable(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>> {
         let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
         let conn = self.connection().await?;

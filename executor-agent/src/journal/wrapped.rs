@@ -179,6 +179,12 @@ impl<J: Journal, A: Around> Ownership for Wrapped<J, A> {
     fn is_shared(&self) -> bool {
         self.inner.is_shared()
     }
+
+    // Not around the hook: a planned stop's last word, which no fault or crash switch
+    // is about.
+    async fn retire(&self) -> Result<()> {
+        self.inner.retire().await
+    }
 }
 
 #[async_trait]
