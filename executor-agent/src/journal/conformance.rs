@@ -522,3 +522,37 @@ async fn on_postgres_the_owners_alive_share_a_dead_owners_sagas_out() {
     let all_left = two.claim_lapsed(gone, 1_000).await.unwrap();
     assert_eq!(all_left.len(), 10, "{all_left:?}");
 }
+
+/// On PostgreSQL a begin skips creating a mandate's row it saw written before; one gone
+/// after all (a database restored from before it) is created again by the next attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_mandate_row_gone_after_it_was_seen_is_created_again() {
+    use crate::journal::{Headers, SagaLog};
+    use agent_host::store::postgres::{Cached, Postgres, testing};
+    let Some(url) = testing::scratch_database("postgres_mandate_row_again").await else {
+        return;
+    };
+    let db = Postgres::connect(&url, 4).unwrap();
+    let journal = super::PostgresJournal::on(&db).await.unwrap();
+    journal
+        .begin(&under_mandate("first", 10), &[])
+        .await
+        .unwrap();
+    let conn = db.connection().await.unwrap();
+    conn.run("DELETE FROM mandates", &[]).await.unwrap();
+    journal
+        .begin(&under_mandate("second", 10), &[])
+        .await
+        .unwrap();
+    assert!(journal.header("second").await.unwrap().is_some());
+    let row = conn
+        .row_opt(
+            "SELECT sagas FROM mandates WHERE mandate_id = 'md_conformance'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .expect("the mandate's row is there again");
+    let sagas: i64 = row.get(0);
+    assert_eq!(sagas, 1, "counted from its new row");
+}

@@ -110,6 +110,10 @@ pub struct PostgresJournal {
     db: Postgres,
     owner: String,
     lease: std::time::Duration,
+    /// The mandates whose row this process saw written: a begin under one of them skips
+    /// creating it (rows of mandates are never deleted; one missing after all is created
+    /// again by the begin's next attempt).
+    known_mandates: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
 }
 
 impl PostgresJournal {
@@ -123,6 +127,7 @@ impl PostgresJournal {
             db: db.clone(),
             owner: uuid::Uuid::new_v4().to_string(),
             lease: super::DEFAULT_LEASE,
+            known_mandates: Default::default(),
         })
     }
 
@@ -223,7 +228,8 @@ impl SagaLog for PostgresJournal {
             self.db.write_together(None, statements).await?;
             return Ok(1);
         };
-        for _ in 0..RESERVE_ATTEMPTS {
+        let mandate = (hold.principal_key.clone(), hold.mandate_id.clone());
+        for attempt in 0..RESERVE_ATTEMPTS {
             let at_ms = chrono::Utc::now().timestamp_millis();
             let mut params = saga_params(
                 header,
@@ -234,6 +240,20 @@ impl SagaLog for PostgresJournal {
             );
             params.extend(budget_params(hold));
             params.push(Box::new(first.clone()));
+            let known = attempt == 0 && crate::sync::lock(&self.known_mandates).contains(&mandate);
+            let mut statements = Vec::with_capacity(2);
+            if !known {
+                statements.push(Statement {
+                    sql: MANDATE_IF_NEW,
+                    params: mandate_params(hold),
+                    returns_rows: false,
+                });
+            }
+            statements.push(Statement {
+                sql: BEGIN_UNDER_MANDATE,
+                params,
+                returns_rows: true,
+            });
             // The plans accepted under one mandate at one moment share a transaction of
             // their own: its row is locked once for all of them (`batch.rs`).
             let done = self
@@ -243,18 +263,7 @@ impl SagaLog for PostgresJournal {
                         "mandate {} {}",
                         hold.principal_key, hold.mandate_id
                     )),
-                    vec![
-                        Statement {
-                            sql: MANDATE_IF_NEW,
-                            params: mandate_params(hold),
-                            returns_rows: false,
-                        },
-                        Statement {
-                            sql: BEGIN_UNDER_MANDATE,
-                            params,
-                            returns_rows: true,
-                        },
-                    ],
+                    statements,
                 )
                 .await?;
             let Some(Done::Rows(rows)) = done.last() else {
@@ -265,6 +274,7 @@ impl SagaLog for PostgresJournal {
             };
             let (taken, revoked): (bool, bool) = (row.get(0), row.get(1));
             if taken {
+                crate::sync::lock(&self.known_mandates).insert(mandate);
                 return Ok(1);
             }
             if revoked {
