@@ -661,69 +661,30 @@ async fn until_waiting_for_a_slot(world: &World, replica: &Executor, task_id: &s
     until_status_says(world, replica, task_id, "waiting for a saga slot").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plans_waiting_for_a_slot_on_a_replica_that_died_are_taken_in_by_another() {
-    let _alone = ONE_AT_A_TIME.lock().await;
-    const WAITING: usize = 5;
-    let Some(url) = scratch_database("replicas_waiting_plans").await else {
-        return;
-    };
-    let world = World::new();
-    let held = [(HELD_SKILL, Fault::ApplyThenGate(1))];
-    let (cards, logs) =
-        start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
-    // One saga slot: saga 0 takes it and is held at s3; the plans after it wait.
-    let owner = Executor::replica(&world, &url, "warn", &["--max-running-sagas", "1"]);
-    let mut taker = Executor::replica(&world, &url, "info", &[]);
-    register(&owner, &cards).await;
-    let mut tasks = vec![send_plan(&world, &owner, 0).await];
-    tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
-        .await
-        .expect("saga 0 reaches its held call");
-    for n in 1..=WAITING {
-        let task = send_plan(&world, &owner, n).await;
-        until_waiting_for_a_slot(&world, &owner, &task.id).await;
-        tasks.push(task);
-    }
-    // Nothing of the waiting plans has run: their saga has not begun anywhere.
-    assert_eq!(logs["vendor-registry"].lock().unwrap().effects.len(), 1);
-    owner.kill();
-    logs["compliance-registry"].lock().unwrap().gate.open();
+/// How many plans wait for the one saga slot of the holder in `plans_waiting_for_the_slot`.
+const WAITING: usize = 5;
 
-    // Saga 0 comes back under its own lease; the waiting plans under their task's hold.
-    says(
-        &mut taker,
-        "took in plans whose replica stopped before their saga began",
-    )
-    .await;
-    for (n, task) in tasks.into_iter().enumerate() {
-        let ended = settle(&world, &taker, task).await;
-        assert_eq!(
-            ended.status.state,
-            TaskState::Completed,
-            "saga {n}: {:?}",
-            ended.status
-        );
-    }
-    each_key_applied_once(&logs, WAITING + 1);
+/// Plans waiting for a slot on one replica (`holder`), and another replica (`taker`).
+struct Waiting {
+    world: World,
+    logs: HashMap<String, Arc<Mutex<ToolLog>>>,
+    holder: Executor,
+    taker: Executor,
+    /// Saga 0's task, then the waiting plans'.
+    tasks: Vec<Task>,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_paused_past_its_hold_on_waiting_plans_leaves_them_to_the_one_that_took_them_in()
-{
-    let _alone = ONE_AT_A_TIME.lock().await;
-    const WAITING: usize = 5;
-    let Some(url) = scratch_database("replicas_paused_holder").await else {
-        return;
-    };
+/// The holder has one saga slot: saga 0 takes it and is held at s3 (the gate of
+/// `compliance-registry` closed), and `WAITING` plans sent after it wait, their tasks held
+/// by the holder. `None` without a database (said on stderr).
+async fn plans_waiting_for_the_slot(database: &str, holder_log: &str) -> Option<Waiting> {
+    let url = scratch_database(database).await?;
     let world = World::new();
     let held = [(HELD_SKILL, Fault::ApplyThenGate(1))];
     let (cards, logs) =
         start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
-    // One saga slot: saga 0 takes it and is held at s3; the plans after it wait, their
-    // tasks held by this replica.
-    let mut holder = Executor::replica(&world, &url, "info", &["--max-running-sagas", "1"]);
-    let mut taker = Executor::replica(&world, &url, "info", &[]);
+    let holder = Executor::replica(&world, &url, holder_log, &["--max-running-sagas", "1"]);
+    let taker = Executor::replica(&world, &url, "info", &[]);
     register(&holder, &cards).await;
     let mut tasks = vec![send_plan(&world, &holder, 0).await];
     tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
@@ -734,18 +695,30 @@ async fn a_replica_paused_past_its_hold_on_waiting_plans_leaves_them_to_the_one_
         until_waiting_for_a_slot(&world, &holder, &task.id).await;
         tasks.push(task);
     }
+    Some(Waiting {
+        world,
+        logs,
+        holder,
+        taker,
+        tasks,
+    })
+}
 
-    // Paused past its lease and its holds: the other takes saga 0 over and the waiting
-    // plans in, and ends them all.
-    signal(&holder, "STOP");
-    logs["compliance-registry"].lock().unwrap().gate.open();
+/// The taker says it took the waiting plans in, and saga 0 and every plan end COMPLETED
+/// on it, each tool applying each key once.
+async fn all_taken_in_and_completed(
+    world: &World,
+    logs: &HashMap<String, Arc<Mutex<ToolLog>>>,
+    taker: &mut Executor,
+    tasks: &[Task],
+) {
     says(
-        &mut taker,
+        taker,
         "took in plans whose replica stopped before their saga began",
     )
     .await;
     for (n, task) in tasks.iter().enumerate() {
-        let ended = settle(&world, &taker, task.clone()).await;
+        let ended = settle(world, taker, task.clone()).await;
         assert_eq!(
             ended.status.state,
             TaskState::Completed,
@@ -753,7 +726,51 @@ async fn a_replica_paused_past_its_hold_on_waiting_plans_leaves_them_to_the_one_
             ended.status
         );
     }
-    each_key_applied_once(&logs, WAITING + 1);
+    each_key_applied_once(logs, WAITING + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plans_waiting_for_a_slot_on_a_replica_that_died_are_taken_in_by_another() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let Some(Waiting {
+        world,
+        logs,
+        holder: owner,
+        mut taker,
+        tasks,
+    }) = plans_waiting_for_the_slot("replicas_waiting_plans", "warn").await
+    else {
+        return;
+    };
+    // Nothing of the waiting plans has run: their saga has not begun anywhere.
+    assert_eq!(logs["vendor-registry"].lock().unwrap().effects.len(), 1);
+    owner.kill();
+    logs["compliance-registry"].lock().unwrap().gate.open();
+
+    // Saga 0 comes back under its own lease; the waiting plans under their task's hold.
+    all_taken_in_and_completed(&world, &logs, &mut taker, &tasks).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_paused_past_its_hold_on_waiting_plans_leaves_them_to_the_one_that_took_them_in()
+{
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let Some(Waiting {
+        world,
+        logs,
+        mut holder,
+        mut taker,
+        tasks,
+    }) = plans_waiting_for_the_slot("replicas_paused_holder", "info").await
+    else {
+        return;
+    };
+
+    // Paused past its lease and its holds: the other takes saga 0 over and the waiting
+    // plans in, and ends them all.
+    signal(&holder, "STOP");
+    logs["compliance-registry"].lock().unwrap().gate.open();
+    all_taken_in_and_completed(&world, &logs, &mut taker, &tasks).await;
     let calls_before: HashMap<String, usize> = AGENTS
         .iter()
         .map(|agent| (agent.to_string(), logs[*agent].lock().unwrap().calls.len()))
