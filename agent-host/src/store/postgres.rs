@@ -84,6 +84,44 @@ macro_rules! where_lz4 {
     };
 }
 
+/// The replicas alive (`replicas`: each replica's row, renewed with its leases), among
+/// which whatever a dead replica held is shared out. Created by each store that shares
+/// by it (the journal's sagas, the task store's held tasks), whichever migrates first.
+pub const REPLICAS_ALIVE: &str = "CREATE TABLE IF NOT EXISTS replicas (
+         owner          TEXT PRIMARY KEY,
+         -- The lease its last renewal gave: alive until then.
+         alive_until_ms BIGINT NOT NULL
+     );";
+
+/// The start of a claim statement for owner `$1` at now `$3` that shares out what lapsed
+/// among the replicas alive: `share` holds how many there are (`owners`, this one
+/// counted, whose own row its statement cannot see) and this one's place among them
+/// (`rank`). The claim's condition is then `in_share!(key)`.
+#[macro_export]
+macro_rules! with_share {
+    () => {
+        "WITH live AS (
+             SELECT owner FROM replicas WHERE alive_until_ms >= $3 AND owner <> $1
+             UNION ALL SELECT $1
+         ), share AS (
+             SELECT count(*) AS owners, count(*) FILTER (WHERE owner < $1) AS rank FROM live
+         ) "
+    };
+}
+
+/// Whether a row whose hash key is the SQL text `$key` falls in this owner's share
+/// (`with_share!`): alone alive, it takes all.
+#[macro_export]
+macro_rules! in_share {
+    ($key:literal) => {
+        concat!(
+            "((SELECT owners FROM share) = 1 OR mod(hashtext(",
+            $key,
+            ")::BIGINT + 2147483648, (SELECT owners FROM share)) = (SELECT rank FROM share))"
+        )
+    };
+}
+
 /// How many connections a pool opens at most, unless told otherwise.
 pub const DEFAULT_CONNECTIONS: usize = 16;
 

@@ -54,11 +54,7 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         what: "the replicas alive, among which lapsed sagas are shared out",
-        sql: "CREATE TABLE IF NOT EXISTS replicas (
-              owner          TEXT PRIMARY KEY,
-              -- The lease its last renewal gave its sagas: alive until then.
-              alive_until_ms BIGINT NOT NULL
-          );",
+        sql: agent_host::store::postgres::REPLICAS_ALIVE,
     },
 ];
 
@@ -73,25 +69,21 @@ const REPLICA_GONE_AFTER_MS: i64 = 24 * 60 * 60 * 1000;
 /// is shared out anew. A saga whose lease lapsed more than a lease (`$5`) ago is
 /// anyone's: the owner of its share is alive on paper but does not claim it. A saga
 /// given up at a stop (no owner, its lease ended then) is shared out like a lapsed one.
-const CLAIM_LAPSED: &str = "WITH live AS (
-         SELECT owner FROM replicas WHERE alive_until_ms >= $3 AND owner <> $1
-         UNION ALL SELECT $1
-     ), share AS (
-         SELECT count(*) AS owners, count(*) FILTER (WHERE owner < $1) AS rank FROM live
-     )
-     UPDATE sagas SET owner = $1, epoch = epoch + 1, lease_until_ms = $2
+const CLAIM_LAPSED: &str = concat!(
+    agent_host::with_share!(),
+    "UPDATE sagas SET owner = $1, epoch = epoch + 1, lease_until_ms = $2
      WHERE saga_id IN (
          SELECT saga_id FROM sagas
          WHERE NOT finished AND (owner IS NULL OR lease_until_ms < $3)
            AND owner IS DISTINCT FROM $1
-           AND ((SELECT owners FROM share) = 1
-                OR lease_until_ms < $3 - $5::BIGINT
-                OR mod(hashtext(saga_id || '@' || epoch)::BIGINT + 2147483648, (SELECT owners FROM share))
-                   = (SELECT rank FROM share))
+           AND (lease_until_ms < $3 - $5::BIGINT OR ",
+    agent_host::in_share!("saga_id || '@' || epoch"),
+    ")
          ORDER BY saga_id LIMIT $4
          FOR UPDATE SKIP LOCKED
      )
-     RETURNING saga_id, epoch";
+     RETURNING saga_id, epoch"
+);
 
 /// Extends every lease of `$1` to `$2`, and its row among the replicas alive with them
 /// (it is seen alive exactly as long as the leases it renewed hold); the rows of replicas

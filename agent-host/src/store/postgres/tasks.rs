@@ -41,7 +41,30 @@ const MIGRATIONS: &[Migration] = &[Migration {
           ALTER TABLE tasks ADD COLUMN IF NOT EXISTS held_until_ms BIGINT NOT NULL DEFAULT 0;
           CREATE INDEX IF NOT EXISTS tasks_submitted_by_holder ON tasks (holder, held_until_ms)
               WHERE state = 'TASK_STATE_SUBMITTED';",
+}, Migration {
+    what: "the replicas alive, among which lapsed held tasks are shared out",
+    sql: super::REPLICAS_ALIVE,
 }];
+
+/// Claims submitted tasks whose hold lapsed for `$1` (held until `$2`, now `$3`, at
+/// most `$4`): each replica alive claims only its share, by a hash of task id and the
+/// lapsed hold (`with_share!`), so a dead replica's plans spread over the others; a hold
+/// lapsed for a lease more (`$5`) is anyone's.
+const CLAIM_LAPSED_SUBMITTED: &str = concat!(
+    crate::with_share!(),
+    "UPDATE tasks SET holder = $1, held_until_ms = $2
+     WHERE seq IN (
+         SELECT seq FROM tasks
+         WHERE state = 'TASK_STATE_SUBMITTED' AND held_until_ms < $3
+           AND holder IS DISTINCT FROM $1
+           AND (held_until_ms < $3 - $5::BIGINT OR ",
+    crate::in_share!("id || '@' || held_until_ms"),
+    ")
+         ORDER BY seq LIMIT $4
+         FOR UPDATE SKIP LOCKED
+     )
+     RETURNING id, seq"
+);
 
 /// Tasks in a PostgreSQL database, shared by every replica that opens it.
 #[derive(Debug, Clone)]
@@ -111,7 +134,8 @@ impl PostgresTaskStore {
 
     /// Claims for this store's holder at most `at_most` submitted tasks whose holder's
     /// lease lapsed (it died, or was paused past it), skipping those another process is
-    /// claiming at this moment; their ids, oldest first.
+    /// claiming at this moment, and those in the share of another replica alive
+    /// (`CLAIM_LAPSED_SUBMITTED`); their ids, oldest first.
     pub async fn claim_lapsed_submitted(&self, now_ms: i64, at_most: usize) -> Result<Vec<String>> {
         let Some(holder) = &self.holder else {
             return Ok(Vec::new());
@@ -120,16 +144,14 @@ impl PostgresTaskStore {
         let conn = self.db.control_connection().await?;
         let rows = conn
             .rows(
-                "UPDATE tasks SET holder = $1, held_until_ms = $2
-                 WHERE seq IN (
-                     SELECT seq FROM tasks
-                     WHERE state = 'TASK_STATE_SUBMITTED' AND held_until_ms < $3
-                       AND holder IS DISTINCT FROM $1
-                     ORDER BY seq LIMIT $4
-                     FOR UPDATE SKIP LOCKED
-                 )
-                 RETURNING id, seq",
-                &[&holder.id, &self.held_until(now_ms), &now_ms, &at_most],
+                CLAIM_LAPSED_SUBMITTED,
+                &[
+                    &holder.id,
+                    &self.held_until(now_ms),
+                    &now_ms,
+                    &at_most,
+                    &i64::try_from(holder.lease.as_millis()).unwrap_or(i64::MAX),
+                ],
             )
             .await
             .map_err(|e| failed("cannot claim submitted tasks", &e))?;
@@ -450,5 +472,49 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    #[tokio::test]
+    async fn the_replicas_alive_share_out_a_dead_holders_tasks() {
+        const TASKS: usize = 20;
+        let Some(url) = scratch_database("tasks_held_shared_out").await else {
+            return;
+        };
+        let db = Postgres::connect(&url, 4).unwrap();
+        let store = PostgresTaskStore::on(&db).await.unwrap();
+        let (dead, a, b) = (
+            store.clone().held_by("dead", LEASE),
+            store.clone().held_by("a", LEASE),
+            store.clone().held_by("b", LEASE),
+        );
+        for n in 0..TASKS {
+            let id = format!("plan-{n:02}");
+            dead.put(&task(&id, "ctx", TaskState::Submitted, 1), Expected::Absent)
+                .await
+                .unwrap();
+        }
+        let lease_ms = i64::try_from(LEASE.as_millis()).unwrap();
+        let lapsed = chrono::Utc::now().timestamp_millis() + lease_ms + 1;
+        // a and b alive (as their renewals in the journal mark them), one after the other.
+        db.connection()
+            .await
+            .unwrap()
+            .run(
+                "INSERT INTO replicas VALUES ('a', $1), ('b', $1)",
+                &[&(lapsed + lease_ms)],
+            )
+            .await
+            .unwrap();
+        let by_a = a.claim_lapsed_submitted(lapsed, 100).await.unwrap();
+        let by_b = b.claim_lapsed_submitted(lapsed, 100).await.unwrap();
+        assert!(
+            !by_a.is_empty() && by_a.len() < TASKS,
+            "a took {} of {TASKS}",
+            by_a.len()
+        );
+        let mut all = [by_a, by_b].concat();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), TASKS, "each task went to one of them");
     }
 }
