@@ -128,17 +128,10 @@ async fn the_admin_api_has_the_same_body_limit_as_a2a() {
         413
     );
     // Sent without a length up front, the body is cut off at the same limit.
-    let chunks =
-        futures::stream::iter((0..24).map(|_| Ok::<_, std::io::Error>(vec![b' '; 64 * 1024])));
-    let response = reqwest::Client::new()
-        .post(format!("{}/admin/cards", served.url))
-        .bearer_auth(ADMIN_TOKEN)
-        .header("Content-Type", "application/json")
-        .body(reqwest::Body::wrap_stream(chunks))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 413, "{:?}", response.text().await);
+    assert_eq!(
+        chunked_status(&served, "/admin/cards", 24, 64 * 1024).await,
+        413
+    );
     let response = reqwest::Client::new()
         .post(format!("{}/", served.url))
         .bearer_auth(jwt(&served))

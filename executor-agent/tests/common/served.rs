@@ -222,29 +222,15 @@ pub async fn admin_post(served: &Served, path: &str, body: &Value) -> (u16, Stri
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
-/// The status the executor answers a `POST path` whose headers declare a body of
-/// `length` bytes, none of which is sent: a body over the limit is refused on its
-/// declared length alone. (A client that sends such a body may instead see its write
-/// fail, when the answer comes and the connection closes before the upload ends.)
-pub async fn declared_length_status(served: &Served, path: &str, length: usize) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let address = served
-        .url
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\
-         Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
+/// The status line's code of what `stream` answers: all a test of a refusal needs (the
+/// executor may keep the connection open).
+async fn status_of(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> u16 {
+    use tokio::io::AsyncReadExt;
     let mut answer = Vec::new();
     let mut buffer = [0u8; 1024];
-    // The status line is all this needs; the executor may keep the connection open.
     while !answer.windows(2).any(|w| w == b"\r\n") {
-        // A guard, not a wait: an executor that read the body before answering would
-        // never answer here.
+        // A guard, not a wait: an executor that read the whole body before answering
+        // would never answer here.
         let read =
             tokio::time::timeout(std::time::Duration::from_secs(60), stream.read(&mut buffer))
                 .await
@@ -259,6 +245,62 @@ pub async fn declared_length_status(served: &Served, path: &str, length: usize) 
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or_else(|| panic!("not an HTTP answer: {status_line:?}"))
+}
+
+fn address_of(served: &Served) -> String {
+    served
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// The status the executor answers a `POST path` whose headers declare a body of
+/// `length` bytes, none of which is sent: a body over the limit is refused on its
+/// declared length alone. (A client that sends such a body may instead see its write
+/// fail, when the answer comes and the connection closes before the upload ends.)
+pub async fn declared_length_status(served: &Served, path: &str, length: usize) -> u16 {
+    use tokio::io::AsyncWriteExt;
+    let address = address_of(served);
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    status_of(&mut stream).await
+}
+
+/// What an admin route at `path` answers to a body sent in `chunks` chunks of `size`
+/// bytes, its length not declared. The chunks are written while the answer is read: the
+/// executor answers once the body passes its limit and closes the connection, so a
+/// client that must finish writing first (reqwest) may see only the broken pipe.
+pub async fn chunked_status(served: &Served, path: &str, chunks: usize, size: usize) -> u16 {
+    use tokio::io::AsyncWriteExt;
+    let address = address_of(served);
+    let stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let (mut reading, mut writing) = stream.into_split();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\
+         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    let writer = tokio::spawn(async move {
+        writing.write_all(head.as_bytes()).await?;
+        let chunk = [
+            format!("{size:x}\r\n").into_bytes(),
+            vec![b' '; size],
+            b"\r\n".to_vec(),
+        ]
+        .concat();
+        for _ in 0..chunks {
+            writing.write_all(&chunk).await?;
+        }
+        writing.write_all(b"0\r\n\r\n").await
+    });
+    let status = status_of(&mut reading).await;
+    // Cut off by the executor's close, or done: either way nothing more is sent.
+    writer.abort();
+    status
 }
 
 /// The supplier plan as saga `saga_id`, with a compliance review (whose curated card
