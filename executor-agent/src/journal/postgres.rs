@@ -58,6 +58,9 @@ const MIGRATIONS: &[Migration] = &[
     },
 ];
 
+/// How many mandates a journal remembers having seen written (`known_mandates`).
+const KNOWN_MANDATES_AT_MOST: usize = 65_536;
+
 /// How long the row of a replica that stopped renewing is kept (a day): past that it is
 /// deleted at another's renewal.
 const REPLICA_GONE_AFTER_MS: i64 = 24 * 60 * 60 * 1000;
@@ -266,7 +269,12 @@ impl SagaLog for PostgresJournal {
             };
             let (taken, revoked): (bool, bool) = (row.get(0), row.get(1));
             if taken {
-                crate::sync::lock(&self.known_mandates).insert(mandate);
+                let mut known = crate::sync::lock(&self.known_mandates);
+                // Bounded: forgetting them costs only the creating statement again.
+                if known.len() >= KNOWN_MANDATES_AT_MOST {
+                    known.clear();
+                }
+                known.insert(mandate);
                 return Ok(1);
             }
             if revoked {
