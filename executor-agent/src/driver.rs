@@ -221,8 +221,9 @@ impl Driver {
                 if reporter.settled().await {
                     let (journal, saga_id) = (journal.clone(), saga_id.clone());
                     let spent = crate::mandates::spent_minor(&saga);
+                    let mandate = saga.spec.mandate.clone();
                     bookkeeping.spawn(async move {
-                    if let Err(e) = journal.finish(&saga_id, spent).await {
+                    if let Err(e) = journal.finish(&saga_id, mandate.as_ref(), spent).await {
                         tracing::warn!(saga = %saga_id, error = %e, "cannot mark the saga finished");
                     }
                 });

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
+use crate::mandates::MandateHold;
 use crate::saga::{Event, Invocation, SagaSpec};
 
 #[cfg(test)]
@@ -101,8 +102,15 @@ pub trait SagaLog: Send + Sync + 'static {
     /// Durable when it returns; concurrent appends share an fsync.
     async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()>;
     /// Marks a saga finished (it needs no recovery), and settles its mandate's
-    /// reservation at `spent_minor`, what it really spent.
-    async fn finish(&self, saga_id: &str, spent_minor: u64) -> Result<()>;
+    /// reservation at `spent_minor`, what it really spent. `mandate` is the one the saga
+    /// holds (`SagaSpec::mandate`), if known: a shared journal commits the settlement
+    /// with the other writes under it.
+    async fn finish(
+        &self,
+        saga_id: &str,
+        mandate: Option<&MandateHold>,
+        spent_minor: u64,
+    ) -> Result<()>;
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>>;
     /// Sagas not finished: the ones to resume after a restart.
     async fn unfinished(&self) -> Result<Vec<String>>;

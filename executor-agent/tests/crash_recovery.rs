@@ -240,7 +240,7 @@ async fn the_sqlite_journal_keeps_everything_across_a_reopen() {
     assert_eq!(loaded, header);
     assert_eq!(entries.len(), 51);
     assert_eq!(entries[0], Entry::Event(Event::Start { now_ms: T0 }));
-    journal.finish("sg_1", 0).await.unwrap();
+    journal.finish("sg_1", None, 0).await.unwrap();
     assert!(journal.unfinished().await.unwrap().is_empty());
     assert!(journal.load("nope").await.unwrap().is_none());
 }

@@ -21,7 +21,7 @@ use tokio_postgres::NoTls;
 
 use crate::error::{Error, Result};
 
-pub use batch::{Done, Param, Statement};
+pub use batch::{Done, Param, RowWrite, Statement};
 pub use cluster::Cluster;
 pub use deadpool_postgres::{Object as Connection, Transaction};
 pub use feed::PostgresFeed;
@@ -150,8 +150,8 @@ pub struct Postgres {
     /// Why the database cannot be reached, since the last connection that failed (or
     /// the listener's connection that dropped), until one succeeds again.
     unreachable: std::sync::Arc<std::sync::Mutex<Option<String>>>,
-    /// The group-commit writers of the one-statement writes (`batch.rs`), started by
-    /// the first; they stop with the last clone of this handle.
+    /// The group-commit writers (`batch.rs`), started by the first write; they stop
+    /// with the last clone of this handle.
     writes: std::sync::Arc<std::sync::OnceLock<batch::Writes>>,
 }
 
@@ -199,18 +199,11 @@ impl Postgres {
         })
     }
 
-    /// Runs the one statement `sql` in the next group commit (`batch.rs` says which
-    /// statements may): the rows it changed, once its batch committed.
-    pub async fn write(&self, sql: &'static str, params: Vec<Param>) -> Result<u64> {
-        let statement = Statement {
-            sql,
-            params,
-            returns_rows: false,
-        };
-        match self.write_together(None, vec![statement]).await?.pop() {
-            Some(Done::Changed(changed)) => Ok(changed),
-            _ => Err(Error::store("a write answered what it was not asked")),
-        }
+    /// Writes one row in the next group commit, through the statement it shares with
+    /// the other rows for `row.sql` there (`batch::RowWrite` says how that SQL reads
+    /// them): whether the statement wrote it, once its batch committed.
+    pub async fn write_row(&self, row: RowWrite) -> Result<bool> {
+        self.writes().write_row(row).await
     }
 
     /// Commits `statements` together in the next group commit, in the transaction of
@@ -221,15 +214,18 @@ impl Postgres {
         group: Option<String>,
         statements: Vec<Statement>,
     ) -> Result<Vec<Done>> {
-        let writes = self.writes.get_or_init(|| {
+        self.writes().write(group, statements).await
+    }
+
+    fn writes(&self) -> &batch::Writes {
+        self.writes.get_or_init(|| {
             // The writers' own handle has no writers of its own: nothing holds them but
             // this handle and its clones.
             batch::Writes::start(Self {
                 writes: Default::default(),
                 ..self.clone()
             })
-        });
-        writes.write(group, statements).await
+        })
     }
 
     /// Why the database cannot be reached now, if the last attempt to reach it failed:

@@ -64,7 +64,7 @@ pub async fn appends_load_in_order_with_their_header(journal: &dyn Journal) {
 pub async fn recovery_reads_the_unfinished_sagas_only(journal: &dyn Journal) {
     journal.begin(&header("running"), &[]).await.unwrap();
     journal.begin(&header("done"), &[]).await.unwrap();
-    journal.finish("done", 0).await.unwrap();
+    journal.finish("done", None, 0).await.unwrap();
     let unfinished = journal.unfinished().await.unwrap();
     assert!(unfinished.contains(&"running".to_owned()), "{unfinished:?}");
     assert!(!unfinished.contains(&"done".to_owned()), "{unfinished:?}");
@@ -174,7 +174,7 @@ pub async fn a_claim_takes_a_saga_only_when_its_lease_lapsed_or_it_is_free(
             .is_some()
     );
     first.begin(&header("ended"), &[]).await.unwrap();
-    first.finish("ended", 0).await.unwrap();
+    first.finish("ended", None, 0).await.unwrap();
     assert_eq!(
         second
             .claim("ended", lapsed, Claim::TakeOver)
@@ -317,9 +317,14 @@ pub async fn owners_accepting_at_once_never_overspend_a_mandate(
     assert_eq!(one.header(&format!("m{refused}")).await.unwrap(), None);
     // One accepted saga spent 10 of its 40: 30 come back (80 - 30 = 50 used), so a plan
     // of 50 now fits exactly, and then not one unit more.
-    one.finish(&format!("m{}", accepted[0]), 10).await.unwrap();
+    // Its finish names the mandate (a shared journal commits it with the other writes
+    // under it); the second names none (committed alone): both settle the same way.
+    let finished = under_mandate(&format!("m{}", accepted[0]), 40);
+    one.finish(&finished.saga_id, finished.spec.mandate.as_ref(), 10)
+        .await
+        .unwrap();
     // Settled once: finishing again gives nothing back twice.
-    one.finish(&format!("m{}", accepted[0]), 0).await.unwrap();
+    one.finish(&finished.saga_id, None, 0).await.unwrap();
     two.begin(&under_mandate("after-settle", 50), &[])
         .await
         .unwrap();

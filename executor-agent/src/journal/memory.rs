@@ -14,6 +14,7 @@ use super::{
     Claim, DEFAULT_LEASE, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog,
 };
 use crate::error::{Error, Result};
+use crate::mandates::MandateHold;
 use crate::sync;
 
 #[derive(Debug, Clone)]
@@ -124,7 +125,12 @@ impl SagaLog for MemoryJournal {
         }
     }
 
-    async fn finish(&self, saga_id: &str, _spent_minor: u64) -> Result<()> {
+    async fn finish(
+        &self,
+        saga_id: &str,
+        _mandate: Option<&MandateHold>,
+        _spent_minor: u64,
+    ) -> Result<()> {
         let now_ms = chrono::Utc::now().timestamp_millis();
         if let Some(stored) = sync::lock(&self.state).sagas.get_mut(saga_id)
             && stored.finished_ms.is_none()

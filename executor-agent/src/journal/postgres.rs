@@ -6,8 +6,8 @@
 //! the begins under one mandate sharing a transaction (`Postgres::write_together`).
 
 use agent_host::store::postgres::{
-    Cached, Connection, Done, DriverError, Migration, Param, Postgres, Statement, failed, to_i64,
-    to_u64,
+    Cached, Connection, Done, DriverError, Migration, Param, Postgres, RowWrite, Statement, failed,
+    to_i64, to_u64,
 };
 
 use async_trait::async_trait;
@@ -159,11 +159,20 @@ impl PostgresJournal {
 /// commit, or this append waits for it and then finds another epoch. `KEY SHARE` is the
 /// weakest lock that a claim's `FOR UPDATE` still waits for; a renewal (a plain update of
 /// the lease) does not wait for it, nor it for a renewal: appends of many sagas and the
-/// renewal of all of them run at once without deadlocking.
-const APPEND: &str = "WITH fence AS (
-         SELECT 1 FROM sagas WHERE saga_id = $1 AND epoch = $3 AND owner = $4 FOR KEY SHARE
+/// renewal of all of them run at once without deadlocking. The appends of one batch
+/// share the statement (`RowWrite`: saga, body, epoch, owner), each fenced as if alone.
+const APPEND: &str = "WITH r AS (
+         SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[])
+             WITH ORDINALITY AS r (saga_id, body, epoch, owner, n)
+     ), fenced AS (
+         SELECT r.n, r.saga_id, r.body FROM r
+         JOIN sagas ON sagas.saga_id = r.saga_id AND sagas.epoch = r.epoch::BIGINT
+                   AND sagas.owner = r.owner
+         FOR KEY SHARE OF sagas
+     ), written AS (
+         INSERT INTO entries (saga_id, body) SELECT saga_id, body FROM fenced ORDER BY n
      )
-     INSERT INTO entries (saga_id, body) SELECT $1, $2 FROM fence";
+     SELECT n FROM fenced";
 
 fn encode<T: Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(|source| Error::Encoding {
@@ -253,13 +262,7 @@ impl SagaLog for PostgresJournal {
             // their own: its row is locked once for all of them (`batch.rs`).
             let done = self
                 .db
-                .write_together(
-                    Some(format!(
-                        "mandate {} {}",
-                        hold.principal_key, hold.mandate_id
-                    )),
-                    statements,
-                )
+                .write_together(Some(mandate_group(hold)), statements)
                 .await?;
             let Some(Done::Rows(rows)) = done.last() else {
                 return Err(Error::Journal("a begin answered no row".into()));
@@ -294,20 +297,20 @@ impl SagaLog for PostgresJournal {
     async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()> {
         let body = encode(&entries)?;
         // Group-committed with the other writes waiting at this moment (the database's
-        // `write`): each append is fenced as if alone.
+        // `write_row`): each append is fenced as if alone.
         let written = self
             .db
-            .write(
-                APPEND,
-                vec![
-                    Box::new(saga_id.to_owned()),
-                    Box::new(body),
-                    Box::new(to_i64(epoch)),
-                    Box::new(self.owner.clone()),
+            .write_row(RowWrite {
+                sql: APPEND,
+                values: vec![
+                    Some(saga_id.to_owned()),
+                    Some(body),
+                    Some(epoch.to_string()),
+                    Some(self.owner.clone()),
                 ],
-            )
+            })
             .await?;
-        if written != 1 {
+        if !written {
             return Err(Error::Fenced {
                 saga_id: saga_id.to_owned(),
                 epoch,
@@ -316,14 +319,37 @@ impl SagaLog for PostgresJournal {
         Ok(())
     }
 
-    async fn finish(&self, saga_id: &str, spent_minor: u64) -> Result<()> {
+    async fn finish(
+        &self,
+        saga_id: &str,
+        mandate: Option<&MandateHold>,
+        spent_minor: u64,
+    ) -> Result<()> {
         let at_ms = chrono::Utc::now().timestamp_millis();
-        let conn = self.connection().await?;
-        // One statement, committed alone: it locks the saga's row, its reservation, and
-        // its mandate's row only when the saga gives budget back.
-        conn.run(FINISH, &[&saga_id, &to_i64(spent_minor), &at_ms])
-            .await
-            .map_err(store("cannot finish a saga"))?;
+        // One statement: it locks the saga's row, its reservation, and its mandate's row
+        // only when the saga gives budget back. Under a mandate named, it is committed
+        // with the begins under it (`batch.rs`: the one transaction that locks that row);
+        // with none named, alone, which can lock any mandate's row without waiting in a
+        // transaction that holds another's.
+        let Some(hold) = mandate else {
+            let conn = self.connection().await?;
+            conn.run(FINISH, &[&saga_id, &to_i64(spent_minor), &at_ms])
+                .await
+                .map_err(store("cannot finish a saga"))?;
+            return Ok(());
+        };
+        let statement = Statement {
+            sql: FINISH,
+            params: vec![
+                Box::new(saga_id.to_owned()),
+                Box::new(to_i64(spent_minor)),
+                Box::new(at_ms),
+            ],
+            returns_rows: false,
+        };
+        self.db
+            .write_together(Some(mandate_group(hold)), vec![statement])
+            .await?;
         Ok(())
     }
 
@@ -575,6 +601,11 @@ fn budget_params(hold: &MandateHold) -> Vec<Param> {
         Box::new(to_i64(hold.budget.amount_minor.get())),
         Box::new(hold.max_sagas.map(i64::from)),
     ]
+}
+
+/// The group of the writes that lock `hold`'s mandate row (`batch.rs`).
+fn mandate_group(hold: &MandateHold) -> String {
+    format!("mandate {} {}", hold.principal_key, hold.mandate_id)
 }
 
 fn mandate_params(hold: &MandateHold) -> Vec<Param> {

@@ -455,7 +455,12 @@ impl SagaLog for SqliteJournal {
         Ok(())
     }
 
-    async fn finish(&self, saga_id: &str, spent_minor: u64) -> Result<()> {
+    async fn finish(
+        &self,
+        saga_id: &str,
+        _mandate: Option<&MandateHold>,
+        spent_minor: u64,
+    ) -> Result<()> {
         self.submit(Write::Finish {
             saga_id: saga_id.to_owned(),
             at_ms: chrono::Utc::now().timestamp_millis(),

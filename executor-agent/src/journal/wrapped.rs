@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 
 use super::{Claim, Entry, Epoch, Forgettable, Headers, Journal, Ownership, SagaHeader, SagaLog};
 use crate::error::Result;
+use crate::mandates::MandateHold;
 
 /// One method of the journal, as a wrapper sees it.
 #[derive(Debug, Clone, Copy)]
@@ -118,8 +119,13 @@ impl<J: Journal, A: Around> SagaLog for Wrapped<J, A> {
         self.around.around(what, call).await
     }
 
-    async fn finish(&self, saga_id: &str, spent_minor: u64) -> Result<()> {
-        let call = self.inner.finish(saga_id, spent_minor);
+    async fn finish(
+        &self,
+        saga_id: &str,
+        mandate: Option<&MandateHold>,
+        spent_minor: u64,
+    ) -> Result<()> {
+        let call = self.inner.finish(saga_id, mandate, spent_minor);
         self.around.around(Call::Finish { saga_id }, call).await
     }
 

@@ -179,8 +179,12 @@ impl TaskFeed for PostgresFeed {
 /// At most this many notices share a transaction.
 const NOTICE_BATCH: usize = 128;
 
+/// Every notice of a batch, in one statement: `unnest` gives the payloads in their order,
+/// and each is sent as its row is read.
+const NOTIFY_ALL: &str = "SELECT pg_notify($1, payload) FROM unnest($2::TEXT[]) AS payload";
+
 /// Sends the queued notices, in order: all that queued while the last were sent go in
-/// one transaction (one commit), their statements pipelined on one connection.
+/// one transaction (one commit) and one statement.
 /// PostgreSQL delivers a transaction's notifications at its commit, in the order they
 /// were made.
 async fn send(
@@ -211,6 +215,17 @@ async fn send_batch(
 ) -> Result<()> {
     let mut conn = db.connection().await?;
     let failed = |e: super::DriverError| Error::store(chain(&e));
+    // Each fits a notification (the usual case): one statement is the transaction.
+    if batch
+        .iter()
+        .all(|(_, payload)| payload.len() <= NOTIFY_LIMIT)
+    {
+        let payloads: Vec<String> = batch.into_iter().map(|(_, payload)| payload).collect();
+        conn.run(NOTIFY_ALL, &[&channel, &payloads])
+            .await
+            .map_err(failed)?;
+        return Ok(());
+    }
     let tx = conn.transaction().await.map_err(failed)?;
     let mut payloads = Vec::with_capacity(batch.len());
     let mut swept = false;
@@ -244,19 +259,9 @@ async fn send_batch(
         };
         payloads.push(serde_json::to_string(&wire).unwrap_or_default());
     }
-    // Sent in this order: the driver writes a pipelined connection's statements as
-    // their futures are first polled, and `try_join_all` polls them in order.
-    let params: Vec<[&(dyn super::ToSql + Sync); 2]> = payloads
-        .iter()
-        .map(|payload| [&channel as &(dyn super::ToSql + Sync), payload])
-        .collect();
-    futures::future::try_join_all(
-        params
-            .iter()
-            .map(|params| tx.run("SELECT pg_notify($1, $2)", params)),
-    )
-    .await
-    .map_err(failed)?;
+    tx.run(NOTIFY_ALL, &[&channel, &payloads])
+        .await
+        .map_err(failed)?;
     tx.commit().await.map_err(failed)
 }
 

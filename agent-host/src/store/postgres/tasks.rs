@@ -1,11 +1,11 @@
-//! The PostgreSQL `TaskStore`: one table, each write one statement, group-committed with
-//! the other writes of the moment and acknowledged once its batch committed (the server's
+//! The PostgreSQL `TaskStore`: one table, each write one row of a statement that the
+//! writes of its kind share in a group commit, acknowledged once its batch committed (the server's
 //! `synchronous_commit` decides when a commit is durable; on by default),
 //! compare-and-set on a version, listings paged by key through an index.
 
 use async_trait::async_trait;
 
-use super::{Cached, Migration, Postgres, ToSql, failed, to_i64, to_u64};
+use super::{Cached, Migration, Postgres, RowWrite, ToSql, failed, to_i64, to_u64};
 use crate::error::{Error, Result};
 use crate::sdk::Task;
 use crate::store::{
@@ -45,6 +45,39 @@ const MIGRATIONS: &[Migration] = &[Migration {
     what: "the replicas alive, among which lapsed held tasks are shared out",
     sql: super::REPLICAS_ALIVE,
 }];
+
+/// Tasks created, the rows of one batch in one statement (`RowWrite`): id, context,
+/// state, owner, update time, body, holder, held until. A task that exists is left as it
+/// is, and its row not answered.
+const INSERT_TASKS: &str = "WITH r AS (
+         SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
+                              $6::TEXT[], $7::TEXT[], $8::TEXT[])
+             WITH ORDINALITY AS r (id, context_id, state, owner, updated_ms, body, holder,
+                                   held_until_ms, n)
+     ), written AS (
+         INSERT INTO tasks (id, context_id, state, owner, updated_ms, version, body, holder,
+                            held_until_ms)
+         SELECT id, context_id, state, owner, updated_ms::BIGINT, 1, body, holder,
+                held_until_ms::BIGINT
+         FROM r ORDER BY n
+         ON CONFLICT (id) DO NOTHING
+         RETURNING id
+     )
+     SELECT min(r.n) FROM r JOIN written ON written.id = r.id GROUP BY r.id";
+
+/// Tasks written over at the version read, the rows of one batch in one statement
+/// (`RowWrite`): id, context, state, owner, update time, body, the version read. A task
+/// at another version is left as it is, and its row not answered.
+const UPDATE_TASKS: &str = "WITH r AS (
+         SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
+                              $6::TEXT[], $7::TEXT[])
+             WITH ORDINALITY AS r (id, context_id, state, owner, updated_ms, body, version, n)
+     )
+     UPDATE tasks SET context_id = r.context_id, state = r.state, owner = r.owner,
+                      updated_ms = r.updated_ms::BIGINT, version = tasks.version + 1,
+                      body = r.body
+     FROM r WHERE tasks.id = r.id AND tasks.version = r.version::BIGINT
+     RETURNING r.n";
 
 /// Claims submitted tasks whose hold lapsed for `$1` (held until `$2`, now `$3`, at
 /// most `$4`): each replica alive claims only its share, by a hash of task id and the
@@ -190,6 +223,7 @@ impl TaskStore for PostgresTaskStore {
         let owner = owner.map(str::to_owned);
         // Group-committed with the other writes waiting at this moment (`batch.rs`): a
         // task is written by one manager at a time, so no two batches wait for its row.
+        let text = |n: i64| Some(n.to_string());
         let written = match expected {
             Expected::Absent => {
                 // Held from its creation, in the same statement: no moment when a task
@@ -197,44 +231,40 @@ impl TaskStore for PostgresTaskStore {
                 let holder = self.holder.as_ref().map(|h| h.id.clone());
                 let held_until_ms = self.held_until(chrono::Utc::now().timestamp_millis());
                 self.db
-                    .write(
-                        "INSERT INTO tasks (id, context_id, state, owner, updated_ms, version, body,
-                                            holder, held_until_ms)
-                         VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
-                        vec![
-                            Box::new(task.id.clone()),
-                            Box::new(context_id),
-                            Box::new(state),
-                            Box::new(owner),
-                            Box::new(updated_ms),
-                            Box::new(body),
-                            Box::new(holder),
-                            Box::new(held_until_ms),
+                    .write_row(RowWrite {
+                        sql: INSERT_TASKS,
+                        values: vec![
+                            Some(task.id.clone()),
+                            Some(context_id),
+                            Some(state.to_owned()),
+                            owner,
+                            text(updated_ms),
+                            Some(body),
+                            holder,
+                            text(held_until_ms),
                         ],
-                    )
+                    })
                     .await
             }
             Expected::Version(version) => {
                 self.db
-                    .write(
-                        "UPDATE tasks SET context_id = $2, state = $3, owner = $4, updated_ms = $5,
-                             version = version + 1, body = $6
-                         WHERE id = $1 AND version = $7",
-                        vec![
-                            Box::new(task.id.clone()),
-                            Box::new(context_id),
-                            Box::new(state),
-                            Box::new(owner),
-                            Box::new(updated_ms),
-                            Box::new(body),
-                            Box::new(to_i64(version)),
+                    .write_row(RowWrite {
+                        sql: UPDATE_TASKS,
+                        values: vec![
+                            Some(task.id.clone()),
+                            Some(context_id),
+                            Some(state.to_owned()),
+                            owner,
+                            text(updated_ms),
+                            Some(body),
+                            text(to_i64(version)),
                         ],
-                    )
+                    })
                     .await
             }
         }
         .map_err(|e| Error::store(format!("cannot write a task: {e}")))?;
-        if written != 1 {
+        if !written {
             return Err(Error::Conflict {
                 task_id: task.id.clone(),
             });
