@@ -144,6 +144,8 @@ pub struct Postgres {
     /// work (lease renewals and takeovers: a renewal that waits for a busy pool past
     /// the lease gives the replica's sagas away).
     control: Pool,
+    /// The group-commit writers' connections (`batch.rs`), one each.
+    writers: Pool,
     /// For the connections outside the pool (the task feed's listener).
     config: std::sync::Arc<tokio_postgres::Config>,
     place: String,
@@ -173,7 +175,7 @@ impl Postgres {
             Error::Config(format!("the PostgreSQL URL cannot be read: {e}"))
         })?;
         let place = place_of(&config);
-        let pool_of = |size: usize| {
+        let pool_of = |config: &tokio_postgres::Config, size: usize| {
             let manager = Manager::from_config(
                 config.clone(),
                 NoTls,
@@ -187,11 +189,21 @@ impl Postgres {
                 .build()
                 .map_err(|e| Error::Config(format!("cannot make a pool for {place}: {e}")))
         };
-        let pool = pool_of(connections.max(1))?;
-        let control = pool_of(CONTROL_CONNECTIONS)?;
+        let pool = pool_of(&config, connections.max(1))?;
+        let control = pool_of(&config, CONTROL_CONNECTIONS)?;
+        // The group commits' statements are keyed writes, planned once per connection:
+        // left to choose, the server planned a statement whose rows come as arrays anew
+        // at every batch (a custom plan looked cheaper for the few rows it had).
+        let mut writing = config.clone();
+        writing.options(format!(
+            "{} -c plan_cache_mode=force_generic_plan",
+            config.get_options().unwrap_or_default()
+        ));
+        let writers = pool_of(&writing, batch::WRITERS)?;
         Ok(Self {
             pool,
             control,
+            writers,
             config: std::sync::Arc::new(config),
             place,
             unreachable: Default::default(),
@@ -251,9 +263,18 @@ impl Postgres {
 
     /// A connection from the pool (opened if none is free and the pool is not full).
     pub async fn connection(&self) -> Result<Connection> {
+        self.connection_from(&self.pool).await
+    }
+
+    /// A connection for a group-commit writer (`batch.rs`).
+    async fn writer_connection(&self) -> Result<Connection> {
+        self.connection_from(&self.writers).await
+    }
+
+    async fn connection_from(&self, pool: &Pool) -> Result<Connection> {
         // A pooled connection whose socket closed is not handed out (the pool checks), so
         // a connection got is one the database accepted.
-        match self.pool.get().await {
+        match pool.get().await {
             Ok(connection) => {
                 self.reached(None);
                 Ok(connection)

@@ -60,7 +60,7 @@ const BATCH: usize = 128;
 
 /// Writers committing batches at once: while one waits for its commit, the next batch
 /// gathers and goes out on another connection.
-const WRITERS: usize = 2;
+pub(super) const WRITERS: usize = 2;
 
 type Answer = oneshot::Sender<std::result::Result<Vec<Done>, String>>;
 
@@ -297,7 +297,7 @@ fn items(writes: &[Write]) -> Result<Vec<Item<'_>>> {
 /// Commits `writes` as one transaction, sent as one pipeline; what each statement of
 /// each write did.
 async fn commit(db: &Postgres, writes: &[Write]) -> Result<Vec<Vec<Done>>> {
-    let conn = db.connection().await?;
+    let conn = db.writer_connection().await?;
     let cannot = |e: &super::DriverError| failed("cannot write", e);
     let items = items(writes)?;
     let mut prepared = Vec::with_capacity(items.len());
@@ -434,6 +434,24 @@ mod tests {
         // A row that does not fit its statement's columns is refused, not bound.
         let misfit = vec![row(INSERT_NEW, &["a", "1"]), row(INSERT_NEW, &["b"])];
         assert!(items(&misfit).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_writers_connections_plan_once_and_keep_the_urls_options() {
+        let Some(url) = scratch_database("batch_plans").await else {
+            return;
+        };
+        let db = Postgres::connect(&url, 1).unwrap();
+        async fn show(conn: &super::super::Connection, what: &str) -> String {
+            let sql = format!("SHOW {what}");
+            conn.query_one(&sql, &[]).await.unwrap().get(0)
+        }
+        let writer = db.writer_connection().await.unwrap();
+        assert_eq!(show(&writer, "plan_cache_mode").await, "force_generic_plan");
+        // The URL's own options (the test's schema) still apply.
+        assert!(show(&writer, "search_path").await.starts_with("t_"));
+        let reader = db.connection().await.unwrap();
+        assert_eq!(show(&reader, "plan_cache_mode").await, "auto");
     }
 
     #[tokio::test]
