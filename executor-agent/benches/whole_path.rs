@@ -20,6 +20,8 @@
 //! database of its own on that server (`whole_path_PID`, left there) and prints, for each
 //! round, the database's commits, WAL fsyncs and postgres CPU per step, and then one
 //! saga's own sequence of commits and tool calls made without the executor.
+//! `WHOLE_PATH_INTERLEAVED=N` with it also starts a SQLite executor and runs N pairs of
+//! rounds per level, one on each set-up in turn (`whole_path/interleaved.rs`).
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -38,6 +40,8 @@ use shared_types::SigningIdentity;
 mod console;
 #[path = "whole_path/database.rs"]
 mod database;
+#[path = "whole_path/interleaved.rs"]
+mod interleaved;
 #[path = "saga/tool_agent.rs"]
 mod tool_agent;
 
@@ -176,7 +180,13 @@ fn store() -> Option<String> {
         .clone()
 }
 
-fn start_executor(dir: &std::path::Path, keys: &Keys, phases: bool) -> Executor {
+/// An executor on `store` (`--store`), or on a SQLite file in `dir` when `None`.
+fn start_executor(
+    dir: &std::path::Path,
+    keys: &Keys,
+    phases: bool,
+    store: Option<&str>,
+) -> Executor {
     std::fs::create_dir_all(dir).expect("a data directory");
     let public = |name: &str, id: &SigningIdentity| {
         write(
@@ -191,8 +201,8 @@ fn start_executor(dir: &std::path::Path, keys: &Keys, phases: bool) -> Executor 
         .collect();
     let mut command = Command::new(executor_binary());
     command.args(["--listen", "127.0.0.1:0"]);
-    match store() {
-        Some(url) => command.args(["--store", &url]),
+    match store {
+        Some(url) => command.args(["--store", url]),
         None => command.arg("--data").arg(dir.join("data")),
     };
     let mut child = command
@@ -346,7 +356,10 @@ fn main() {
         "WHOLE_PATH_REPLICAS needs WHOLE_PATH_STORE: replicas share a database"
     );
     let executors: Vec<Executor> = (0..replicas.max(1))
-        .map(|n| start_executor(&dir.path().join(format!("measured-{n}")), &keys, false))
+        .map(|n| {
+            let dir = dir.path().join(format!("measured-{n}"));
+            start_executor(&dir, &keys, false, store().as_deref())
+        })
         .collect();
     let executor = &executors[0];
     // Registered on one replica: the others read the registry before their next plan.
@@ -423,6 +436,23 @@ fn main() {
         for line in &database_lines {
             println!("{line}");
         }
+        if let Some(pairs) = interleaved::wanted() {
+            let sqlite = [start_executor(
+                &dir.path().join("interleaved-sqlite"),
+                &keys,
+                false,
+                None,
+            )];
+            client.block_on(register(&sqlite[0].url, &keys.platform, &tool_urls));
+            client.block_on(interleaved::compare(
+                &sqlite,
+                &executors,
+                &keys.planner,
+                &template,
+                pairs,
+                length,
+            ));
+        }
         let (_, task) = client.block_on(lone_saga(&executors[0], &keys.planner, &template, 0));
         let plan: Value = serde_json::from_str(&template).expect("the plan");
         let tools: Vec<(&str, String)> = AGENTS
@@ -488,7 +518,12 @@ one saga alone through the executor against its own sequence without the executo
     if clients == 0 {
         return;
     }
-    let executor = [start_executor(&dir.path().join("phases"), &keys, true)];
+    let executor = [start_executor(
+        &dir.path().join("phases"),
+        &keys,
+        true,
+        store().as_deref(),
+    )];
     client.block_on(register(&executor[0].url, &keys.platform, &tool_urls));
     client.block_on(run_round(
         usize::MAX - 2,

@@ -128,6 +128,10 @@ pub const DEFAULT_CONNECTIONS: usize = 16;
 /// The connections kept apart for renewals and takeovers (`control_connection`).
 pub const CONTROL_CONNECTIONS: usize = 2;
 
+/// How the group-commit writers' connections plan (`Postgres::connect`).
+const WRITERS_PLAN: &str = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off \
+     -c enable_hashjoin=off -c enable_mergejoin=off";
+
 /// One step of a store's schema: SQL run inside the migrating transaction.
 pub struct Migration {
     /// What it does, for the log and errors.
@@ -193,10 +197,12 @@ impl Postgres {
         let control = pool_of(&config, CONTROL_CONNECTIONS)?;
         // The group commits' statements are keyed writes, planned once per connection:
         // left to choose, the server planned a statement whose rows come as arrays anew
-        // at every batch (a custom plan looked cheaper for the few rows it had).
+        // at every batch (a custom plan looked cheaper for the few rows it had). A plan
+        // kept must not be one made for the few rows a new table had, which scans it
+        // whole until it is analyzed again: each row is looked up by its index.
         let mut writing = config.clone();
         writing.options(format!(
-            "{} -c plan_cache_mode=force_generic_plan",
+            "{} {WRITERS_PLAN}",
             config.get_options().unwrap_or_default()
         ));
         let writers = pool_of(&writing, batch::WRITERS)?;

@@ -55,7 +55,7 @@ pub(crate) async fn counters(db: &Postgres) -> Counters {
 }
 
 /// utime, stime, cutime and cstime of every process named `postgres`, in ticks.
-fn postgres_ticks() -> u64 {
+pub(crate) fn postgres_ticks() -> u64 {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return 0;
     };

@@ -448,10 +448,14 @@ mod tests {
         }
         let writer = db.writer_connection().await.unwrap();
         assert_eq!(show(&writer, "plan_cache_mode").await, "force_generic_plan");
+        for join in ["enable_seqscan", "enable_hashjoin", "enable_mergejoin"] {
+            assert_eq!(show(&writer, join).await, "off", "{join}");
+        }
         // The URL's own options (the test's schema) still apply.
         assert!(show(&writer, "search_path").await.starts_with("t_"));
         let reader = db.connection().await.unwrap();
         assert_eq!(show(&reader, "plan_cache_mode").await, "auto");
+        assert_eq!(show(&reader, "enable_seqscan").await, "on");
     }
 
     #[tokio::test]
