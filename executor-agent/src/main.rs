@@ -78,7 +78,7 @@ struct Args {
           value_parser = clap::value_parser!(u64).range(100..=600_000))]
     renew_ms: u64,
     /// With --store: how many connections to the database the replica opens at most for its
-    /// work (and five more: two for leases, two for group commits, one listening).
+    /// work (and four more: two for leases, one for group commits, one listening).
     #[arg(long, default_value_t = agent_host::store::postgres::DEFAULT_CONNECTIONS, value_name = "N",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(2..=1000))]
     store_connections: usize,
