@@ -1,6 +1,6 @@
 //! The PostgreSQL `TaskStore`: one table, each write one row of a statement that the
-//! writes of its kind share in a group commit, acknowledged once its batch committed (the server's
-//! `synchronous_commit` decides when a commit is durable; on by default),
+//! writes of its kind share in a group commit, acknowledged once its batch committed
+//! (the server's `synchronous_commit` decides when a commit is durable; on by default),
 //! compare-and-set on a version, listings paged by key through an index.
 
 use async_trait::async_trait;
