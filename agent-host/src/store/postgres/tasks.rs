@@ -224,46 +224,34 @@ impl TaskStore for PostgresTaskStore {
         // Group-committed with the other writes waiting at this moment (`batch.rs`): a
         // task is written by one manager at a time, so no two batches wait for its row.
         let text = |n: i64| Some(n.to_string());
-        let written = match expected {
+        // The columns both statements take first, in their order.
+        let mut values = vec![
+            Some(task.id.clone()),
+            Some(context_id),
+            Some(state.to_owned()),
+            owner,
+            text(updated_ms),
+            Some(body),
+        ];
+        let sql = match expected {
             Expected::Absent => {
                 // Held from its creation, in the same statement: no moment when a task
                 // exists that no live process is answerable for.
                 let holder = self.holder.as_ref().map(|h| h.id.clone());
                 let held_until_ms = self.held_until(chrono::Utc::now().timestamp_millis());
-                self.db
-                    .write_row(RowWrite {
-                        sql: INSERT_TASKS,
-                        values: vec![
-                            Some(task.id.clone()),
-                            Some(context_id),
-                            Some(state.to_owned()),
-                            owner,
-                            text(updated_ms),
-                            Some(body),
-                            holder,
-                            text(held_until_ms),
-                        ],
-                    })
-                    .await
+                values.extend([holder, text(held_until_ms)]);
+                INSERT_TASKS
             }
             Expected::Version(version) => {
-                self.db
-                    .write_row(RowWrite {
-                        sql: UPDATE_TASKS,
-                        values: vec![
-                            Some(task.id.clone()),
-                            Some(context_id),
-                            Some(state.to_owned()),
-                            owner,
-                            text(updated_ms),
-                            Some(body),
-                            text(to_i64(version)),
-                        ],
-                    })
-                    .await
+                values.push(text(to_i64(version)));
+                UPDATE_TASKS
             }
-        }
-        .map_err(|e| Error::store(format!("cannot write a task: {e}")))?;
+        };
+        let written = self
+            .db
+            .write_row(RowWrite { sql, values })
+            .await
+            .map_err(|e| Error::store(format!("cannot write a task: {e}")))?;
         if !written {
             return Err(Error::Conflict {
                 task_id: task.id.clone(),
