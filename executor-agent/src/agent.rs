@@ -36,7 +36,7 @@ use crate::registry::AgentKind;
 use crate::registry::Registry;
 use crate::report::{TaskReporter, saga_metadata, show_saga};
 use crate::saga::model::Phase;
-use crate::saga::{Decider, Saga, SagaSpec};
+use crate::saga::{Decider, MandateEndEffect, Saga, SagaSpec};
 use crate::slots::{Permit, SlotHold, Slots};
 use crate::sync;
 use crate::taking_in::{Intake, TakingIn};
@@ -49,6 +49,7 @@ mod running;
 
 use admission::{Admission, Asking};
 use forwarded::Forwarded;
+pub use running::RevocationHeard;
 use running::{Driven, Live, NOT_DRIVEN_HERE};
 
 /// What the executor needs.

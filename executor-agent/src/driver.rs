@@ -30,7 +30,8 @@ use crate::journal::{Entry, Epoch, Journal, SagaHeader};
 use crate::recovery::Recovered;
 use crate::saga::model::Phase;
 use crate::saga::{
-    CallOutcome, Command, Decider, Event, Invocation, Resolution, Saga, Target, Timer,
+    CallOutcome, Command, Decider, Event, Invocation, MandateEndEffect, Resolution, Saga, Target,
+    Timer,
 };
 use crate::slots::SlotHold;
 
@@ -63,8 +64,10 @@ pub enum Control {
     Resolve(Resolution, Option<Decider>),
     /// Answered with `Err(reason)` when the saga can no longer be canceled.
     Cancel(oneshot::Sender<std::result::Result<(), String>>),
-    /// The principal revoked the saga's mandate.
-    MandateRevoked,
+    /// The principal revoked the saga's mandate. Answered once the saga's journal holds
+    /// it (from then on no forward attempt at or before its pivot starts), with what it
+    /// does to the saga.
+    MandateRevoked(oneshot::Sender<MandateEndEffect>),
 }
 
 /// Milliseconds since the Unix epoch: the only clock the saga sees, given as event data.
@@ -208,6 +211,7 @@ impl Driver {
             }
         }
         let mut pending_cancel: Option<oneshot::Sender<std::result::Result<(), String>>> = None;
+        let mut pending_revocation: Option<oneshot::Sender<MandateEndEffect>> = None;
         let mut stopping = false;
         // One wait for the whole saga: the token is shared by every saga, and a wait made
         // anew at each step would take its lock twice per step.
@@ -267,7 +271,10 @@ impl Driver {
                         pending_cancel = Some(reply);
                         Event::Cancel { now_ms: now_ms() }
                     }
-                    Control::MandateRevoked => Event::MandateRevoked { now_ms: now_ms() },
+                    Control::MandateRevoked(reply) => {
+                        pending_revocation = Some(reply);
+                        Event::MandateRevoked { now_ms: now_ms() }
+                    }
                 },
                 else => return Ok(saga.phase),
             };
@@ -296,6 +303,9 @@ impl Driver {
                 // made, and recovery makes them; timers come back from the journal too.
                 // What people should see is shown now.
                 ctx.journal(&[Entry::Event(event)]).await?;
+                if let Some(reply) = pending_revocation.take() {
+                    let _ = reply.send(saga.mandate_end_effect());
+                }
                 let shown: Vec<Command> = commands.into_iter().filter(Command::is_shown).collect();
                 if !shown.is_empty() {
                     reporter.report_all(&shown, &saga).await;
@@ -309,6 +319,9 @@ impl Driver {
                     _ => None,
                 });
                 let _ = reply.send(refused.map_or(Ok(()), Err));
+            }
+            if let Some(reply) = pending_revocation.take() {
+                let _ = reply.send(saga.mandate_end_effect());
             }
             if let Some(made) = ctx
                 .perform(&saga, commands, reporter.as_ref(), &mut running)

@@ -26,17 +26,24 @@ fn error(status: StatusCode, message: String) -> Response {
 }
 
 /// `POST /mandates/revocations`: a signed revocation, verified before anything is
-/// recorded; sent again, it changes nothing.
+/// recorded; sent again, it changes nothing. Answered once every saga under the mandate
+/// driven here has journaled it, with what it did to them: `unwinding`, `heldAtPivot`
+/// (the pivot's call out or in doubt: no attempt starts again), `finishing` (past the
+/// pivot), `notYetHeard` (a saga whose journal could not be written in time: it acts on
+/// nothing meanwhile, and hears it when it resumes).
 async fn revoke(State(executor): State<Arc<Executor>>, body: Bytes) -> Response {
     let document = match shared_types::json::parse_strict_bytes(&body) {
         Ok(document) => document,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("not JSON: {e}")),
     };
     match executor.revoke(&document).await {
-        Ok((revoked, unwinding)) => Json(json!({
+        Ok((revoked, heard)) => Json(json!({
             "revoked": revoked.mandate_id,
             "principalKey": revoked.principal_key,
-            "unwinding": unwinding,
+            "unwinding": heard.unwinding,
+            "heldAtPivot": heard.held_at_pivot,
+            "finishing": heard.finishing,
+            "notYetHeard": heard.not_yet_heard,
         }))
         .into_response(),
         Err(Error::Refused(why)) => error(StatusCode::UNPROCESSABLE_ENTITY, why),

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::journal::Entry;
-use crate::saga::{Command, Event, Invocation, Saga, SagaSpec, Target, Timer};
+use crate::saga::{CallOutcome, Command, Event, Invocation, Saga, SagaSpec, Target, Timer};
 
 /// What the driver must do to carry on after replaying the journal.
 #[derive(Debug)]
@@ -28,6 +28,31 @@ pub struct Recovered {
     /// The last progress report, pause or end the engine emitted: the crash may have come
     /// before it reached the saga's task, so the driver shows it again.
     pub last_shown: Option<Command>,
+}
+
+impl Recovered {
+    /// The saga's mandate was revoked before it heard of it (the process stopped in
+    /// between): it hears it first. A forward call decided but never made (its intent was
+    /// never journaled, so it did not reach the tool) is not made: it failed, definitely,
+    /// before anything happened. Compensations are still made.
+    pub fn tell_revoked(&mut self, now_ms: i64) {
+        let mut told = vec![Event::MandateRevoked { now_ms }];
+        self.to_invoke.retain(|invocation| match invocation.target {
+            Target::Compensation(_) => true,
+            Target::Forward(_) => {
+                told.push(Event::Result {
+                    target: invocation.target,
+                    attempt: invocation.attempt,
+                    outcome: CallOutcome::Failed {
+                        reason: "not made: the mandate was revoked before the call".into(),
+                    },
+                    now_ms,
+                });
+                false
+            }
+        });
+        self.lost.splice(0..0, told);
+    }
 }
 
 /// Replays `entries` (events and intents, in journal order) onto a fresh saga. A journal

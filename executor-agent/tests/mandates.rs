@@ -311,9 +311,13 @@ async fn a_saga_before_its_pivot_unwinds_when_its_mandate_is_revoked() {
         "revokedAt": "2026-12-01T00:00:00Z",
     });
     principal().sign_in_place(&mut revocation).unwrap();
-    let (revoked, told) = setup.executor.revoke(&revocation).await.unwrap();
+    let (revoked, heard) = setup.executor.revoke(&revocation).await.unwrap();
     assert_eq!(revoked.principal_key, "test-principal");
-    assert_eq!(told, 1, "the running saga is told");
+    assert_eq!(heard.unwinding, 1, "the running saga unwinds: {heard:?}");
+    assert_eq!(
+        heard.held_at_pivot + heard.finishing + heard.not_yet_heard,
+        0
+    );
     setup.log("sandbox").release.notify_one();
 
     let task = match sent.await.unwrap().unwrap() {
@@ -426,4 +430,143 @@ async fn a_planner_cannot_submit_another_planners_plan_and_spend_its_mandate() {
     // Its own planner may still send it.
     let task = submit(&served, plan).await;
     assert_eq!(task.status.state, TaskState::Completed, "{task:?}");
+}
+
+/// The text of a task's status message and its data part (what it waits for).
+fn status_of(task: &Task) -> (String, Value) {
+    let mut text = String::new();
+    let mut data = Value::Null;
+    for part in task.status.message.iter().flat_map(|m| m.parts.iter()) {
+        match &part.content {
+            agent_host::sdk::PartContent::Text(t) => text.push_str(t),
+            agent_host::sdk::PartContent::Data(d) => data = d.clone(),
+            _ => {}
+        }
+    }
+    (text, data)
+}
+
+/// The times at which the payments agent received a capture.
+fn captures_received(served: &Served) -> Vec<std::time::Instant> {
+    let log = served.logs["payments"].lock().unwrap();
+    log.calls
+        .iter()
+        .zip(&log.called_at)
+        .filter(|((_, skill, ..), _)| skill == "payments.capture")
+        .map(|(_, at)| *at)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_while_the_pivot_hangs_stops_its_retries_and_a_person_decides() {
+    // The capture never answers (nothing applied): each attempt times out after 300 ms,
+    // and the card allows three.
+    let served = serve_faulty(
+        executor_agent::http::RegistrationHosts::any(),
+        &[("payments.capture", common::Fault::Hang)],
+    )
+    .await;
+    let grant = mandate(&served, "md_pivot_revoked", |_| {});
+    let plan = plan_under(&served, "sg_pivot_revoked", grant);
+    let called = served.logs["payments"].lock().unwrap().called.clone();
+    let sending = {
+        let url = served.url.clone();
+        let bearer = planner_jwt(&served, "executor");
+        tokio::spawn(async move {
+            let call = agent_host::OutboundCall {
+                bearer,
+                ..agent_host::OutboundCall::default()
+            };
+            let client = agent_host::AgentClient::new(&url).unwrap();
+            client.send(&call, &common::data_message(plan, None)).await
+        })
+    };
+    called.notified().await;
+    assert_eq!(
+        captures_received(&served).len(),
+        1,
+        "the first attempt is out"
+    );
+
+    let mut revocation = json!({
+        "revokedMandateId": "md_pivot_revoked",
+        "revokedAt": "2026-12-01T00:00:00Z",
+    });
+    principal().sign_in_place(&mut revocation).unwrap();
+    let answer = reqwest::Client::new()
+        .post(format!("{}/mandates/revocations", served.url))
+        .json(&revocation)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let answer: Value = answer.json().await.unwrap();
+    let acknowledged = std::time::Instant::now();
+    assert_eq!(answer["heldAtPivot"], 1, "{answer}");
+    assert_eq!(
+        answer["unwinding"], 0,
+        "only sagas that will unwind: {answer}"
+    );
+
+    // The saga ends up waiting for a person, and no capture was sent after the
+    // acknowledgement (before the fix, attempts 2 and 3 were).
+    let task = match sending.await.unwrap().unwrap() {
+        agent_host::sdk::SendMessageResponse::Task(task) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    assert_eq!(
+        task.status.state,
+        TaskState::InputRequired,
+        "{:?}",
+        task.status
+    );
+    let (said, waits_for) = status_of(&task);
+    assert!(
+        said.contains("the mandate was revoked while this step's outcome is unknown"),
+        "{said}"
+    );
+    assert_eq!(
+        waits_for["escalation"]["resolutions"],
+        json!(["resolved-manually", "compensate"]),
+        "no retry is offered: {waits_for}"
+    );
+    let after: Vec<_> = captures_received(&served)
+        .into_iter()
+        .filter(|at| *at > acknowledged)
+        .collect();
+    assert!(
+        after.is_empty(),
+        "{} capture(s) after the revocation",
+        after.len()
+    );
+
+    // A person confirms it did not happen: the saga unwinds, and still no capture.
+    let call = agent_host::OutboundCall {
+        bearer: approver_jwt(&served),
+        ..agent_host::OutboundCall::default()
+    };
+    let resolved = agent_host::AgentClient::new(&served.url)
+        .unwrap()
+        .send(
+            &call,
+            &common::data_message(json!({"resolution": "compensate"}), Some(&task.id)),
+        )
+        .await
+        .unwrap();
+    let agent_host::sdk::SendMessageResponse::Task(ended) = resolved else {
+        panic!("expected a task, got {resolved:?}")
+    };
+    assert_eq!(ended.status.state, TaskState::Failed, "{:?}", ended.status);
+    let (said, _) = status_of(&ended);
+    assert!(said.contains("the mandate was revoked"), "{said}");
+    assert!(
+        captures_received(&served)
+            .iter()
+            .all(|at| *at <= acknowledged)
+    );
+    let undone = common::effects_in_order(&served.logs)
+        .into_iter()
+        .filter(|e| e.ends_with(":undo"))
+        .count();
+    assert_eq!(undone, 3, "s2, s1 and s0 were compensated");
 }

@@ -186,10 +186,9 @@ impl Executor {
                 .map(|(task, metadata, _, _)| show_saga(task, metadata)),
         )
         .await;
-        for (task, metadata, recovered, epoch) in resumed {
-            let saga = recovered.saga.clone();
+        for (task, metadata, mut recovered, epoch) in resumed {
             // A revocation recorded before the saga heard of it (the process stopped in
-            // between) is told again.
+            // between) is told again, before the saga makes any call.
             let revoked = match &recovered.saga.spec.mandate {
                 Some(hold) => {
                     self.config
@@ -199,8 +198,11 @@ impl Executor {
                 }
                 None => false,
             };
+            if revoked {
+                recovered.tell_revoked(now);
+            }
+            let saga = recovered.saga.clone();
             self.metrics.saga_resumed();
-            let task_id = task.id().to_owned();
             // Live before this returns, and so before a start serves: a cancel or an
             // answer that comes first finds the saga's driver.
             self.start_driver(
@@ -211,9 +213,6 @@ impl Executor {
                 None,
                 None,
             );
-            if revoked {
-                self.tell_revoked(|id| id == task_id).await;
-            }
         }
         Ok(begun)
     }

@@ -147,10 +147,11 @@ impl Executor {
         first_stop
     }
 
-    /// Records a principal's signed revocation; every running saga under that mandate
-    /// then unwinds unless past its pivot (as on expiry). Returns what was revoked and
-    /// how many running sagas were told.
-    pub async fn revoke(&self, document: &Value) -> Result<(Revoked, usize)> {
+    /// Records a principal's signed revocation, then tells every saga under that mandate
+    /// driven here and waits until each has journaled it (from then on none of them
+    /// starts a forward attempt at or before its pivot). Returns what was revoked and
+    /// what it did to those sagas.
+    pub async fn revoke(&self, document: &Value) -> Result<(Revoked, RevocationHeard)> {
         let revoked = self.config.mandates.revoke(document).await?;
         tracing::info!(
             principal_key = ?revoked.principal_key,
@@ -158,40 +159,13 @@ impl Executor {
             "a principal revoked a mandate: new plans under it are refused, its sagas before their pivot unwind"
         );
         let key = (revoked.principal_key.clone(), revoked.mandate_id.clone());
-        let told = self
-            .tell_revoked_under(|mandate| mandate == Some(&key))
-            .await;
-        Ok((revoked, told))
-    }
-
-    /// Tells the running sagas whose task id passes `which` that their mandate was revoked.
-    pub(super) async fn tell_revoked(&self, which: impl Fn(&str) -> bool) -> usize {
-        self.tell(|id, _| which(id)).await
-    }
-
-    pub(super) async fn tell_revoked_under(
-        &self,
-        which: impl Fn(Option<&(String, String)>) -> bool,
-    ) -> usize {
-        self.tell(|_, mandate| which(mandate)).await
-    }
-
-    pub(super) async fn tell(
-        &self,
-        which: impl Fn(&str, Option<&(String, String)>) -> bool,
-    ) -> usize {
         let controls: Vec<mpsc::Sender<Control>> = sync::lock(&self.live)
-            .iter()
-            .filter(|(id, l)| which(id, l.mandate.as_ref()))
-            .map(|(_, l)| l.control.clone())
+            .values()
+            .filter(|l| l.mandate.as_ref() == Some(&key))
+            .map(|l| l.control.clone())
             .collect();
-        let mut told = 0;
-        for control in controls {
-            if control.send(Control::MandateRevoked).await.is_ok() {
-                told += 1;
-            }
-        }
-        told
+        let heard = futures::future::join_all(controls.into_iter().map(tell_revoked)).await;
+        Ok((revoked, RevocationHeard::count(heard)))
     }
 
     pub(super) fn live_control(
@@ -244,5 +218,50 @@ impl Executor {
                 None => Driven::Never,
             },
         )
+    }
+}
+
+/// How long the revocation route waits for one saga to journal the revocation. A saga
+/// whose journal cannot be written meanwhile acts on nothing either; it is told again
+/// from the mandate book when it resumes.
+const REVOCATION_HEARD_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Tells one saga's driver that its mandate was revoked, and waits for its answer.
+async fn tell_revoked(control: mpsc::Sender<Control>) -> Option<MandateEndEffect> {
+    let (reply, heard) = oneshot::channel();
+    control.send(Control::MandateRevoked(reply)).await.ok()?;
+    tokio::time::timeout(REVOCATION_HEARD_WITHIN, heard)
+        .await
+        .ok()?
+        .ok()
+}
+
+/// What a revocation did to the sagas under the mandate that this process drives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RevocationHeard {
+    /// They unwind (at once, or once the call they have out answers).
+    pub unwinding: usize,
+    /// Their pivot's call is out or its outcome unknown: no attempt starts again; its
+    /// answer, or a person, decides whether they finish or unwind.
+    pub held_at_pivot: usize,
+    /// Past their pivot: they finish the commitment made.
+    pub finishing: usize,
+    /// They did not say within `REVOCATION_HEARD_WITHIN` (a journal that cannot be
+    /// written, a stop): they act on nothing meanwhile, and hear it when they resume.
+    pub not_yet_heard: usize,
+}
+
+impl RevocationHeard {
+    fn count(heard: Vec<Option<MandateEndEffect>>) -> Self {
+        let mut counted = Self::default();
+        for effect in heard {
+            match effect {
+                Some(MandateEndEffect::Unwinds) => counted.unwinding += 1,
+                Some(MandateEndEffect::HeldAtPivot) => counted.held_at_pivot += 1,
+                Some(MandateEndEffect::Finishes) => counted.finishing += 1,
+                None => counted.not_yet_heard += 1,
+            }
+        }
+        counted
     }
 }

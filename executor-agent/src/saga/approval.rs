@@ -94,6 +94,13 @@ impl Saga {
             PauseOn::Approval { step } => (step, "approval", &["approve", "compensate"][..]),
             // Unwinding is an answer only where the engine takes it: before the point of
             // no return, or at it (a person confirming the pivot did not happen).
+            PauseOn::Forward { step }
+                if self.spec.point_of_no_return.is_none_or(|p| step <= p)
+                    && !self.retry_offered(step) =>
+            {
+                // Told to unwind while in doubt: it happened, or it did not; never again.
+                (step, "escalation", &["resolved-manually", "compensate"][..])
+            }
             PauseOn::Forward { step } if self.spec.point_of_no_return.is_none_or(|p| step <= p) => {
                 (
                     step,

@@ -150,7 +150,11 @@ impl Saga {
             } => {
                 if self.in_flight() == Some((target, attempt)) {
                     let idempotent = self.call_of(target).idempotent;
-                    if idempotent {
+                    if let (Target::Forward(i), Some(_)) = (target, self.pending_unwind) {
+                        // The saga was told to unwind before the stop: no attempt starts
+                        // again, and what the lost one did is unknown.
+                        self.forward_abandoned(i, now_ms, &mut out);
+                    } else if idempotent {
                         // Same key again: the tool replays its result or does the work once.
                         self.invoke(target, attempt, now_ms, &mut out);
                     } else {
@@ -169,7 +173,7 @@ impl Saga {
     }
 
     /// The call `target` was out when the process stopped, and nobody knows what it did.
-    fn mark_unknown(&mut self, target: Target, reason: &str) {
+    pub(super) fn mark_unknown(&mut self, target: Target, reason: &str) {
         let reason = reason.to_owned();
         match target {
             Target::Forward(i) => self.records[i].forward = Forward::Unknown { reason },
@@ -421,8 +425,12 @@ impl Saga {
                         });
                         self.advance(i + 1, now_ms, out);
                     }
+                    // No attempt starts once the saga was told to unwind (a cancel, or
+                    // its mandate ended while this call was out).
                     CallOutcome::Unknown { reason }
-                        if call.idempotent && attempt < call.retry.max_attempts =>
+                        if call.idempotent
+                            && attempt < call.retry.max_attempts
+                            && self.pending_unwind.is_none() =>
                     {
                         self.records[i].forward = Forward::WaitingRetry { attempt };
                         retry_later(
@@ -489,7 +497,7 @@ impl Saga {
     }
 
     /// A forward step failed for good: unwind if that is still allowed, else pause.
-    fn after_forward_failure(
+    pub(super) fn after_forward_failure(
         &mut self,
         i: usize,
         unknown: bool,
@@ -509,11 +517,27 @@ impl Saga {
             let cause = self.pending_unwind.take().unwrap_or(Cause::Failure);
             self.unwind(cause, now_ms, out);
         } else {
-            self.pause_forward_or_undo(Target::Forward(i), reason, out);
+            // The unwind stays pending: a person's answer must not start the call again.
+            let reason = match self.pending_unwind {
+                Some(cause @ (Cause::MandateRevoked | Cause::MandateExpired)) => {
+                    format!(
+                        "{} while this step's outcome is unknown; it is not attempted again \
+                         ({reason})",
+                        cause.what_ended()
+                    )
+                }
+                _ => reason.to_owned(),
+            };
+            self.pause_forward_or_undo(Target::Forward(i), &reason, out);
         }
     }
 
-    fn pause_forward_or_undo(&mut self, target: Target, reason: &str, out: &mut Vec<Command>) {
+    pub(super) fn pause_forward_or_undo(
+        &mut self,
+        target: Target,
+        reason: &str,
+        out: &mut Vec<Command>,
+    ) {
         let (on, what) = match target {
             Target::Forward(i) => (PauseOn::Forward { step: i }, "escalated"),
             Target::Compensation(i) => {
@@ -542,7 +566,7 @@ impl Saga {
         out.push(Command::Pause { reason });
     }
 
-    fn unwind(&mut self, cause: Cause, now_ms: i64, out: &mut Vec<Command>) {
+    pub(super) fn unwind(&mut self, cause: Cause, now_ms: i64, out: &mut Vec<Command>) {
         self.phase = Phase::Unwinding { cause };
         self.continue_unwind(now_ms, out);
     }
@@ -615,17 +639,9 @@ impl Saga {
                     }
                 };
                 if waiting {
-                    if let (Target::Forward(_), Some(cause)) = (target, self.pending_unwind)
-                        && !self.past_no_return()
-                    {
-                        // Canceled while waiting to retry: the retry never happens.
-                        if let Target::Forward(i) = target {
-                            self.records[i].forward = Forward::Unknown {
-                                reason: "retry abandoned".into(),
-                            };
-                        }
-                        self.pending_unwind = None;
-                        self.unwind(cause, now_ms, out);
+                    if let (Target::Forward(i), Some(_)) = (target, self.pending_unwind) {
+                        // Told to unwind while waiting to retry: the retry never happens.
+                        self.forward_abandoned(i, now_ms, out);
                         return;
                     }
                     self.invoke(target, attempt, now_ms, out);
@@ -663,52 +679,10 @@ impl Saga {
         }
     }
 
-    /// The mandate ended (expired or revoked): unwind, unless past the point of no return
-    /// (then the saga finishes) or already unwinding or done.
-    fn on_mandate_ended(&mut self, cause: Cause, what: &str, now_ms: i64, out: &mut Vec<Command>) {
-        if matches!(self.phase, Phase::Done { .. } | Phase::Unwinding { .. })
-            || self.past_no_return()
-        {
-            out.push(Command::Ignored {
-                event: what.into(),
-                why: "the saga has ended, unwinds already, or is past its pivot".into(),
-            });
-            return;
-        }
-        out.push(Command::Report {
-            step: String::new(),
-            what: what.into(),
-        });
-        self.request_unwind(cause, now_ms, out);
-    }
-
     pub(super) fn pause_reason(&self) -> String {
         match &self.phase {
             Phase::Paused { reason, .. } => reason.clone(),
             _ => String::new(),
-        }
-    }
-
-    /// Unwinds now if nothing is in flight; otherwise when the in-flight call answers.
-    fn request_unwind(&mut self, cause: Cause, now_ms: i64, out: &mut Vec<Command>) {
-        let waiting_retry = self
-            .records
-            .iter()
-            .any(|r| matches!(r.forward, Forward::WaitingRetry { .. }));
-        if self.in_flight().is_some() || waiting_retry {
-            self.pending_unwind = Some(cause);
-        } else {
-            if let Phase::Paused {
-                on: PauseOn::Approval { step },
-                ..
-            } = self.phase
-            {
-                self.records[step].forward = Forward::Pending;
-                if self.records[step].undo == Undo::Pending {
-                    self.records[step].undo = Undo::NothingToUndo;
-                }
-            }
-            self.unwind(cause, now_ms, out);
         }
     }
 
@@ -761,6 +735,15 @@ impl Saga {
                 self.decided(step, resolution, decider, now_ms);
                 self.request_unwind(Cause::Failure, now_ms, out)
             }
+            (PauseOn::Forward { step }, Resolution::Retry) if !self.retry_offered(step) => {
+                out.push(Command::Pause {
+                    reason: format!(
+                        "{} (a retry does not apply here: the saga was told to unwind, and no \
+                         attempt of this step may start again)",
+                        self.pause_reason()
+                    ),
+                });
+            }
             (PauseOn::Forward { step }, Resolution::Retry) => {
                 self.decided(step, resolution, decider, now_ms);
                 self.phase = Phase::Forward { step };
@@ -791,7 +774,8 @@ impl Saga {
                         };
                         self.records[step].undo = Undo::NothingToUndo;
                     }
-                    self.unwind(Cause::Failure, now_ms, out);
+                    let cause = self.pending_unwind.take().unwrap_or(Cause::Failure);
+                    self.unwind(cause, now_ms, out);
                 } else {
                     out.push(Command::Report {
                         step: self.spec.steps[step].id.clone(),

@@ -2,6 +2,7 @@
 //! pure engine.
 
 mod approval;
+mod authority;
 pub mod deadline;
 pub mod engine;
 pub mod model;
@@ -9,12 +10,15 @@ pub mod spec;
 mod views;
 
 #[cfg(test)]
+mod authority_tests;
+#[cfg(test)]
 mod deadline_tests;
 #[cfg(test)]
 mod event_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub use authority::MandateEndEffect;
 pub use engine::Saga;
 pub use model::{
     Approval, CallOutcome, Command, Decider, Decision, Ending, Event, Invocation, Resolution,

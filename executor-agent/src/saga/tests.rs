@@ -24,7 +24,7 @@ pub(crate) fn supplier() -> Saga {
 }
 
 /// A response for each forward skill, shaped like the real tools' outputs.
-fn response(skill: &str) -> Value {
+pub(crate) fn response(skill: &str) -> Value {
     match skill {
         "vendor.create" => json!({"vendorId": "v_1"}),
         "budget.reserve" => json!({"reservationId": "r_1"}),

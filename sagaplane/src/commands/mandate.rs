@@ -110,11 +110,23 @@ pub fn run(command: MandateCommand) -> Result<(), Failure> {
                 return emit(&pretty(&revocation), None);
             };
             let answer = executor_api::revoke_mandate(&executor, &revocation)?;
+            let count = |member: &str| answer[member].as_u64().unwrap_or(0);
             println!(
-                "revoked: mandate {} ({} saga(s) under it unwinding)",
+                "revoked: mandate {}; of the sagas under it on this executor, {} unwinding, {} \
+                 held at their pivot (its call out or in doubt: no attempt starts again; its \
+                 answer or a person decides), {} past their pivot and finishing",
                 typed.mandate_id,
-                answer["unwinding"].as_u64().unwrap_or(0)
+                count("unwinding"),
+                count("heldAtPivot"),
+                count("finishing"),
             );
+            if count("notYetHeard") > 0 {
+                println!(
+                    "  {} saga(s) could not journal it in time; they act on nothing meanwhile \
+                     and hear it when they resume",
+                    count("notYetHeard")
+                );
+            }
             Ok(())
         }
         MandateCommand::Show {
