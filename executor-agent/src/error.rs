@@ -62,6 +62,15 @@ impl Error {
         matches!(self, Self::Refused(_) | Self::Mandate(_) | Self::Spec(_))
     }
 
+    /// Whether a store failed (a database that cannot be reached, a state file that
+    /// cannot be written): the same request may succeed once it answers again.
+    pub fn is_store_failure(&self) -> bool {
+        matches!(
+            self,
+            Self::Storage(agent_host::Error::Store(_)) | Self::Database { .. } | Self::Io { .. }
+        )
+    }
+
     /// The error and each of its causes, for the log.
     pub fn chain(&self) -> String {
         let mut chain = self.to_string();

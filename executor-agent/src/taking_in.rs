@@ -109,6 +109,12 @@ impl TakingIn {
         }
     }
 
+    /// The tasks whose plans are being taken in: the submitted tasks this process is
+    /// answerable for, whose holds it renews on a store replicas share.
+    pub fn task_ids(&self) -> Vec<String> {
+        self.plans().stages.keys().cloned().collect()
+    }
+
     /// How many cancels wait for a saga being begun, as it changes.
     pub fn watch_cancels_waiting(&self) -> watch::Receiver<usize> {
         self.cancels_waiting.subscribe()
@@ -141,16 +147,17 @@ impl Intake {
         }
     }
 
-    /// The plan waits for a slot; the token is cancelled if a cancel drops it.
+    /// The plan waits (for a slot, or for its store to answer again); the token is
+    /// cancelled if a cancel drops it.
     pub fn waiting(&self) -> CancellationToken {
         let token = CancellationToken::new();
         self.owner.set(&self.task_id, Stage::Waiting(token.clone()));
         token
     }
 
-    /// The wait is over with a slot: `false` if a cancel dropped the plan first. The
-    /// plan holds its saga id until it drops, by when the journal holds it.
-    pub fn slot_taken(&self) -> bool {
+    /// The wait is over: `false` if a cancel dropped the plan first. The plan holds its
+    /// saga id until it drops, by when the journal holds it.
+    pub fn wait_over(&self) -> bool {
         let mut plans = self.owner.plans();
         match plans.stages.get(&self.task_id) {
             Some(Stage::Waiting(_)) => {
@@ -188,12 +195,12 @@ mod tests {
         let token = intake.waiting();
         assert!(taking_in.cancel("t1").await);
         assert!(token.is_cancelled());
-        assert!(!intake.slot_taken(), "the plan was dropped");
+        assert!(!intake.wait_over(), "the plan was dropped");
         drop(intake);
 
         let intake = taking_in.start("t2");
         let _token = intake.waiting();
-        assert!(intake.slot_taken());
+        assert!(intake.wait_over());
         let cancel = {
             let taking_in = taking_in.clone();
             tokio::spawn(async move { taking_in.cancel("t2").await })
@@ -237,7 +244,7 @@ mod tests {
         );
 
         let _token = first.waiting();
-        assert!(first.slot_taken());
+        assert!(first.wait_over());
         assert!(
             taking_in.held("sg_1").is_some(),
             "held while its saga is begun"

@@ -1,5 +1,6 @@
 //! An internal failure reaches the caller as a short text with an error id, and only the
-//! log has its cause (a path, what the disk said) under that id.
+//! log has its cause (a path, what the disk said) under that id. A plan whose accepting
+//! write fails for a moment is taken in again, not lost.
 
 mod common;
 
@@ -56,4 +57,33 @@ async fn a_plan_the_journal_cannot_record_fails_with_an_error_id_and_no_internal
         line.contains(SECRET_PATH) && line.contains("No space left on device"),
         "{line}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_whose_accepting_write_fails_for_a_moment_begins_once_it_can_be_written() {
+    let setup = Harness::start(&[]).await;
+    setup.journal.fail_begins(SECRET_PATH);
+    let client = agent_host::AgentClient::new(&setup.url).unwrap();
+    let call = setup.as_planner();
+    let request = common::data_message(
+        setup.signed("examples/plans/supplier-onboarding.json"),
+        None,
+    );
+    let sending = tokio::spawn(async move { client.send(&call, &request).await });
+    // The first accepting write failed; the task was answered SUBMITTED already.
+    setup.journal.begin_failed.notified().await;
+    setup.journal.begin_failed.notified().await;
+    setup.journal.stop_failing_begins();
+    let task = match sending.await.unwrap().unwrap() {
+        agent_host::sdk::SendMessageResponse::Task(task) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    assert_eq!(task.status.state, TaskState::Completed, "{:?}", task.status);
+    for agent in common::AGENTS {
+        assert_eq!(
+            setup.log(agent).effects.len(),
+            1,
+            "{agent} applied its step once"
+        );
+    }
 }

@@ -34,9 +34,33 @@ pub(super) enum Asking<'a> {
     Holding(&'a Intake),
 }
 
+/// The wait before a plan is taken in again after its store failed, doubled each time
+/// up to the cap (as a saga's driver waits for its journal).
+const FIRST_STORE_RETRY: Duration = Duration::from_millis(50);
+const MAX_STORE_RETRY: Duration = Duration::from_secs(5);
+/// How many attempts at taking a plan in may fail while the store says it can write
+/// (it answers, but refuses this plan's writes) before the plan's task is failed with
+/// the reason: about 3 s of attempts. Attempts while the store says it cannot write (a
+/// database away, a state file that cannot be written) are not counted.
+const ATTEMPTS_WHILE_THE_STORE_ANSWERS: u32 = 6;
+
+/// A plan's saga, begun in the journal, and what its driver starts with.
+struct Begun {
+    saga: Saga,
+    start: Start,
+    metadata: Vec<(String, Value)>,
+    permit: Permit,
+}
+
 impl Executor {
     /// Takes in the plan of a new task (`None`: the message had none), ending the task
-    /// `FAILED` when it cannot be run.
+    /// `FAILED` when it cannot be run. A plan whose task was answered `SUBMITTED` begins
+    /// or ends: while the store cannot write (a database restarting, a state file that
+    /// cannot be written), the plan is taken in again and again; once it answers, a few
+    /// more attempts are made (`ATTEMPTS_WHILE_THE_STORE_ANSWERS`) before the task fails
+    /// with the reason; and a refusal or failure is written until it lands. Only a stop,
+    /// or a cancel, ends the wait; the task then stays `SUBMITTED`, and the next start
+    /// (or, on a shared store, another replica once this one's hold lapses) takes it in.
     pub(super) async fn take_in(self: &Arc<Self>, task: TaskHandle, plan: Option<Value>) {
         let outcome = match plan {
             Some(plan) => self.intake(task.clone(), plan).await,
@@ -56,9 +80,35 @@ impl Executor {
                 tracing::error!(task = ?task.id(), "a plan could not be run");
                 e.reply("recording the plan")
             };
-            let _ = task
-                .set_status(TaskState::Failed, Some(agent_message(text, None)))
+            self.answer(&task, TaskState::Failed, agent_message(text, None))
                 .await;
+        }
+    }
+
+    /// Writes the answer to a plan on its task (refused, failed, pointed elsewhere),
+    /// again and again while the store fails, until it lands, the task was written by
+    /// another meanwhile (a cancel ended it), or the executor stops.
+    pub(super) async fn answer(&self, task: &TaskHandle, state: TaskState, message: Message) {
+        let mut wait = FIRST_STORE_RETRY;
+        loop {
+            match task.set_status(state.clone(), Some(message.clone())).await {
+                Ok(_) => return,
+                Err(agent_host::Error::Store(why)) => {
+                    tracing::warn!(
+                        task = task.id(), error = %why, retry_in_ms = wait.as_millis() as u64,
+                        "cannot write the answer to a plan yet; written once the store answers"
+                    );
+                }
+                Err(e) => {
+                    tracing::info!(task = task.id(), error = %e, "the answer to a plan was not written");
+                    return;
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.config.shutdown.cancelled() => return,
+            }
+            wait = (wait * 2).min(MAX_STORE_RETRY);
         }
     }
 
@@ -78,11 +128,12 @@ impl Executor {
         let codes: Vec<&str> = violations.iter().map(|v| v.code.as_str()).collect();
         tracing::info!(task = task.id(), ?codes, "a plan was refused");
         let data = json!({"violations": violations});
-        let _ = task
-            .set_status(TaskState::Rejected, Some(agent_message(text, Some(data))))
+        self.answer(task, TaskState::Rejected, agent_message(text, Some(data)))
             .await;
     }
 
+    /// Takes the plan in until its saga is live or it is answered otherwise, through
+    /// store failures (see `take_in`).
     pub(super) async fn intake(self: &Arc<Self>, task: TaskHandle, mut plan: Value) -> Result<()> {
         shared_types::json::normalize_integers(&mut plan);
         let saga_id = plan
@@ -91,22 +142,124 @@ impl Executor {
             .unwrap_or_default()
             .to_owned();
         let intake = self.taking_in.start(task.id());
+        let mut wait = FIRST_STORE_RETRY;
+        let mut refused_while_answering = 0;
+        loop {
+            let failure = match self
+                .begin_plan(&saga_id, plan.clone(), &task, &intake)
+                .await
+            {
+                Ok(Some(begun)) => {
+                    self.metrics.saga_begun();
+                    let Begun {
+                        saga,
+                        start,
+                        metadata,
+                        permit,
+                    } = begun;
+                    self.launch(task, saga, start, metadata, Some(permit), Some(intake))
+                        .await;
+                    return Ok(());
+                }
+                Ok(None) => return Ok(()),
+                Err(e) if e.is_store_failure() => e,
+                Err(e) => return Err(e),
+            };
+            if self.tasks.store().write_failure().is_none() {
+                refused_while_answering += 1;
+                if refused_while_answering >= ATTEMPTS_WHILE_THE_STORE_ANSWERS {
+                    return Err(failure);
+                }
+            }
+            // The store failed: the plan waits for it (a cancel drops it meanwhile).
+            loop {
+                tracing::warn!(
+                    task = task.id(), saga = %saga_id, error = %failure.chain(),
+                    retry_in_ms = wait.as_millis() as u64,
+                    "cannot take the plan in yet; it is taken in again once the store answers"
+                );
+                let canceled = intake.waiting();
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = canceled.cancelled() => return Ok(()),
+                    () = self.config.shutdown.cancelled() => return Ok(()),
+                }
+                if !intake.wait_over() {
+                    return Ok(());
+                }
+                wait = (wait * 2).min(MAX_STORE_RETRY);
+                // The begin may have been written with its answer lost.
+                match self.resume_begun_meanwhile(&saga_id, task.id()).await {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => break,
+                    Err(e) if e.is_store_failure() => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+
+    /// After a store failure: if the saga of this plan was begun on its task (the begin
+    /// was written, and its answer lost; or another replica took the plan in), it is
+    /// driven, not begun again: resumed here when this process still holds it at its
+    /// first epoch or nobody does, left to the replica that drives it otherwise. `false`
+    /// when no saga was begun for this task.
+    async fn resume_begun_meanwhile(
+        self: &Arc<Self>,
+        saga_id: &str,
+        task_id: &str,
+    ) -> Result<bool> {
+        let journal = &self.config.journal;
+        match journal.header(saga_id).await? {
+            Some(header) if header.task_id == task_id => {}
+            _ => return Ok(false),
+        }
+        if self.live_control(task_id).is_some() {
+            return Ok(true);
+        }
+        // Held by this process at the epoch `begin` gave: given up, then claimed anew.
+        journal.release(saga_id, 1).await?;
+        let now = chrono::Utc::now().timestamp_millis();
+        match journal.claim(saga_id, now, Claim::IfLapsed).await? {
+            Some(epoch) => {
+                tracing::info!(saga = %saga_id, task = %task_id, "a plan's saga was begun before the store failed; resumed");
+                self.resume_claimed(vec![(saga_id.to_owned(), epoch)], now)
+                    .await?;
+            }
+            None => tracing::info!(
+                saga = %saga_id, task = %task_id,
+                "a plan's saga was begun before the store failed, and is driven by another replica; left to it"
+            ),
+        }
+        Ok(true)
+    }
+
+    /// One attempt at taking the plan in: a slot, the checks, and the accepting write.
+    /// `None` once the task was answered otherwise (refused, pointed at the task the
+    /// same plan runs on, canceled while it waited for a slot, or the executor stops).
+    async fn begin_plan(
+        self: &Arc<Self>,
+        saga_id: &str,
+        plan: Value,
+        task: &TaskHandle,
+        intake: &Intake,
+    ) -> Result<Option<Begun>> {
         let permit = match self.slots.try_take() {
             Some(permit) => permit,
             None => {
                 // A plan that cannot run is refused now, not after the wait.
-                if self.checked(&saga_id, &plan, &task).await?.is_none() {
-                    return Ok(());
+                if self.checked(saga_id, &plan, task).await?.is_none() {
+                    return Ok(None);
                 }
-                match self.slot_for(&saga_id, &plan, &task, &intake).await {
+                match self.slot_for(saga_id, &plan, task, intake).await {
                     Some(permit) => permit,
-                    None => return Ok(()),
+                    None => return Ok(None),
                 }
             }
         };
         // Checked again after a wait: the registry, or the clock, may have moved on.
-        let Some((typed, spec)) = self.checked(&saga_id, &plan, &task).await? else {
-            return Ok(());
+        let Some((typed, spec)) = self.checked(saga_id, &plan, task).await? else {
+            return Ok(None);
         };
         let header = SagaHeader {
             format: JOURNAL_FORMAT,
@@ -117,37 +270,36 @@ impl Executor {
             plan,
             spec: spec.clone(),
         };
-        let (saga, start) =
-            match begin(self.config.journal.as_ref(), &header, Saga::new(spec)).await {
-                Ok(begun) => begun,
-                // Its mandate cannot cover it, or was revoked: nothing was written.
-                Err(Error::Mandate(violation)) => {
-                    self.reject(&task, &[violation]).await;
-                    return Ok(());
+        match begin(self.config.journal.as_ref(), &header, Saga::new(spec)).await {
+            // The saga's id goes on its task with the first report, in the same write (a
+            // write of its own before it cost every saga one more durable task write).
+            Ok((saga, start)) => Ok(Some(Begun {
+                saga,
+                start,
+                metadata: saga_metadata(&header),
+                permit,
+            })),
+            // Its mandate cannot cover it, or was revoked: nothing was written.
+            Err(Error::Mandate(violation)) => {
+                self.reject(task, &[violation]).await;
+                Ok(None)
+            }
+            // The same plan, sent again, may have begun on another task meanwhile.
+            Err(e) => match self
+                .admission(saga_id, &header.plan, Asking::For(task.id()))
+                .await?
+            {
+                Admission::Admit => Err(e),
+                Admission::Existing { task_id, how } => {
+                    self.point_to(task, &task_id, how).await;
+                    Ok(None)
                 }
-                // The same plan, sent again, may have begun on another task meanwhile.
-                Err(e) => match self
-                    .admission(&saga_id, &header.plan, Asking::For(task.id()))
-                    .await?
-                {
-                    Admission::Admit => return Err(e),
-                    Admission::Existing { task_id, how } => {
-                        self.point_to(&task, &task_id, how).await;
-                        return Ok(());
-                    }
-                    Admission::Conflict(violation) => {
-                        self.reject(&task, &[violation]).await;
-                        return Ok(());
-                    }
-                },
-            };
-        self.metrics.saga_begun();
-        // The saga's id goes on its task with the first report, in the same write (a
-        // write of its own before it cost every saga one more durable task write).
-        let metadata = saga_metadata(&header);
-        self.launch(task, saga, start, metadata, Some(permit), Some(intake))
-            .await;
-        Ok(())
+                Admission::Conflict(violation) => {
+                    self.reject(task, &[violation]).await;
+                    Ok(None)
+                }
+            },
+        }
     }
 
     /// The plan, typed, and its saga's spec, when it may run; `None` once `task` has been
@@ -256,7 +408,7 @@ impl Executor {
             () = self.config.shutdown.cancelled() => None,
             permit = self.slots.take() => Some(permit),
         };
-        permit.filter(|_| intake.slot_taken())
+        permit.filter(|_| intake.wait_over())
     }
 
     /// Whether `plan` may begin under `saga_id`, has a task already, or conflicts with
@@ -309,8 +461,7 @@ impl Executor {
         }
         let text = format!("the same plan {how} as task {existing}: follow that task");
         let data = json!({"existingTaskId": existing});
-        let _ = task
-            .set_status(TaskState::Rejected, Some(agent_message(text, Some(data))))
+        self.answer(task, TaskState::Rejected, agent_message(text, Some(data)))
             .await;
     }
 }

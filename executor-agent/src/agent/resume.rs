@@ -127,7 +127,7 @@ impl Executor {
     /// Resumes the sagas this executor just claimed, at their epochs: each replayed from
     /// its journal, shown on its task, and live before this returns. Returns the tasks of
     /// the sagas it read (resumed or not).
-    async fn resume_claimed(
+    pub(super) async fn resume_claimed(
         self: &Arc<Self>,
         claimed: Vec<(String, Epoch)>,
         now: i64,

@@ -24,6 +24,7 @@ pub fn flaky<J>(inner: Arc<J>, failing: std::ops::Range<u32>) -> FlakyJournal<J>
             cancels: tokio::sync::watch::Sender::new(0),
             holds_begins: Default::default(),
             fails_begins: Mutex::new(None),
+            begin_failed: tokio::sync::Notify::new(),
             begin_reached: tokio::sync::Notify::new(),
             begin_release: tokio::sync::Notify::new(),
             holds_loads: Default::default(),
@@ -49,6 +50,8 @@ pub struct JournalFaults {
     /// Set by `fail_begins`: each `begin` fails as a full disk under this path would.
     fails_begins: Mutex<Option<String>>,
     pub begin_reached: tokio::sync::Notify,
+    /// Notified at each `begin` failed by `fail_begins`.
+    pub begin_failed: tokio::sync::Notify,
     pub begin_release: tokio::sync::Notify,
     /// Set by `hold_loads`: each `load` is notified on `load_reached`, then waits for
     /// `load_release`.
@@ -66,6 +69,11 @@ impl JournalFaults {
     /// Fails every `begin` from now on, as a full disk under `path` would.
     pub fn fail_begins(&self, path: &str) {
         *self.fails_begins.lock().unwrap() = Some(path.to_owned());
+    }
+
+    /// Lets every `begin` from now on through again.
+    pub fn stop_failing_begins(&self) {
+        *self.fails_begins.lock().unwrap() = None;
     }
 
     /// Holds every `load` (recovery's read of a saga) from now on until `load_release` is
@@ -95,6 +103,7 @@ impl Around for JournalFaults {
                     }
                     let failing = self.fails_begins.lock().unwrap().clone();
                     if let Some(path) = failing {
+                        self.begin_failed.notify_one();
                         return Err(executor_agent::Error::Io {
                             what: format!("cannot write {path}"),
                             source: std::io::Error::other("No space left on device"),

@@ -141,9 +141,12 @@ impl PostgresTaskStore {
         now_ms.saturating_add(i64::try_from(lease).unwrap_or(i64::MAX))
     }
 
-    /// Renews the lease of every submitted task this store's holder holds, in one
-    /// statement, but those being written at that moment; how many.
-    pub async fn renew_held(&self, now_ms: i64) -> Result<u64> {
+    /// Renews the lease of the submitted tasks this store's holder holds among
+    /// `taking_in` (the tasks whose plans it is still taking in), in one statement, but
+    /// those being written at that moment; how many. A task it holds and no longer takes
+    /// in (its answer could not be written) is not renewed: its hold lapses, and another
+    /// process takes it in.
+    pub async fn renew_held(&self, now_ms: i64, taking_in: &[String]) -> Result<u64> {
         let Some(holder) = &self.holder else {
             return Ok(0);
         };
@@ -156,10 +159,10 @@ impl PostgresTaskStore {
             "UPDATE tasks SET held_until_ms = $2
              WHERE seq IN (
                  SELECT seq FROM tasks
-                 WHERE state = 'TASK_STATE_SUBMITTED' AND holder = $1
+                 WHERE state = 'TASK_STATE_SUBMITTED' AND holder = $1 AND id = ANY($3)
                  FOR NO KEY UPDATE SKIP LOCKED
              )",
-            &[&holder.id, &self.held_until(now_ms)],
+            &[&holder.id, &self.held_until(now_ms), &taking_in],
         )
         .await
         .map_err(|e| failed("cannot renew the leases of submitted tasks", &e))
@@ -449,14 +452,21 @@ mod tests {
         let now = chrono::Utc::now().timestamp_millis();
         let lease_ms = i64::try_from(LEASE.as_millis()).unwrap();
 
-        // Held while the lease runs, and renewed by its holder alone.
+        // Held while the lease runs, and renewed by its holder alone, while it takes the
+        // task's plan in.
+        let taking_in = ["waits".to_owned(), "works".to_owned()];
         assert!(b.claim_lapsed_submitted(now, 10).await.unwrap().is_empty());
         assert_eq!(
-            a.renew_held(now).await.unwrap(),
+            a.renew_held(now, &taking_in).await.unwrap(),
             1,
             "only the submitted task"
         );
-        assert_eq!(b.renew_held(now).await.unwrap(), 0);
+        assert_eq!(b.renew_held(now, &taking_in).await.unwrap(), 0);
+        assert_eq!(
+            a.renew_held(now, &[]).await.unwrap(),
+            0,
+            "a plan its holder no longer takes in is not held for it"
+        );
 
         // Past the lease: claimed once, by one of the two asking; the task working is not.
         let lapsed = now + lease_ms + 1;
@@ -480,7 +490,11 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
-        assert_eq!(a.renew_held(lapsed).await.unwrap(), 0, "no longer a's");
+        assert_eq!(
+            a.renew_held(lapsed, &taking_in).await.unwrap(),
+            0,
+            "no longer a's"
+        );
 
         // A store that holds nothing claims nothing.
         assert!(
