@@ -93,7 +93,16 @@ impl<A: Agent> HostHandler<A> {
                     .tasks
                     .watch(&task_id, watch)
                     .map_err(crate::Error::into_a2a)?;
-                let task = self.get_for(&ctx.caller, &task_id).await?;
+                // An agent's match with a task this caller cannot see never names it.
+                let task = self
+                    .get_for(&ctx.caller, &task_id)
+                    .await
+                    .map_err(|e| match e.code {
+                        crate::sdk::error_code::TASK_NOT_FOUND => A2AError::invalid_params(
+                            "the message repeats work on a task this caller cannot see; nothing was started",
+                        ),
+                        _ => e,
+                    })?;
                 return Ok(Started::Existing {
                     task: Box::new(task),
                     events,

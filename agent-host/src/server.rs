@@ -19,6 +19,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tower::limit::GlobalConcurrencyLimitLayer;
+use tower_http::add_extension::AddExtension;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
@@ -206,14 +207,18 @@ pub async fn serve_with(
                 () = shutdown.cancelled() => break None,
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _peer)) => break Some(stream),
+                    Ok(accepted) => break Some(accepted),
                     Err(error) => accept_failed(error).await,
                 },
             }
         };
-        let Some(stream) = stream else { break };
+        let Some((stream, peer)) = stream else { break };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
+        // The peer's address, for routes that answer per peer (`ConnectInfo`).
+        let service = TowerToHyperService::new(AddExtension::new(
+            router.clone(),
+            axum::extract::ConnectInfo(peer),
+        ));
         let connection = builder
             .serve_connection(TokioIo::new(stream), service)
             .into_owned();

@@ -26,6 +26,10 @@ pub const APPROVAL_MISMATCH: &str = "APPROVAL_MISMATCH";
 /// The approval's `expiresAt` has passed.
 pub const APPROVAL_EXPIRED: &str = "APPROVAL_EXPIRED";
 
+/// The furthest an approval's `expiresAt` may be from the moment it is sent: an approval
+/// is given for the pause a person sees, not as a standing grant.
+pub const MAX_APPROVAL_LIFETIME: chrono::Duration = chrono::Duration::hours(1);
+
 /// What a message on a saga's task answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
@@ -124,6 +128,24 @@ pub fn check(
             "only an approver answers a saga (approve, retry, resolved-manually, compensate); a planner never decides",
         ));
     }
+    if task.status.state != TaskState::InputRequired {
+        return Err(refused(
+            RESOLUTION_INVALID,
+            "the saga does not wait for a person now; nothing was recorded",
+        ));
+    }
+    let sent = resolution_name(answer.resolution);
+    if let Some(offered) = offered(task)
+        && !offered.contains(&sent)
+    {
+        return Err(refused(
+            RESOLUTION_INVALID,
+            &format!(
+                "this pause takes {}, not {sent}; nothing was recorded",
+                offered.join(" or ")
+            ),
+        ));
+    }
     if let Some(approval) = &answer.approval {
         let Some(waiting) = awaiting_approval(task) else {
             return Err(refused(
@@ -147,11 +169,44 @@ pub fn check(
         if approval.expires_at_ms < now_ms {
             return Err(refused(APPROVAL_EXPIRED, "the approval has expired"));
         }
+        if approval.expires_at_ms > now_ms.saturating_add(MAX_APPROVAL_LIFETIME.num_milliseconds())
+        {
+            return Err(refused(
+                APPROVAL_UNBOUND,
+                "approval.expiresAt is more than an hour away; an approval lasts at most an hour",
+            ));
+        }
     }
     Ok(Decider {
         by: caller.to_owned(),
         approval: answer.approval,
     })
+}
+
+/// A resolution as the wire names it.
+fn resolution_name(resolution: Resolution) -> String {
+    serde_json::to_value(resolution)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// The resolutions the task's pause takes: `resolutions` in the data part of its
+/// INPUT_REQUIRED status (`Saga::awaiting`); `None` when the status names none.
+fn offered(task: &Task) -> Option<Vec<String>> {
+    let message = task.status.message.as_ref()?;
+    let about = message.parts.iter().find_map(|p| match &p.content {
+        PartContent::Data(Value::Object(members)) => members.values().next().cloned(),
+        _ => None,
+    })?;
+    let offered = about.get("resolutions")?.as_array()?;
+    Some(
+        offered
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+    )
 }
 
 /// What the task waits for approval of: the `approval` member of the data part of its

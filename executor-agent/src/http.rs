@@ -61,6 +61,14 @@ impl RegistrationHosts {
         self.allowed.is_none()
     }
 
+    /// These entries, and `more` (nothing changes when any host is allowed).
+    pub fn and(mut self, more: impl IntoIterator<Item = String>) -> Self {
+        if let Some(allowed) = &mut self.allowed {
+            allowed.extend(more.into_iter().map(|e| e.to_ascii_lowercase()));
+        }
+        self
+    }
+
     /// Whether `url` may be fetched, or a sentence saying why not.
     pub fn admits(&self, url: &str) -> std::result::Result<(), String> {
         let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
@@ -198,11 +206,40 @@ async fn register(
         }
         _ => body,
     };
+    // With an allow-list, the tool's credential goes only to the hosts it names.
+    if !admin.hosts.is_any()
+        && let Some(why) = endpoints_of(&card)
+            .iter()
+            .find_map(|url| admin.hosts.admits(url).err())
+    {
+        tracing::warn!(by = ?caller.id, refusal = ?why, "a card whose endpoint is outside the registration allow-list was refused");
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "the card's endpoint is refused: {why}; the executor would send the tool's credential there"
+            ),
+        );
+    }
     registered(
         admin.registry.register(card, &caller.id).await,
         &caller,
         "card",
     )
+}
+
+/// Every address a card says its agent is reached at (each interface's `url`, and the
+/// top-level `url` of cards from before interfaces).
+fn endpoints_of(card: &Value) -> Vec<String> {
+    let interfaces = card
+        .get("supportedInterfaces")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.get("url"));
+    interfaces
+        .chain(card.get("url"))
+        .map(|url| url.as_str().unwrap_or_default().to_owned())
+        .collect()
 }
 
 /// `POST /admin/mcp-servers`: `{"manifest": SIGNED_MANIFEST}`, optionally with `"url"`,

@@ -150,8 +150,11 @@ struct Args {
     #[arg(long, default_value_t = DEFAULT_MAX_RUNNING_SAGAS, value_name = "N",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     max_running_sagas: usize,
-    /// A host (`NAME`, any port) or `NAME:PORT` that `POST /admin/cards {"url": …}` and
-    /// MCP registrations may fetch from. Repeatable; without it, any host (logged at start).
+    /// A host (`NAME`, any port) or `NAME:PORT` that registrations may reach: what
+    /// `POST /admin/cards {"url": …}` and MCP registrations fetch from, and where a
+    /// registered card's or manifest's endpoint (which receives the tool's credential)
+    /// may be; a card or manifest naming another is refused (422). Repeatable; without
+    /// it, any host (logged at start).
     #[arg(long = "allow-registration-host", value_name = "HOST[:PORT]")]
     allow_registration_hosts: Vec<String>,
     /// On /metrics, an undo handle still open in an unfinished saga counts as expiring

@@ -486,3 +486,107 @@ async fn a_name_or_key_of_both_a_planner_and_an_approver_is_refused_at_start() {
             .is_ok()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_the_pause_does_not_offer_or_an_approval_for_years_is_refused_and_nothing_recorded()
+ {
+    let served = serve().await;
+    let task = paused_for_approval(&served, "sg_not_offered").await;
+    assert_eq!(
+        awaiting(&task)["resolutions"],
+        json!(["approve", "compensate"])
+    );
+    let before = standing(&served, &task.id).await;
+    // The pause offers approve or compensate: retry and resolved-manually are refused
+    // before anything is recorded (they grew the history by six messages before).
+    for resolution in ["retry", "resolved-manually"] {
+        let refused = answer(
+            &served,
+            approver_jwt(&served),
+            &task.id,
+            json!({"resolution": resolution}),
+        )
+        .await
+        .expect_err("an answer the pause does not offer");
+        assert!(
+            refused.message.starts_with("RESOLUTION_INVALID")
+                && refused.message.contains("approve or compensate"),
+            "{resolution}: {}",
+            refused.message
+        );
+    }
+    // An approval valid until 2099 is no standing grant: refused.
+    let mut for_years = approval(&task, in_five_minutes());
+    for_years["approval"]["expiresAt"] = json!("2099-01-01T00:00:00Z");
+    let refused = answer(&served, approver_jwt(&served), &task.id, for_years)
+        .await
+        .expect_err("an approval for decades");
+    assert!(
+        refused.message.contains("at most an hour"),
+        "{}",
+        refused.message
+    );
+    assert_eq!(
+        standing(&served, &task.id).await,
+        before,
+        "nothing moved or was recorded"
+    );
+    // What the pause offers still works.
+    let approved = answer(
+        &served,
+        approver_jwt(&served),
+        &task.id,
+        approval(&task, in_five_minutes()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        approved.status.state,
+        TaskState::Completed,
+        "{:?}",
+        approved.status
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_planners_copy_of_a_plan_is_never_matched_with_the_first_planners_task() {
+    let served = serve().await;
+    let first = send(
+        &served,
+        planner_jwt(&served, "executor"),
+        supplier_plan(&served, "sg_copied"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        first.status.state,
+        TaskState::Completed,
+        "{:?}",
+        first.status
+    );
+    // The same content, signed by planner-2 (under planner-1's mandate, as copied).
+    let mut copy = supplier_plan(&served, "sg_copied");
+    copy.as_object_mut().unwrap().remove("signatures");
+    served.other_planner.sign_in_place(&mut copy).unwrap();
+    let calls = calls_seen(&served);
+    let answered = client(&served)
+        .send(&call(other_planner_jwt(&served)), &data_message(copy, None))
+        .await;
+    let said = format!("{answered:?}");
+    assert!(
+        !said.contains(&first.id),
+        "planner-2 was told planner-1's task id: {said}"
+    );
+    let Ok(agent_host::sdk::SendMessageResponse::Task(copied)) = answered else {
+        panic!("expected a task of planner-2's own: {said}")
+    };
+    assert_ne!(copied.id, first.id);
+    assert_eq!(
+        copied.status.state,
+        TaskState::Rejected,
+        "{:?}",
+        copied.status
+    );
+    assert!(said.contains("PLAN_CONFLICT"), "{said}");
+    assert_eq!(calls_seen(&served), calls, "nothing was called");
+}

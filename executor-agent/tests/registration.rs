@@ -344,3 +344,33 @@ async fn a_changed_declaration_is_on_the_record_and_spares_the_sagas_already_acc
         .unwrap();
     assert_eq!(anonymous.status(), 401);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_allow_list_a_signed_card_whose_endpoint_lies_outside_it_is_refused() {
+    let served = serve_with(RegistrationHosts::only(["localhost".to_owned()])).await;
+    let (url, seen) = catcher(Answer::Error("should never get a credential")).await;
+    // A platform-signed card (as an attacker holding the admin token might replay one)
+    // pointing at an endpoint outside the allow-list.
+    let mut card = served.cards[4].clone();
+    card["name"] = json!("payments-elsewhere");
+    let card =
+        agent_host::prepare_card(card, &format!("{url}/a2a"), Some(&served.platform)).unwrap();
+    let (status, body) = admin_post(&served, "/admin/cards", &card).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("--allow-registration-host"), "{body}");
+    let (status, catalog) = {
+        let response = reqwest::Client::new()
+            .get(format!("{}/catalog", served.url))
+            .bearer_auth(planner_jwt(&served, "executor").unwrap())
+            .send()
+            .await
+            .unwrap();
+        (response.status(), response.text().await.unwrap())
+    };
+    assert_eq!(status, 200);
+    assert!(
+        !catalog.contains("payments-elsewhere"),
+        "registered: {catalog}"
+    );
+    assert_eq!(seen.all(), [], "nothing was sent there");
+}

@@ -300,6 +300,19 @@ impl TrustStore {
     }
 }
 
+/// The key ids a signed object's signatures name, in order, unverified (an object this
+/// process verified when it took it in); an unreadable signature names none.
+pub fn signer_kids(object: &Value) -> Vec<String> {
+    let Some(Value::Array(signatures)) = object.get(SIGNATURES_MEMBER) else {
+        return Vec::new();
+    };
+    signatures
+        .iter()
+        .filter_map(|sig| sig.get("protected")?.as_str())
+        .filter_map(|protected| protected_kid(protected).ok())
+        .collect()
+}
+
 /// Reads the protected header: `alg` must be EdDSA, `kid` present, nothing critical.
 fn malformed(why: String) -> Error {
     Error::SignatureInvalid(format!("malformed signature: {why}"))

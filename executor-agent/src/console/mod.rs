@@ -14,13 +14,14 @@ pub mod timeline;
 pub mod views;
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_host::sdk::{Message, Part, Role as MessageRole, TaskState};
 use agent_host::tasks::Watch;
 use agent_host::{Agent, Reply, RequestContext};
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::from_fn_with_state;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -44,6 +45,8 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; style-src 'self'; scr
 
 /// Live streams of saga changes open at once, across every session.
 pub const MAX_STREAMS: usize = 64;
+/// Live streams one session holds at once (a page shows one saga; a few tabs).
+pub const MAX_STREAMS_PER_SESSION: usize = 8;
 /// The longest answer body read, in bytes (an approval is about 300).
 const MAX_ANSWER_BYTES: usize = 4 * 1024;
 
@@ -52,6 +55,42 @@ pub struct Console {
     pub executor: Arc<Executor>,
     pub gate: Gate,
     streams: Arc<Semaphore>,
+    /// The live streams each session holds, by session id.
+    streams_of: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+/// One live stream counted against its session while it is open.
+struct SessionStream {
+    streams_of: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    session: String,
+}
+
+impl SessionStream {
+    /// Counts a stream of `session`, unless it holds `MAX_STREAMS_PER_SESSION` already.
+    fn open(console: &Console, session: &str) -> Option<Self> {
+        let mut held = crate::sync::lock(&console.streams_of);
+        let count = held.entry(session.to_owned()).or_default();
+        if *count >= MAX_STREAMS_PER_SESSION {
+            return None;
+        }
+        *count += 1;
+        Some(Self {
+            streams_of: console.streams_of.clone(),
+            session: session.to_owned(),
+        })
+    }
+}
+
+impl Drop for SessionStream {
+    fn drop(&mut self) {
+        let mut held = crate::sync::lock(&self.streams_of);
+        if let Some(count) = held.get_mut(&self.session) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                held.remove(&self.session);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Console {
@@ -66,6 +105,7 @@ impl Console {
             executor,
             gate,
             streams: Arc::new(Semaphore::new(MAX_STREAMS)),
+            streams_of: Arc::default(),
         }
     }
 }
@@ -152,16 +192,40 @@ pub fn routes(console: Arc<Console>) -> Router {
         .with_state(console)
 }
 
-async fn log_in(State(console): State<Arc<Console>>, headers: axum::http::HeaderMap) -> Response {
+async fn log_in(
+    State(console): State<Arc<Console>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let peer = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
+    if let Some(wait) = peer.and_then(|peer| console.gate.throttled(peer, now_ms)) {
+        let mut response = refusal(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many failed logins from this address; try again after Retry-After seconds",
+        );
+        let secs = wait.as_secs().max(1).to_string();
+        if let Ok(value) = HeaderValue::from_str(&secs) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        return response;
+    }
     let Some(token) = session::bearer(&headers) else {
         return session::unauthorized(
             "log in with Authorization: Bearer <the operator token, or an approver's JWT>",
         );
     };
-    match console
-        .gate
-        .log_in(token, chrono::Utc::now().timestamp_millis())
+    let logged_in = console.gate.log_in(token, now_ms);
+    if let (Err(Refused::Credential(_)), Some(peer)) = (&logged_in, peer)
+        && console.gate.failed_login(peer, now_ms)
     {
+        tracing::warn!(
+            %peer, failed = session::MAX_FAILED_LOGINS,
+            window_secs = session::FAILED_LOGIN_WINDOW.as_secs(),
+            "failed console logins from one address: its logins are refused until the window ends"
+        );
+    }
+    match logged_in {
         Ok((id, session)) => {
             tracing::info!(who = ?session.name, role = ?session.role, "a console session was opened");
             let mut response = (
@@ -275,8 +339,20 @@ async fn waiting(State(console): State<Arc<Console>>) -> Response {
 }
 
 /// `event: change` at every change of the saga's task, until it ends or the page
-/// leaves; at most `MAX_STREAMS` at once.
-async fn events(State(console): State<Arc<Console>>, Path(id): Path<String>) -> Response {
+/// leaves; at most `MAX_STREAMS` at once, and `MAX_STREAMS_PER_SESSION` per session.
+async fn events(
+    State(console): State<Arc<Console>>,
+    headers: axum::http::HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    // `require_session` let only a live session's bearer through.
+    let Some(counted) = session::bearer(&headers).and_then(|id| SessionStream::open(&console, id))
+    else {
+        return refusal(
+            StatusCode::TOO_MANY_REQUESTS,
+            "this session holds as many live views as it may; close one",
+        );
+    };
     let Ok(permit) = console.streams.clone().try_acquire_owned() else {
         return refusal(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -297,12 +373,12 @@ async fn events(State(console): State<Arc<Console>>, Path(id): Path<String>) -> 
         Ok::<_, Infallible>(Event::default().event("change").data("{}"))
     });
     let changes = futures::stream::unfold(
-        (subscription, permit),
-        |(mut subscription, permit)| async move {
+        (subscription, permit, counted),
+        |(mut subscription, permit, counted)| async move {
             match subscription.recv().await {
                 Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => Some((
                     Ok::<_, Infallible>(Event::default().event("change").data("{}")),
-                    (subscription, permit),
+                    (subscription, permit, counted),
                 )),
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
             }

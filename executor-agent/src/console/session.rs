@@ -5,6 +5,7 @@
 //! site cannot make a browser send it); sessions live in this process's memory only.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +26,15 @@ pub const OPERATOR_SESSION: Duration = Duration::from_secs(8 * 3600);
 pub const APPROVER_SESSION: Duration = Duration::from_secs(3600);
 /// Sessions held at once; a login past this is refused until one ends or expires.
 pub const MAX_SESSIONS: usize = 1024;
+/// Sessions one credential holds at once: its next login ends its oldest, so that no
+/// credential can fill the console and lock the others out.
+pub const MAX_SESSIONS_PER_CREDENTIAL: usize = 16;
+/// Failed logins one peer address may make in `FAILED_LOGIN_WINDOW`; past that, its
+/// logins are answered 429 until the window ends.
+pub const MAX_FAILED_LOGINS: u32 = 10;
+pub const FAILED_LOGIN_WINDOW: Duration = Duration::from_secs(60);
+/// Peer addresses whose failed logins are counted at once (the oldest windows go first).
+const MAX_PEERS_COUNTED: usize = 4096;
 
 /// What a session may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -44,6 +54,9 @@ pub struct Session {
     pub name: String,
     pub role: Role,
     pub expires_at_ms: i64,
+    /// When it was opened (ms since the epoch): a credential's oldest goes first.
+    #[serde(skip)]
+    pub opened_at_ms: i64,
 }
 
 /// The credentials that open the console, and the sessions opened with them.
@@ -54,6 +67,14 @@ pub struct Gate {
     jwts: Arc<JwtPolicy>,
     approvers: std::collections::HashSet<String>,
     sessions: Mutex<HashMap<String, Session>>,
+    failed_logins: Mutex<HashMap<IpAddr, FailedLogins>>,
+}
+
+/// The failed logins of one peer address in its current window.
+#[derive(Debug, Clone, Copy)]
+struct FailedLogins {
+    since_ms: i64,
+    count: u32,
 }
 
 impl std::fmt::Debug for Gate {
@@ -74,7 +95,48 @@ impl Gate {
             jwts,
             approvers,
             sessions: Mutex::new(HashMap::new()),
+            failed_logins: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// How long `peer` must wait before its next login is looked at (too many failed
+    /// logins in the window), if it must.
+    pub fn throttled(&self, peer: IpAddr, now_ms: i64) -> Option<Duration> {
+        let window_ms = FAILED_LOGIN_WINDOW.as_millis() as i64;
+        let failed = *sync::lock(&self.failed_logins).get(&peer)?;
+        let left_ms = failed.since_ms.saturating_add(window_ms) - now_ms;
+        (failed.count >= MAX_FAILED_LOGINS && left_ms > 0)
+            .then(|| Duration::from_millis(left_ms.unsigned_abs()))
+    }
+
+    /// Counts a failed login of `peer`; `true` when it is the one that starts throttling
+    /// it (the moment to say so in the log, once per burst).
+    pub fn failed_login(&self, peer: IpAddr, now_ms: i64) -> bool {
+        let window_ms = FAILED_LOGIN_WINDOW.as_millis() as i64;
+        let mut peers = sync::lock(&self.failed_logins);
+        if peers.len() >= MAX_PEERS_COUNTED && !peers.contains_key(&peer) {
+            peers.retain(|_, f| f.since_ms.saturating_add(window_ms) > now_ms);
+            if peers.len() >= MAX_PEERS_COUNTED
+                && let Some(oldest) = peers
+                    .iter()
+                    .min_by_key(|(_, f)| f.since_ms)
+                    .map(|(p, _)| *p)
+            {
+                peers.remove(&oldest);
+            }
+        }
+        let failed = peers.entry(peer).or_insert(FailedLogins {
+            since_ms: now_ms,
+            count: 0,
+        });
+        if failed.since_ms.saturating_add(window_ms) <= now_ms {
+            *failed = FailedLogins {
+                since_ms: now_ms,
+                count: 0,
+            };
+        }
+        failed.count += 1;
+        failed.count == MAX_FAILED_LOGINS
     }
 
     /// Opens a session for `token` at `now_ms`, or says why not (a sentence for a 401).
@@ -82,6 +144,17 @@ impl Gate {
         let (name, role, lasts) = self.who(token, now_ms)?;
         let mut sessions = sync::lock(&self.sessions);
         sessions.retain(|_, s| s.expires_at_ms > now_ms);
+        let own: Vec<(&String, &Session)> =
+            sessions.iter().filter(|(_, s)| s.name == name).collect();
+        if own.len() >= MAX_SESSIONS_PER_CREDENTIAL
+            && let Some(oldest) = own
+                .iter()
+                .min_by_key(|(_, s)| s.opened_at_ms)
+                .map(|(id, _)| (*id).clone())
+        {
+            sessions.remove(&oldest);
+            tracing::info!(who = ?name, "a credential at its session cap logged in again: its oldest session was ended");
+        }
         if sessions.len() >= MAX_SESSIONS {
             return Err(Refused::Full);
         }
@@ -89,6 +162,7 @@ impl Gate {
             name,
             role,
             expires_at_ms: now_ms.saturating_add(lasts.as_millis() as i64),
+            opened_at_ms: now_ms,
         };
         let id = format!(
             "{}{}",

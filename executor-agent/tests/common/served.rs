@@ -99,6 +99,16 @@ pub async fn serve_configured(
     let mut platform_keys = TrustStore::new();
     platform_keys.add_jwk(&platform.public_jwk()).unwrap();
     let (cards, logs) = start_tools(faults, &platform).await;
+    // With an allow-list, the six tools registered below are on it (by host and port).
+    let hosts = hosts.and(cards.iter().filter_map(|card| {
+        let url = card.pointer("/supportedInterfaces/0/url")?.as_str()?;
+        let url = reqwest::Url::parse(url).ok()?;
+        Some(format!(
+            "{}:{}",
+            url.host_str()?,
+            url.port_or_known_default()?
+        ))
+    }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = CancellationToken::new();

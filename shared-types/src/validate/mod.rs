@@ -20,7 +20,7 @@ use crate::expr::{self, EvalContext, Source};
 use crate::money::Money;
 use crate::plan::{Plan, Step, idempotency_key};
 use crate::reversibility::{ReversibilityClass, SkillDeclaration, SpendDeclaration};
-use crate::signing::{TrustStore, signing_payload};
+use crate::signing::{TrustStore, signer_kids, signing_payload};
 
 /// The stable violation codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -832,7 +832,7 @@ fn sort_violations(violations: &mut [Violation], plan: Option<&Plan>) {
 /// How a received plan relates to one already accepted with the same saga id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resubmission {
-    /// Same content (signatures aside): return the existing task.
+    /// Same content, signed by the same keys: return the existing task.
     Identical,
     /// Same `sagaId`, and different content or another `planVersion`.
     Conflict(Violation),
@@ -859,8 +859,23 @@ pub fn compare_with_accepted(accepted: &Value, received: &Value) -> Resubmission
             ),
         });
     }
+    let same_signers = {
+        let (mut a, mut b) = (signer_kids(accepted), signer_kids(received));
+        a.sort();
+        b.sort();
+        a == b
+    };
     match (signing_payload(accepted), signing_payload(received)) {
-        (Ok(a), Ok(b)) if a == b => Resubmission::Identical,
+        // Sent again by whoever signed it: the same plan. Signed by another key, it is
+        // not, and its sender learns nothing of the accepted plan's task.
+        (Ok(a), Ok(b)) if a == b && same_signers => Resubmission::Identical,
+        (Ok(a), Ok(b)) if a == b => Resubmission::Conflict(Violation {
+            code: ViolationCode::PlanConflict,
+            step: None,
+            message: format!(
+                "saga {saga} was accepted under another signature; sign the new plan under a new sagaId"
+            ),
+        }),
         _ => Resubmission::Conflict(Violation {
             code: ViolationCode::PlanConflict,
             step: None,

@@ -165,15 +165,22 @@ fn each_invalid_plan_trips_exactly_its_code() {
 #[test]
 fn resubmission_of_the_same_plan_is_identical() {
     let accepted = signed(example());
-    let mut again = example();
-    // Re-signed by another key: same content, so the same plan.
-    SigningIdentity::from_seed([3; 32], None)
-        .sign_in_place(&mut again)
-        .unwrap();
+    // Signed again by the same key: the same plan.
+    let again = signed(example());
     assert_eq!(
         compare_with_accepted(&accepted, &again),
         Resubmission::Identical
     );
+    // The same content signed by another key is not: another planner must never be
+    // matched with the saga (and the task) of the one that signed it first.
+    let mut copied = example();
+    SigningIdentity::from_seed([3; 32], Some("planner-b".into()))
+        .sign_in_place(&mut copied)
+        .unwrap();
+    let Resubmission::Conflict(v) = compare_with_accepted(&accepted, &copied) else {
+        panic!("another signer's copy must conflict");
+    };
+    assert_eq!(v.code, ViolationCode::PlanConflict);
     // A saga id carries one plan: another version is a conflict that says what to do.
     let mut next = example();
     next["planVersion"] = json!(2);
