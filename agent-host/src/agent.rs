@@ -23,6 +23,8 @@ pub struct RequestContext {
     /// W3C `traceparent` and `baggage`, when sent.
     pub traceparent: Option<String>,
     pub baggage: Option<String>,
+    /// `A2A-Extensions`, when sent: the extensions the caller activates.
+    pub extensions: Option<String>,
 }
 
 impl RequestContext {
@@ -34,6 +36,7 @@ impl RequestContext {
             idempotency_key: first("idempotency-key"),
             traceparent: first("traceparent"),
             baggage: first("baggage"),
+            extensions: first("a2a-extensions"),
         }
     }
 }

@@ -24,6 +24,7 @@ fn call() -> OutboundCall {
             ("sagaplane.saga".into(), "sg_1".into()),
             ("sagaplane.caused-by".into(), "s0 failed".into()),
         ],
+        extensions: vec!["urn:sagaplane:ext:reversibility:v1".into()],
         timeout: Duration::from_secs(10),
     }
 }
@@ -52,6 +53,7 @@ async fn headers_reach_the_agent() {
             "idempotencyKey": "sg_1:s0",
             "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
             "baggage": "sagaplane.saga=sg_1,sagaplane.caused-by=s0%20failed",
+            "extensions": "urn:sagaplane:ext:reversibility:v1",
         })
     );
 

@@ -16,12 +16,12 @@ use agent_host::sdk::{
 use agent_host::{AgentClient, OutboundCall};
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use shared_types::REVERSIBILITY_EXTENSION_URI;
+use shared_types::{REVERSIBILITY_EXTENSION_URI, ReversibilityClass};
 
 use crate::mcp::McpCallContext;
 use crate::mcp::invoker::McpInvoker;
 use crate::registry::{AgentKind, Registry};
-use crate::saga::{CallOutcome, Invocation, Target};
+use crate::saga::{CallOutcome, FailureClass, Invocation, Target};
 
 /// Error codes that prove the tool refused the request before doing anything: JSON-RPC's
 /// parse error, invalid request, unknown method and invalid params; A2A's unsupported
@@ -143,8 +143,41 @@ fn text_of(task: &Task) -> String {
         .unwrap_or_else(|| format!("{:?}", task.status.state))
 }
 
-/// How a tool's task answers a call.
-pub fn classify_task(task: Task) -> CallOutcome {
+/// The failure class a tool put on a definite failure: `{"failure": …}` under the
+/// extension's URI in the status message's metadata, else in the task's.
+fn marked_failure(task: &Task) -> Option<FailureClass> {
+    let in_metadata = |metadata: Option<&HashMap<String, Value>>| {
+        let marked = metadata?.get(REVERSIBILITY_EXTENSION_URI)?.get("failure")?;
+        serde_json::from_value::<FailureClass>(marked.clone()).ok()
+    };
+    let status = task
+        .status
+        .message
+        .as_ref()
+        .and_then(|m| m.metadata.as_ref());
+    in_metadata(status).or_else(|| in_metadata(task.metadata.as_ref()))
+}
+
+/// The class of a definite failure the tool did not mark: transient for a forward call
+/// of a retriable skill (safe to repeat, as its class says); otherwise unstated, which
+/// the engine treats as permanent for a forward call and retries for a compensation.
+fn unmarked_failure(invocation: &Invocation, context: &CallContext) -> Option<FailureClass> {
+    let forward = matches!(invocation.target, Target::Forward(_));
+    (forward && context.class == Some(ReversibilityClass::Retriable))
+        .then_some(FailureClass::Transient)
+}
+
+/// A definite failure that no retry can change (a refusal, a call that could not be made).
+fn refused(reason: String) -> CallOutcome {
+    CallOutcome::Failed {
+        reason,
+        failure: Some(FailureClass::Permanent),
+    }
+}
+
+/// How a tool's task answers a call; `unmarked` is the class of a FAILED task that
+/// carries none.
+pub fn classify_task(task: Task, unmarked: Option<FailureClass>) -> CallOutcome {
     match task.status.state {
         TaskState::Completed => {
             let response = task
@@ -155,9 +188,12 @@ pub fn classify_task(task: Task) -> CallOutcome {
                 .unwrap_or_else(|| json!({}));
             CallOutcome::Succeeded { response }
         }
-        TaskState::Failed | TaskState::Rejected | TaskState::Canceled => CallOutcome::Failed {
+        TaskState::Failed => CallOutcome::Failed {
+            failure: marked_failure(&task).or(unmarked),
             reason: text_of(&task),
         },
+        // Refused or withdrawn: the same call is refused again, whatever it carries.
+        TaskState::Rejected | TaskState::Canceled => refused(text_of(&task)),
         ref other => CallOutcome::Unknown {
             reason: format!("the tool's task is still {other:?} after the call's timeout"),
         },
@@ -170,15 +206,9 @@ impl Invoker for A2aInvoker {
         // Nothing is sent without a client: a definite failure.
         let client = match self.endpoints.get(&invocation.call.agent) {
             Some(Ok(client)) => client,
-            Some(Err(reason)) => {
-                return CallOutcome::Failed {
-                    reason: reason.clone(),
-                };
-            }
+            Some(Err(reason)) => return refused(reason.clone()),
             None => {
-                return CallOutcome::Failed {
-                    reason: format!("no endpoint for agent {}", invocation.call.agent),
-                };
+                return refused(format!("no endpoint for agent {}", invocation.call.agent));
             }
         };
         let saga_context = json!({
@@ -207,6 +237,7 @@ impl Invoker for A2aInvoker {
             idempotency_key: Some(invocation.idempotency_key.clone()),
             traceparent: Some(traceparent(context)),
             baggage: context.baggage(),
+            extensions: vec![REVERSIBILITY_EXTENSION_URI.to_owned()],
             timeout: Duration::from_millis(invocation.call.timeout_ms),
         };
         let request = SendMessageRequest {
@@ -223,7 +254,9 @@ impl Invoker for A2aInvoker {
             tenant: None,
         };
         match client.send(&call, &request).await {
-            Ok(SendMessageResponse::Task(task)) => classify_task(task),
+            Ok(SendMessageResponse::Task(task)) => {
+                classify_task(task, unmarked_failure(invocation, context))
+            }
             Ok(SendMessageResponse::Message(m)) => match take_data(m.parts) {
                 Some(response) => CallOutcome::Succeeded { response },
                 None => CallOutcome::Unknown {
@@ -231,14 +264,15 @@ impl Invoker for A2aInvoker {
                 },
             },
             Err(agent_host::Error::Protocol(e)) if REFUSED_BEFORE_ANY_EFFECT.contains(&e.code) => {
-                CallOutcome::Failed {
-                    reason: format!("the tool refused the call: {} ({})", e.message, e.code),
-                }
+                refused(format!(
+                    "the tool refused the call: {} ({})",
+                    e.message, e.code
+                ))
             }
             // Refused before anything was sent (a credential that cannot be a header).
-            Err(agent_host::Error::Config(reason)) => CallOutcome::Failed {
-                reason: format!("the call could not be sent: {reason}"),
-            },
+            Err(agent_host::Error::Config(reason)) => {
+                refused(format!("the call could not be sent: {reason}"))
+            }
             Err(e) => CallOutcome::Unknown {
                 reason: e.to_string(),
             },
@@ -267,6 +301,7 @@ impl Invoker for ToolInvoker {
                     compensation: matches!(invocation.target, Target::Compensation(_)),
                     traceparent: traceparent(context),
                     baggage: agent_host::baggage_header(&context.baggage()),
+                    unmarked: unmarked_failure(invocation, context),
                 };
                 self.mcp.invoke(&agent, invocation, context).await
             }

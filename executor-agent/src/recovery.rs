@@ -10,7 +10,9 @@ use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::journal::Entry;
-use crate::saga::{CallOutcome, Command, Event, Invocation, Saga, SagaSpec, Target, Timer};
+use crate::saga::{
+    CallOutcome, Command, Event, FailureClass, Invocation, Saga, SagaSpec, Target, Timer,
+};
 
 /// What the driver must do to carry on after replaying the journal.
 #[derive(Debug)]
@@ -45,6 +47,7 @@ impl Recovered {
                     attempt: invocation.attempt,
                     outcome: CallOutcome::Failed {
                         reason: "not made: the mandate was revoked before the call".into(),
+                        failure: Some(FailureClass::Permanent),
                     },
                     now_ms,
                 });

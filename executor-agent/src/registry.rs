@@ -302,7 +302,10 @@ impl Registry {
     }
 
     /// Verifies a card: trusted signature, then consistent declarations.
-    pub fn check(&self, card: Value) -> Result<RegisteredAgent> {
+    pub fn check(&self, mut card: Value) -> Result<RegisteredAgent> {
+        // A card served through an SDK's protobuf types carries `5000` as `5000.0`; its
+        // signature covers both alike (RFC 8785), and the declarations read integers.
+        shared_types::json::normalize_integers(&mut card);
         let signed_by = self
             .platform_keys
             .verify(&card)

@@ -65,7 +65,7 @@ impl Traces {
         };
         let (outcome_name, status) = match outcome {
             CallOutcome::Succeeded { .. } => ("succeeded", Status::Ok),
-            CallOutcome::Failed { reason } => ("failed", Status::error(reason.clone())),
+            CallOutcome::Failed { reason, .. } => ("failed", Status::error(reason.clone())),
             CallOutcome::Unknown { reason } => ("unknown", Status::error(reason.clone())),
         };
         let mut attributes = vec![

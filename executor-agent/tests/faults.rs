@@ -327,10 +327,24 @@ async fn after_the_pivot_a_failing_email_escalates_and_nothing_is_compensated() 
     ];
     assert_eq!(ledger_lines(&task), expected);
 
-    // Even a person asking for compensation cannot unwind past the pivot.
-    let still = harness
-        .resolve(json!({"resolution": "compensate"}), &task.id)
+    // Even a person asking for compensation cannot unwind past the pivot: the pause
+    // does not offer it, and the answer is refused before anything is recorded.
+    let refused = harness
+        .client
+        .send(
+            &harness.as_approver(),
+            &data_message(json!({"resolution": "compensate"}), Some(&task.id)),
+        )
         .await;
+    assert!(
+        matches!(&refused, Err(agent_host::Error::Protocol(e)) if e.message.starts_with("RESOLUTION_INVALID")),
+        "{refused:?}"
+    );
+    let still = harness
+        .client
+        .get_task(&harness.as_approver(), &task.id)
+        .await
+        .unwrap();
     assert_eq!(still.status.state, TaskState::InputRequired);
     assert!(
         undo_calls(&harness).is_empty(),

@@ -224,3 +224,21 @@ async fn a_card_registered_on_one_replica_is_in_the_others_registry_from_its_nex
     .unwrap();
     assert!(untrusting.agent("budget").is_none());
 }
+
+#[tokio::test]
+async fn a_card_whose_integers_came_through_protobuf_as_doubles_registers_as_signed() {
+    // An SDK that serves its card through protocol-buffer types writes `5000` as `5000.0`.
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::open(&dir.path().join("registry.db"), trust(&[&platform()])).unwrap();
+    let mut card = signed("payments", &platform());
+    let text = serde_json::to_string(&card).unwrap();
+    let doubled = text
+        .replace("\"timeoutMs\":5000", "\"timeoutMs\":5000.0")
+        .replace("\"maxAttempts\":3", "\"maxAttempts\":3.0");
+    assert_ne!(text, doubled, "the card has integers to turn into doubles");
+    card = serde_json::from_str(&doubled).unwrap();
+    let (agent, _) = registry.register(card, "admin").await.unwrap();
+    let declared = &agent.declarations.skills["payments.capture"];
+    assert_eq!(declared.timeout_ms, Some(5000));
+    assert_eq!(declared.retry.unwrap().max_attempts, 3);
+}

@@ -31,6 +31,8 @@ pub struct OutboundCall {
     pub traceparent: Option<String>,
     /// W3C baggage members, e.g. `("sagaplane.saga", "sg_1")`.
     pub baggage: Vec<(String, String)>,
+    /// The A2A extensions the call activates (`A2A-Extensions`, their URIs).
+    pub extensions: Vec<String>,
     pub timeout: Duration,
 }
 
@@ -41,6 +43,7 @@ impl Default for OutboundCall {
             idempotency_key: None,
             traceparent: None,
             baggage: Vec::new(),
+            extensions: Vec::new(),
             timeout: Duration::from_secs(30),
         }
     }
@@ -64,6 +67,9 @@ impl OutboundCall {
         }
         if !self.baggage.is_empty() {
             put("baggage", baggage_header(&self.baggage));
+        }
+        if !self.extensions.is_empty() {
+            put("A2A-Extensions", self.extensions.join(", "));
         }
         params
     }
@@ -91,6 +97,9 @@ impl OutboundCall {
         }
         if !self.baggage.is_empty() {
             put("baggage", &baggage_header(&self.baggage))?;
+        }
+        if !self.extensions.is_empty() {
+            put("a2a-extensions", &self.extensions.join(", "))?;
         }
         if self.bearer.is_none()
             && let Some(credential) = credential

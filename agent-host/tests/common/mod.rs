@@ -27,7 +27,7 @@ impl Agent for EchoAgent {
         if text == "headers" {
             let seen = serde_json::json!({
                 "caller": ctx.caller, "idempotencyKey": ctx.idempotency_key,
-                "traceparent": ctx.traceparent, "baggage": ctx.baggage,
+                "traceparent": ctx.traceparent, "baggage": ctx.baggage, "extensions": ctx.extensions,
             });
             let artifact = agent_host::sdk::Artifact {
                 artifact_id: "headers".into(),

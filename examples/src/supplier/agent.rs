@@ -26,6 +26,9 @@ pub(crate) struct ToolAgent {
     skills: HashMap<&'static str, Skill>,
     pub(crate) ledger: Ledger,
     pub(crate) faults: Faults,
+    /// Keys whose first call failed under `transient-once` (in memory: a restarted
+    /// agent fails each key once more).
+    failed_once: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// Each skill's reversibility declaration in the card.
@@ -80,7 +83,19 @@ impl ToolAgent {
             skills,
             ledger,
             faults,
+            failed_once: Default::default(),
         })
+    }
+
+    /// Whether this is the first call under `key` to meet `transient-once` (which then
+    /// fails it); a call without a key always is.
+    fn first_failure(&self, key: Option<&str>) -> bool {
+        let Some(key) = key else {
+            return true;
+        };
+        self.failed_once
+            .lock()
+            .map_or(true, |mut seen| seen.insert(key.to_owned()))
     }
 
     /// Checks a call; returns the skill and its normalised arguments, or why it is refused.
@@ -164,10 +179,22 @@ impl ToolAgent {
                 self.ledger.note(key, name, "hung", None).await?;
                 std::future::pending::<()>().await;
             }
+            // A decline will be the same next time; a compensation that keeps failing
+            // says nothing, and is tried again by the executor's policy.
             Some(mode @ (FaultMode::Decline | FaultMode::FailAlways)) => {
                 self.ledger.note(key, name, "declined", None).await?;
                 let why = format!("{name} declined (fault {mode} injected); nothing was applied");
-                return finish(task, TaskState::Failed, &why, None).await;
+                let class = (mode == FaultMode::Decline).then_some("permanent");
+                return failed(task, &why, class).await;
+            }
+            Some(FaultMode::TransientOnce) if self.first_failure(key) => {
+                self.ledger
+                    .note(key, name, "failed-transient", None)
+                    .await?;
+                let why = format!(
+                    "{name} is busy (fault transient-once injected); nothing was applied, try again"
+                );
+                return failed(task, &why, Some("transient")).await;
             }
             // `Unavailable` is answered by the transport layer before the call gets here.
             _ => {}
@@ -196,6 +223,20 @@ impl ToolAgent {
         };
         finish(task, TaskState::Completed, &summary, Some(result)).await
     }
+}
+
+/// Ends the task FAILED with a text reason and, when stated, its failure class (the
+/// extension's `failure` in the status message's metadata).
+async fn failed(task: &TaskHandle, text: &str, class: Option<&str>) -> Result<()> {
+    let mut message = agent_host::agent_message(text, None);
+    if let Some(class) = class {
+        message.metadata = Some(HashMap::from([(
+            shared_types::REVERSIBILITY_EXTENSION_URI.to_owned(),
+            serde_json::json!({ "failure": class }),
+        )]));
+    }
+    task.set_status(TaskState::Failed, Some(message)).await?;
+    Ok(())
 }
 
 /// Ends the task in `state` with a text reason and, on success, the result artifact.
@@ -231,7 +272,7 @@ impl Agent for ToolAgent {
             Err(e @ SupplierError::Ledger(_)) => {
                 tracing::error!(agent = self.name, error = %e, "the ledger failed");
                 let why = format!("internal error, nothing was applied: {e}");
-                if let Err(e) = finish(&task, TaskState::Failed, &why, None).await {
+                if let Err(e) = failed(&task, &why, Some("transient")).await {
                     tracing::error!(agent = self.name, error = %e, "cannot end the task");
                 }
             }

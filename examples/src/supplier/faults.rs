@@ -15,7 +15,7 @@ use super::{Result, SupplierError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultMode {
-    /// The task fails (a definite failure); nothing is applied.
+    /// The task fails (a definite failure, marked permanent); nothing is applied.
     Decline,
     /// The call is never answered; nothing is applied.
     Hang,
@@ -23,8 +23,12 @@ pub enum FaultMode {
     ApplyThenHang,
     /// HTTP 503 before the agent sees the call; nothing is applied.
     Unavailable,
-    /// A compensation that fails every time (a task that fails, as `Decline`).
+    /// A compensation that fails every time (a task that fails, with no failure class:
+    /// the executor tries it again per its policy).
     FailAlways,
+    /// The first call under each key fails, marked transient (nothing applied); the next
+    /// one under the same key works.
+    TransientOnce,
     /// `budget.reserve` reserves, but its hold has lapsed by the time it answers: the
     /// `holdExpiresAt` it reports (and records) is the moment the hold was made, not 24
     /// hours later as its card declares. Other skills ignore it.
@@ -32,12 +36,13 @@ pub enum FaultMode {
 }
 
 impl FaultMode {
-    pub const ALL: [FaultMode; 6] = [
+    pub const ALL: [FaultMode; 7] = [
         Self::Decline,
         Self::Hang,
         Self::ApplyThenHang,
         Self::Unavailable,
         Self::FailAlways,
+        Self::TransientOnce,
         Self::ExpireEarly,
     ];
 
@@ -48,6 +53,7 @@ impl FaultMode {
             Self::ApplyThenHang => "apply-then-hang",
             Self::Unavailable => "unavailable",
             Self::FailAlways => "fail-always",
+            Self::TransientOnce => "transient-once",
             Self::ExpireEarly => "expire-early",
         }
     }

@@ -460,6 +460,7 @@ async fn answer(
         idempotency_key: None,
         traceparent: None,
         baggage: None,
+        extensions: None,
     };
     // The A2A path's steps, in its order: the agent checks the answer, the task records
     // it, the agent gives it to the saga.

@@ -211,9 +211,7 @@ mod tests {
         let ok = || CallOutcome::Succeeded {
             response: json!({}),
         };
-        let failed = CallOutcome::Failed {
-            reason: "no".into(),
-        };
+        let failed = CallOutcome::failed("no");
         let entries = vec![
             Entry::Event(Event::Start { now_ms: 100 }),
             intent(&spec, Target::Forward(0), 1),

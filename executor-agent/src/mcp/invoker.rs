@@ -112,22 +112,20 @@ impl McpInvoker {
         context: McpCallContext,
     ) -> CallOutcome {
         let (AgentKind::Mcp { manifest, .. }, Some(url)) = (&agent.kind, &agent.url) else {
-            return CallOutcome::Failed {
-                reason: format!("{} is not a registered MCP server", agent.name),
-            };
+            return CallOutcome::failed(format!("{} is not a registered MCP server", agent.name));
         };
         // Nothing was sent when the session cannot be opened or checked: a definite failure.
         let session = match self.session(&agent.name, url, manifest).await {
             Ok(session) => session,
-            Err(reason) => return CallOutcome::Failed { reason },
+            Err(reason) => return CallOutcome::failed(reason),
         };
         let arguments = match &invocation.args {
             Value::Object(_) => invocation.args.clone(),
             Value::Null => Value::Object(Default::default()),
             other => {
-                return CallOutcome::Failed {
-                    reason: format!("MCP tool arguments must be an object, not {other}"),
-                };
+                return CallOutcome::failed(format!(
+                    "MCP tool arguments must be an object, not {other}"
+                ));
             }
         };
         let timeout = Duration::from_millis(invocation.call.timeout_ms);

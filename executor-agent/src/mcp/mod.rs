@@ -19,9 +19,10 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceError};
 use serde_json::{Map, Value, json};
+use shared_types::REVERSIBILITY_EXTENSION_URI;
 use shared_types::mcp::SAGA_META_KEY;
 
-use crate::saga::CallOutcome;
+use crate::saga::{CallOutcome, FailureClass};
 use crate::sync;
 use transport::{RawResults, SagaHttpClient};
 
@@ -45,6 +46,8 @@ pub struct McpCallContext {
     pub compensation: bool,
     pub traceparent: String,
     pub baggage: String,
+    /// The class of an `isError` result that carries none (`invoke::unmarked_failure`).
+    pub unmarked: Option<FailureClass>,
 }
 
 /// One open MCP session.
@@ -217,7 +220,7 @@ impl McpSession {
             Ok(handle) => handle.await_response().await,
             Err(e) => Err(e),
         };
-        classify(answer)
+        classify(answer, context.unmarked)
     }
 
     /// Ends the session politely.
@@ -245,8 +248,20 @@ fn text_of(result: &CallToolResult) -> String {
     }
 }
 
-/// How a `tools/call` answer counts for the saga.
-fn classify(answer: Result<ServerResult, ServiceError>) -> CallOutcome {
+/// The failure class an `isError` result carries in its `_meta`, under the extension's
+/// URI (`{"failure": "transient" | "permanent"}`), as an A2A tool's status does.
+fn marked_failure(result: &CallToolResult) -> Option<FailureClass> {
+    let meta = serde_json::to_value(result.meta.as_ref()?).ok()?;
+    let marked = meta.get(REVERSIBILITY_EXTENSION_URI)?.get("failure")?;
+    serde_json::from_value(marked.clone()).ok()
+}
+
+/// How a `tools/call` answer counts for the saga; `unmarked` is the class of an
+/// `isError` result that carries none.
+fn classify(
+    answer: Result<ServerResult, ServiceError>,
+    unmarked: Option<FailureClass>,
+) -> CallOutcome {
     let result = match answer {
         Ok(ServerResult::CallToolResult(result)) => result,
         Ok(ServerResult::CustomResult(custom)) => {
@@ -270,6 +285,7 @@ fn classify(answer: Result<ServerResult, ServiceError>) -> CallOutcome {
                     "the server refused the call: {} ({})",
                     error.message, error.code.0
                 ),
+                failure: Some(FailureClass::Permanent),
             };
         }
         Err(e) => {
@@ -280,6 +296,7 @@ fn classify(answer: Result<ServerResult, ServiceError>) -> CallOutcome {
     };
     if result.is_error == Some(true) {
         return CallOutcome::Failed {
+            failure: marked_failure(&result).or(unmarked),
             reason: text_of(&result),
         };
     }
@@ -302,28 +319,28 @@ mod tests {
             "structuredContent": {"reservationId": "res_1"}}))
         .unwrap();
         assert!(matches!(
-            classify(Ok(ServerResult::CallToolResult(ok))),
+            classify(Ok(ServerResult::CallToolResult(ok)), None),
             CallOutcome::Succeeded { response } if response == json!({"reservationId": "res_1"})
         ));
         let failed: CallToolResult = serde_json::from_value(json!({
             "content": [{"type": "text", "text": "carrier refused"}], "isError": true}))
         .unwrap();
         assert!(matches!(
-            classify(Ok(ServerResult::CallToolResult(failed))),
-            CallOutcome::Failed { reason } if reason == "carrier refused"
+            classify(Ok(ServerResult::CallToolResult(failed)), None),
+            CallOutcome::Failed { reason, failure: None } if reason == "carrier refused"
         ));
         let unknown_tool = ErrorData::new(ErrorCode(-32602), "no such tool", None);
         assert!(matches!(
-            classify(Err(ServiceError::McpError(unknown_tool))),
+            classify(Err(ServiceError::McpError(unknown_tool)), None),
             CallOutcome::Failed { .. }
         ));
         let internal = ErrorData::new(ErrorCode(-32603), "boom", None);
         assert!(matches!(
-            classify(Err(ServiceError::McpError(internal))),
+            classify(Err(ServiceError::McpError(internal)), None),
             CallOutcome::Unknown { .. }
         ));
         assert!(matches!(
-            classify(Err(ServiceError::TransportClosed)),
+            classify(Err(ServiceError::TransportClosed), None),
             CallOutcome::Unknown { .. }
         ));
     }

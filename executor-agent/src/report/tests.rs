@@ -375,9 +375,7 @@ async fn a_ledger_sent_as_changes_while_writes_are_held_ends_as_the_whole_ledger
     let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
     // The fourth step is declined: the three before it are undone.
     let declined = |call: &Invocation| match call.target {
-        Target::Forward(3) => CallOutcome::Failed {
-            reason: "declined".into(),
-        },
+        Target::Forward(3) => CallOutcome::failed("declined"),
         _ => answer(call),
     };
     let store = f.store.clone();

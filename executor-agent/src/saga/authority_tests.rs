@@ -146,13 +146,7 @@ fn a_pivot_that_answers_success_after_the_revocation_commits_the_saga_which_fini
 fn a_pivot_declined_after_the_revocation_unwinds_for_the_revocation() {
     let (mut saga, capture) = at_pivot();
     revoke(&mut saga);
-    let then = answer(
-        &mut saga,
-        &capture,
-        CallOutcome::Failed {
-            reason: "declined".into(),
-        },
-    );
+    let then = answer(&mut saga, &capture, CallOutcome::failed("declined"));
     assert!(
         invocations(&then)
             .iter()
@@ -268,9 +262,7 @@ fn answer_strategy() -> impl Strategy<Value = Answer> {
 fn outcome_of(answer: Answer, skill: &str) -> CallOutcome {
     match answer {
         Answer::Succeeds => succeeded(skill),
-        Answer::Declines => CallOutcome::Failed {
-            reason: "declined".into(),
-        },
+        Answer::Declines => CallOutcome::failed("declined"),
         Answer::TimesOut => CallOutcome::Unknown {
             reason: "timed out".into(),
         },

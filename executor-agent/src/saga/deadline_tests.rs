@@ -42,9 +42,7 @@ fn reserve_then_fail(
         Event::Result {
             target: Target::Forward(2),
             attempt: 1,
-            outcome: CallOutcome::Failed {
-                reason: "declined".into(),
-            },
+            outcome: CallOutcome::failed("declined"),
             now_ms: fails_at,
         },
     ];

@@ -11,8 +11,8 @@ use shared_types::expr::{self, EvalContext};
 
 use super::deadline::UndoDeadline;
 use super::model::{
-    CallOutcome, Cause, Command, Decider, Ending, Event, Forward, Invocation, PauseOn, Phase,
-    Resolution, StepRecord, Target, Timer, Undo,
+    CallOutcome, Cause, Command, Decider, Ending, Event, FailureClass, Forward, Invocation,
+    PauseOn, Phase, Resolution, StepRecord, Target, Timer, Undo,
 };
 use super::spec::{CallSpec, SagaSpec};
 
@@ -46,6 +46,8 @@ impl Saga {
                     Undo::NotNeeded
                 },
                 undo_attempts: 0,
+                undo_request: None,
+                undo_response: None,
                 decisions: Vec::new(),
                 started_at_ms: None,
                 undo_deadline: None,
@@ -362,6 +364,7 @@ impl Saga {
                 } else {
                     record.undo = Undo::Running { attempt };
                     record.undo_attempts = attempt;
+                    record.undo_request = Some(Arc::new(args.clone()));
                 }
                 let what = if forward { "started" } else { "compensating" };
                 out.push(Command::Report {
@@ -380,7 +383,7 @@ impl Saga {
                 let reason = format!("cannot bind arguments: {unresolved}");
                 if forward {
                     // The step never ran: a definite failure with nothing to undo.
-                    self.on_result(target, attempt, CallOutcome::Failed { reason }, now_ms, out);
+                    self.on_result(target, attempt, CallOutcome::failed(reason), now_ms, out);
                 } else {
                     self.records[i].undo = Undo::Unavailable {
                         reason: reason.clone(),
@@ -442,7 +445,23 @@ impl Saga {
                             out,
                         );
                     }
-                    CallOutcome::Failed { reason } => {
+                    // Nothing took effect, and the tool (or the skill's class) says the
+                    // same call may succeed later: the same key again, per its policy.
+                    CallOutcome::Failed {
+                        reason,
+                        failure: Some(FailureClass::Transient),
+                    } if attempt < call.retry.max_attempts && self.pending_unwind.is_none() => {
+                        self.records[i].forward = Forward::WaitingRetry { attempt };
+                        retry_later(
+                            target,
+                            attempt,
+                            &call,
+                            id,
+                            format!("retrying after a transient failure: {reason}"),
+                            out,
+                        );
+                    }
+                    CallOutcome::Failed { reason, .. } => {
                         self.records[i].forward = Forward::Failed {
                             reason: reason.clone(),
                         };
@@ -470,29 +489,54 @@ impl Saga {
             Target::Compensation(i) => {
                 let id = self.spec.steps[i].id.clone();
                 match outcome {
-                    CallOutcome::Succeeded { .. } => {
+                    CallOutcome::Succeeded { response } => {
                         self.records[i].undo = Undo::Done;
+                        self.records[i].undo_response = Some(Arc::new(response));
                         out.push(Command::Report {
                             step: id,
                             what: "compensated".into(),
                         });
                         self.continue_unwind(now_ms, out);
                     }
-                    CallOutcome::Failed { reason } | CallOutcome::Unknown { reason } => {
-                        if attempt < call.retry.max_attempts {
-                            self.records[i].undo = Undo::WaitingRetry { attempt };
-                            let what = format!("compensation retrying after: {reason}");
-                            retry_later(target, attempt, &call, id, what, out);
-                        } else {
-                            let reason = format!("compensation failed {attempt} times: {reason}");
-                            self.records[i].undo = Undo::DeadLettered {
-                                reason: reason.clone(),
-                            };
-                            self.pause_forward_or_undo(target, &reason, out);
-                        }
+                    CallOutcome::Failed { reason, failure } => {
+                        let permanent = failure == Some(FailureClass::Permanent);
+                        self.compensation_failed(i, attempt, &call, reason, permanent, out);
+                    }
+                    CallOutcome::Unknown { reason } => {
+                        self.compensation_failed(i, attempt, &call, reason, false, out);
                     }
                 }
             }
+        }
+    }
+
+    /// Compensation `i` failed (or its outcome is unknown): tried again per its policy,
+    /// unless the tool said it will fail again; then a person decides.
+    fn compensation_failed(
+        &mut self,
+        i: usize,
+        attempt: u32,
+        call: &CallSpec,
+        reason: String,
+        permanent: bool,
+        out: &mut Vec<Command>,
+    ) {
+        let target = Target::Compensation(i);
+        let id = self.spec.steps[i].id.clone();
+        if attempt < call.retry.max_attempts && !permanent {
+            self.records[i].undo = Undo::WaitingRetry { attempt };
+            let what = format!("compensation retrying after: {reason}");
+            retry_later(target, attempt, call, id, what, out);
+        } else {
+            let reason = if permanent {
+                format!("compensation failed for good (the tool says it will fail again): {reason}")
+            } else {
+                format!("compensation failed {attempt} times: {reason}")
+            };
+            self.records[i].undo = Undo::DeadLettered {
+                reason: reason.clone(),
+            };
+            self.pause_forward_or_undo(target, &reason, out);
         }
     }
 

@@ -127,7 +127,7 @@ fn a_journal_whose_event_names_a_step_the_saga_lacks_is_refused_by_replay() {
         crate::journal::Entry::Event(Event::Result {
             target: Target::Forward(17),
             attempt: 1,
-            outcome: CallOutcome::Failed { reason: "x".into() },
+            outcome: CallOutcome::failed("x"),
             now_ms: T0 + 1,
         }),
     ];
@@ -153,9 +153,7 @@ fn outcome() -> impl Strategy<Value = CallOutcome> {
         Just(CallOutcome::Succeeded {
             response: serde_json::json!({"vendorId": "v_1", "reservationId": "r_1"}),
         }),
-        Just(CallOutcome::Failed {
-            reason: "no".into()
-        }),
+        Just(CallOutcome::failed("no")),
         Just(CallOutcome::Unknown { reason: "?".into() }),
     ]
 }

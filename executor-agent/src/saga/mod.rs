@@ -16,12 +16,14 @@ mod deadline_tests;
 #[cfg(test)]
 mod event_tests;
 #[cfg(test)]
+mod failure_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 
 pub use authority::MandateEndEffect;
 pub use engine::Saga;
 pub use model::{
-    Approval, CallOutcome, Command, Decider, Decision, Ending, Event, Invocation, Resolution,
-    Target, Timer,
+    Approval, CallOutcome, Command, Decider, Decision, Ending, Event, FailureClass, Invocation,
+    Resolution, Target, Timer,
 };
 pub use spec::{SagaSpec, SpecError};

@@ -24,9 +24,36 @@ pub enum CallOutcome {
     /// The tool completed; its result.
     Succeeded { response: Value },
     /// The tool said no (FAILED, REJECTED, a protocol refusal): nothing took effect.
-    Failed { reason: String },
+    Failed {
+        reason: String,
+        /// Whether the same call may succeed later, as the tool said or its skill's class
+        /// implies (`None`: unmarked, and not retriable; journals before classes).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<FailureClass>,
+    },
     /// No answer we can trust (timeout, 5xx, dropped connection): it may have taken effect.
     Unknown { reason: String },
+}
+
+/// Whether a definite failure is worth trying again (the extension's `failure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FailureClass {
+    /// Nothing took effect, and the same call may succeed later: tried again under the
+    /// same key, per the skill's retry policy.
+    Transient,
+    /// Nothing took effect, and the same call will fail again.
+    Permanent,
+}
+
+impl CallOutcome {
+    /// A definite failure whose class nobody stated.
+    pub fn failed(reason: impl Into<String>) -> Self {
+        Self::Failed {
+            reason: reason.into(),
+            failure: None,
+        }
+    }
 }
 
 /// What a person answers to a paused saga.
@@ -292,6 +319,12 @@ pub struct StepRecord {
     pub request: Option<Arc<Value>>,
     pub undo: Undo,
     pub undo_attempts: u32,
+    /// The compensation's arguments as sent (bound), once it was called.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_request: Option<Arc<Value>>,
+    /// What the compensation answered, once it succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_response: Option<Arc<Value>>,
     /// What people decided while the saga waited at this step, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decisions: Vec<Decision>,

@@ -38,22 +38,22 @@ pub(crate) fn response(skill: &str) -> Value {
 
 /// What a scripted run saw: every invocation (skill, key, args) and the last command.
 #[derive(Debug)]
-struct Run {
-    calls: Vec<(String, String, Value)>,
-    commands: Vec<Command>,
+pub(crate) struct Run {
+    pub(crate) calls: Vec<(String, String, Value)>,
+    pub(crate) commands: Vec<Command>,
 }
 
 impl Run {
-    fn skills(&self) -> Vec<&str> {
+    pub(crate) fn skills(&self) -> Vec<&str> {
         self.calls.iter().map(|(s, _, _)| s.as_str()).collect()
     }
 
-    fn last(&self) -> &Command {
+    pub(crate) fn last(&self) -> &Command {
         self.commands.last().unwrap()
     }
 
     /// How the saga ended, if this run ended it.
-    fn ending(&self) -> Option<Ending> {
+    pub(crate) fn ending(&self) -> Option<Ending> {
         match self.last() {
             Command::Finish { ending, .. } => Some(*ending),
             _ => None,
@@ -104,11 +104,11 @@ fn drive(saga: &mut Saga, first: Event, tool: &mut dyn FnMut(&Invocation) -> Cal
 }
 
 /// Starts the saga and drives it with `tool`.
-fn start(saga: &mut Saga, tool: &mut dyn FnMut(&Invocation) -> CallOutcome) -> Run {
+pub(crate) fn start(saga: &mut Saga, tool: &mut dyn FnMut(&Invocation) -> CallOutcome) -> Run {
     drive(saga, Event::Start { now_ms: T0 }, tool)
 }
 
-fn ok(inv: &Invocation) -> CallOutcome {
+pub(crate) fn ok(inv: &Invocation) -> CallOutcome {
     CallOutcome::Succeeded {
         response: response(&inv.call.skill),
     }
@@ -135,9 +135,7 @@ fn unknown() -> CallOutcome {
 }
 
 fn failed() -> CallOutcome {
-    CallOutcome::Failed {
-        reason: "declined".into(),
-    }
+    CallOutcome::failed("declined")
 }
 
 const FORWARD: [&str; 6] = [

@@ -123,6 +123,16 @@ impl Saga {
             if let Some(deadline) = &r.undo_deadline {
                 members.insert("undoDeadline".to_owned(), deadline.ledger());
             }
+            // What the compensation was sent, and what it answered.
+            if let Some(comp) = &s.compensation {
+                members.insert("undoSkill".to_owned(), json!(comp.call.skill));
+            }
+            if let Some(request) = &r.undo_request {
+                members.insert("undoRequest".to_owned(), request.as_ref().clone());
+            }
+            if let Some(response) = &r.undo_response {
+                members.insert("undoResponse".to_owned(), response.as_ref().clone());
+            }
         }
         entry
     }

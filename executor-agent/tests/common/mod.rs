@@ -121,8 +121,14 @@ pub fn sign_plan(planner: &SigningIdentity, plan: &mut Value) {
 /// A fault injected on every call of one skill (or on its first `n` calls).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fault {
-    /// The tool's task fails: a definite failure, nothing applied.
+    /// The tool's task fails: a definite failure, nothing applied; marked permanent on a
+    /// forward call, unmarked on a compensation (which is then tried again, per its
+    /// policy, as the tests of dead-lettering need).
     Decline,
+    /// The first `n` calls fail, marked transient (nothing applied), then it works.
+    FailTransient(u32),
+    /// The first `n` calls fail with no failure class, then it works.
+    FailUnmarked(u32),
     /// The tool never answers.
     Hang,
     /// Declines the first `n` calls, then works.
@@ -171,6 +177,8 @@ impl Faults {
         match self.declared.get(skill).copied()? {
             f @ (Fault::Decline | Fault::Hang) => Some(f),
             Fault::DeclineTimes(n) if self.within(skill, n) => Some(Fault::Decline),
+            Fault::FailTransient(n) if self.within(skill, n) => Some(Fault::FailTransient(0)),
+            Fault::FailUnmarked(n) if self.within(skill, n) => Some(Fault::FailUnmarked(0)),
             Fault::ApplyThenHang(n) if self.within(skill, n) => Some(Fault::ApplyThenHang(0)),
             Fault::ApplyThenHold(n) if self.within(skill, n) => Some(Fault::ApplyThenHold(0)),
             Fault::ApplyThenGate(n) if self.within(skill, n) => Some(Fault::ApplyThenGate(0)),
@@ -316,14 +324,33 @@ impl Agent for Tool {
         if fault == Some(Fault::Hang) {
             std::future::pending::<()>().await;
         }
-        if fault == Some(Fault::Decline) {
+        let compensation = message
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get(shared_types::REVERSIBILITY_EXTENSION_URI))
+            .and_then(|c| c.get("compensation"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let failure = match fault {
+            Some(Fault::Decline) if compensation => Some(("declined", None)),
+            Some(Fault::Decline) => Some(("declined", Some("permanent"))),
+            Some(Fault::FailTransient(_)) => Some(("busy; try again", Some("transient"))),
+            Some(Fault::FailUnmarked(_)) => Some(("failed", None)),
+            _ => None,
+        };
+        if let Some((text, class)) = failure {
             let reason = Message {
                 message_id: new_message_id(),
                 context_id: None,
                 task_id: None,
                 role: Role::Agent,
-                parts: vec![Part::text("declined")],
-                metadata: None,
+                parts: vec![Part::text(text)],
+                metadata: class.map(|class| {
+                    HashMap::from([(
+                        shared_types::REVERSIBILITY_EXTENSION_URI.to_owned(),
+                        json!({ "failure": class }),
+                    )])
+                }),
                 extensions: None,
                 reference_task_ids: None,
             };

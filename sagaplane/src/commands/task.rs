@@ -473,6 +473,26 @@ pub fn ledger_table(ledger: &Value) -> String {
             step["undoAttempts"],
         ));
     }
+    // Why a step failed, and what each compensation was sent and answered (reasons
+    // quoted and escaped: they come from the tools).
+    for step in ledger["steps"].as_array().into_iter().flatten() {
+        let id = step["step"].as_str().unwrap_or("-");
+        for (what, record) in [("forward", &step["forward"]), ("undo", &step["undo"])] {
+            if let Some(reason) = record["reason"].as_str() {
+                let state = record["state"].as_str().unwrap_or("-");
+                out.push_str(&format!("  {id} {what} {state}: {reason:?}\n"));
+            }
+        }
+        if let Some(request) = step.get("undoRequest") {
+            let skill = step["undoSkill"].as_str().unwrap_or("its compensation");
+            let answered = step
+                .get("undoResponse")
+                .map_or_else(|| "no answer yet".to_owned(), |r| format!("answered {r}"));
+            out.push_str(&format!(
+                "  {id} compensation {skill:?} sent {request}, {answered}\n"
+            ));
+        }
+    }
     // Who decided what, and when (escaped: the names come from the executor).
     for step in ledger["steps"].as_array().into_iter().flatten() {
         for decision in step["decisions"].as_array().into_iter().flatten() {
@@ -491,4 +511,37 @@ pub fn ledger_table(ledger: &Value) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::ledger_table;
+
+    #[test]
+    fn the_ledger_says_why_a_step_failed_and_what_each_compensation_was_sent() {
+        let ledger = json!({"phase": {"phase": "done"}, "steps": [
+            {"step": "s0", "skill": "vendor.create", "attempts": 1, "undoAttempts": 1,
+             "forward": {"state": "succeeded"}, "undo": {"state": "done"},
+             "undoSkill": "vendor.archive", "undoRequest": {"vendorId": "v_1"},
+             "undoResponse": {"archived": true}},
+            {"step": "s1", "skill": "compliance.check", "attempts": 3, "undoAttempts": 0,
+             "forward": {"state": "failed", "reason": "registry down\u{1b}[31m"},
+             "undo": {"state": "notNeeded"}},
+        ]});
+        let table = ledger_table(&ledger);
+        assert!(
+            table.contains(
+                r#"s0 compensation "vendor.archive" sent {"vendorId":"v_1"}, answered {"archived":true}"#
+            ),
+            "{table}"
+        );
+        // A tool's text is quoted and escaped: no terminal control reaches the screen.
+        assert!(
+            table.contains(r#"s1 forward failed: "registry down\u{1b}[31m""#),
+            "{table}"
+        );
+        assert!(!table.contains('\u{1b}'));
+    }
 }
