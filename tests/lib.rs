@@ -33,6 +33,27 @@ pub fn sagaplane() -> PathBuf {
     build_dir().join("sagaplane")
 }
 
+/// Builds the `executor-agent` binary once per test binary; its path.
+pub fn executor_agent() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "executor-agent",
+                "--bin",
+                "executor-agent",
+            ])
+            .current_dir(workspace_root())
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "cannot build the executor-agent binary");
+    });
+    build_dir().join("executor-agent")
+}
+
 /// The interop virtualenv's interpreter (`scripts/setup-interop` creates it).
 pub fn python() -> PathBuf {
     let venv = workspace_root().join(".interop/venv/bin/python");

@@ -139,6 +139,10 @@ pub fn event_line(event: &StreamResponse) -> Option<String> {
                 .as_ref()
                 .map(message_text)
                 .unwrap_or_default();
+            // A status that says nothing while the task goes on is no line of its own.
+            if text.trim().is_empty() && !stopped(&update.status.state) {
+                return None;
+            }
             Some(format!(
                 "{now}  {:<15} {}",
                 state_name(&update.status.state),

@@ -54,6 +54,22 @@ pub enum PlanCommand {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Send a signed plan to an executor, as a planner does: with a short-lived JWT
+    /// signed by the planner's key (`--jwt-key`). Prints the task once the plan is taken
+    /// in or refused (every violation with its code); `--watch` follows it to its end.
+    /// Exit 0 completed (or taken in, without --watch), 1 refused, failed or canceled, 3
+    /// waiting for a person.
+    Submit {
+        plan: PathBuf,
+        /// The executor's base URL.
+        #[arg(long, value_name = "URL")]
+        executor: String,
+        #[command(flatten)]
+        credentials: crate::a2a::Credentials,
+        /// Follow the saga until it ends or waits for a person.
+        #[arg(long)]
+        watch: bool,
+    },
     /// Verify a plan's signature against trusted public keys.
     Verify {
         plan: PathBuf,
@@ -64,6 +80,20 @@ pub enum PlanCommand {
 
 pub fn run(command: PlanCommand) -> Result<(), Failure> {
     match command {
+        PlanCommand::Submit {
+            plan,
+            executor,
+            credentials,
+            watch,
+        } => {
+            if credentials.jwt_key.is_none() && credentials.token.is_none() {
+                return Err(Failure::unusable(
+                    "an executor takes plans from planners: give --jwt-key PLANNER.jwk (the planner's private key, whose kid the executor trusts)",
+                ));
+            }
+            let plan = read_json(&plan)?;
+            super::task::submit(&executor, plan, watch, &credentials)
+        }
         PlanCommand::Validate {
             plan,
             catalog,

@@ -267,6 +267,64 @@ pub fn send(
     })
 }
 
+/// `sagaplane plan submit`: a signed plan to an executor, sent as a planner sends it (a
+/// data part, with a short-lived JWT from the planner's key). Prints the task once the
+/// executor has taken the plan in or refused it (every violation with its code), or,
+/// with `watch`, every change until the saga ends or waits for a person.
+pub fn submit(
+    executor: &str,
+    plan: Value,
+    watch_it: bool,
+    credentials: &Credentials,
+) -> Result<(), Failure> {
+    block_on(async move {
+        let request = message(None, Some(plan), None, false);
+        let mut events = client(executor)?
+            .stream(&credentials.call()?, &request)
+            .await
+            .map_err(|e| failure("the executor refused the plan", e))?;
+        let mut task_id = None;
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| {
+                Failure::unusable(format!("the stream broke: {} ({})", e.message, e.code))
+            })?;
+            let state = match &event {
+                agent_host::sdk::StreamResponse::Task(task) => {
+                    task_id = Some(task.id.clone());
+                    Some(task.status.state.clone())
+                }
+                agent_host::sdk::StreamResponse::StatusUpdate(update) => {
+                    Some(update.status.state.clone())
+                }
+                _ => None,
+            };
+            if watch_it && let Some(line) = event_line(&event) {
+                println!("{line}");
+            }
+            // Without --watch: once the plan was taken in (or refused), not at its end.
+            if !watch_it && state.is_some_and(|s| s != TaskState::Submitted) {
+                break;
+            }
+        }
+        let Some(task_id) = task_id else {
+            return Err(Failure::unusable("the executor answered without a task"));
+        };
+        let task = client(executor)?
+            .get_task(&credentials.call()?, &task_id)
+            .await
+            .map_err(|e| failure("cannot get the task", e))?;
+        print!("{}", describe(&task));
+        if !watch_it && !stopped(&task.status.state) {
+            println!(
+                "follow it with: sagaplane task watch --agent {executor} {} (with the same credentials)",
+                task.id
+            );
+            return Ok(());
+        }
+        outcome(&task)
+    })
+}
+
 /// A goal for a planner: the text, and parameters as a data part.
 pub fn goal_message(goal: &str, data: Option<Value>) -> SendMessageRequest {
     message(Some(goal), data, None, false)

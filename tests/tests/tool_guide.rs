@@ -1,0 +1,157 @@
+//! The manual's "writing a tool agent" run as written: every `sh` block of
+//! `docs/writing-a-tool-agent.md`, in order, in one bash, with the workspace's own
+//! `sagaplane` and `executor-agent` first on `PATH` — once with the Python example agent
+//! (official `a2a-sdk`), once with the TypeScript one (official `@a2a-js/sdk`). Judged
+//! from the example agent's own ledger: a saga completed, one compensated (its contact
+//! undone, the pivot never applied), one whose transient failure was tried again under
+//! the same key.
+
+use std::process::Command;
+
+use sagaplane_e2e::{executor_agent, sagaplane, workspace_root};
+use serde_json::Value;
+
+const GUIDE: &str = "docs/writing-a-tool-agent.md";
+
+/// The guide's shell blocks (```sh), in order; a block after `<!-- variant: NAME -->`
+/// only for that variant.
+fn blocks(guide: &str, variant: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut only_for: Option<String> = None;
+    let mut block: Option<(Option<String>, String)> = None;
+    for line in guide.lines() {
+        if let Some((for_variant, text)) = &mut block {
+            if line.trim_start().starts_with("```") {
+                if for_variant.as_deref().is_none_or(|v| v == variant) {
+                    out.push(std::mem::take(text));
+                }
+                block = None;
+            } else {
+                text.push_str(line);
+                text.push('\n');
+            }
+        } else if let Some(name) = line
+            .strip_prefix("<!-- variant: ")
+            .and_then(|rest| rest.strip_suffix(" -->"))
+        {
+            only_for = Some(name.to_owned());
+        } else if line.trim() == "```sh" {
+            block = Some((only_for.take(), String::new()));
+        } else if line.trim_start().starts_with("```") {
+            only_for = None;
+        }
+    }
+    out
+}
+
+/// Runs the guide for `variant`: what it printed, and the agent's ledger it saved.
+fn run_guide(variant: &str) -> (String, Value) {
+    let guide = std::fs::read_to_string(workspace_root().join(GUIDE)).unwrap();
+    let blocks = blocks(&guide, variant);
+    assert!(blocks.len() >= 10, "{GUIDE} lost its commands: {blocks:#?}");
+    let bin = sagaplane().parent().unwrap().to_owned();
+    assert_eq!(executor_agent().parent().unwrap(), bin);
+    let saved = tempfile::NamedTempFile::new().unwrap();
+    let script = format!(
+        "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n\
+         export PATH={bin:?}:\"$PATH\"\n{}\ncp \"$WORK/ledger.json\" {:?}\n",
+        blocks.join("\n"),
+        saved.path()
+    );
+    let output = Command::new("timeout")
+        .args(["600", "bash", "-c", &script])
+        .current_dir(workspace_root())
+        .output()
+        .expect("bash runs");
+    let said = format!(
+        "{}\n--- stderr ---\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "the guide failed ({variant}):\n{said}"
+    );
+    // Seen with --nocapture.
+    eprintln!("{said}");
+    let ledger = std::fs::read_to_string(saved.path()).unwrap();
+    (
+        said,
+        serde_json::from_str(&ledger).expect("the agent's ledger as JSON"),
+    )
+}
+
+/// The outcomes the agent logged for calls under `key`, in order.
+fn outcomes(ledger: &Value, key: &str) -> Vec<String> {
+    ledger["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["key"] == key)
+        .map(|c| c["outcome"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn effect<'a>(ledger: &'a Value, key: &str) -> Option<&'a Value> {
+    ledger["effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["key"] == key)
+}
+
+fn judge(variant: &str) {
+    let (said, ledger) = run_guide(variant);
+    // Completed: the contact added and sales told, once each.
+    assert_eq!(
+        outcomes(&ledger, "sg_contacts_sales:s0"),
+        ["applied"],
+        "{ledger}"
+    );
+    assert_eq!(
+        outcomes(&ledger, "sg_contacts_sales:s1"),
+        ["applied"],
+        "{ledger}"
+    );
+    assert_eq!(
+        effect(&ledger, "sg_contacts_sales:s0").unwrap()["undone"],
+        false
+    );
+    // Compensated: nobody told (a permanent failure, not tried again), the contact undone
+    // by its compensation's own key.
+    assert_eq!(
+        outcomes(&ledger, "sg_contacts_nowhere:s1"),
+        ["failed-permanent"],
+        "{ledger}"
+    );
+    assert_eq!(
+        effect(&ledger, "sg_contacts_nowhere:s0").unwrap()["undone"],
+        true
+    );
+    assert_eq!(
+        outcomes(&ledger, "sg_contacts_nowhere:s0:undo"),
+        ["undone"],
+        "{ledger}"
+    );
+    assert!(
+        said.contains(r#"s0 compensation "contacts.remove" sent {"contactId":"#),
+        "plan submit shows what the compensation was sent:\n{said}"
+    );
+    // Transient, then applied under the same key.
+    assert_eq!(
+        outcomes(&ledger, "sg_contacts_busy:s1"),
+        ["failed-transient", "applied"],
+        "{ledger}"
+    );
+    assert!(ledger["tombstones"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn the_tool_guide_runs_as_written_with_the_python_agent() {
+    judge("python");
+}
+
+#[test]
+fn the_tool_guide_runs_as_written_with_the_typescript_agent() {
+    judge("typescript");
+}
