@@ -603,13 +603,30 @@ function sagaSections(d) {
   requestAnimationFrame(() => timelineBox.replaceChildren(...timelineParts(d, timelineBox.clientWidth)));
   timelineBox.append(...timelineParts(d, 1180));
 
+  // What each step did, from the ledger: why it failed, what its compensation was sent
+  // and answered (text nodes only: a tool's words are never markup).
+  const ledgerSteps = arr(obj(d.ledger).steps).filter(isObj);
+  const recordOf = (id) => ledgerSteps.find((r) => r.step === id) || {};
+  const outcomeOf = (r) => {
+    const f = obj(r.forward);
+    return [str(f.state) || '—', f.reason ? h('div', { class: 'muted reason' }, str(f.reason)) : null];
+  };
+  const undoOf = (r) => {
+    const u = obj(r.undo);
+    const sent = r.undoRequest === undefined ? null
+      : h('div', { class: 'mono small' }, `${str(r.undoSkill)} ${JSON.stringify(r.undoRequest)}` +
+        (r.undoResponse === undefined ? '' : ` → ${JSON.stringify(r.undoResponse)}`));
+    return [str(u.state) || '—', u.reason ? h('div', { class: 'muted reason' }, str(u.reason)) : null, sent];
+  };
   const stepTable = h('section', { class: 'card wide' }, h('h2', {}, 'Steps'),
     h('table', { 'data-testid': 'steps' },
-      h('thead', {}, h('tr', {}, ['Step', 'Agent', 'Skill', 'Class', 'Idempotency key'].map((t) => h('th', {}, t)))),
+      h('thead', {}, h('tr', {}, ['Step', 'Agent', 'Skill', 'Class', 'Idempotency key', 'Outcome', 'Compensation'].map((t) => h('th', {}, t)))),
       h('tbody', {}, steps.length ? steps.map((x) => h('tr', { 'data-step': str(x.step), class: x.step === d.pivot ? 'pivot-row' : null },
         h('td', { class: 'mono' }, str(x.step), x.step === d.pivot ? h('span', { class: 'badge pivot' }, 'pivot') : null),
-        h('td', {}, str(x.agent)), h('td', {}, str(x.skill)), h('td', {}, str(x.class)), h('td', { class: 'mono' }, str(x.idempotencyKey))))
-        : h('tr', {}, h('td', { colspan: 5, class: 'muted' }, 'The plan shows no step.')))));
+        h('td', {}, str(x.agent)), h('td', {}, str(x.skill)), h('td', {}, str(x.class)), h('td', { class: 'mono' }, str(x.idempotencyKey)),
+        h('td', { 'data-testid': 'step-outcome' }, outcomeOf(recordOf(x.step))),
+        h('td', { 'data-testid': 'step-compensation' }, undoOf(recordOf(x.step)))))
+        : h('tr', {}, h('td', { colspan: 7, class: 'muted' }, 'The plan shows no step.')))));
 
   const ledger = h('section', { class: 'card wide' }, h('h2', {}, 'Ledger'),
     h('pre', { class: 'json', 'data-testid': 'ledger' }, JSON.stringify(d.ledger === undefined ? null : d.ledger, null, 2)));

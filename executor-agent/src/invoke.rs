@@ -9,10 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_host::sdk::{
-    Message, Part, PartContent, Role, SendMessageConfiguration, SendMessageRequest,
-    SendMessageResponse, Task, TaskState, new_message_id,
-};
+use agent_host::sdk::{Part, PartContent, SendMessageResponse, Task, TaskState};
 use agent_host::{AgentClient, OutboundCall};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -211,26 +208,17 @@ impl Invoker for A2aInvoker {
                 return refused(format!("no endpoint for agent {}", invocation.call.agent));
             }
         };
-        let saga_context = json!({
-            "sagaId": context.saga_id, "stepId": context.step_id,
-            "idempotencyKey": invocation.idempotency_key, "causedBy": context.caused_by,
-            "compensation": matches!(invocation.target, Target::Compensation(_)),
-        });
-        let message = Message {
-            message_id: new_message_id(),
-            context_id: None,
-            task_id: None,
-            role: Role::User,
-            parts: vec![Part::data(
-                json!({"skill": invocation.call.skill, "args": invocation.args}),
-            )],
-            metadata: Some(HashMap::from([(
-                REVERSIBILITY_EXTENSION_URI.to_owned(),
-                saga_context,
-            )])),
-            extensions: Some(vec![REVERSIBILITY_EXTENSION_URI.to_owned()]),
-            reference_task_ids: None,
-        };
+        let request = agent_host::tool_call(
+            &invocation.call.skill,
+            &invocation.args,
+            &agent_host::SagaContext {
+                saga_id: context.saga_id.clone(),
+                step_id: context.step_id.clone(),
+                idempotency_key: invocation.idempotency_key.clone(),
+                caused_by: context.caused_by.clone(),
+                compensation: matches!(invocation.target, Target::Compensation(_)),
+            },
+        );
         let call = OutboundCall {
             // The client carries the agent's credential.
             bearer: None,
@@ -239,19 +227,6 @@ impl Invoker for A2aInvoker {
             baggage: context.baggage(),
             extensions: vec![REVERSIBILITY_EXTENSION_URI.to_owned()],
             timeout: Duration::from_millis(invocation.call.timeout_ms),
-        };
-        let request = SendMessageRequest {
-            message,
-            // The answer is read from the task's status and artifact: its history (our own
-            // message, echoed, and the tool's progress) would only be decoded and dropped.
-            configuration: Some(SendMessageConfiguration {
-                accepted_output_modes: None,
-                task_push_notification_config: None,
-                history_length: Some(0),
-                return_immediately: None,
-            }),
-            metadata: None,
-            tenant: None,
         };
         match client.send(&call, &request).await {
             Ok(SendMessageResponse::Task(task)) => {

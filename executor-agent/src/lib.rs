@@ -22,6 +22,7 @@ pub mod report;
 pub mod saga;
 pub mod service;
 pub mod slots;
+pub mod spec_routes;
 pub mod state;
 mod sync;
 pub mod taking_in;

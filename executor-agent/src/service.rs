@@ -364,7 +364,8 @@ pub async fn build_with(
     let routes = crate::http::routes(admin, admin_auth.clone(), planner_auth)
         .merge(crate::http::metrics_routes(executor.clone()))
         .merge(crate::mandate_routes::routes(executor.clone(), admin_auth))
-        .merge(crate::console::routes(console));
+        .merge(crate::console::routes(console))
+        .merge(crate::spec_routes::routes());
     let router = agent_host::app_with(
         &host,
         Arc::new(ExecutorAgent(executor.clone())),

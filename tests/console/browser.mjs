@@ -318,6 +318,19 @@ async function main() {
     const state = (await page.textContent('[data-testid=saga-state]')).trim();
     return `forwards ${forwards.join(', ')}; compensations ${compOrder.join(', ')}; ${succeededComps} succeeded compensation rects; state ${state}`;
   });
+  await check('each step shows why it failed and what its compensation was sent and answered', async () => {
+    const cells = await page.$$eval('table[data-testid=steps] tbody tr', (rows) => rows.map((r) => ({
+      step: r.getAttribute('data-step'),
+      outcome: r.querySelector('[data-testid=step-outcome]')?.textContent || '',
+      compensation: r.querySelector('[data-testid=step-compensation]')?.textContent || '',
+    })));
+    const sent = cells.filter((c) => c.compensation.includes('→'));
+    assert(sent.length === 3, `${sent.length} steps show a compensation sent and answered: ${JSON.stringify(cells)}`);
+    const failed = cells.filter((c) => c.outcome.startsWith('failed') || c.outcome.startsWith('unknown'));
+    assert(failed.length >= 1 && failed.every((c) => c.outcome.length > 'failed'.length),
+      `the failed step shows no reason: ${JSON.stringify(cells)}`);
+    return `${sent.map((c) => `${c.step}: ${c.compensation}`).join('; ')}; ${failed.map((c) => `${c.step}: ${c.outcome}`).join('; ')}`;
+  });
   await check('the saga page shows the audit record, the ledger and the trace id', async () => {
     await page.locator('[data-testid=audit]').waitFor({ timeout: TIMEOUT });
     const ledger = (await page.textContent('pre[data-testid=ledger]')).trim();

@@ -154,4 +154,16 @@ fn the_tool_guide_runs_as_written_with_the_python_agent() {
 #[test]
 fn the_tool_guide_runs_as_written_with_the_typescript_agent() {
     judge("typescript");
+    // What tsx ran without a type check, tsc checks (the guide installed it).
+    let checked = Command::new("npm")
+        .args(["run", "--silent", "typecheck"])
+        .current_dir(workspace_root().join("examples/tool-kit/typescript"))
+        .output()
+        .expect("npm runs");
+    assert!(
+        checked.status.success(),
+        "the TypeScript agent does not type-check:\n{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
 }

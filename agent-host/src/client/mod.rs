@@ -5,6 +5,9 @@
 //! fetching with signature verification.
 
 mod send_message;
+mod tool_call;
+
+pub use tool_call::{SagaContext, tool_call};
 
 use std::time::Duration;
 

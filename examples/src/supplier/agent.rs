@@ -203,17 +203,30 @@ impl ToolAgent {
             Some(FaultMode::ExpireEarly) => chrono::TimeDelta::zero(),
             _ => HOLD,
         };
+        let forward = matches!(skill.spec.behaviour, Behaviour::Forward { .. });
         let call = Call {
-            key,
+            // A tool that ignores the key applies every call anew.
+            key: key.filter(|_| !(forward && fault == Some(FaultMode::NotIdempotent))),
             skill: name,
             behaviour: skill.spec.behaviour,
             args: &args,
             hold,
+            honour_tombstones: fault != Some(FaultMode::AcceptLate),
         };
-        let result = match self.ledger.perform(call).await? {
+        let mut result = match self.ledger.perform(call).await? {
             Outcome::Refused(why) => return finish(task, TaskState::Rejected, &why, None).await,
             Outcome::Applied(result) | Outcome::Replayed(result) => result,
         };
+        if fault == Some(FaultMode::StrictUndo) && result.get("nothingToUndo").is_some() {
+            let why = format!("{name} found nothing to undo (fault strict-undo injected)");
+            return failed(task, &why, Some("permanent")).await;
+        }
+        if fault == Some(FaultMode::BadOutput)
+            && let Some(members) = result.as_object_mut()
+            && let Some(first) = members.keys().next().cloned()
+        {
+            members.remove(&first);
+        }
         if fault == Some(FaultMode::ApplyThenHang) {
             std::future::pending::<()>().await;
         }

@@ -29,6 +29,16 @@ pub enum FaultMode {
     /// The first call under each key fails, marked transient (nothing applied); the next
     /// one under the same key works.
     TransientOnce,
+    /// Breaks the idempotency promise: every call applies anew, whatever its key.
+    NotIdempotent,
+    /// Breaks the promise of a compensation called for a forward call that never
+    /// happened: it fails instead of answering "nothing to undo".
+    StrictUndo,
+    /// Breaks the promise that a forward call undone before it arrived is refused: it is
+    /// applied.
+    AcceptLate,
+    /// Breaks the skill's `outputSchema`: the result lacks its first member.
+    BadOutput,
     /// `budget.reserve` reserves, but its hold has lapsed by the time it answers: the
     /// `holdExpiresAt` it reports (and records) is the moment the hold was made, not 24
     /// hours later as its card declares. Other skills ignore it.
@@ -36,7 +46,7 @@ pub enum FaultMode {
 }
 
 impl FaultMode {
-    pub const ALL: [FaultMode; 7] = [
+    pub const ALL: [FaultMode; 11] = [
         Self::Decline,
         Self::Hang,
         Self::ApplyThenHang,
@@ -44,6 +54,10 @@ impl FaultMode {
         Self::FailAlways,
         Self::TransientOnce,
         Self::ExpireEarly,
+        Self::NotIdempotent,
+        Self::StrictUndo,
+        Self::AcceptLate,
+        Self::BadOutput,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +68,10 @@ impl FaultMode {
             Self::Unavailable => "unavailable",
             Self::FailAlways => "fail-always",
             Self::TransientOnce => "transient-once",
+            Self::NotIdempotent => "not-idempotent",
+            Self::StrictUndo => "strict-undo",
+            Self::AcceptLate => "accept-late",
+            Self::BadOutput => "bad-output",
             Self::ExpireEarly => "expire-early",
         }
     }

@@ -144,6 +144,9 @@ pub(crate) struct Call<'a> {
     pub args: &'a Value,
     /// How long a hold it makes lasts (`skills::HOLD`, unless a fault cuts it short).
     pub hold: chrono::TimeDelta,
+    /// Whether a forward call undone before it arrived is refused (its tombstone
+    /// honoured); only the `accept-late` fault turns it off.
+    pub honour_tombstones: bool,
 }
 
 /// The ledger of one agent.
@@ -281,9 +284,14 @@ impl Ledger {
         let args = canonical(call.args)?;
         let (key, skill) = (call.key.map(str::to_owned), call.skill.to_owned());
         let (behaviour, value, hold) = (call.behaviour, call.args.clone(), call.hold);
+        let honour_tombstones = call.honour_tombstones;
         self.transact(move |tx| {
-            let (outcome, name) =
-                decide(tx, key.as_deref(), &skill, behaviour, &value, &args, hold)?;
+            let decision = Decision {
+                behaviour,
+                hold,
+                honour_tombstones,
+            };
+            let (outcome, name) = decide(tx, key.as_deref(), &skill, decision, &value, &args)?;
             let reason = match &outcome {
                 Outcome::Refused(why) => Some(why.as_str()),
                 _ => None,
@@ -417,17 +425,28 @@ fn insert(
     .map_err(store_error)
 }
 
-/// The decision itself, inside the call's transaction (`hold`: how long a hold it makes
-/// lasts).
+/// How a call is decided: what the skill does, how long a hold it makes lasts, and
+/// whether its tombstone, if any, is honoured.
+struct Decision {
+    behaviour: Behaviour,
+    hold: chrono::TimeDelta,
+    honour_tombstones: bool,
+}
+
+/// The decision itself, inside the call's transaction.
 fn decide(
     tx: &Transaction<'_>,
     key: Option<&str>,
     skill: &str,
-    behaviour: Behaviour,
+    decision: Decision,
     value: &Value,
     args: &str,
-    hold: chrono::TimeDelta,
 ) -> Result<(Outcome, &'static str)> {
+    let Decision {
+        behaviour,
+        hold,
+        honour_tombstones,
+    } = decision;
     let refused = |why: String| Ok((Outcome::Refused(why), "refused"));
     if let Some(key) = key {
         if let Some(earlier) = by_key(tx, key)? {
@@ -445,7 +464,7 @@ fn decide(
             }
             return Ok((Outcome::Replayed(parse(&earlier.result)), "replayed"));
         }
-        if matches!(behaviour, Behaviour::Forward { .. }) {
+        if honour_tombstones && matches!(behaviour, Behaviour::Forward { .. }) {
             let tombstone: Option<String> = tx
                 .query_row(
                     "SELECT undo_key FROM tombstones WHERE forward_key = ?1",

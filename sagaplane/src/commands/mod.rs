@@ -6,6 +6,7 @@ mod mandate;
 mod plan;
 mod resolve;
 mod task;
+mod tools;
 
 pub use mandate::describe as describe_mandate;
 pub use task::{describe, goal_message, resolution_message};
@@ -82,6 +83,9 @@ enum Command {
     /// Inspect and steer any agent's tasks.
     #[command(subcommand)]
     Task(task::TaskCommand),
+    /// Check a tool agent against the promises its card declares.
+    #[command(subcommand)]
+    Tools(tools::ToolsCommand),
     /// Run a demo end to end with real processes on loopback.
     Demo {
         #[arg(value_enum, default_value = "supplier-onboarding")]
@@ -133,6 +137,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             credentials,
         } => task::send(&planner, &goal, &params, watch, dry_run, &credentials),
         Command::Task(command) => task::run(command),
+        Command::Tools(command) => tools::run(command),
         Command::Demo {
             scenario,
             fail_at,

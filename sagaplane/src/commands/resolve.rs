@@ -29,9 +29,10 @@ pub struct Approver {
     /// The JWT's audience: the executor's name.
     #[arg(long, default_value = "executor")]
     pub audience: String,
-    /// How long an approval holds, in seconds from now: the executor refuses it after.
+    /// How long an approval holds, in seconds from now: the executor refuses it after,
+    /// and refuses one that holds for more than an hour.
     #[arg(long, default_value_t = 300, value_name = "SECONDS",
-          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+          value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub approval_ttl_secs: u64,
 }
 
