@@ -1,5 +1,5 @@
 //! `checkout-mcp`: runs the MCP checkout server of the SEP-3172 reference scenario
-//! (DESIGN.md §11) on streamable HTTP at `/mcp`, with its ledger, its recovery-metadata
+//! (docs/getting-started.md) on streamable HTTP at `/mcp`, with its ledger, its recovery-metadata
 //! mode and its fault switches.
 
 use std::net::SocketAddr;

@@ -1,6 +1,6 @@
 //! `supplier-tool`: runs one of the six supplier-onboarding tool agents (or all six) as
 //! real A2A servers on the hosting layer, each with its own durable ledger, bearer token
-//! and fault switches (DESIGN.md §11).
+//! and fault switches (docs/getting-started.md).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,7 +22,8 @@ const TOKEN_ENV: &str = "SUPPLIER_TOOL_TOKEN";
     version,
     about = "The supplier-onboarding demo's tool agents: A2A servers with durable ledgers and fault switches",
     after_help = "Agents: vendor-registry, budget, sandbox, compliance-registry, payments, mailer, or all.\n\
-Fault modes: decline, hang, apply-then-hang, unavailable, fail-always.\n\
+Fault modes: decline, hang, apply-then-hang, unavailable, fail-always, transient-once, expire-early;\n\
+and, to see `sagaplane tools check` name a broken promise: not-idempotent, strict-undo, accept-late, bad-output.\n\
 Routes besides A2A (bearer token): GET /ledger, GET /faults, PUT /faults {\"<skill>\": \"<mode>\"|\"none\"} (replaces all).\n\n\
 Environment:\n  SUPPLIER_TOOL_TOKEN   the bearer token (or --token-file)\n  RUST_LOG              log filter (default: info)"
 )]

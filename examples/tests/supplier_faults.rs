@@ -1,7 +1,7 @@
 //! The supplier tool agents' fault switches, against real servers on 127.0.0.1:0: each
 //! mode does what the demo's `--fail-at` scenarios rely on (decline, hang, apply-then-hang,
 //! unavailable, fail-always, expire-early), faults set by flag and at runtime through `PUT /faults`, and
-//! the scenario table of DESIGN.md §11.
+//! the scenario table of docs/getting-started.md.
 
 use std::collections::BTreeMap;
 use std::path::Path;

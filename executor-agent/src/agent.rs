@@ -360,7 +360,7 @@ impl ExecutorAgent {
 
 #[async_trait]
 impl Agent for ExecutorAgent {
-    /// A saga's task is its planner's (DESIGN.md §12): another planner gets
+    /// A saga's task is its planner's (docs/security.md): another planner gets
     /// TaskNotFound for it; approvers see every saga's task.
     fn scopes_tasks_to_callers(&self) -> bool {
         true

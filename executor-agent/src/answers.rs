@@ -1,4 +1,4 @@
-//! A person's answer on a saga's task (DESIGN.md §12): only an approver answers, and an
+//! A person's answer on a saga's task (docs/security.md): only an approver answers, and an
 //! approval names what it approves — the saga, the step and the SHA-256 of the step's
 //! arguments as they will be sent, shown on the task while it waits — with an expiry.
 //! Everything here is checked before the answer is recorded on the task, so a refused

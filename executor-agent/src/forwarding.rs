@@ -1,4 +1,4 @@
-//! Cancels and answers for a saga that another replica drives (DESIGN.md §13): the
+//! Cancels and answers for a saga that another replica drives (docs/running-the-executor.md): the
 //! replica that received one checks it as it would its own, then leaves it in the shared
 //! database (`saga_requests`) and announces it on a channel; the replica driving the saga
 //! takes it, carries it out as if it had been sent there, and writes the answer back,

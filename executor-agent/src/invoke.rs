@@ -1,5 +1,5 @@
 //! Calling tools. `Invoker` is what the driver needs; `A2aInvoker` calls A2A tool agents
-//! with the executor's credential for each agent and the saga context of DESIGN.md §7
+//! with the executor's credential for each agent and the saga context of spec/reversibility-v1.md
 //! (`Idempotency-Key`, `traceparent`, `baggage`, and the same context in message
 //! metadata under the extension URI), and classifies each answer as success, definite
 //! failure, or unknown outcome. `ToolInvoker` sends each call to the A2A or the MCP

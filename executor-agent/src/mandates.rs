@@ -1,4 +1,4 @@
-//! The executor's account of principals' mandates (DESIGN.md §12): what each saga
+//! The executor's account of principals' mandates (docs/security.md): what each saga
 //! reserved against its mandate's budget, what it spent once it ended, and which
 //! mandates their principals revoked.
 //!

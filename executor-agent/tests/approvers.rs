@@ -1,4 +1,4 @@
-//! People decide, planners do not; each planner sees its own sagas (DESIGN.md §12). Each
+//! People decide, planners do not; each planner sees its own sagas (docs/security.md). Each
 //! test sends its requests over A2A to the executor as `main` serves it, with two
 //! planners (`planner-1`, `planner-2`) and one approver (`approver-1`) trusted, and
 //! checks the refusal, and that the saga did not move: the same task, the same journal,

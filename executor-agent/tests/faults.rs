@@ -379,7 +379,7 @@ async fn a_pivot_answered_with_503s_escalates_without_unwinding_anything() {
     assert_pivot_escalates_without_unwinding(Fault::ServerError(ALWAYS)).await;
 }
 
-/// DESIGN.md §7: a 5xx is an unknown outcome, whatever its body says.
+/// spec/reversibility-v1.md: a 5xx is an unknown outcome, whatever its body says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pivot_answered_with_500s_carrying_a_json_rpc_error_escalates_without_unwinding() {
     assert_pivot_escalates_without_unwinding(Fault::ServerErrorRpc(ALWAYS)).await;

@@ -1,5 +1,5 @@
 //! The executor runs whatever a curated declaration says and knows no tool by name: its
-//! source must not mention any tool of the demo scenarios (DESIGN.md §11).
+//! source must not mention any tool of the demo scenarios (docs/getting-started.md).
 
 use std::path::Path;
 

@@ -362,7 +362,7 @@ impl Planner {
         let artifact = Artifact {
             artifact_id: PLAN_ARTIFACT.into(),
             name: Some(PLAN_ARTIFACT.into()),
-            description: Some("The signed plan (DESIGN.md §5)".into()),
+            description: Some("The signed plan (docs/plans-and-mandates.md)".into()),
             parts: vec![Part::data(plan.clone())],
             metadata: None,
             extensions: None,

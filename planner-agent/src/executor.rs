@@ -2,7 +2,7 @@
 //! the A2A calls on the executor's tasks, each authenticated with a fresh short-lived
 //! EdDSA JWT (`iss` = the planner's key id, `aud` = the executor's id, a new `jti`).
 //! This is the only way out of the planner: it holds no tool credentials. Given several
-//! executor replicas (one database, DESIGN.md §13: any of them answers for every saga),
+//! executor replicas (one database, docs/running-the-executor.md: any of them answers for every saga),
 //! the link uses one until it cannot be reached, then the next.
 
 use std::sync::Arc;

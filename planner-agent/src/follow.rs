@@ -5,7 +5,7 @@
 //! executor's task waits for a person, the planner's task shows AUTH_REQUIRED: A2A's
 //! state for a task that waits for authorization from someone other than its client.
 //! The decision is an approver's, on the executor's task (a planner never decides,
-//! DESIGN.md §12), so its status names that task and where it is, and the planner
+//! docs/security.md), so its status names that task and where it is, and the planner
 //! keeps following it and moves on when it does. INPUT_REQUIRED would invite the client
 //! to answer here, which the planner refuses.
 

@@ -30,7 +30,7 @@
 //! # Mandates
 //!
 //! The planner holds no principal key and grants itself nothing. Every plan runs under a
-//! principal's signed mandate (DESIGN.md §12): the goal's own (data part `mandate`) or
+//! principal's signed mandate (docs/security.md): the goal's own (data part `mandate`) or
 //! else the planner's (`Settings::mandate`, `--mandate FILE`), embedded in the plan
 //! exactly as received, the principal's signature intact ([`mandate`]). Before it signs,
 //! the planner refuses (REJECTED, nothing submitted) a goal without a mandate, one whose

@@ -1,4 +1,4 @@
-//! The mandate a plan runs under: a principal's signed grant (DESIGN.md §12), given to
+//! The mandate a plan runs under: a principal's signed grant (docs/security.md), given to
 //! the planner as a file (`--mandate`) or with a goal (data part `mandate`). The planner
 //! holds no principal key and cannot change a grant: it embeds the document exactly as
 //! received, signatures included, and checks beforehand what it can without the

@@ -55,7 +55,7 @@ impl Templates {
         Self(templates)
     }
 
-    /// The built-in templates: supplier onboarding and the MCP checkout (DESIGN.md §11).
+    /// The built-in templates: supplier onboarding and the MCP checkout (docs/getting-started.md).
     pub fn builtin() -> Self {
         let alias = |skill: &str, input: &str, from: &str| Alias {
             skill: skill.into(),

@@ -360,6 +360,19 @@ async function main() {
     const saved = await page.evaluate((k) => sessionStorage.getItem(k), SESSION_KEY);
     assert(saved === null, 'a session is still stored');
   });
+  await check("a link to a saga's page opens it once logged in", async () => {
+    const link = `${CONSOLE_URL}#/saga/${encodeURIComponent(COMPENSATED_SAGA)}`;
+    await page.goto(link);
+    await page.locator('#login-token').waitFor({ state: 'visible', timeout: TIMEOUT });
+    await loginWith(OPERATOR_TOKEN, 'operator');
+    await page.locator('svg[data-testid=timeline]').waitFor({ timeout: TIMEOUT });
+    const hash = await page.evaluate(() => location.hash);
+    assert(hash === `#/saga/${encodeURIComponent(COMPENSATED_SAGA)}`, `the login left the link for ${hash}`);
+    const state = (await page.textContent('[data-testid=saga-state]')).trim();
+    await page.click('#logout');
+    await page.locator('#login-token').waitFor({ state: 'visible', timeout: TIMEOUT });
+    return `${link} shows the saga (${state})`;
+  });
   await check('an approver logs in through the form', () => loginWith(APPROVER_TOKEN, 'approver'));
   await check('the waiting page shows ESCALATED_SAGA with its answers', async () => {
     await page.click('a[href="#/waiting"]');

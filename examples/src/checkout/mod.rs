@@ -1,4 +1,4 @@
-//! The MCP checkout scenario of DESIGN.md §11, the reference scenario of SEP-3172: an MCP
+//! The MCP checkout scenario of docs/getting-started.md, the reference scenario of SEP-3172: an MCP
 //! server (rmcp, streamable HTTP at `/mcp`) with `reserve_inventory`, `charge_payment`,
 //! `create_shipment`, `refund_payment` and `release_inventory`, recovery metadata
 //! exposed as chosen (`annotations.recovery`, `_meta["dev.sagaplane/recovery"]`, both or

@@ -28,7 +28,7 @@ pub const TOOLS: [&str; 5] = [
     RELEASE_INVENTORY,
 ];
 
-/// The `_meta` key of a tool's recovery declaration (DESIGN.md §8), for clients whose SDK
+/// The `_meta` key of a tool's recovery declaration, for clients whose SDK
 /// drops unknown annotation keys.
 pub const RECOVERY_META_KEY: &str = "dev.sagaplane/recovery";
 

@@ -114,8 +114,9 @@ pub fn parse_fault(spec: &str) -> Result<(String, FaultMode)> {
     Ok((skill.to_owned(), mode.trim().parse()?))
 }
 
-/// The faults behind each `--fail-at` mode of the supplier-onboarding demo (DESIGN.md
-/// §11): `none`, `compliance`, `capture-decline`, `capture-unknown`, `email`, `release`.
+/// The faults behind each `--fail-at` mode of the supplier-onboarding demo
+/// (docs/getting-started.md): `none`, `compliance`, `capture-decline`,
+/// `capture-unknown`, `email`, `release`.
 pub fn scenario_faults(fail_at: &str) -> Result<Vec<(String, FaultMode)>> {
     let faults: &[(&str, FaultMode)] = match fail_at {
         "none" => &[],

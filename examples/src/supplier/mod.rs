@@ -1,4 +1,4 @@
-//! The six supplier-onboarding tool agents of the demo (DESIGN.md §11): real A2A servers on
+//! The six supplier-onboarding tool agents of the demo (docs/getting-started.md): real A2A servers on
 //! the hosting layer that require a bearer token, honour `Idempotency-Key`, keep a durable
 //! SQLite ledger of their effects, accept compensations of calls that never happened, and
 //! take injected faults (by flag, or at runtime through `PUT /faults`).

@@ -1,9 +1,9 @@
 //! The HTTP client under `rmcp`'s streamable-HTTP transport. It adds two things to the
 //! SDK's own reqwest client: the saga's `traceparent`, `baggage` and `Idempotency-Key`
 //! travel as HTTP headers too (lifted from the request's `_meta`, where SEP-414 puts trace
-//! context), as on every A2A call (DESIGN.md §7), and the raw JSON
+//! context), as on every A2A call (spec/reversibility-v1.md), and the raw JSON
 //! of `tools/list` results is kept, because the SDK's typed tool annotations drop the
-//! SEP-3172 `annotations.recovery` key (DESIGN.md §8).
+//! SEP-3172 `annotations.recovery` key.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

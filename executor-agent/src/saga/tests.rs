@@ -1,4 +1,4 @@
-//! The engine driven through every path of DESIGN.md §7 with scripted events: the exact
+//! The engine driven through every path of spec/reversibility-v1.md with scripted events: the exact
 //! calls it asks for, in order, and how it ends. No network, no clock, no sleeps.
 
 use std::collections::HashMap;

@@ -1,5 +1,5 @@
 //! `sagaplane cards sign|verify|register`: agent cards, and the curated manifests that
-//! stand for MCP servers (DESIGN.md §8).
+//! stand for MCP servers.
 
 use std::path::{Path, PathBuf};
 

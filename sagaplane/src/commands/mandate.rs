@@ -1,5 +1,5 @@
 //! `sagaplane mandate sign|verify|revoke|show`: a principal's grants to planners
-//! (DESIGN.md §12). Signing and revoking need the principal's private key; nothing here
+//! (docs/security.md). Signing and revoking need the principal's private key; nothing here
 //! needs a planner's.
 
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! `sagaplane task resolve`: a person's answer on a saga that waits for one, signed with
-//! the approver's key (only an approver answers; DESIGN.md §12). An approval is bound to
+//! the approver's key (only an approver answers; docs/security.md). An approval is bound to
 //! what it approves: the step and the arguments the executor shows on the task, whose
 //! hash is computed again here, so what is printed is what is approved.
 

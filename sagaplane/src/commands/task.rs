@@ -140,7 +140,7 @@ pub fn run(command: TaskCommand) -> Result<(), Failure> {
                         pretty(&serde_json::to_value(&task).unwrap_or_default())
                     );
                 } else {
-                    print!("{}", describe(&task));
+                    print!("{}", describe(&task, Some(&agent)));
                 }
                 Ok(())
             }
@@ -172,7 +172,7 @@ pub fn run(command: TaskCommand) -> Result<(), Failure> {
                     .cancel_task(&credentials.call()?, &task)
                     .await
                     .map_err(|e| failure("cannot cancel the task", e))?;
-                print!("{}", describe(&task));
+                print!("{}", describe(&task, Some(&agent)));
                 Ok(())
             }
             TaskCommand::Resolve {
@@ -183,7 +183,7 @@ pub fn run(command: TaskCommand) -> Result<(), Failure> {
             } => {
                 let task =
                     super::resolve::resolve(&agent, &task, resolution.wire(), &approver).await?;
-                print!("{}", describe(&task));
+                print!("{}", describe(&task, Some(&agent)));
                 outcome(&task)
             }
         }
@@ -240,7 +240,7 @@ pub fn send(
                 .get_task(&credentials.call()?, &task_id)
                 .await
                 .map_err(|e| failure("cannot get the task", e))?;
-            print!("{}", describe(&task));
+            print!("{}", describe(&task, Some(planner)));
             return outcome(&task);
         }
         let request = message(Some(goal), data, None, !dry_run);
@@ -254,11 +254,11 @@ pub fn send(
                 .and_then(artifact_data);
             match plan {
                 Some(plan) => println!("{}", pretty(plan)),
-                None => print!("{}", describe(&task)),
+                None => print!("{}", describe(&task, Some(planner))),
             }
             return outcome(&task);
         }
-        print!("{}", describe(&task));
+        print!("{}", describe(&task, Some(planner)));
         println!(
             "follow it with: sagaplane task watch --agent {planner} {} (with the same credentials)",
             task.id
@@ -313,7 +313,7 @@ pub fn submit(
             .get_task(&credentials.call()?, &task_id)
             .await
             .map_err(|e| failure("cannot get the task", e))?;
-        print!("{}", describe(&task));
+        print!("{}", describe(&task, Some(executor)));
         if !watch_it && !stopped(&task.status.state) {
             println!(
                 "follow it with: sagaplane task watch --agent {executor} {} (with the same credentials)",
@@ -396,7 +396,7 @@ async fn watch(agent: &str, id: &str, credentials: &Credentials) -> Result<(), F
         .get_task(&credentials.call()?, id)
         .await
         .map_err(|e| failure("cannot get the task", e))?;
-    print!("{}", describe(&task));
+    print!("{}", describe(&task, Some(agent)));
     outcome(&task)
 }
 
@@ -478,8 +478,10 @@ fn list_line(task: &Task) -> String {
     )
 }
 
-/// A task for people: state, metadata, status message, and the saga ledger as a table.
-pub fn describe(task: &Task) -> String {
+/// A task for people: state, metadata, the saga's page in the executor's console, the
+/// status message, and the saga ledger as a table. `agent` is the URL the task was read
+/// from (an executor's task links to its console there).
+pub fn describe(task: &Task, agent: Option<&str>) -> String {
     let mut out = format!("task {}  {}\n", task.id, state_name(&task.status.state));
     if let Some(metadata) = &task.metadata {
         for (key, value) in metadata {
@@ -488,6 +490,9 @@ pub fn describe(task: &Task) -> String {
                 .map_or_else(|| value.to_string(), str::to_owned);
             out.push_str(&format!("  {key}: {value}\n"));
         }
+    }
+    if let Some(link) = console_link(task, agent) {
+        out.push_str(&format!("  console: {link}\n"));
     }
     if let Some(message) = &task.status.message {
         for line in message_text(message).lines() {
@@ -507,6 +512,32 @@ pub fn describe(task: &Task) -> String {
         out.push_str(&ledger_table(&ledger));
     }
     out
+}
+
+/// The saga's page in its executor's console: a planner's task names the executor and
+/// its task (`executorUrl`, `executorTaskId`); an executor's task carries its `sagaId`.
+pub fn console_link(task: &Task, agent: Option<&str>) -> Option<String> {
+    let metadata = task.metadata.as_ref()?;
+    let text = |key: &str| metadata.get(key).and_then(serde_json::Value::as_str);
+    let (base, id) = match (text("executorUrl"), text("executorTaskId"), text("sagaId")) {
+        (Some(url), Some(task_id), _) => (url, task_id),
+        (_, _, Some(saga_id)) => (agent?, saga_id),
+        _ => return None,
+    };
+    // Ids are plain ([A-Za-z0-9_-] and UUIDs); anything else is escaped for the fragment.
+    let id: String = id
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(b).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect();
+    Some(format!(
+        "{}/console/#/saga/{id}",
+        base.trim_end_matches('/')
+    ))
 }
 
 /// The saga ledger: one row per step.
@@ -575,7 +606,7 @@ pub fn ledger_table(ledger: &Value) -> String {
 mod tests {
     use serde_json::json;
 
-    use super::ledger_table;
+    use super::{console_link, ledger_table};
 
     #[test]
     fn the_ledger_says_why_a_step_failed_and_what_each_compensation_was_sent() {
@@ -601,5 +632,29 @@ mod tests {
             "{table}"
         );
         assert!(!table.contains('\u{1b}'));
+    }
+
+    #[test]
+    fn a_saga_links_to_its_page_in_the_executors_console() {
+        let task = |metadata: serde_json::Value| -> agent_host::sdk::Task {
+            serde_json::from_value(json!({"id": "t_1", "contextId": "c_1",
+                "status": {"state": "TASK_STATE_COMPLETED"}, "metadata": metadata}))
+            .unwrap()
+        };
+        // An executor's task, read from the executor.
+        let executor = task(json!({"sagaId": "sg_1", "owner": "planner-1"}));
+        assert_eq!(
+            console_link(&executor, Some("http://127.0.0.1:7300/")).as_deref(),
+            Some("http://127.0.0.1:7300/console/#/saga/sg_1")
+        );
+        assert_eq!(console_link(&executor, None), None);
+        // A planner's task names the executor and its task.
+        let planner = task(json!({"executorUrl": "http://exec:7300",
+            "executorTaskId": "01a2-3 b"}));
+        assert_eq!(
+            console_link(&planner, Some("http://planner:7400")).as_deref(),
+            Some("http://exec:7300/console/#/saga/01a2-3%20b")
+        );
+        assert_eq!(console_link(&task(json!({})), Some("http://x")), None);
     }
 }

@@ -1,4 +1,4 @@
-//! The demo's principal and the mandate it grants the demo planner (DESIGN.md §12): a
+//! The demo's principal and the mandate it grants the demo planner (docs/security.md): a
 //! fresh principal key each run, a mandate signed with it for the supplier agents'
 //! skills, the executor's account of it before and after the saga, and, with
 //! `--fail-at over-budget`, a second goal whose plan the executor refuses

@@ -30,7 +30,7 @@ pub enum Scenario {
     Checkout,
 }
 
-/// Where the supplier saga goes wrong (DESIGN §11).
+/// Where the supplier saga goes wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FailAt {
     None,
@@ -122,7 +122,7 @@ fn private_folder(work: &Path) -> Result<(), Failure> {
     builder.recursive(false).create(work).map_err(cannot)
 }
 
-/// The keys of one demo run (DESIGN.md §12): the platform signs the cards, the planner
+/// The keys of one demo run (docs/security.md): the platform signs the cards, the planner
 /// signs and submits plans, the approver (a person) answers the sagas that wait for one.
 struct DemoKeys {
     platform: SigningIdentity,
@@ -832,7 +832,10 @@ async fn saga(
         planned.id,
         state_name(&planned.status.state)
     );
-    println!("executor's {}", crate::commands::describe(&task));
+    println!(
+        "executor's {}",
+        crate::commands::describe(&task, Some(&running.executor_url()))
+    );
     let after = mandate::show(running, "after the saga", clock).await?;
     let (second, mut refused) = if fail_at == FailAt::OverBudget {
         let (second, problems) = mandate::second_saga(running, clock).await?;
