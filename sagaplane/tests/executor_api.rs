@@ -175,6 +175,37 @@ async fn cards_register_and_validate_against_the_executors_catalog() {
     let out = cli(validate(&[]), None).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--planner-key"), "{}", stderr(&out));
+
+    // `plan submit`: a plan with five mistakes is refused, every violation with its code,
+    // with --watch and without.
+    let mut five: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("examples/plans/five-violations.json")).unwrap(),
+    )
+    .unwrap();
+    planner.sign_in_place(&mut five).unwrap();
+    let five = write_json(&dir.path().join("five.json"), &five);
+    for watch in [true, false] {
+        let mut submit = args(&["plan", "submit", &five, "--executor", &url, "--jwt-key", &key]);
+        if watch {
+            submit.push("--watch".into());
+        }
+        let out = cli(submit, None).await;
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let said = stdout(&out);
+        assert!(said.contains("REJECTED"), "{said}");
+        for code in [
+            "IDEMPOTENCY_KEY_MISMATCH",
+            "ARGS_INVALID",
+            "BAD_REFERENCE",
+            "MANDATE_EXCEEDED",
+            "CLASS_MISMATCH",
+        ] {
+            assert!(said.contains(code), "watch {watch}: no {code} in\n{said}");
+        }
+    }
+    let out = cli(args(&["plan", "submit", &five, "--executor", &url]), None).await;
+    assert_eq!(out.status.code(), Some(2), "no credential");
+    assert!(stderr(&out).contains("--jwt-key"), "{}", stderr(&out));
     let stranger_key = write_json(&dir.path().join("stranger.jwk"), &stranger.private_jwk());
     let out = cli(validate(&["--planner-key", &stranger_key]), None).await;
     assert_eq!(
