@@ -15,6 +15,7 @@ use crate::reversibility::{REVERSIBILITY_EXTENSION_URI, ReversibilityParams, Ski
 pub struct CatalogAgent {
     #[serde(default)]
     pub description: String,
+    #[serde(deserialize_with = "crate::reversibility::skills")]
     pub skills: BTreeMap<String, SkillDeclaration>,
 }
 
@@ -85,8 +86,8 @@ pub fn agent_from_card(card: &Value) -> Result<(String, CatalogAgent)> {
                 "agent card {name:?} has no {REVERSIBILITY_EXTENSION_URI} extension"
             ))
         })?;
-    let params = extension.get("params").cloned().unwrap_or(Value::Null);
-    let params = ReversibilityParams::deserialize(params).map_err(|e| {
+    let params = extension.get("params").unwrap_or(&Value::Null);
+    let params = ReversibilityParams::from_value(params).map_err(|e| {
         Error::Card(format!(
             "agent card {name:?}: the reversibility params do not type: {e}"
         ))
@@ -126,7 +127,9 @@ pub fn agent_from_card(card: &Value) -> Result<(String, CatalogAgent)> {
 /// skill whose result others may bind from (every skill a plan may call, that is every
 /// one that is not only the undo of another, and every one whose undo reads its
 /// response) but whose `outputSchema` is missing or names no member, so that pointers
-/// into its result cannot be checked before the first effect. One sentence each.
+/// into its result cannot be checked before the first effect; and each skill that takes
+/// an amount of money but declares no `spend`, which no mandate's budget then counts.
+/// One sentence each.
 pub fn registration_warnings(agent: &CatalogAgent) -> Vec<String> {
     let undo_only = |skill: &str| {
         agent
@@ -163,6 +166,30 @@ pub fn registration_warnings(agent: &CatalogAgent) -> Vec<String> {
             }
             Some(_) => {}
         }
+        if declaration.spend.is_none()
+            && let Some(fields) = money_arguments(declaration)
+        {
+            out.push(format!(
+                "{skill} takes {fields} but declares no spend: a mandate's budget counts nothing \
+                 of it; if it moves money, declare spend (amountMinor and currency from its arguments)"
+            ));
+        }
     }
     out
+}
+
+/// The arguments of a skill that look like an amount of money (an integer amount and a
+/// currency, by their names), as a phrase; `None` when it takes none.
+fn money_arguments(declaration: &SkillDeclaration) -> Option<String> {
+    let properties = declaration
+        .input_schema
+        .as_ref()?
+        .get("properties")?
+        .as_object()?;
+    let named = |names: &[&'static str]| -> Option<&'static str> {
+        names.iter().copied().find(|n| properties.contains_key(*n))
+    };
+    let amount = named(&["amountMinor", "amount", "amountCents", "price", "total"])?;
+    let currency = named(&["currency", "currencyCode"])?;
+    Some(format!("{amount} and {currency}"))
 }
