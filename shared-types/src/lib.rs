@@ -13,6 +13,7 @@ pub mod money;
 pub mod plan;
 pub mod reversibility;
 pub mod signing;
+mod strict;
 pub mod validate;
 
 pub use catalog::{Catalog, CatalogAgent};

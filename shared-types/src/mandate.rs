@@ -5,16 +5,18 @@
 //! but never raise, extend or widen what it was granted.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::expr::is_valid_id;
 use crate::money::Money;
-use crate::signing::{JwsSignature, SigningIdentity, TrustStore};
+use crate::signing::{self, JwsSignature, SigningIdentity, TrustStore};
+use crate::strict;
 
 /// A principal's grant: a budget across sagas, a validity window, and the agents and
-/// skills it may be spent on, for the planners it names.
+/// skills it may be spent on, for the planners it names. Read strictly, as
+/// `spec/schemas/mandate.schema.json` says (see `strict`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Mandate {
@@ -25,18 +27,30 @@ pub struct Mandate {
     /// Key ids of the planners that may sign plans under it.
     pub grantees: Vec<String>,
     /// The total, across every saga run under it.
+    #[serde(deserialize_with = "budget")]
     pub budget: Money,
     /// The most one saga may spend, when less than the budget.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "per_saga"
+    )]
     pub per_saga: Option<Money>,
     /// How many sagas may run under it, when bounded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_sagas: Option<u32>,
+    #[serde(deserialize_with = "strict::date_time")]
     pub not_before: DateTime<Utc>,
+    #[serde(deserialize_with = "strict::date_time")]
     pub not_after: DateTime<Utc>,
     /// The agents and skills it may be spent on; a step outside is refused.
+    #[serde(deserialize_with = "scope")]
     pub scope: Vec<ScopeEntry>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "signing::signatures"
+    )]
     pub signatures: Vec<JwsSignature>,
 }
 
@@ -53,11 +67,28 @@ pub struct ScopeEntry {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Revocation {
     pub revoked_mandate_id: String,
+    #[serde(deserialize_with = "strict::date_time")]
     pub revoked_at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "signing::signatures"
+    )]
     pub signatures: Vec<JwsSignature>,
+}
+
+fn budget<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Money, D::Error> {
+    strict::object(deserializer, "budget")
+}
+
+fn per_saga<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Money>, D::Error> {
+    strict::optional_object(deserializer, "perSaga")
+}
+
+fn scope<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<ScopeEntry>, D::Error> {
+    strict::objects(deserializer, "scope")
 }
 
 /// The most grantees and scope entries a mandate may list: enough for any real grant,
@@ -67,7 +98,7 @@ pub const MAX_LISTED: usize = 256;
 impl Mandate {
     /// Types a mandate from JSON, naming the member that does not fit.
     pub fn from_value(value: &Value) -> std::result::Result<Self, String> {
-        Self::deserialize(value).map_err(|e| e.to_string())
+        strict::document(value, "a mandate")
     }
 
     /// What is wrong with the mandate's content, each as one sentence; empty when
@@ -159,7 +190,7 @@ pub fn verify_grant(
 
 impl Revocation {
     pub fn from_value(value: &Value) -> std::result::Result<Self, String> {
-        Self::deserialize(value).map_err(|e| e.to_string())
+        strict::document(value, "a revocation")
     }
 
     /// Signs the revocation as `principal` and returns it as JSON with its signature.

@@ -138,7 +138,11 @@ pub struct ManifestTool {
     pub pivot: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::reversibility::retry"
+    )]
     pub retry: Option<RetryPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undo_ttl_seconds: Option<u64>,
@@ -150,15 +154,24 @@ pub struct ManifestTool {
     pub requires_approval: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_timeout_seconds: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::reversibility::spend"
+    )]
     pub spend: Option<SpendDeclaration>,
     /// The server's recovery declaration, pinned exactly. `None`: the curator accepts no
     /// recovery for this tool, and a server that declares one is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<Value>,
     /// Curated addition: how to find the work when the forward call's outcome is unknown
-    /// (SEP-3172 has no such binding; without it such a step escalates).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// (SEP-3172 has no such binding; without it such a step escalates). A JSON object,
+    /// as a compensation's `argsWhenUnknown` is; null reads as absent.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::strict::optional_any_object"
+    )]
     pub args_when_unknown: Option<Value>,
 }
 

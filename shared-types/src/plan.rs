@@ -1,29 +1,40 @@
 //! The plan artifact: the typed, signed boundary between the intent and execution planes.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::mandate::Mandate;
-use crate::reversibility::{Compensation, ReversibilityClass};
-use crate::signing::JwsSignature;
+use crate::reversibility::{self, Compensation, ReversibilityClass};
+use crate::signing::{self, JwsSignature};
+use crate::strict;
 
 /// A signed plan. Unknown members are refused: a misspelt field in a safety artifact
-/// must not be ignored silently.
+/// must not be ignored silently. Read strictly, as `spec/schemas/plan.schema.json` says:
+/// objects only as JSON objects, `createdAt` only as RFC 3339 (see `strict`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Plan {
     pub saga_id: String,
     pub plan_version: u32,
     pub goal: String,
+    #[serde(deserialize_with = "strict::date_time")]
     pub created_at: DateTime<Utc>,
+    #[serde(deserialize_with = "authored_by")]
     pub authored_by: AuthoredBy,
     /// The principal's grant the plan runs under, embedded with its signature.
+    #[serde(deserialize_with = "mandate")]
     pub mandate: Mandate,
-    /// Index of the first irreversible step; `null` when there is none.
+    /// Index of the first irreversible step; `null` when there is none. Always written;
+    /// an absent member reads as `null`.
     pub pivot_index: Option<usize>,
+    #[serde(deserialize_with = "steps")]
     pub steps: Vec<Step>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "signing::signatures"
+    )]
     pub signatures: Vec<JwsSignature>,
 }
 
@@ -49,16 +60,28 @@ pub struct Step {
     pub skill: String,
     /// A JSON object (refused otherwise); kept as a `Value` so checks and bindings
     /// read it without copying.
-    #[serde(deserialize_with = "object")]
+    #[serde(deserialize_with = "strict::any_object")]
     pub args: Value,
     pub class: ReversibilityClass,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "reversibility::compensation"
+    )]
     pub compensation: Option<Compensation>,
     pub idempotency_key: String,
 }
 
-fn object<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
-    serde_json::Map::deserialize(deserializer).map(Value::Object)
+fn authored_by<'de, D: Deserializer<'de>>(deserializer: D) -> Result<AuthoredBy, D::Error> {
+    strict::object(deserializer, "authoredBy")
+}
+
+fn mandate<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Mandate, D::Error> {
+    strict::object(deserializer, "mandate")
+}
+
+fn steps<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Step>, D::Error> {
+    strict::objects(deserializer, "steps")
 }
 
 /// The idempotency key of a forward call: derived from the plan's identity, so that
@@ -75,7 +98,7 @@ pub fn undo_idempotency_key(saga_id: &str, step_id: &str) -> String {
 impl Plan {
     /// Types a plan from JSON, naming the field that does not fit.
     pub fn from_value(value: &Value) -> Result<Self, String> {
-        Self::deserialize(value).map_err(|e| e.to_string())
+        strict::document(value, "a plan")
     }
 
     pub fn step(&self, id: &str) -> Option<&Step> {

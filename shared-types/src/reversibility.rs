@@ -2,11 +2,14 @@
 //! declared compensation, timing and spend, as an agent card or MCP manifest declares it.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::expr::{self, Source};
+use crate::strict;
 
 /// The URI under which agent cards declare reversibility in `capabilities.extensions`.
 pub const REVERSIBILITY_EXTENSION_URI: &str = "urn:sagaplane:ext:reversibility:v1";
@@ -14,8 +17,9 @@ pub const REVERSIBILITY_EXTENSION_URI: &str = "urn:sagaplane:ext:reversibility:v
 /// Default per-attempt timeout when a declaration gives none.
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 
-/// How a skill's effect can be undone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// How a skill's effect can be undone. Written, and read, as its name only (serde's
+/// derive would also read `{"compensable": null}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReversibilityClass {
     /// Has a declared compensation.
@@ -27,6 +31,9 @@ pub enum ReversibilityClass {
 }
 
 impl ReversibilityClass {
+    const ALL: [Self; 3] = [Self::Compensable, Self::Retriable, Self::Irreversible];
+    const NAMES: [&'static str; 3] = ["compensable", "retriable", "irreversible"];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Compensable => "compensable",
@@ -36,16 +43,43 @@ impl ReversibilityClass {
     }
 }
 
+impl<'de> Deserialize<'de> for ReversibilityClass {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl Visitor<'_> for Name {
+            type Value = ReversibilityClass;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let names = ReversibilityClass::NAMES;
+                write!(f, "a reversibility class, one of the strings {names:?}")
+            }
+            fn visit_str<E: de::Error>(self, name: &str) -> Result<Self::Value, E> {
+                ReversibilityClass::ALL
+                    .into_iter()
+                    .find(|class| class.as_str() == name)
+                    .ok_or_else(|| E::unknown_variant(name, &ReversibilityClass::NAMES))
+            }
+        }
+        deserializer.deserialize_str(Name)
+    }
+}
+
 /// A compensation: the skill to call and how to bind its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Compensation {
     /// A skill of the same agent (an MCP tool of the same server).
     pub skill: String,
-    /// Bindings over the forward call (`$response.body`, `$request.body`, `$step.*`, `$saga.id`).
+    /// Bindings over the forward call (`$response.body`, `$request.body`, `$step.*`,
+    /// `$saga.id`): a JSON object (refused otherwise), as a step's arguments are.
+    #[serde(deserialize_with = "strict::any_object")]
     pub args: Value,
     /// Bindings used when the forward call's outcome is unknown: no response to bind from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A JSON object when present; null reads as absent.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict::optional_any_object"
+    )]
     pub args_when_unknown: Option<Value>,
 }
 
@@ -80,12 +114,52 @@ impl RetryPolicy {
     }
 }
 
-/// What a step spends: two bindings over its own arguments, or literals.
+/// What a step spends: two bindings over its own arguments, or literals. Each is read as
+/// a number or a string; `SkillDeclaration::problems` checks that a string starting with
+/// `$` is one `$request.body` expression.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SpendDeclaration {
+    #[serde(deserialize_with = "literal_or_expression")]
     pub amount_minor: Value,
+    #[serde(deserialize_with = "literal_or_expression")]
     pub currency: Value,
+}
+
+fn literal_or_expression<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
+    match Value::deserialize(deserializer)? {
+        value @ (Value::Number(_) | Value::String(_)) => Ok(value),
+        other => Err(de::Error::custom(format_args!(
+            "invalid type: {}, expected a number or a string (a literal or a $request.body expression)",
+            strict::kind(&other)
+        ))),
+    }
+}
+
+/// The members of a declaration, and of an MCP manifest's tool, that hold a struct: read
+/// only from a JSON object (see `strict`).
+pub(crate) fn compensation<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Compensation>, D::Error> {
+    strict::optional_object(deserializer, "compensation")
+}
+
+pub(crate) fn retry<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<RetryPolicy>, D::Error> {
+    strict::optional_object(deserializer, "retry")
+}
+
+pub(crate) fn spend<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<SpendDeclaration>, D::Error> {
+    strict::optional_object(deserializer, "spend")
+}
+
+pub(crate) fn skills<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, SkillDeclaration>, D::Error> {
+    strict::object_values(deserializer, "skills")
 }
 
 /// One skill's reversibility declaration.
@@ -93,7 +167,11 @@ pub struct SpendDeclaration {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SkillDeclaration {
     pub class: ReversibilityClass,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "compensation"
+    )]
     pub compensation: Option<Compensation>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub idempotent: bool,
@@ -103,7 +181,11 @@ pub struct SkillDeclaration {
     pub pivot: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "retry"
+    )]
     pub retry: Option<RetryPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undo_ttl_seconds: Option<u64>,
@@ -116,7 +198,11 @@ pub struct SkillDeclaration {
     pub requires_approval: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_timeout_seconds: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "spend"
+    )]
     pub spend: Option<SpendDeclaration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_schema: Option<Value>,
@@ -356,5 +442,15 @@ fn undo_expires_at_problem(text: &str) -> Option<String> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReversibilityParams {
+    #[serde(deserialize_with = "skills")]
     pub skills: BTreeMap<String, SkillDeclaration>,
+}
+
+impl ReversibilityParams {
+    /// Types the params from JSON, as `spec/schemas/skill-declarations.schema.json` says
+    /// (objects only as JSON objects), naming the member that does not fit. Says nothing
+    /// of what `SkillDeclaration::problems` checks.
+    pub fn from_value(value: &Value) -> Result<Self, String> {
+        strict::document(value, "the reversibility params")
+    }
 }

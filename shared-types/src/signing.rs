@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::json;
+use crate::{json, strict};
 
 /// The member that carries signatures, excluded from what is signed.
 pub const SIGNATURES_MEMBER: &str = "signatures";
@@ -27,6 +27,14 @@ pub struct JwsSignature {
     /// Unprotected header; never trusted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub header: Option<Value>,
+}
+
+/// Reads a signed document's `signatures` member: an array of JSON objects, each a
+/// `JwsSignature` (never serde's array form of one).
+pub(crate) fn signatures<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<JwsSignature>, D::Error> {
+    strict::objects(deserializer, SIGNATURES_MEMBER)
 }
 
 /// An RFC 8037 OKP JSON Web Key (public, or private when `d` is present).
@@ -266,7 +274,7 @@ impl TrustStore {
             Some(Value::Array(items)) if items.is_empty() => {
                 return Err(Error::SignatureInvalid("it carries no signature".into()));
             }
-            Some(v) => Vec::<JwsSignature>::deserialize(v)
+            Some(v) => strict::objects_of::<JwsSignature>(v, SIGNATURES_MEMBER)
                 .map_err(|e| malformed(format!("the signatures member does not type: {e}")))?,
         };
         let payload = signing_payload(object).map_err(|e| malformed(e.to_string()))?;
