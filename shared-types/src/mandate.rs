@@ -1,5 +1,5 @@
 //! Mandates: a principal's signed grant of spending authority to named planners, and
-//! its revocation (DESIGN.md §12). Both are signed as plans and cards are (JWS over the
+//! its revocation (docs/security.md). Both are signed as plans and cards are (JWS over the
 //! RFC 8785 canonical JSON without `signatures`). A plan embeds the mandate it runs
 //! under with the principal's signature intact, so a planner can narrow what it spends
 //! but never raise, extend or widen what it was granted.

@@ -1,6 +1,6 @@
 //! MCP tools in the catalog: SEP-3172 recovery declarations and the curated manifest that
 //! decides which of a server's tools the executor may call, with which class, and which
-//! recovery declarations it accepts (DESIGN.md §8).
+//! recovery declarations it accepts.
 //!
 //! A server's own metadata is never trusted by itself: the manifest is signed by a
 //! platform key and pins each accepted declaration, so a server that changes its declared
@@ -47,7 +47,7 @@ pub struct CompensatingOperation {
 }
 
 impl Recovery {
-    /// Reads a declaration and checks what SEP-3172 and DESIGN.md §8 allow: the
+    /// Reads a declaration and checks what SEP-3172 and the curated manifests allow: the
     /// `compensation` strategy, and parameters that read only `$response.body` (the
     /// call's `structuredContent`) or `$request.body` (its `arguments`).
     pub fn parse(value: &Value) -> Result<Self, String> {

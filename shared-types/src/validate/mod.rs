@@ -1,4 +1,4 @@
-//! The static plan validator: every check of DESIGN.md §6, against the curated catalog
+//! The static plan validator: every check of docs/plans-and-mandates.md, against the curated catalog
 //! and the trusted planner keys, before a single side effect. It reports all violations,
 //! in a deterministic order (plan-level first, then by step, then by code).
 
