@@ -214,7 +214,7 @@ fn start_executor(
         .arg(public("principal.pub.jwk", &keys.principal))
         .arg("--credentials")
         .arg(write(dir, "credentials.json", &Value::Object(credentials)))
-        // A blocking send holds its request turn until its saga ends (README, security).
+        // A blocking send holds its request turn until its saga ends (docs/security.md).
         .args([
             "--max-concurrent-requests",
             "4096",

@@ -150,7 +150,7 @@ async function metricsNow() {
     assert(text.includes(`# TYPE ${family}`), `/metrics has no "# TYPE ${family}"`);
   }
   const samples = parseMetrics(text);
-  // As the README's PromQL: compensations that succeeded, of those that ended (a
+  // As the PromQL in docs/running-the-executor.md: compensations that succeeded, of those that ended (a
   // failed attempt is retried; dead_lettered and unavailable went to a person).
   const total = sum(samples, COMPENSATIONS, (l) => l.outcome !== 'failed');
   const succeeded = sum(samples, COMPENSATIONS, (l) => l.outcome === 'succeeded');
@@ -267,7 +267,7 @@ async function main() {
       const { m = {}, rate, open, rows } = seen;
       let why = `page rate ${rate}, /metrics ${m.rate} (${m.succeeded} succeeded of ${m.total}); page undo-open ${open} (${rows} listed), /metrics ${m.undoOpen}`;
       if (rate !== m.rate && rate === m.attemptsRate) {
-        why += `; the page's rate is succeeded/(succeeded+failed) = ${m.attemptsRate}, while the README's rate leaves failed attempts out`;
+        why += `; the page's rate is succeeded/(succeeded+failed) = ${m.attemptsRate}, while the rate in docs/running-the-executor.md leaves failed attempts out`;
       }
       throw new Error(why);
     }

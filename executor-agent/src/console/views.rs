@@ -284,7 +284,7 @@ pub async fn overview(executor: &Executor, window: Option<std::time::Duration>) 
             "this executor's start".to_owned(),
         ),
     };
-    // As the README's PromQL: of the compensations that ended, those that succeeded. A
+    // As the PromQL in docs/running-the-executor.md: of the compensations that ended, those that succeeded. A
     // failed attempt is retried; dead_lettered and unavailable were put to a person.
     let mut by_agent = Vec::new();
     let (mut succeeded, mut gave_up, mut failed_attempts) = (0.0, 0.0, 0.0);

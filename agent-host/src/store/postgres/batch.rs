@@ -61,7 +61,7 @@ const BATCH: usize = 128;
 /// the next, so a busy replica makes fewer, larger transactions. Two (each batch out on a
 /// connection while the next gathered) cost three replicas at 64 clients about a tenth
 /// more of the database's CPU per step, and made 0.62 of the SQLite executor's steps/s
-/// against 0.74 with one, in interleaved runs minutes apart (README).
+/// against 0.74 with one, in interleaved runs minutes apart.
 pub(super) const WRITERS: usize = 1;
 
 type Answer = oneshot::Sender<std::result::Result<Vec<Done>, String>>;
