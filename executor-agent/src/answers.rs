@@ -62,13 +62,22 @@ pub fn answer_of(message: &Message) -> Option<Result<Answer, A2AError>> {
     })
 }
 
+/// The answer of one data part, in the one form `spec/schemas/answer.schema.json`
+/// publishes: the resolution a string, the approval a JSON object, its `expiresAt` RFC
+/// 3339. serde's derive alone would also read the resolution as a one-member object
+/// (`{"retry": null}`) and the approval as the array of its four values; both are
+/// refused here, so the schema and this reading accept the same answers.
 fn parse(resolution: &Value, approval: Option<&Value>) -> Result<Answer, A2AError> {
-    let resolution: Resolution = serde_json::from_value(resolution.clone()).map_err(|_| {
-        refused(
-            RESOLUTION_INVALID,
-            "resolution is not one of approve, retry, resolved-manually, compensate",
-        )
-    })?;
+    let resolution = resolution
+        .as_str()
+        // The names are `Resolution`'s serde names, so the wire has one spelling of each.
+        .and_then(|name| serde_json::from_value::<Resolution>(Value::from(name)).ok())
+        .ok_or_else(|| {
+            refused(
+                RESOLUTION_INVALID,
+                "resolution is not one of the strings approve, retry, resolved-manually, compensate",
+            )
+        })?;
     let approval = match (resolution, approval) {
         (Resolution::Approve, None) => {
             return Err(refused(
@@ -92,16 +101,23 @@ fn parse(resolution: &Value, approval: Option<&Value>) -> Result<Answer, A2AErro
 }
 
 fn approval_of(sent: &Value) -> Result<Approval, A2AError> {
-    let sent: SentApproval = serde_json::from_value(sent.clone()).map_err(|_| {
+    let malformed = || {
         refused(
             APPROVAL_UNBOUND,
-            "approval must be {sagaId, stepId, argsSha256, expiresAt} (strings; expiresAt in RFC 3339)",
+            "approval must be the object {sagaId, stepId, argsSha256, expiresAt} (strings; expiresAt in RFC 3339)",
         )
-    })?;
-    let expires_at = chrono::DateTime::parse_from_rfc3339(&sent.expires_at).map_err(|_| {
+    };
+    // Only an object: `SentApproval`'s derive would also take `[sagaId, stepId, ...]`.
+    if !sent.is_object() {
+        return Err(malformed());
+    }
+    let sent: SentApproval = serde_json::from_value(sent.clone()).map_err(|_| malformed())?;
+    // The contract's date-time rule (shared with plans and mandates), not chrono's, which
+    // also reads a space for `T` and U+2212 for the offset's minus.
+    let expires_at = shared_types::json::parse_rfc3339(&sent.expires_at).ok_or_else(|| {
         refused(
             APPROVAL_UNBOUND,
-            "approval.expiresAt is not an RFC 3339 time",
+            "approval.expiresAt is not an RFC 3339 time (e.g. 2026-11-29T10:30:00Z)",
         )
     })?;
     Ok(Approval {
@@ -220,4 +236,94 @@ pub fn awaiting_approval(task: &Task) -> Option<&Value> {
         PartContent::Data(v) => v.get("approval"),
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// `parse` of a data part, as `answer_of` calls it; the refusal's `CODE: reason`.
+    fn parsed(data: &Value) -> Result<Answer, String> {
+        let resolution = data.get("resolution").unwrap_or(&Value::Null);
+        parse(resolution, data.get("approval")).map_err(|e| e.message)
+    }
+
+    fn approve(approval: Value) -> Value {
+        json!({"resolution": "approve", "approval": approval})
+    }
+
+    fn bound(expires_at: &str) -> Value {
+        json!({"sagaId": "sg_1", "stepId": "s4", "argsSha256": "ab", "expiresAt": expires_at})
+    }
+
+    #[test]
+    fn answers_in_their_one_form_are_read() {
+        for (name, resolution) in [
+            ("retry", Resolution::Retry),
+            ("resolved-manually", Resolution::ResolvedManually),
+            ("compensate", Resolution::Compensate),
+        ] {
+            let answer = parsed(&json!({ "resolution": name }));
+            assert_eq!(
+                answer,
+                Ok(Answer {
+                    resolution,
+                    approval: None
+                }),
+                "{name}"
+            );
+        }
+        let answer = parsed(&approve(bound("2026-11-29t11:30:00.5+01:30"))).expect("an approval");
+        assert_eq!(answer.resolution, Resolution::Approve);
+        assert_eq!(
+            answer.approval,
+            Some(Approval {
+                saga_id: "sg_1".into(),
+                step_id: "s4".into(),
+                args_sha256: "ab".into(),
+                expires_at_ms: 1_795_946_400_500,
+            })
+        );
+    }
+
+    #[test]
+    fn answers_in_serdes_other_forms_are_refused() {
+        let cases = [
+            (json!({"resolution": {"retry": null}}), RESOLUTION_INVALID),
+            (json!({"resolution": {"approve": null}}), RESOLUTION_INVALID),
+            (json!({"resolution": ["retry"]}), RESOLUTION_INVALID),
+            (
+                json!({"resolution": "resolved_manually"}),
+                RESOLUTION_INVALID,
+            ),
+            (json!({"resolution": null}), RESOLUTION_INVALID),
+            (
+                json!({"resolution": "retry", "approval": null}),
+                RESOLUTION_INVALID,
+            ),
+            (
+                approve(json!(["sg_1", "s4", "ab", "2026-11-29T10:30:00Z"])),
+                APPROVAL_UNBOUND,
+            ),
+            (approve(Value::Null), APPROVAL_UNBOUND),
+            (json!({"resolution": "approve"}), APPROVAL_UNBOUND),
+            (approve(bound("2026-11-29 10:30:00Z")), APPROVAL_UNBOUND),
+            (
+                approve(bound("2026-11-29T10:30:00\u{2212}01:00")),
+                APPROVAL_UNBOUND,
+            ),
+            (approve(bound("2026-11-29T10:30:00+0100")), APPROVAL_UNBOUND),
+            (approve(bound("tomorrow")), APPROVAL_UNBOUND),
+        ];
+        for (data, code) in cases {
+            let why = parsed(&data).expect_err("refused");
+            assert!(why.starts_with(&format!("{code}: ")), "{data}: {why}");
+        }
+        let mut extra = bound("2026-11-29T10:30:00Z");
+        extra["by"] = json!("me");
+        let why = parsed(&approve(extra)).expect_err("an unknown member");
+        assert!(why.starts_with("APPROVAL_UNBOUND: "), "{why}");
+    }
 }

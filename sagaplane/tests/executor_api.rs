@@ -185,7 +185,15 @@ async fn cards_register_and_validate_against_the_executors_catalog() {
     planner.sign_in_place(&mut five).unwrap();
     let five = write_json(&dir.path().join("five.json"), &five);
     for watch in [true, false] {
-        let mut submit = args(&["plan", "submit", &five, "--executor", &url, "--jwt-key", &key]);
+        let mut submit = args(&[
+            "plan",
+            "submit",
+            &five,
+            "--executor",
+            &url,
+            "--jwt-key",
+            &key,
+        ]);
         if watch {
             submit.push("--watch".into());
         }

@@ -90,6 +90,14 @@ pub fn has_integral_doubles(value: &Value) -> bool {
     }
 }
 
+/// A contract date-time, read as plans, mandates and revocations read theirs: RFC 3339
+/// (section 5.6) and nothing more, converted to UTC; `None` for anything else. Public so
+/// that documents this crate does not type (an approver's answer, read by the executor)
+/// hold their date-times to the same rule, and the published schemas to one pattern.
+pub fn parse_rfc3339(text: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    crate::strict::rfc3339(text).ok()
+}
+
 /// The RFC 8785 canonical bytes of `value`.
 pub fn canonicalize(value: &Value) -> Result<Vec<u8>> {
     canonicalize_without(value, None)
@@ -281,6 +289,26 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn parse_rfc3339_is_the_contracts_rule() {
+        let read = |text: &str| parse_rfc3339(text).map(|t| t.timestamp_millis());
+        assert_eq!(read("2026-11-29t11:30:00.5+01:30"), Some(1_795_946_400_500));
+        assert_eq!(
+            read("2026-11-29T10:00:00Z"),
+            read("2026-11-29T11:00:00+01:00")
+        );
+        // What `DateTime::parse_from_rfc3339` reads beyond RFC 3339, and chrono's serde more.
+        for text in [
+            "2026-11-29 10:00:00Z",
+            "2026-11-29T10:00:00\u{2212}01:00",
+            "2026-11-29T10:00:00+0100",
+            "2026-11-29T10:00:00 utc",
+            "tomorrow",
+        ] {
+            assert_eq!(read(text), None, "{text:?}");
+        }
+    }
 
     #[test]
     fn canonical_sha256_is_the_hash_of_the_canonical_bytes() {

@@ -115,7 +115,9 @@ pub(crate) fn date_time<'de, D: Deserializer<'de>>(
     rfc3339(&text).map_err(D::Error::custom)
 }
 
-fn rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
+/// `date_time`'s rule on a string, with why a string breaks it; also behind
+/// `json::parse_rfc3339`, so that every contract date-time is read by this one function.
+pub(crate) fn rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
     let refused = |why: &dyn std::fmt::Display| {
         format!("{text:?} is not an RFC 3339 date-time (e.g. \"2026-11-29T10:00:00Z\"): {why}")
     };

@@ -882,7 +882,10 @@ fn registration_warns_of_bound_from_skills_without_an_output_schema() {
         amount_minor: json!("$request.body#/amountMinor"),
         currency: json!("$request.body#/currency"),
     });
-    assert_eq!(crate::catalog::registration_warnings(budget), Vec::<String>::new());
+    assert_eq!(
+        crate::catalog::registration_warnings(budget),
+        Vec::<String>::new()
+    );
     for declaration in budget.skills.values_mut() {
         declaration.output_schema = None;
     }
