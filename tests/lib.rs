@@ -54,6 +54,27 @@ pub fn executor_agent() -> PathBuf {
     build_dir().join("executor-agent")
 }
 
+/// Builds the `planner-agent` binary once per test binary; its path.
+pub fn planner_agent() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "planner-agent",
+                "--bin",
+                "planner-agent",
+            ])
+            .current_dir(workspace_root())
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "cannot build the planner-agent binary");
+    });
+    build_dir().join("planner-agent")
+}
+
 /// The interop virtualenv's interpreter (`scripts/setup-interop` creates it).
 pub fn python() -> PathBuf {
     let venv = workspace_root().join(".interop/venv/bin/python");

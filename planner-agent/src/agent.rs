@@ -549,15 +549,20 @@ impl Planner {
     }
 
     /// Ends a task that did not reach the executor: REJECTED for a goal that cannot be
-    /// planned, FAILED for anything else.
+    /// planned (with every refused draft of a model in a data part), FAILED for anything
+    /// else.
     async fn end_with(&self, task: &TaskHandle, error: Error) {
-        let state = match &error {
-            Error::Unsatisfiable(_) => TaskState::Rejected,
-            _ => TaskState::Failed,
+        let (state, data) = match &error {
+            Error::Unsatisfiable(_) => (TaskState::Rejected, None),
+            Error::DraftsRefused { drafts, .. } => (
+                TaskState::Rejected,
+                Some(json!({"rejectedAlternatives": drafts})),
+            ),
+            _ => (TaskState::Failed, None),
         };
         let prefix = match &error {
             Error::Unsatisfiable(_) => "the goal cannot be planned: ",
-            Error::DraftRefused(_) => "",
+            Error::DraftsRefused { .. } => "",
             Error::Backend(_) => "the planning model failed: ",
             Error::Executor(_) | Error::ExecutorUnavailable(_) => "",
             Error::Defect(_) => "",
@@ -565,7 +570,7 @@ impl Planner {
         };
         logged(
             task,
-            task.set_status(state, Some(agent_message(format!("{prefix}{error}"), None)))
+            task.set_status(state, Some(agent_message(format!("{prefix}{error}"), data)))
                 .await,
         );
     }
@@ -706,7 +711,7 @@ impl Agent for PlannerAgent {
     async fn run(&self, _: RequestContext, task: TaskHandle, message: Message) {
         let phase = self.register(task.id(), Phase::Planning);
         if let Err(e) = self.work(&task, &message, &phase).await {
-            if !matches!(e, Error::Unsatisfiable(_)) {
+            if !matches!(e, Error::Unsatisfiable(_) | Error::DraftsRefused { .. }) {
                 tracing::warn!(task = task.id(), error = %e, "planning failed");
             }
             self.end_with(&task, e).await;

@@ -27,8 +27,9 @@ pub trait PlanBackend: Send + Sync + 'static {
     fn name(&self) -> String;
 
     /// Composes a plan that validates (signature aside). `Error::Unsatisfiable` when the
-    /// goal cannot be planned; `DraftRefused`/`Backend` for a model's failures; `Defect`
-    /// when the backend produced an invalid plan.
+    /// goal cannot be planned; `DraftsRefused` when no draft of a model passed,
+    /// `Backend` when the model's server failed; `Defect` when the backend produced an
+    /// invalid plan.
     async fn plan(&self, request: PlanRequest<'_>) -> Result<Plan>;
 }
 

@@ -1,5 +1,6 @@
 //! The planner library's one error type. Variants exist where the planner branches: a
-//! goal it cannot satisfy ends its task REJECTED; everything else ends it FAILED.
+//! goal it cannot satisfy, or none of whose model drafts passed, ends its task REJECTED;
+//! everything else ends it FAILED.
 
 /// What can go wrong between a goal and a submitted plan.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -9,10 +10,15 @@ pub enum Error {
     /// is missing. The planner's task ends REJECTED.
     #[error("{0}")]
     Unsatisfiable(String),
-    /// A model's draft was refused (not JSON, not a draft, an unknown skill, an authored
-    /// compensation, violations): never repaired silently.
-    #[error("{0}")]
-    DraftRefused(String),
+    /// Every draft a model wrote for the goal was refused (not JSON, not a draft, an
+    /// unknown skill, an authored compensation, violations), its repairs included:
+    /// nothing is repaired silently. The planner's task ends REJECTED, `drafts` (each
+    /// `{"draft", "refusals"}`) in its status's data part.
+    #[error("{summary}")]
+    DraftsRefused {
+        summary: String,
+        drafts: Vec<serde_json::Value>,
+    },
     /// The model endpoint failed (unreachable, an HTTP error, no answer in time).
     #[error("{0}")]
     Backend(String),

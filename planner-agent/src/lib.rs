@@ -45,9 +45,12 @@
 //!
 //! A goal that cannot be planned (no template, a required input nobody provides, no skill
 //! for the outcome, parameters that fail a schema, or a plan outside its mandate) ends
-//! REJECTED with a sentence saying what is missing, and nothing is submitted. A model's
-//! refused draft, an unreachable executor, or a plan that fails validation (a planner bug)
-//! ends FAILED. `CancelTask` before submission cancels at once; after, it cancels the
+//! REJECTED with a sentence saying what is missing, and nothing is submitted. With a
+//! model ([`llm`]), a refused draft goes back to the model with its refusals (at most
+//! `LlmConfig::max_repairs` times) and is kept in the plan's
+//! `authoredBy.rejectedAlternatives`; when no draft passes, the task ends REJECTED with
+//! every draft in its status's data part. A model server that fails, an unreachable
+//! executor, or a plan that fails validation (a planner bug) ends FAILED. `CancelTask` before submission cancels at once; after, it cancels the
 //! executor's task and mirrors its end (past the pivot the executor refuses, and so does
 //! the planner). After a restart, [`Planner::recover`] follows submitted tasks again,
 //! resubmits composed plans (the executor answers an identical plan with the task it

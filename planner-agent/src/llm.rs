@@ -1,31 +1,47 @@
-//! The optional model backend: an OpenAI-compatible chat-completions endpoint
-//! (`POST {base}/chat/completions`, bearer key) asked for a plan draft as JSON. The draft
-//! is input like any other: parsed strictly, typed, checked against the catalog (an
-//! unknown skill, or a class or compensation that differs from the catalog's, refuses
-//! it: nothing is repaired silently), assembled like a deterministic plan and validated.
-//! The plan records the model id and the SHA-256 of the prompt.
+//! The optional model backend: an OpenAI-compatible chat-completions server (Ollama,
+//! vLLM, llama.cpp's server, a hosted API; `endpoint` is how it is reached and asked)
+//! asked for a plan draft as JSON. The draft is input like any other (`draft`): read
+//! strictly, typed, checked against the catalog (an unknown skill, or a class or
+//! compensation that differs from the catalog's, refuses it), assembled like a
+//! deterministic plan and validated. Nothing is repaired silently: a refused draft goes
+//! back to the model with its refusals, at most `LlmConfig::max_repairs` times, and every
+//! refused draft is kept in the plan's `authoredBy.rejectedAlternatives` as
+//! `{"draft", "refusals": [{"code", "step", "message"}]}`. When no draft passes, the
+//! goal is refused (`Error::DraftsRefused`) with every draft.
 //!
-//! The draft's shape (unknown members refused):
-//! `{"steps": [{"id", "agent", "skill", "args", "class"?, "compensation"?}],
-//!   "rejectedAlternatives"?: [...]}`.
+//! The model is shown the goal, its parameters, its `maxSpend`, and the declarations of
+//! the catalog's skills that the mandate grants (agents and skills outside its scope are
+//! left out); never a key, a token or a credential: the planner holds none of a tool's,
+//! and its own (its signing key, its callers' tokens, the API key) are not in a request's
+//! body.
 //! `promptSha256` is the lower-case hex SHA-256 of the RFC 8785 canonical JSON of the
-//! `messages` array sent; `model` is the model id the endpoint reports, or the
-//! configured one when it reports none.
+//! `messages` array of the request whose answer became the plan (the whole conversation,
+//! refused drafts and refusals included); `model` is the model id that answer reports,
+//! or the configured one when it reports none.
 
+mod draft;
+mod endpoint;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use shared_types::{AuthoredBy, Compensation, Plan, ReversibilityClass};
+use shared_types::{AuthoredBy, Plan};
 
-use crate::backend::{PlanBackend, PlanRequest, describe_violations};
-use crate::compose::{Chosen, assemble};
+use crate::backend::{PlanBackend, PlanRequest};
 use crate::error::{Error, Result};
+pub use draft::{DRAFT_NOT_JSON, DRAFT_SHAPE, MAX_SPEND, Refusal, answer_json};
+use draft::{Verdict, judge, record, repair_request};
+use endpoint::Endpoint;
+pub use endpoint::{chat_url, lacks_json_mode};
 
-/// Largest answer read from the model endpoint.
-const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+/// How many times a refused draft goes back to the model unless configured.
+pub const DEFAULT_MAX_REPAIRS: u32 = 2;
+/// The most repairs that may be configured: every refused draft rides in the signed
+/// plan, which the executor reads within a fixed size.
+pub const MAX_REPAIRS_LIMIT: u32 = 10;
 
 /// The instructions sent as the system message.
 pub const SYSTEM_PROMPT: &str = "You are the planning component of Sagaplane. Turn the user's goal into a plan draft: an ordered list of calls of skills chosen only from the catalog you are given. Answer with one JSON object and nothing else, of this shape:
@@ -33,20 +49,39 @@ pub const SYSTEM_PROMPT: &str = "You are the planning component of Sagaplane. Tu
 Rules:
 - Step ids are s0, s1, ... in execution order.
 - args must satisfy the skill's inputSchema. A value produced by an earlier step is written as the string \"$steps.<id>.response.body#/<property>\", naming a property of that step's outputSchema. Every other value is a literal taken from the goal and its parameters. No other string may start with '$'.
-- Never write a class, a compensation or an idempotency key: the platform copies them from its curated catalog, and a draft that writes a different one is refused.
+- Never write a class, a compensation or an idempotency key: the platform copies them from its curated catalog (shown to you so that you can order the steps), and a draft that writes a different one is refused.
 - Put read-only checks as early as their inputs allow and irreversible steps as late as possible; after an irreversible step only retriable steps may follow.
-- Call only what the goal needs. rejectedAlternatives may list, briefly, plans you considered and rejected.";
+- Call only what the goal needs. rejectedAlternatives may list, as short strings, plans you considered and rejected.
+- If the platform refuses your draft, it tells you why: answer with the whole draft again, corrected.";
 
-/// Where the model is and how long to wait for it.
+/// Where the model is, how long to wait for it, and how often a refused draft goes back.
 #[derive(Clone)]
 pub struct LlmConfig {
-    /// The API base, e.g. `https://api.example/v1` (`/chat/completions` is appended).
+    /// The server's base URL: `http://host:port` (`/v1/chat/completions` is appended),
+    /// or an API base with a path such as `…/v1` (`/chat/completions` is appended); see
+    /// `chat_url`.
     pub base_url: String,
     pub model: String,
-    /// Sent as `Authorization: Bearer …` when set.
+    /// Sent as `Authorization: Bearer …` when set; never logged.
     pub api_key: Option<String>,
-    /// The whole request, answer included.
+    /// Each request, answer included.
     pub timeout: Duration,
+    /// How many times a refused draft is sent back with its refusals (0: never); at
+    /// most `MAX_REPAIRS_LIMIT`.
+    pub max_repairs: u32,
+}
+
+impl LlmConfig {
+    /// A model at `base_url`, with the default timeout (120 s) and repairs, and no key.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key: None,
+            timeout: Duration::from_secs(120),
+            max_repairs: DEFAULT_MAX_REPAIRS,
+        }
+    }
 }
 
 impl std::fmt::Debug for LlmConfig {
@@ -56,89 +91,62 @@ impl std::fmt::Debug for LlmConfig {
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "…"))
             .field("timeout", &self.timeout)
+            .field("max_repairs", &self.max_repairs)
             .finish()
     }
 }
 
-/// A model asked for drafts.
+/// A model asked for drafts. Clones share the endpoint, and so what it learnt of the
+/// server (JSON mode).
 #[derive(Debug, Clone)]
 pub struct LlmBackend {
-    config: LlmConfig,
-    http: reqwest::Client,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Draft {
-    steps: Vec<DraftStep>,
-    #[serde(default)]
-    rejected_alternatives: Vec<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct DraftStep {
-    id: String,
-    agent: String,
-    skill: String,
-    args: Map<String, Value>,
-    #[serde(default)]
-    class: Option<ReversibilityClass>,
-    #[serde(default)]
-    compensation: Option<Compensation>,
+    model: String,
+    max_repairs: u32,
+    endpoint: Arc<Endpoint>,
 }
 
 impl LlmBackend {
     pub fn new(config: LlmConfig) -> Result<Self> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(config.timeout)
-            .build()
-            .map_err(|e| Error::Config(format!("cannot build an HTTP client: {e}")))?;
-        Ok(Self { config, http })
+        if config.max_repairs > MAX_REPAIRS_LIMIT {
+            return Err(Error::Config(format!(
+                "at most {MAX_REPAIRS_LIMIT} repairs of a model's draft, not {}",
+                config.max_repairs
+            )));
+        }
+        let endpoint = Endpoint::new(&config.base_url, config.api_key, config.timeout)?;
+        Ok(Self {
+            model: config.model,
+            max_repairs: config.max_repairs,
+            endpoint: Arc::new(endpoint),
+        })
     }
 
-    fn url(&self) -> String {
-        format!(
-            "{}/chat/completions",
-            self.config.base_url.trim_end_matches('/')
-        )
+    /// The chat-completions URL asked (without its query).
+    pub fn url(&self) -> &str {
+        self.endpoint.url()
     }
 
-    /// The chat messages for a request: the rules, then the goal, its parameters and the
-    /// catalog (classes, spends and schemas; compensations stay with the platform), of
-    /// the skills the mandate allows only.
+    /// Whether requests still ask for JSON mode (false once the server refused it).
+    pub fn json_mode(&self) -> bool {
+        self.endpoint.json_mode()
+    }
+
+    /// The first request's messages: the rules, then the goal, its parameters, its
+    /// `maxSpend` and the catalog of the skills the mandate grants (their declarations:
+    /// class, compensation, spend, schemas, timing), as a JSON array.
     pub fn messages(request: &PlanRequest<'_>) -> Value {
         let mut catalog = Map::new();
         for (agent, entry) in &request.catalog.agents {
             let mut skills = Map::new();
-            for (skill, d) in &entry.skills {
+            for (skill, declaration) in &entry.skills {
                 if !request.ctx.mandate.allows(agent, skill) {
                     continue;
                 }
-                let mut s = Map::new();
-                s.insert("class".into(), json!(d.class.as_str()));
-                for (flag, on) in [
-                    ("readOnly", d.read_only),
-                    ("pivot", d.pivot),
-                    ("requiresApproval", d.requires_approval),
-                ] {
-                    if on {
-                        s.insert(flag.into(), json!(true));
-                    }
+                // A declaration is what a signed card says of a skill; it holds no
+                // credential (those stay in the executor's own files).
+                if let Ok(shown) = serde_json::to_value(declaration) {
+                    skills.insert(skill.clone(), shown);
                 }
-                if let Some(spend) = &d.spend {
-                    s.insert("spend".into(), json!(spend));
-                }
-                for (name, schema) in [
-                    ("inputSchema", &d.input_schema),
-                    ("outputSchema", &d.output_schema),
-                ] {
-                    if let Some(schema) = schema {
-                        s.insert(name.into(), schema.clone());
-                    }
-                }
-                skills.insert(skill.clone(), Value::Object(s));
             }
             if skills.is_empty() {
                 continue;
@@ -148,11 +156,14 @@ impl LlmBackend {
                 json!({"description": entry.description, "skills": skills}),
             );
         }
-        let user = json!({
+        let mut user = json!({
             "goal": request.goal.text,
             "parameters": request.goal.params,
             "catalog": catalog,
         });
+        if let Some(max) = &request.goal.max_spend {
+            user["maxSpend"] = json!(max);
+        }
         json!([
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": user.to_string()},
@@ -169,160 +180,77 @@ impl LlmBackend {
             .collect())
     }
 
-    /// Asks the model; returns the text of its first choice and the model id it reports.
-    async fn ask(&self, messages: &Value) -> Result<(String, Option<String>)> {
-        let url = self.url();
-        let body = json!({
-            "model": self.config.model,
-            "messages": messages,
-            "temperature": 0,
-            "response_format": {"type": "json_object"},
-        });
-        let mut call = self.http.post(&url).json(&body);
-        if let Some(key) = &self.config.api_key {
-            call = call.bearer_auth(key);
+    /// The error that ends a goal none of whose drafts passed.
+    fn all_refused(&self, drafts: Vec<Value>, last: &[Refusal]) -> Error {
+        // The status says why in a few lines; the data part has every refusal.
+        const SHOWN: usize = 10;
+        let more = last.len().saturating_sub(SHOWN);
+        let mut last: Vec<String> = last.iter().take(SHOWN).map(Refusal::line).collect();
+        if more > 0 {
+            last.push(format!("… and {more} more"));
         }
-        let failed = |e: reqwest::Error| {
-            if e.is_timeout() {
-                Error::Backend(format!(
-                    "the model endpoint {url} did not answer within {} s",
-                    self.config.timeout.as_secs_f64()
-                ))
-            } else {
-                Error::Backend(format!("the model endpoint {url} failed: {e}"))
-            }
-        };
-        let mut response = call.send().await.map_err(failed)?;
-        let status = response.status();
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(failed)? {
-            if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(Error::Backend(format!(
-                    "the model endpoint {url} answered more than {MAX_ANSWER_BYTES} bytes"
-                )));
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        if !status.is_success() {
-            let text = String::from_utf8_lossy(&bytes);
-            let excerpt: String = text.chars().take(300).collect();
-            return Err(Error::Backend(format!(
-                "the model endpoint {url} answered {status}: {excerpt}"
-            )));
-        }
-        let answer: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            Error::Backend(format!(
-                "the model endpoint {url} did not answer with chat-completions JSON: {e}"
-            ))
-        })?;
-        let content = answer
-            .pointer("/choices/0/message/content")
-            .and_then(Value::as_str)
-            .ok_or_else(|| {
-                Error::Backend(format!(
-                    "the model endpoint {url} answered without choices[0].message.content"
-                ))
-            })?;
-        let model = answer
-            .get("model")
-            .and_then(Value::as_str)
-            .filter(|m| !m.is_empty())
-            .map(str::to_owned);
-        Ok((content.to_owned(), model))
-    }
-}
-
-/// Reads a draft strictly and checks it against the catalog. Every problem is reported.
-fn read_draft(content: &str, request: &PlanRequest<'_>) -> Result<(Vec<Chosen>, Vec<Value>)> {
-    let value = shared_types::json::parse_strict(content)
-        .map_err(|e| Error::DraftRefused(format!("the model's draft is not JSON: {e}")))?;
-    let draft = Draft::deserialize(&value).map_err(|e| {
-        Error::DraftRefused(format!(
-            "the model's draft does not have the draft's shape ({{\"steps\": [{{\"id\", \"agent\", \"skill\", \"args\"}}]}}): {e}"
-        ))
-    })?;
-    if draft.steps.is_empty() {
-        return Err(Error::DraftRefused("the model's draft has no steps".into()));
-    }
-    let mut problems = Vec::new();
-    for step in &draft.steps {
-        let Some(declared) = request.catalog.declaration(&step.agent, &step.skill) else {
-            problems.push(format!(
-                "step {} names {} of agent {}, which is not in the executor's catalog",
-                step.id, step.skill, step.agent
-            ));
-            continue;
-        };
-        if let Some(class) = step.class
-            && class != declared.class
-        {
-            problems.push(format!(
-                "step {} calls {} {}, but the catalog declares it {}",
-                step.id,
-                step.skill,
-                class.as_str(),
-                declared.class.as_str()
-            ));
-        }
-        if let Some(compensation) = &step.compensation
-            && Some(compensation) != declared.compensation.as_ref()
-        {
-            problems.push(format!(
-                "step {} authors its own compensation for {} ({} with {}); compensations come only from the catalog",
-                step.id, step.skill, compensation.skill, compensation.args
-            ));
+        Error::DraftsRefused {
+            summary: format!(
+                "no plan: model {} wrote {} draft(s) for this goal and the planner refused each ({} repair(s) allowed, --llm-max-repairs); \
+                 the last was refused for:\n{}\nEvery draft and its refusals are in this status's data part (rejectedAlternatives)",
+                self.model,
+                drafts.len(),
+                self.max_repairs,
+                last.join("\n")
+            ),
+            drafts,
         }
     }
-    if !problems.is_empty() {
-        return Err(Error::DraftRefused(format!(
-            "the model's draft was refused: {}",
-            problems.join("; ")
-        )));
-    }
-    let chosen = draft
-        .steps
-        .into_iter()
-        .map(|s| Chosen {
-            id: s.id,
-            agent: s.agent,
-            skill: s.skill,
-            args: Value::Object(s.args),
-        })
-        .collect();
-    Ok((chosen, draft.rejected_alternatives))
 }
 
 #[async_trait]
 impl PlanBackend for LlmBackend {
     fn name(&self) -> String {
-        format!("llm:{}", self.config.model)
+        format!("llm:{}", self.model)
     }
 
     async fn plan(&self, request: PlanRequest<'_>) -> Result<Plan> {
-        let messages = Self::messages(&request);
-        let prompt_sha256 = Self::prompt_sha256(&messages)?;
-        let (content, reported_model) = self.ask(&messages).await?;
-        let (chosen, rejected_alternatives) = read_draft(&content, &request)?;
-        let authored_by = AuthoredBy {
-            agent: request.ctx.planner_id.clone(),
-            model: reported_model.unwrap_or_else(|| self.config.model.clone()),
-            prompt_sha256: Some(prompt_sha256),
-            rejected_alternatives,
+        let mut messages = match Self::messages(&request) {
+            Value::Array(messages) => messages,
+            other => vec![other],
         };
-        let plan = assemble(
-            request.ctx,
-            request.goal,
-            chosen,
-            request.catalog,
-            authored_by,
-        )?;
-        let violations = request.validator.check(&plan, request.ctx.now);
-        if !violations.is_empty() {
-            return Err(Error::DraftRefused(format!(
-                "the model's draft was refused:\n{}",
-                describe_violations(&violations)
-            )));
+        let mut refused: Vec<Value> = Vec::new();
+        loop {
+            let sent = Value::Array(messages.clone());
+            let prompt_sha256 = Self::prompt_sha256(&sent)?;
+            let answer = self.endpoint.ask(&self.model, &sent).await.map_err(|e| {
+                match (e, refused.len()) {
+                    (Error::Backend(why), n) if n > 0 => {
+                        Error::Backend(format!("{why} (after {n} refused draft(s))"))
+                    }
+                    (e, _) => e,
+                }
+            })?;
+            let authored_by = AuthoredBy {
+                agent: request.ctx.planner_id.clone(),
+                model: answer.model.clone().unwrap_or_else(|| self.model.clone()),
+                prompt_sha256: Some(prompt_sha256),
+                rejected_alternatives: refused.clone(),
+            };
+            let refusals = match judge(&answer.content, &request, authored_by)? {
+                Verdict::Plan(plan) => return Ok(*plan),
+                Verdict::Refused { json, refusals } => {
+                    refused.push(record(&answer.content, json.as_ref(), &refusals));
+                    refusals
+                }
+            };
+            tracing::info!(
+                model = %self.model,
+                draft = refused.len(),
+                refusals = refusals.len(),
+                first = %refusals.first().map(Refusal::line).unwrap_or_default(),
+                "the model's draft was refused"
+            );
+            if refused.len() > self.max_repairs as usize {
+                return Err(self.all_refused(refused, &refusals));
+            }
+            messages.push(json!({"role": "assistant", "content": answer.content}));
+            messages.push(json!({"role": "user", "content": repair_request(&refusals)}));
         }
-        Ok(plan)
     }
 }

@@ -26,7 +26,7 @@ const LLM_KEY_ENV: &str = "SAGAPLANE_LLM_API_KEY";
     about = "Sagaplane planner: turns goals into signed plans and submits them to the executor",
     after_help = "Environment:\n  SAGAPLANE_PLANNER_TOKEN   bearer token callers must present (at least 16 characters), \
                   instead of --caller-token-file\n  \
-                  SAGAPLANE_LLM_API_KEY     API key of the model endpoint (with --llm-url)\n  \
+                  SAGAPLANE_LLM_API_KEY     API key of the model server (with --llm-url), sent as a bearer token; never logged\n  \
                   RUST_LOG                  log filter (default: info)"
 )]
 struct Args {
@@ -50,16 +50,26 @@ struct Args {
     /// The executor's id: the audience of the planner's JWTs.
     #[arg(long, default_value = "executor")]
     executor_id: String,
-    /// Base URL of an OpenAI-compatible API (`/chat/completions` is appended); without
-    /// it the planner uses its deterministic rules.
-    #[arg(long, requires = "llm_model")]
+    /// Plan any goal with a model: the URL of an OpenAI-compatible server (Ollama, vLLM,
+    /// llama.cpp's server, a hosted API). `http://host:port` gets `/v1/chat/completions`
+    /// appended; a URL with a path (`http://host:port/v1`, `https://api.example/openai/v1`)
+    /// gets `/chat/completions`; trailing slashes do not matter. Its API key, if it needs
+    /// one, goes in SAGAPLANE_LLM_API_KEY. Without this flag the planner plans from its
+    /// goal templates only.
+    #[arg(long, value_name = "URL", requires = "llm_model")]
     llm_url: Option<String>,
-    /// The model to ask for plan drafts.
-    #[arg(long, requires = "llm_url")]
+    /// The model to ask for plan drafts (as the server names it, e.g. `qwen2.5:7b`).
+    #[arg(long, value_name = "NAME", requires = "llm_url")]
     llm_model: Option<String>,
-    /// How long to wait for the model's answer, in seconds.
+    /// How long to wait for each of the model's answers, in seconds.
     #[arg(long, default_value_t = 120)]
     llm_timeout_seconds: u64,
+    /// How many times a draft the planner refuses goes back to the model with the
+    /// refusals (0: never; at most 10). Every refused draft is kept in the plan's
+    /// authoredBy.rejectedAlternatives; when none passes, the goal is REJECTED.
+    #[arg(long, value_name = "N", default_value_t = planner_agent::llm::DEFAULT_MAX_REPAIRS,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(planner_agent::llm::MAX_REPAIRS_LIMIT)))]
+    llm_max_repairs: u32,
     /// Callers present the bearer token in FILE (at least 16 characters); they are
     /// named NAME (default `user`), and a goal's task is its sender's.
     #[arg(long, value_name = "[NAME=]FILE", conflicts_with = "callers")]
@@ -216,6 +226,7 @@ async fn main() -> anyhow::Result<()> {
             model,
             api_key: std::env::var(LLM_KEY_ENV).ok().filter(|k| !k.is_empty()),
             timeout: Duration::from_secs(args.llm_timeout_seconds.max(1)),
+            max_repairs: args.llm_max_repairs,
         }),
         _ => None,
     };

@@ -1,43 +1,24 @@
-//! The model backend against a mock OpenAI-compatible endpoint: a good draft becomes the
-//! committed example plan with the model id and prompt hash recorded; malformed JSON, an
-//! unknown skill, an authored compensation, a bad ordering, an HTTP error and a timeout
-//! are refused, never repaired.
+//! The model backend against a mock OpenAI-compatible endpoint, one draft at a time (no
+//! repairs): a good draft becomes the committed example plan with the model id and
+//! prompt hash recorded; malformed JSON, an unknown skill, an authored compensation, a
+//! bad ordering are refused, never repaired silently; an HTTP error and a timeout fail.
+//! The repair loop is `llm_repair.rs`.
 
 mod common;
 
 use std::time::Duration;
 
 use agent_host::sdk::TaskState;
-use chrono::{DateTime, Utc};
+use common::model::{Fixture, example_draft};
 use common::*;
-use planner_agent::backend::{PlanBackend, PlanRequest};
-use planner_agent::compose::PlanContext;
-use planner_agent::{Error, Goal, LlmBackend, LlmConfig, Templates};
+use planner_agent::backend::PlanBackend;
+use planner_agent::{Error, LlmBackend, LlmConfig};
 use serde_json::{Value, json};
-use shared_types::{Catalog, Plan, PlanValidator, TrustStore};
+use shared_types::Plan;
 use wiremock::matchers::{bearer_token, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const MODEL: &str = "test-model";
-
-fn now() -> DateTime<Utc> {
-    "2026-11-29T10:00:00Z".parse().unwrap()
-}
-
-/// The committed example's steps as a model would draft them: no class, compensation
-/// or idempotency key.
-fn example_draft() -> Value {
-    let example = read("examples/plans/supplier-onboarding.json");
-    let steps: Vec<Value> = example["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(
-            |s| json!({"id": s["id"], "agent": s["agent"], "skill": s["skill"], "args": s["args"]}),
-        )
-        .collect();
-    json!({"steps": steps, "rejectedAlternatives": ["capture the fee first: irreversible before the checks"]})
-}
 
 fn answer(content: &str) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(json!({
@@ -64,59 +45,27 @@ fn backend(server: &MockServer, timeout: Duration) -> LlmBackend {
         model: MODEL.into(),
         api_key: Some("sk-test".into()),
         timeout,
+        max_repairs: 0,
     })
     .unwrap()
 }
 
-struct Fixture {
-    goal: Goal,
-    catalog: Catalog,
-    validator: PlanValidator,
-    ctx: PlanContext,
+async fn plan_with(fixture: &Fixture, content: &str) -> Result<Plan, Error> {
+    let server = endpoint(answer(content)).await;
+    backend(&server, Duration::from_secs(10))
+        .plan(fixture.request())
+        .await
 }
 
-impl Fixture {
-    fn new() -> Self {
-        let catalog = supplier_catalog();
-        Self {
-            goal: Goal::parse(
-                &format!("{SUPPLIER_GOAL}, max spend 250 EUR"),
-                None,
-                &Templates::builtin(),
-            )
-            .unwrap(),
-            validator: PlanValidator::new(catalog.clone(), TrustStore::new()).unwrap(),
-            catalog,
-            ctx: PlanContext {
-                saga_id: "sg_demo_supplier_onboarding".into(),
-                planner_id: "planner-test".into(),
-                now: now(),
-                mandate: mandate_doc(),
-            },
-        }
-    }
-
-    fn request(&self) -> PlanRequest<'_> {
-        PlanRequest {
-            goal: &self.goal,
-            catalog: &self.catalog,
-            validator: &self.validator,
-            ctx: &self.ctx,
-        }
-    }
-
-    async fn plan_with(&self, content: &str) -> Result<Plan, Error> {
-        let server = endpoint(answer(content)).await;
-        backend(&server, Duration::from_secs(10))
-            .plan(self.request())
-            .await
-    }
-}
-
+/// Why the one draft was refused (no repairs): the goal's summary, which lists the last
+/// draft's refusals.
 fn refused(result: Result<Plan, Error>) -> String {
     match result {
-        Err(Error::DraftRefused(why)) => why,
-        other => panic!("expected DraftRefused, got {other:?}"),
+        Err(Error::DraftsRefused { summary, drafts }) => {
+            assert_eq!(drafts.len(), 1, "{drafts:?}");
+            summary
+        }
+        other => panic!("expected DraftsRefused, got {other:?}"),
     }
 }
 
@@ -154,10 +103,18 @@ async fn a_good_draft_becomes_the_example_plan_with_its_provenance() {
         Some(hash.as_str())
     );
     assert_eq!(hash.len(), 64);
-    // The prompt carries the goal and the catalog, and no compensation to copy from.
-    let user = sent[1]["content"].as_str().unwrap();
-    assert!(user.contains("ACME GmbH") && user.contains("payments.capture"));
-    assert!(!user.contains("vendor.archive\",\"args"), "{user}");
+    // The prompt carries the goal and the catalog's declarations, compensations
+    // included (to order the steps by; the plan copies them from the catalog).
+    let user: Value = serde_json::from_str(sent[1]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(user["goal"], json!(fixture.goal.text));
+    assert_eq!(
+        user["catalog"]["vendor-registry"]["skills"]["vendor.create"]["compensation"]["skill"],
+        json!("vendor.archive")
+    );
+    assert_eq!(
+        user["maxSpend"],
+        json!({"currency": "EUR", "amountMinor": 25000})
+    );
 }
 
 #[tokio::test]
@@ -167,22 +124,29 @@ async fn a_draft_may_repeat_the_catalogs_class_and_compensation_exactly() {
     let example = read("examples/plans/supplier-onboarding.json");
     draft["steps"][0]["class"] = example["steps"][0]["class"].clone();
     draft["steps"][0]["compensation"] = example["steps"][0]["compensation"].clone();
-    fixture.plan_with(&draft.to_string()).await.unwrap();
+    plan_with(&fixture, &draft.to_string()).await.unwrap();
 }
 
 #[tokio::test]
 async fn malformed_json_is_refused() {
     let fixture = Fixture::new();
-    let why = refused(fixture.plan_with("```json\n{\"steps\": []}\n```").await);
-    assert!(why.contains("not JSON"), "{why}");
-    let why = refused(fixture.plan_with("{\"steps\": [], \"steps\": []}").await);
-    assert!(why.contains("not JSON"), "{why}");
-    let why = refused(
-        fixture
-            .plan_with(&json!({"steps": [], "pivotIndex": 4}).to_string())
-            .await,
+    // One fence around the object reads as the object (here: a draft without steps).
+    let why = refused(plan_with(&fixture, "```json\n{\"steps\": []}\n```").await);
+    assert!(
+        why.contains("DRAFT_SHAPE -: the draft has no steps"),
+        "{why}"
     );
-    assert!(why.contains("shape"), "{why}");
+    let why = refused(plan_with(&fixture, "{\"steps\": [], \"steps\": []}").await);
+    assert!(why.contains("DRAFT_NOT_JSON"), "{why}");
+    let why =
+        refused(plan_with(&fixture, &format!("Here is the plan:\n{}", example_draft())).await);
+    assert!(why.contains("not one JSON object"), "{why}");
+    let why =
+        refused(plan_with(&fixture, &json!({"steps": [], "pivotIndex": 4}).to_string()).await);
+    assert!(
+        why.contains("DRAFT_SHAPE") && why.contains("unknown field `pivotIndex`"),
+        "{why}"
+    );
 }
 
 #[tokio::test]
@@ -191,7 +155,7 @@ async fn a_forged_compensation_is_refused() {
     let mut draft = example_draft();
     draft["steps"][1]["compensation"] =
         json!({"skill": "budget.release", "args": {"reservationId": "r_all"}});
-    let why = refused(fixture.plan_with(&draft.to_string()).await);
+    let why = refused(plan_with(&fixture, &draft.to_string()).await);
     assert!(
         why.contains("authors its own compensation for budget.reserve"),
         "{why}"
@@ -201,12 +165,12 @@ async fn a_forged_compensation_is_refused() {
     let mut draft = example_draft();
     draft["steps"][4]["compensation"] =
         json!({"skill": "payments.refund", "args": {"captureId": "$response.body#/captureId"}});
-    let why = refused(fixture.plan_with(&draft.to_string()).await);
+    let why = refused(plan_with(&fixture, &draft.to_string()).await);
     assert!(why.contains("payments.capture"), "{why}");
 
     let mut draft = example_draft();
     draft["steps"][5]["class"] = json!("compensable");
-    let why = refused(fixture.plan_with(&draft.to_string()).await);
+    let why = refused(plan_with(&fixture, &draft.to_string()).await);
     assert!(why.contains("declares it retriable"), "{why}");
 }
 
@@ -215,8 +179,11 @@ async fn an_unknown_skill_is_refused() {
     let fixture = Fixture::new();
     let mut draft = example_draft();
     draft["steps"][5]["skill"] = json!("sms.send");
-    let why = refused(fixture.plan_with(&draft.to_string()).await);
-    assert!(why.contains("sms.send"), "{why}");
+    let why = refused(plan_with(&fixture, &draft.to_string()).await);
+    assert!(
+        why.contains("UNKNOWN_SKILL s5") && why.contains("sms.send"),
+        "{why}"
+    );
 }
 
 #[tokio::test]
@@ -225,7 +192,7 @@ async fn a_draft_that_fails_validation_is_refused_with_its_violations() {
     let mut draft = example_draft();
     let steps = draft["steps"].as_array_mut().unwrap();
     steps.swap(1, 4); // the capture before the budget: past the pivot, a compensable step
-    let why = refused(fixture.plan_with(&draft.to_string()).await);
+    let why = refused(plan_with(&fixture, &draft.to_string()).await);
     assert!(
         why.contains("PIVOT_ORDERING") || why.contains("BAD_REFERENCE"),
         "{why}"
@@ -262,9 +229,7 @@ async fn endpoint_failures_and_timeouts_are_backend_errors() {
     let server = endpoint(answer("{}")).await;
     let keyless = LlmBackend::new(LlmConfig {
         base_url: format!("{}/v1", server.uri()),
-        model: MODEL.into(),
-        api_key: None,
-        timeout: Duration::from_secs(10),
+        ..LlmConfig::new("", MODEL)
     })
     .unwrap();
     assert!(matches!(
@@ -284,10 +249,9 @@ async fn a_model_backed_planner_submits_the_draft_and_records_the_model() {
         None,
         "executor",
         Some(LlmConfig {
-            base_url: format!("{}/v1", server.uri()),
-            model: MODEL.into(),
             api_key: Some("sk-test".into()),
-            timeout: Duration::from_secs(10),
+            max_repairs: 0,
+            ..LlmConfig::new(format!("{}/v1", server.uri()), MODEL)
         }),
     )
     .await;
@@ -310,7 +274,7 @@ async fn a_model_backed_planner_submits_the_draft_and_records_the_model() {
     assert_eq!(received.len(), 1);
     assert_eq!(received[0].1, vec![]);
 
-    // A refused draft fails the task and submits nothing.
+    // A refused draft (no repairs allowed) refuses the goal and submits nothing.
     let server = endpoint(answer("not json")).await;
     let identity = planner_identity();
     let planner = start_with(
@@ -319,17 +283,16 @@ async fn a_model_backed_planner_submits_the_draft_and_records_the_model() {
         None,
         "executor",
         Some(LlmConfig {
-            base_url: format!("{}/v1", server.uri()),
-            model: MODEL.into(),
             api_key: Some("sk-test".into()),
-            timeout: Duration::from_secs(10),
+            max_repairs: 0,
+            ..LlmConfig::new(format!("{}/v1", server.uri()), MODEL)
         }),
     )
     .await;
     let task = send(&planner.client, SUPPLIER_GOAL, None).await;
-    assert_eq!(task.status.state, TaskState::Failed);
+    assert_eq!(task.status.state, TaskState::Rejected);
     assert!(
-        status_text(&task).contains("not JSON"),
+        status_text(&task).contains("not one JSON object"),
         "{}",
         status_text(&task)
     );

@@ -229,17 +229,21 @@ fn rank(declaration: &SkillDeclaration) -> u8 {
     }
 }
 
+/// What a goal no template matches is told: the deterministic planner knows its
+/// templates only, and a model plans any goal.
+pub const MODEL_HINT: &str = "or start the planner with --llm-url URL --llm-model NAME (an OpenAI-compatible server: Ollama, vLLM, llama.cpp, a hosted API) to plan any goal; see docs/planner-and-models.md";
+
 /// The template a goal names, or a sentence saying why there is none.
 pub fn template_for<'a>(goal: &Goal, templates: &'a Templates) -> Result<&'a GoalTemplate> {
     match &goal.intent {
         Some(intent) => templates.get(intent).ok_or_else(|| {
             Error::Unsatisfiable(format!(
-                "there is no goal template {intent:?}; the planner knows {}",
+                "there is no goal template {intent:?}; the planner knows {}; {MODEL_HINT}",
                 templates.describe()
             ))
         }),
         None => Err(Error::Unsatisfiable(format!(
-            "no goal template matches {:?}; the planner knows {} (or name one in a data part as \"intent\")",
+            "no goal template matches {:?}; the planner knows {} (or name one in a data part as \"intent\"), {MODEL_HINT}",
             goal.description(),
             templates.describe()
         ))),

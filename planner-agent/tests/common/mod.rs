@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod model;
+
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
