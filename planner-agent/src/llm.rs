@@ -34,8 +34,7 @@ use crate::backend::{PlanBackend, PlanRequest};
 use crate::error::{Error, Result};
 pub use draft::{DRAFT_NOT_JSON, DRAFT_SHAPE, MAX_SPEND, Refusal, answer_json};
 use draft::{Verdict, judge, record, repair_request};
-use endpoint::Endpoint;
-pub use endpoint::{chat_url, lacks_json_mode};
+pub use endpoint::{Endpoint, chat_url, lacks_json_mode};
 
 /// How many times a refused draft goes back to the model unless configured.
 pub const DEFAULT_MAX_REPAIRS: u32 = 2;
@@ -69,6 +68,9 @@ pub struct LlmConfig {
     /// How many times a refused draft is sent back with its refusals (0: never); at
     /// most `MAX_REPAIRS_LIMIT`.
     pub max_repairs: u32,
+    /// Certificates (PEM) trusted for an https:// server besides the system's roots: a
+    /// model server behind a private certificate authority.
+    pub extra_roots: Option<Vec<u8>>,
 }
 
 impl LlmConfig {
@@ -80,6 +82,7 @@ impl LlmConfig {
             api_key: None,
             timeout: Duration::from_secs(120),
             max_repairs: DEFAULT_MAX_REPAIRS,
+            extra_roots: None,
         }
     }
 }
@@ -92,6 +95,7 @@ impl std::fmt::Debug for LlmConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "…"))
             .field("timeout", &self.timeout)
             .field("max_repairs", &self.max_repairs)
+            .field("extra_roots", &self.extra_roots.as_ref().map(Vec::len))
             .finish()
     }
 }
@@ -113,7 +117,12 @@ impl LlmBackend {
                 config.max_repairs
             )));
         }
-        let endpoint = Endpoint::new(&config.base_url, config.api_key, config.timeout)?;
+        let endpoint = Endpoint::trusting(
+            &config.base_url,
+            config.api_key,
+            config.timeout,
+            config.extra_roots.as_deref(),
+        )?;
         Ok(Self {
             model: config.model,
             max_repairs: config.max_repairs,

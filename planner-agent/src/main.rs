@@ -64,6 +64,10 @@ struct Args {
     /// How long to wait for each of the model's answers, in seconds.
     #[arg(long, default_value_t = 120)]
     llm_timeout_seconds: u64,
+    /// PEM certificates to trust for an https:// model server besides the system's
+    /// roots (a server behind a private certificate authority).
+    #[arg(long, value_name = "PEM", requires = "llm_url")]
+    llm_ca_file: Option<std::path::PathBuf>,
     /// How many times a draft the planner refuses goes back to the model with the
     /// refusals (0: never; at most 10). Every refused draft is kept in the plan's
     /// authoredBy.rejectedAlternatives; when none passes, the goal is REJECTED.
@@ -227,6 +231,13 @@ async fn main() -> anyhow::Result<()> {
             api_key: std::env::var(LLM_KEY_ENV).ok().filter(|k| !k.is_empty()),
             timeout: Duration::from_secs(args.llm_timeout_seconds.max(1)),
             max_repairs: args.llm_max_repairs,
+            extra_roots: args
+                .llm_ca_file
+                .as_ref()
+                .map(|path| {
+                    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+                })
+                .transpose()?,
         }),
         _ => None,
     };

@@ -41,11 +41,10 @@ async fn endpoint(response: ResponseTemplate) -> MockServer {
 
 fn backend(server: &MockServer, timeout: Duration) -> LlmBackend {
     LlmBackend::new(LlmConfig {
-        base_url: format!("{}/v1/", server.uri()),
-        model: MODEL.into(),
         api_key: Some("sk-test".into()),
         timeout,
         max_repairs: 0,
+        ..LlmConfig::new(format!("{}/v1/", server.uri()), MODEL)
     })
     .unwrap()
 }

@@ -410,6 +410,28 @@ impl Saga {
         match target {
             Target::Forward(i) => {
                 let id = self.spec.steps[i].id.clone();
+                // The same key again, per the skill's policy: an unknown outcome of an
+                // idempotent skill, or a failure the tool (or the skill's class) says is
+                // transient. No attempt starts once the saga was told to unwind (a
+                // cancel, or its mandate ended while this call was out).
+                let retry_after = match &outcome {
+                    CallOutcome::Unknown { reason } if call.idempotent => {
+                        Some(format!("retrying after: {reason}"))
+                    }
+                    CallOutcome::Failed {
+                        reason,
+                        failure: Some(FailureClass::Transient),
+                    } => Some(format!("retrying after a transient failure: {reason}")),
+                    _ => None,
+                };
+                if let Some(what) = retry_after
+                    && attempt < call.retry.max_attempts
+                    && self.pending_unwind.is_none()
+                {
+                    self.records[i].forward = Forward::WaitingRetry { attempt };
+                    retry_later(target, attempt, &call, id, what, out);
+                    return;
+                }
                 match outcome {
                     CallOutcome::Succeeded { response } => {
                         let step = &self.spec.steps[i];
@@ -427,39 +449,6 @@ impl Saga {
                             what: "succeeded".into(),
                         });
                         self.advance(i + 1, now_ms, out);
-                    }
-                    // No attempt starts once the saga was told to unwind (a cancel, or
-                    // its mandate ended while this call was out).
-                    CallOutcome::Unknown { reason }
-                        if call.idempotent
-                            && attempt < call.retry.max_attempts
-                            && self.pending_unwind.is_none() =>
-                    {
-                        self.records[i].forward = Forward::WaitingRetry { attempt };
-                        retry_later(
-                            target,
-                            attempt,
-                            &call,
-                            id,
-                            format!("retrying after: {reason}"),
-                            out,
-                        );
-                    }
-                    // Nothing took effect, and the tool (or the skill's class) says the
-                    // same call may succeed later: the same key again, per its policy.
-                    CallOutcome::Failed {
-                        reason,
-                        failure: Some(FailureClass::Transient),
-                    } if attempt < call.retry.max_attempts && self.pending_unwind.is_none() => {
-                        self.records[i].forward = Forward::WaitingRetry { attempt };
-                        retry_later(
-                            target,
-                            attempt,
-                            &call,
-                            id,
-                            format!("retrying after a transient failure: {reason}"),
-                            out,
-                        );
                     }
                     CallOutcome::Failed { reason, .. } => {
                         self.records[i].forward = Forward::Failed {

@@ -9,10 +9,17 @@
 //! the rest of the process, so later goals do not pay that round trip again. The answer
 //! is then read by the same strict rule (`draft::answer_json`).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use reqwest::StatusCode;
+use bytes::Bytes;
+use http::StatusCode;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
@@ -63,6 +70,47 @@ pub fn lacks_json_mode(status: StatusCode, body: &str) -> bool {
     ) && (body.contains("response_format") || body.contains("json_object"))
 }
 
+/// The HTTP client that asks the model: plain HTTP, or TLS (rustls with ring) checked
+/// against the system's trusted roots. It follows no redirect: one would resend the key
+/// wherever it points.
+fn client(
+    extra_roots: Option<&[u8]>,
+) -> Result<Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>> {
+    let mut roots = rustls::RootCertStore::empty();
+    // A machine without trusted roots still reaches http:// servers; https:// ones then
+    // fail their handshake, which says so.
+    let native = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(native.certs);
+    if let Some(pem) = extra_roots {
+        use rustls::pki_types::pem::PemObject;
+        let extra: Vec<_> = rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| Error::Config(format!("the model's extra trusted certificates: {e}")))?;
+        if extra.is_empty() {
+            return Err(Error::Config(
+                "the model's extra trusted certificates hold no PEM certificate".into(),
+            ));
+        }
+        roots.add_parsable_certificates(extra);
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| Error::Config(format!("cannot set up TLS for the model endpoint: {e}")))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut plain = HttpConnector::new();
+    plain.enforce_http(false);
+    plain.set_connect_timeout(Some(Duration::from_secs(10)));
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(plain);
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}
+
 /// What the model answered.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -77,7 +125,7 @@ pub struct Endpoint {
     url: reqwest::Url,
     /// The URL as errors show it: no query (where some APIs take a key).
     shown: String,
-    http: reqwest::Client,
+    http: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     /// Never logged: `LlmConfig`'s `Debug` hides it, and errors never quote requests.
     api_key: Option<String>,
     timeout: Duration,
@@ -104,20 +152,20 @@ enum Reply {
 
 impl Endpoint {
     pub fn new(base_url: &str, api_key: Option<String>, timeout: Duration) -> Result<Self> {
+        Self::trusting(base_url, api_key, timeout, None)
+    }
+
+    /// `new`, trusting the PEM certificates `extra_roots` too for an https:// server.
+    pub fn trusting(
+        base_url: &str,
+        api_key: Option<String>,
+        timeout: Duration,
+        extra_roots: Option<&[u8]>,
+    ) -> Result<Self> {
         let url = chat_url(base_url)?;
         let mut shown = url.clone();
         shown.set_query(None);
-        // https:// endpoints (a hosted API) need a crypto provider for rustls: ring, once
-        // per process (installing it again is refused, and harmless).
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(timeout)
-            // A redirect would resend the key wherever it points, and turn the POST into a
-            // GET: the configured URL is the one that is asked.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| Error::Config(format!("cannot build an HTTP client: {e}")))?;
+        let http = client(extra_roots)?;
         Ok(Self {
             url,
             shown: shown.to_string(),
@@ -174,42 +222,59 @@ impl Endpoint {
         if json_mode {
             body["response_format"] = json!({"type": "json_object"});
         }
-        let mut call = self.http.post(self.url.clone()).json(&body);
+        let body = serde_json::to_vec(&body)
+            .map_err(|e| Error::Backend(format!("cannot encode the model request: {e}")))?;
+        let mut request = http::Request::post(self.url.as_str())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json");
         if let Some(key) = &self.api_key {
-            call = call.bearer_auth(key);
+            request = request.header(AUTHORIZATION, format!("Bearer {key}"));
         }
         let shown = &self.shown;
-        let failed = |e: reqwest::Error| {
-            if e.is_timeout() {
+        // The key never reaches an error's text: a request that cannot be built (a key
+        // that cannot be a header) says only that.
+        let request = request.body(Full::new(Bytes::from(body))).map_err(|_| {
+            Error::Backend(format!(
+                "the request to the model endpoint {shown} cannot be built (is the API key one line of text?)"
+            ))
+        })?;
+        let failed = |e: &dyn std::error::Error| {
+            // With the causes, which say what failed ("connection refused", a TLS alert…).
+            let mut why = e.to_string();
+            let mut source = e.source();
+            while let Some(cause) = source {
+                why.push_str(": ");
+                why.push_str(&cause.to_string());
+                source = cause.source();
+            }
+            Error::Backend(format!("the model endpoint {shown} failed: {why}"))
+        };
+        let exchange = async {
+            let response = self.http.request(request).await.map_err(|e| failed(&e))?;
+            let status = response.status();
+            let mut body = response.into_body();
+            let mut bytes = Vec::new();
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| failed(&e))?;
+                if let Ok(chunk) = frame.into_data() {
+                    if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
+                        return Err(Error::Backend(format!(
+                            "the model endpoint {shown} answered more than {MAX_ANSWER_BYTES} bytes"
+                        )));
+                    }
+                    bytes.extend_from_slice(&chunk);
+                }
+            }
+            Ok((status, bytes))
+        };
+        let (status, bytes) = tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| {
                 Error::Backend(format!(
                     "the model endpoint {shown} did not answer within {} s",
                     self.timeout.as_secs_f64()
                 ))
-            } else {
-                // Without the URL reqwest would add (it may carry a query), and with the
-                // causes, which say what failed ("connection refused", …).
-                let e = e.without_url();
-                let mut why = e.to_string();
-                let mut source = std::error::Error::source(&e);
-                while let Some(cause) = source {
-                    why.push_str(": ");
-                    why.push_str(&cause.to_string());
-                    source = cause.source();
-                }
-                Error::Backend(format!("the model endpoint {shown} failed: {why}"))
-            }
-        };
-        let mut response = call.send().await.map_err(failed)?;
-        let status = response.status();
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(failed)? {
-            if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(Error::Backend(format!(
-                    "the model endpoint {shown} answered more than {MAX_ANSWER_BYTES} bytes"
-                )));
-            }
-            bytes.extend_from_slice(&chunk);
-        }
+            })??;
         if !status.is_success() {
             return Ok(Reply::Refused(
                 status,
