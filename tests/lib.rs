@@ -18,61 +18,126 @@ pub fn build_dir() -> PathBuf {
         .expect("target/<profile>/deps/<test>")
 }
 
+/// Runs `cargo build --quiet` with `args` from the workspace root, once per `done`.
+fn build_once(done: &'static std::sync::Once, args: &[&str]) {
+    done.call_once(|| {
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--quiet"])
+            .args(args)
+            .current_dir(workspace_root())
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "cannot build {args:?}");
+    });
+}
+
 /// Builds the `sagaplane` command line once per test binary (cargo does nothing when it
 /// is up to date); `sagaplane demo` then builds the agents it starts.
 pub fn sagaplane() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| {
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--quiet", "-p", "sagaplane", "--bin", "sagaplane"])
-            .current_dir(workspace_root())
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "cannot build the sagaplane binary");
-    });
+    build_once(&BUILT, &["-p", "sagaplane", "--bin", "sagaplane"]);
     build_dir().join("sagaplane")
 }
 
 /// Builds the `executor-agent` binary once per test binary; its path.
 pub fn executor_agent() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| {
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "executor-agent",
-                "--bin",
-                "executor-agent",
-            ])
-            .current_dir(workspace_root())
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "cannot build the executor-agent binary");
-    });
+    build_once(&BUILT, &["-p", "executor-agent", "--bin", "executor-agent"]);
     build_dir().join("executor-agent")
 }
 
 /// Builds the `planner-agent` binary once per test binary; its path.
 pub fn planner_agent() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| {
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "planner-agent",
-                "--bin",
-                "planner-agent",
-            ])
-            .current_dir(workspace_root())
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "cannot build the planner-agent binary");
-    });
+    build_once(&BUILT, &["-p", "planner-agent", "--bin", "planner-agent"]);
     build_dir().join("planner-agent")
+}
+
+/// Builds every binary a demo starts (beside `sagaplane`, where `demo --no-build` looks
+/// for them) once per test binary; the folder they are in.
+pub fn demo_binaries() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let bin = sagaplane().parent().map(PathBuf::from).unwrap_or_default();
+    assert_eq!(executor_agent().parent(), Some(bin.as_path()));
+    assert_eq!(planner_agent().parent(), Some(bin.as_path()));
+    build_once(
+        &BUILT,
+        &[
+            "-p",
+            "sagaplane-examples",
+            "--bin",
+            "supplier-tool",
+            "--bin",
+            "checkout-mcp",
+        ],
+    );
+    bin
+}
+
+/// The shell blocks of a manual page (```sh), in order, that a test runs as written:
+/// a block after a line `<!-- variant: NAME -->` only for that `variant`; blocks fenced
+/// otherwise (```sh-notest, ```console, …) are shown to the reader, never run.
+pub fn shell_blocks(page: &str, variant: Option<&str>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut only_for: Option<String> = None;
+    let mut block: Option<(Option<String>, String)> = None;
+    for line in page.lines() {
+        if let Some((for_variant, text)) = &mut block {
+            if line.trim_start().starts_with("```") {
+                if for_variant.is_none() || for_variant.as_deref() == variant {
+                    out.push(std::mem::take(text));
+                }
+                block = None;
+            } else {
+                text.push_str(line);
+                text.push('\n');
+            }
+        } else if let Some(name) = line
+            .strip_prefix("<!-- variant: ")
+            .and_then(|rest| rest.strip_suffix(" -->"))
+        {
+            only_for = Some(name.to_owned());
+        } else if line.trim() == "```sh" {
+            block = Some((only_for.take(), String::new()));
+        } else if line.trim_start().starts_with("```") {
+            only_for = None;
+        }
+    }
+    out
+}
+
+/// Runs `blocks` in order in one bash (`set -euo pipefail`, background jobs killed at
+/// the end), from the workspace root, with `bin` first on `PATH`, `env` set, then
+/// `epilogue`, within `timeout_secs`; whether it succeeded, and what it printed (stdout,
+/// then stderr).
+pub fn run_blocks(
+    blocks: &[String],
+    bin: &std::path::Path,
+    env: &[(&str, &str)],
+    epilogue: &str,
+    timeout_secs: u32,
+) -> (bool, String) {
+    let script = format!(
+        "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n\
+         export PATH={bin:?}:\"$PATH\"\n{}\n{epilogue}\n",
+        blocks.join("\n"),
+    );
+    let mut command = Command::new("timeout");
+    command
+        .args([timeout_secs.to_string().as_str(), "bash", "-c", &script])
+        .current_dir(workspace_root())
+        .env_remove("SAGAPLANE_TOKEN")
+        .env_remove("SAGAPLANE_ADMIN_TOKEN");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = command.output().expect("bash runs");
+    let said = format!(
+        "{}\n--- stderr ---\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), said)
 }
 
 /// The interop virtualenv's interpreter (`scripts/setup-interop` creates it).

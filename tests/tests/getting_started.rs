@@ -6,95 +6,24 @@
 //! demo completed, the saga that waited for a person was answered by the approver and
 //! completed, and the console's API answered.
 
-use std::process::Command;
 use std::time::Instant;
 
-use sagaplane_e2e::{build_dir, executor_agent, sagaplane, workspace_root};
+use sagaplane_e2e::{demo_binaries, run_blocks, shell_blocks, workspace_root};
 
 const PAGE: &str = "docs/getting-started.md";
 
-/// The page's shell blocks (```sh), in order.
-fn blocks(page: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut block: Option<String> = None;
-    for line in page.lines() {
-        if let Some(text) = &mut block {
-            if line.trim_start().starts_with("```") {
-                out.push(std::mem::take(text));
-                block = None;
-            } else {
-                text.push_str(line);
-                text.push('\n');
-            }
-        } else if line.trim() == "```sh" {
-            block = Some(String::new());
-        }
-    }
-    out
-}
-
-/// Builds the binaries the demo starts (beside `sagaplane`, where `demo --no-build`
-/// looks for them) once per test binary.
-fn demo_binaries() {
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| {
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "planner-agent",
-                "--bin",
-                "planner-agent",
-                "-p",
-                "sagaplane-examples",
-                "--bin",
-                "supplier-tool",
-                "--bin",
-                "checkout-mcp",
-            ])
-            .current_dir(workspace_root())
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "cannot build the demo's agents");
-    });
-    for bin in ["planner-agent", "supplier-tool", "checkout-mcp"] {
-        assert!(build_dir().join(bin).exists(), "{bin} was not built");
-    }
-}
-
 /// Runs the page's blocks: what they printed (stdout and stderr).
 fn run_page() -> String {
-    let bin = sagaplane().parent().unwrap().to_owned();
-    assert_eq!(executor_agent().parent().unwrap(), bin);
-    demo_binaries();
+    let bin = demo_binaries();
     let page = std::fs::read_to_string(workspace_root().join(PAGE)).unwrap();
-    let blocks = blocks(&page);
+    let mut blocks = shell_blocks(&page, None);
     assert!(blocks.len() >= 8, "{PAGE} lost its commands: {blocks:#?}");
-    let script = format!(
-        "set -euo pipefail\nexec 2>&1\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n\
-         export PATH={bin:?}:\"$PATH\"\n{}\n",
-        blocks.join("\n"),
-    );
+    // One stream, in the order things happened: the checks below read it in order.
+    blocks.insert(0, "exec 2>&1".to_owned());
     let started = Instant::now();
-    let output = Command::new("timeout")
-        .args(["300", "bash", "-c", &script])
-        .current_dir(workspace_root())
-        .env_remove("SAGAPLANE_TOKEN")
-        .env_remove("SAGAPLANE_ADMIN_TOKEN")
-        .output()
-        .expect("bash runs");
+    let (ok, said) = run_blocks(&blocks, &bin, &[], "", 300);
     let took = started.elapsed();
-    let said = format!(
-        "{}\n--- stderr ---\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        output.status.success(),
-        "{PAGE} failed ({:?}) after {took:?}:\n{said}",
-        output.status
-    );
+    assert!(ok, "{PAGE} failed after {took:?}:\n{said}");
     // Seen with --nocapture.
     eprintln!("{said}\n{PAGE} ran in {took:?}");
     said

@@ -11,10 +11,11 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use sagaplane_e2e::{executor_agent, planner_agent, sagaplane, workspace_root};
+use sagaplane_e2e::{
+    executor_agent, planner_agent, run_blocks, sagaplane, shell_blocks, workspace_root,
+};
 use serde_json::{Value, json};
 
 const GUIDE: &str = "docs/planner-and-models.md";
@@ -22,27 +23,6 @@ const GOAL: &str =
     "Register vendor Initech, contact it@initech.example, and reserve 50 EUR of budget for it";
 const API_KEY: &str = "sk-guide-1f9e0c2d7b4a";
 const MODEL: &str = "scripted-guide-model";
-
-/// The guide's shell blocks (```sh), in order.
-fn blocks(guide: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut block: Option<String> = None;
-    for line in guide.lines() {
-        match &mut block {
-            Some(text) if line.trim_start().starts_with("```") => {
-                out.push(std::mem::take(text));
-                block = None;
-            }
-            Some(text) => {
-                text.push_str(line);
-                text.push('\n');
-            }
-            None if line.trim() == "```sh" => block = Some(String::new()),
-            None => {}
-        }
-    }
-    out
-}
 
 /// One request as the scripted server read it.
 #[derive(Debug, Clone)]
@@ -170,30 +150,20 @@ fn answer(stream: TcpStream, seen: &Mutex<Vec<Received>>) -> std::io::Result<()>
 /// Runs the guide's blocks; what they printed, and the demo's folder.
 fn run_guide(model: &ScriptedModel) -> (String, std::path::PathBuf) {
     let guide = std::fs::read_to_string(workspace_root().join(GUIDE)).unwrap();
-    let blocks = blocks(&guide);
+    let blocks = shell_blocks(&guide, None);
     assert!(blocks.len() >= 5, "{GUIDE} lost its commands: {blocks:#?}");
     let bin = sagaplane().parent().unwrap().to_owned();
     assert_eq!(executor_agent().parent().unwrap(), bin);
     assert_eq!(planner_agent().parent().unwrap(), bin);
-    let script = format!(
-        "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n\
-         export PATH={bin:?}:\"$PATH\"\n{}\necho \"demo folder for the test: $DEMO\"\necho \"work folder for the test: $WORK\"\n",
-        blocks.join("\n")
-    );
-    let output = Command::new("timeout")
-        .args(["900", "bash", "-c", &script])
-        .current_dir(workspace_root())
-        .env("MODEL_URL", &model.url)
-        .env("MODEL", "qwen2.5:7b")
-        .env("SAGAPLANE_LLM_API_KEY", API_KEY)
-        .output()
-        .expect("bash runs");
-    let said = format!(
-        "{}\n--- stderr ---\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(output.status.success(), "the guide failed:\n{said}");
+    let env = [
+        ("MODEL_URL", model.url.as_str()),
+        ("MODEL", "qwen2.5:7b"),
+        ("SAGAPLANE_LLM_API_KEY", API_KEY),
+    ];
+    let epilogue =
+        "echo \"demo folder for the test: $DEMO\"\necho \"work folder for the test: $WORK\"";
+    let (ok, said) = run_blocks(&blocks, &bin, &env, epilogue, 900);
+    assert!(ok, "the guide failed:\n{said}");
     // Seen with --nocapture.
     eprintln!("{said}");
     let printed = |prefix: &str| {

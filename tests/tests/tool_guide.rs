@@ -8,70 +8,22 @@
 
 use std::process::Command;
 
-use sagaplane_e2e::{executor_agent, sagaplane, workspace_root};
+use sagaplane_e2e::{executor_agent, run_blocks, sagaplane, shell_blocks, workspace_root};
 use serde_json::Value;
 
 const GUIDE: &str = "docs/writing-a-tool-agent.md";
 
-/// The guide's shell blocks (```sh), in order; a block after `<!-- variant: NAME -->`
-/// only for that variant.
-fn blocks(guide: &str, variant: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut only_for: Option<String> = None;
-    let mut block: Option<(Option<String>, String)> = None;
-    for line in guide.lines() {
-        if let Some((for_variant, text)) = &mut block {
-            if line.trim_start().starts_with("```") {
-                if for_variant.as_deref().is_none_or(|v| v == variant) {
-                    out.push(std::mem::take(text));
-                }
-                block = None;
-            } else {
-                text.push_str(line);
-                text.push('\n');
-            }
-        } else if let Some(name) = line
-            .strip_prefix("<!-- variant: ")
-            .and_then(|rest| rest.strip_suffix(" -->"))
-        {
-            only_for = Some(name.to_owned());
-        } else if line.trim() == "```sh" {
-            block = Some((only_for.take(), String::new()));
-        } else if line.trim_start().starts_with("```") {
-            only_for = None;
-        }
-    }
-    out
-}
-
 /// Runs the guide for `variant`: what it printed, and the agent's ledger it saved.
 fn run_guide(variant: &str) -> (String, Value) {
     let guide = std::fs::read_to_string(workspace_root().join(GUIDE)).unwrap();
-    let blocks = blocks(&guide, variant);
+    let blocks = shell_blocks(&guide, Some(variant));
     assert!(blocks.len() >= 10, "{GUIDE} lost its commands: {blocks:#?}");
     let bin = sagaplane().parent().unwrap().to_owned();
     assert_eq!(executor_agent().parent().unwrap(), bin);
     let saved = tempfile::NamedTempFile::new().unwrap();
-    let script = format!(
-        "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n\
-         export PATH={bin:?}:\"$PATH\"\n{}\ncp \"$WORK/ledger.json\" {:?}\n",
-        blocks.join("\n"),
-        saved.path()
-    );
-    let output = Command::new("timeout")
-        .args(["600", "bash", "-c", &script])
-        .current_dir(workspace_root())
-        .output()
-        .expect("bash runs");
-    let said = format!(
-        "{}\n--- stderr ---\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        output.status.success(),
-        "the guide failed ({variant}):\n{said}"
-    );
+    let epilogue = format!("cp \"$WORK/ledger.json\" {:?}", saved.path());
+    let (ok, said) = run_blocks(&blocks, &bin, &[], &epilogue, 600);
+    assert!(ok, "the guide failed ({variant}):\n{said}");
     // Seen with --nocapture.
     eprintln!("{said}");
     let ledger = std::fs::read_to_string(saved.path()).unwrap();
