@@ -70,16 +70,25 @@ async fn until_applied(logs: &HashMap<String, Arc<Mutex<ToolLog>>>, agent: &str,
     }
 }
 
-/// Asserts that every tool applied `sagas` effects, no idempotency key twice.
-fn each_key_applied_once(logs: &HashMap<String, Arc<Mutex<ToolLog>>>, sagas: usize) {
+/// Asserts that no tool applied an idempotency key twice; each tool's keys, sorted.
+fn no_key_applied_twice(logs: &HashMap<String, Arc<Mutex<ToolLog>>>) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
     for (agent, log) in logs {
         let log = log.lock().unwrap();
-        let mut keys: Vec<&String> = log.effects.iter().map(|(key, _)| key).collect();
+        let mut keys: Vec<String> = log.effects.iter().map(|(key, _)| key.clone()).collect();
         keys.sort();
         let total = keys.len();
         keys.dedup();
         assert_eq!(keys.len(), total, "{agent} applied a key twice");
-        assert_eq!(total, sagas, "{agent}: one effect per saga");
+        out.push((agent.clone(), keys));
+    }
+    out
+}
+
+/// Asserts that every tool applied `sagas` effects, no idempotency key twice.
+fn each_key_applied_once(logs: &HashMap<String, Arc<Mutex<ToolLog>>>, sagas: usize) {
+    for (agent, keys) in no_key_applied_twice(logs) {
+        assert_eq!(keys.len(), sagas, "{agent}: one effect per saga");
     }
 }
 
@@ -998,13 +1007,7 @@ async fn plans_accepted_while_the_database_restarts_each_begin_or_end() {
     );
     // Judged from the tools' own ledgers: every completed saga's six steps applied, and
     // no key applied twice.
-    for (agent, log) in &logs {
-        let log = log.lock().unwrap();
-        let mut keys: Vec<&String> = log.effects.iter().map(|(key, _)| key).collect();
-        keys.sort();
-        let total = keys.len();
-        keys.dedup();
-        assert_eq!(keys.len(), total, "{agent} applied a key twice");
+    for (agent, keys) in no_key_applied_twice(&logs) {
         for n in &completed {
             let prefix = format!("{}:", saga_id(*n));
             assert!(
