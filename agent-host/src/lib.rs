@@ -28,8 +28,8 @@ pub use auth::{Caller, InboundAuth, JwtPolicy, mint_jwt};
 pub use body_check::BodyLimits;
 pub use card::{ServedCard, describe_auth, prepare_card};
 pub use client::{
-    AgentClient, MAX_FETCHED_DOCUMENT_BYTES, OutboundCall, SagaContext, baggage_header,
-    read_capped, tool_call,
+    AgentClient, MAX_FETCHED_DOCUMENT_BYTES, OutboundCall, SagaContext, ToolAnswer, baggage_header,
+    failure_message, read_capped, tool_answer, tool_call,
 };
 pub use error::{Error, Result};
 pub use server::{ConnectionLimits, HostConfig, Serving, app, app_with, serve, serve_with};

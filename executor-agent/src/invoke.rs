@@ -9,37 +9,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_host::sdk::{Part, PartContent, SendMessageResponse, Task, TaskState};
-use agent_host::{AgentClient, OutboundCall};
+use agent_host::{AgentClient, OutboundCall, ToolAnswer};
 use async_trait::async_trait;
-use serde_json::{Value, json};
 use shared_types::{REVERSIBILITY_EXTENSION_URI, ReversibilityClass};
 
 use crate::mcp::McpCallContext;
 use crate::mcp::invoker::McpInvoker;
 use crate::registry::{AgentKind, Registry};
 use crate::saga::{CallOutcome, FailureClass, Invocation, Target};
-
-/// Error codes that prove the tool refused the request before doing anything: JSON-RPC's
-/// parse error, invalid request, unknown method and invalid params; A2A's unsupported
-/// operation, content type, extension and version errors; and the hosting layer's
-/// unauthenticated error (the credential was refused before any handler ran: `-31401`,
-/// and `401` from agents on an older hosting layer). Every other error (internal
-/// errors, `-32000`-range server errors, a JSON-RPC error carried by an HTTP 5xx, which
-/// the SDK's transport passes on without looking at the status) proves nothing, so the
-/// call's outcome is unknown.
-const REFUSED_BEFORE_ANY_EFFECT: [i32; 10] = [
-    -32700,
-    -32600,
-    -32601,
-    -32602,
-    -32004,
-    -32005,
-    -32008,
-    -32009,
-    agent_host::auth::UNAUTHENTICATED_CODE,
-    401,
-];
 
 /// The saga context that travels with every call.
 #[derive(Debug, Clone)]
@@ -125,36 +102,6 @@ fn traceparent(context: &CallContext) -> String {
     }
 }
 
-fn take_data(parts: Vec<Part>) -> Option<Value> {
-    parts.into_iter().find_map(|p| match p.content {
-        PartContent::Data(v) => Some(v),
-        _ => None,
-    })
-}
-
-fn text_of(task: &Task) -> String {
-    task.status
-        .message
-        .as_ref()
-        .and_then(|m| m.parts.iter().find_map(|p| p.as_text().map(str::to_owned)))
-        .unwrap_or_else(|| format!("{:?}", task.status.state))
-}
-
-/// The failure class a tool put on a definite failure: `{"failure": …}` under the
-/// extension's URI in the status message's metadata, else in the task's.
-fn marked_failure(task: &Task) -> Option<FailureClass> {
-    let in_metadata = |metadata: Option<&HashMap<String, Value>>| {
-        let marked = metadata?.get(REVERSIBILITY_EXTENSION_URI)?.get("failure")?;
-        serde_json::from_value::<FailureClass>(marked.clone()).ok()
-    };
-    let status = task
-        .status
-        .message
-        .as_ref()
-        .and_then(|m| m.metadata.as_ref());
-    in_metadata(status).or_else(|| in_metadata(task.metadata.as_ref()))
-}
-
 /// The class of a definite failure the tool did not mark: transient for a forward call
 /// of a retriable skill (safe to repeat, as its class says); otherwise unstated, which
 /// the engine treats as permanent for a forward call and retries for a compensation.
@@ -172,28 +119,18 @@ fn refused(reason: String) -> CallOutcome {
     }
 }
 
-/// How a tool's task answers a call; `unmarked` is the class of a FAILED task that
-/// carries none.
-pub fn classify_task(task: Task, unmarked: Option<FailureClass>) -> CallOutcome {
-    match task.status.state {
-        TaskState::Completed => {
-            let response = task
-                .artifacts
-                .unwrap_or_default()
-                .into_iter()
-                .find_map(|a| take_data(a.parts))
-                .unwrap_or_else(|| json!({}));
-            CallOutcome::Succeeded { response }
-        }
-        TaskState::Failed => CallOutcome::Failed {
-            failure: marked_failure(&task).or(unmarked),
-            reason: text_of(&task),
+/// How a tool's answer counts for the saga; `unmarked` is the class of a FAILED task
+/// that carries none.
+pub fn outcome_of(answer: ToolAnswer, unmarked: Option<FailureClass>) -> CallOutcome {
+    match answer {
+        ToolAnswer::Completed(response) => CallOutcome::Succeeded { response },
+        ToolAnswer::Failed { reason, marked } => CallOutcome::Failed {
+            reason,
+            failure: marked.or(unmarked),
         },
         // Refused or withdrawn: the same call is refused again, whatever it carries.
-        TaskState::Rejected | TaskState::Canceled => refused(text_of(&task)),
-        ref other => CallOutcome::Unknown {
-            reason: format!("the tool's task is still {other:?} after the call's timeout"),
-        },
+        ToolAnswer::Refused(reason) => refused(reason),
+        ToolAnswer::Unknown(reason) => CallOutcome::Unknown { reason },
     }
 }
 
@@ -228,30 +165,8 @@ impl Invoker for A2aInvoker {
             extensions: vec![REVERSIBILITY_EXTENSION_URI.to_owned()],
             timeout: Duration::from_millis(invocation.call.timeout_ms),
         };
-        match client.send(&call, &request).await {
-            Ok(SendMessageResponse::Task(task)) => {
-                classify_task(task, unmarked_failure(invocation, context))
-            }
-            Ok(SendMessageResponse::Message(m)) => match take_data(m.parts) {
-                Some(response) => CallOutcome::Succeeded { response },
-                None => CallOutcome::Unknown {
-                    reason: "the tool answered with a message and no result".into(),
-                },
-            },
-            Err(agent_host::Error::Protocol(e)) if REFUSED_BEFORE_ANY_EFFECT.contains(&e.code) => {
-                refused(format!(
-                    "the tool refused the call: {} ({})",
-                    e.message, e.code
-                ))
-            }
-            // Refused before anything was sent (a credential that cannot be a header).
-            Err(agent_host::Error::Config(reason)) => {
-                refused(format!("the call could not be sent: {reason}"))
-            }
-            Err(e) => CallOutcome::Unknown {
-                reason: e.to_string(),
-            },
-        }
+        let answer = agent_host::tool_answer(client.send(&call, &request).await);
+        outcome_of(answer, unmarked_failure(invocation, context))
     }
 }
 

@@ -22,7 +22,8 @@ pub use mandate::{Mandate, Revocation, ScopeEntry};
 pub use money::{AmountMinor, Currency, Money};
 pub use plan::{AuthoredBy, Plan, Step};
 pub use reversibility::{
-    Compensation, REVERSIBILITY_EXTENSION_URI, RetryPolicy, ReversibilityClass, SkillDeclaration,
+    Compensation, FailureClass, REVERSIBILITY_EXTENSION_URI, RetryPolicy, ReversibilityClass,
+    SkillDeclaration,
 };
 pub use signing::{Jwk, JwsSignature, SigningIdentity, TrustStore};
 pub use validate::{PlanValidator, Report, Violation, ViolationCode};

@@ -63,6 +63,27 @@ impl<'de> Deserialize<'de> for ReversibilityClass {
     }
 }
 
+/// Whether a definite failure is worth trying again: what a tool may say of it under
+/// the extension's URI, `{"failure": "transient" | "permanent"}` (in a FAILED task's
+/// status message metadata, or an MCP result's `_meta`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FailureClass {
+    /// Nothing took effect, and the same call may succeed later: tried again under the
+    /// same key, per the skill's retry policy.
+    Transient,
+    /// Nothing took effect, and the same call will fail again.
+    Permanent,
+}
+
+impl FailureClass {
+    /// The class marked in `ours`, the member of a metadata map under the extension's
+    /// URI, if one is.
+    pub fn marked_in(ours: &Value) -> Option<Self> {
+        Self::deserialize(ours.get("failure")?).ok()
+    }
+}
+
 /// A compensation: the skill to call and how to bind its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

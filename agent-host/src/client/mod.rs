@@ -7,7 +7,7 @@
 mod send_message;
 mod tool_call;
 
-pub use tool_call::{SagaContext, tool_call};
+pub use tool_call::{SagaContext, ToolAnswer, failure_message, tool_answer, tool_call};
 
 use std::time::Duration;
 

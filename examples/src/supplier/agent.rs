@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use agent_host::sdk::{Artifact, Message, Part, PartContent, TaskState};
 use agent_host::{Agent, RequestContext, TaskHandle};
 use serde_json::Value;
+use shared_types::FailureClass;
 
 use super::faults::{FaultMode, Faults};
 use super::ledger::{Call, Ledger, Outcome};
@@ -184,7 +185,7 @@ impl ToolAgent {
             Some(mode @ (FaultMode::Decline | FaultMode::FailAlways)) => {
                 self.ledger.note(key, name, "declined", None).await?;
                 let why = format!("{name} declined (fault {mode} injected); nothing was applied");
-                let class = (mode == FaultMode::Decline).then_some("permanent");
+                let class = (mode == FaultMode::Decline).then_some(FailureClass::Permanent);
                 return failed(task, &why, class).await;
             }
             Some(FaultMode::TransientOnce) if self.first_failure(key) => {
@@ -194,7 +195,7 @@ impl ToolAgent {
                 let why = format!(
                     "{name} is busy (fault transient-once injected); nothing was applied, try again"
                 );
-                return failed(task, &why, Some("transient")).await;
+                return failed(task, &why, Some(FailureClass::Transient)).await;
             }
             // `Unavailable` is answered by the transport layer before the call gets here.
             _ => {}
@@ -219,7 +220,7 @@ impl ToolAgent {
         };
         if fault == Some(FaultMode::StrictUndo) && result.get("nothingToUndo").is_some() {
             let why = format!("{name} found nothing to undo (fault strict-undo injected)");
-            return failed(task, &why, Some("permanent")).await;
+            return failed(task, &why, Some(FailureClass::Permanent)).await;
         }
         if fault == Some(FaultMode::BadOutput)
             && let Some(members) = result.as_object_mut()
@@ -240,14 +241,8 @@ impl ToolAgent {
 
 /// Ends the task FAILED with a text reason and, when stated, its failure class (the
 /// extension's `failure` in the status message's metadata).
-async fn failed(task: &TaskHandle, text: &str, class: Option<&str>) -> Result<()> {
-    let mut message = agent_host::agent_message(text, None);
-    if let Some(class) = class {
-        message.metadata = Some(HashMap::from([(
-            shared_types::REVERSIBILITY_EXTENSION_URI.to_owned(),
-            serde_json::json!({ "failure": class }),
-        )]));
-    }
+async fn failed(task: &TaskHandle, text: &str, class: Option<FailureClass>) -> Result<()> {
+    let message = agent_host::failure_message(text, class);
     task.set_status(TaskState::Failed, Some(message)).await?;
     Ok(())
 }
@@ -285,7 +280,7 @@ impl Agent for ToolAgent {
             Err(e @ SupplierError::Ledger(_)) => {
                 tracing::error!(agent = self.name, error = %e, "the ledger failed");
                 let why = format!("internal error, nothing was applied: {e}");
-                if let Err(e) = failed(&task, &why, Some("transient")).await {
+                if let Err(e) = failed(&task, &why, Some(FailureClass::Transient)).await {
                     tracing::error!(agent = self.name, error = %e, "cannot end the task");
                 }
             }

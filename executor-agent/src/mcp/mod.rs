@@ -252,8 +252,8 @@ fn text_of(result: &CallToolResult) -> String {
 /// URI (`{"failure": "transient" | "permanent"}`), as an A2A tool's status does.
 fn marked_failure(result: &CallToolResult) -> Option<FailureClass> {
     let meta = serde_json::to_value(result.meta.as_ref()?).ok()?;
-    let marked = meta.get(REVERSIBILITY_EXTENSION_URI)?.get("failure")?;
-    serde_json::from_value(marked.clone()).ok()
+    meta.get(REVERSIBILITY_EXTENSION_URI)
+        .and_then(FailureClass::marked_in)
 }
 
 /// How a `tools/call` answer counts for the saga; `unmarked` is the class of an

@@ -9,6 +9,8 @@ use serde_json::Value;
 use super::deadline::UndoDeadline;
 use super::spec::CallSpec;
 
+pub use shared_types::reversibility::FailureClass;
+
 /// Which call an invocation or result belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "step", rename_all = "camelCase")]
@@ -33,17 +35,6 @@ pub enum CallOutcome {
     },
     /// No answer we can trust (timeout, 5xx, dropped connection): it may have taken effect.
     Unknown { reason: String },
-}
-
-/// Whether a definite failure is worth trying again (the extension's `failure`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum FailureClass {
-    /// Nothing took effect, and the same call may succeed later: tried again under the
-    /// same key, per the skill's retry policy.
-    Transient,
-    /// Nothing took effect, and the same call will fail again.
-    Permanent,
 }
 
 impl CallOutcome {

@@ -15,8 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use agent_host::sdk::{
-    Artifact, Message, Part, PartContent, Role, SendMessageRequest, SendMessageResponse, Task,
-    TaskState, new_message_id,
+    Artifact, Message, Part, PartContent, SendMessageRequest, SendMessageResponse, Task, TaskState,
 };
 use agent_host::store::durable::Database;
 use agent_host::{
@@ -331,29 +330,16 @@ impl Agent for Tool {
             .and_then(|c| c.get("compensation"))
             .and_then(Value::as_bool)
             .unwrap_or(false);
+        use shared_types::FailureClass::{Permanent, Transient};
         let failure = match fault {
             Some(Fault::Decline) if compensation => Some(("declined", None)),
-            Some(Fault::Decline) => Some(("declined", Some("permanent"))),
-            Some(Fault::FailTransient(_)) => Some(("busy; try again", Some("transient"))),
+            Some(Fault::Decline) => Some(("declined", Some(Permanent))),
+            Some(Fault::FailTransient(_)) => Some(("busy; try again", Some(Transient))),
             Some(Fault::FailUnmarked(_)) => Some(("failed", None)),
             _ => None,
         };
         if let Some((text, class)) = failure {
-            let reason = Message {
-                message_id: new_message_id(),
-                context_id: None,
-                task_id: None,
-                role: Role::Agent,
-                parts: vec![Part::text(text)],
-                metadata: class.map(|class| {
-                    HashMap::from([(
-                        shared_types::REVERSIBILITY_EXTENSION_URI.to_owned(),
-                        json!({ "failure": class }),
-                    )])
-                }),
-                extensions: None,
-                reference_task_ids: None,
-            };
+            let reason = agent_host::failure_message(text, class);
             let _ = task.set_status(TaskState::Failed, Some(reason)).await;
             return;
         }

@@ -8,15 +8,14 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use agent_host::sdk::{PartContent, SendMessageResponse, Task, TaskState};
-use agent_host::{AgentClient, OutboundCall, SagaContext};
+use agent_host::{AgentClient, OutboundCall, SagaContext, ToolAnswer};
 use clap::Subcommand;
 use serde_json::{Value, json};
 use shared_types::catalog::agent_from_card;
 use shared_types::expr::{EvalContext, bind};
 use shared_types::reversibility::{REVERSIBILITY_EXTENSION_URI, SkillDeclaration};
 
-use crate::a2a::{Credentials, block_on, message_text};
+use crate::a2a::{Credentials, block_on};
 use crate::failure::Failure;
 use crate::input::read_json;
 
@@ -74,23 +73,24 @@ struct Finding {
     evidence: String,
 }
 
-/// How a call ended, as a saga would read it.
-#[derive(Debug)]
-enum Answer {
-    Completed(Value),
-    /// A definite failure: the task's state and its reason.
-    Failed(String),
-    /// No answer that settles it (an error, a timeout, a task still running).
-    Unknown(String),
+/// How a call ended, in words: what the tool answered and how a saga reads it.
+fn describe(answer: &ToolAnswer) -> String {
+    match answer {
+        ToolAnswer::Completed(result) => format!("completed with {result}"),
+        ToolAnswer::Failed { reason, marked } => {
+            let class = marked.map_or("unmarked".to_owned(), |c| format!("{c:?}").to_lowercase());
+            format!("failed definitely ({class}): {reason:?}")
+        }
+        ToolAnswer::Refused(why) => format!("was refused: {why:?}"),
+        ToolAnswer::Unknown(why) => format!("gave no answer that settles it: {why:?}"),
+    }
 }
 
-impl Answer {
-    fn describe(&self) -> String {
-        match self {
-            Self::Completed(result) => format!("completed with {result}"),
-            Self::Failed(why) => format!("failed definitely: {why:?}"),
-            Self::Unknown(why) => format!("gave no answer that settles it: {why:?}"),
-        }
+/// Whether it failed definitely (nothing took effect), and why.
+fn definite_failure(answer: &ToolAnswer) -> Option<&str> {
+    match answer {
+        ToolAnswer::Failed { reason, .. } | ToolAnswer::Refused(reason) => Some(reason),
+        _ => None,
     }
 }
 
@@ -111,7 +111,7 @@ impl Tool {
         key: &str,
         compensation: bool,
         timeout_ms: u64,
-    ) -> Result<(Answer, Duration), Failure> {
+    ) -> Result<(ToolAnswer, Duration), Failure> {
         let mut call: OutboundCall = self.credentials.call()?;
         call.idempotency_key = Some(key.to_owned());
         call.extensions = vec![REVERSIBILITY_EXTENSION_URI.to_owned()];
@@ -126,53 +126,12 @@ impl Tool {
         };
         let request = agent_host::tool_call(skill, args, &context);
         let started = Instant::now();
-        let answer = match self.client.send(&call, &request).await {
-            Ok(SendMessageResponse::Task(task)) => read_task(&task),
-            Ok(SendMessageResponse::Message(m)) => match data_of(m.parts.iter()) {
-                Some(result) => Answer::Completed(result),
-                None => Answer::Unknown("a message without a result".into()),
-            },
-            Err(agent_host::Error::Protocol(e)) => {
-                Answer::Failed(format!("{} ({})", e.message, e.code))
-            }
-            Err(e) => Answer::Unknown(e.to_string()),
-        };
-        Ok((answer, started.elapsed()))
-    }
-}
-
-fn data_of<'a>(mut parts: impl Iterator<Item = &'a agent_host::sdk::Part>) -> Option<Value> {
-    parts.find_map(|p| match &p.content {
-        PartContent::Data(v) => Some(v.clone()),
-        _ => None,
-    })
-}
-
-fn read_task(task: &Task) -> Answer {
-    let reason = || {
-        task.status
-            .message
-            .as_ref()
-            .map(message_text)
-            .unwrap_or_default()
-    };
-    match task.status.state {
-        TaskState::Completed => {
-            let mut result = task
-                .artifacts
-                .iter()
-                .flatten()
-                .find_map(|a| data_of(a.parts.iter()))
-                .unwrap_or_else(|| json!({}));
-            shared_types::json::normalize_integers(&mut result);
-            Answer::Completed(result)
+        let mut answer = agent_host::tool_answer(self.client.send(&call, &request).await);
+        // A data part's numbers travel as doubles: read integral ones as integers.
+        if let ToolAnswer::Completed(result) = &mut answer {
+            shared_types::json::normalize_integers(result);
         }
-        TaskState::Failed | TaskState::Rejected | TaskState::Canceled => Answer::Failed(format!(
-            "{}: {}",
-            crate::a2a::state_name(&task.status.state),
-            reason()
-        )),
-        ref other => Answer::Unknown(format!("still {}", crate::a2a::state_name(other))),
+        Ok((answer, started.elapsed()))
     }
 }
 
@@ -316,11 +275,11 @@ async fn check_skill(
             format!("{millis} ms, past its {timeout_ms} ms"),
         )
     });
-    let Answer::Completed(response) = first else {
+    let ToolAnswer::Completed(response) = first else {
         out.push(finding(
             COMPLETES,
             Verdict::Broken,
-            format!("called with {args}, it {}", first.describe()),
+            format!("called with {args}, it {}", describe(&first)),
         ));
         return Ok(out);
     };
@@ -336,25 +295,28 @@ async fn check_skill(
     if !declaration.read_only {
         let (again, _) = tool.call(skill, &args, &key, false, timeout_ms).await?;
         out.push(match again {
-            Answer::Completed(same) if same == response => {
+            ToolAnswer::Completed(same) if same == response => {
                 finding(SAME_KEY, Verdict::Holds, "the stored result came back")
             }
-            Answer::Completed(other) => finding(
+            ToolAnswer::Completed(other) => finding(
                 SAME_KEY,
                 Verdict::Broken,
                 format!("first {response}, then {other}: it was applied twice"),
             ),
-            Answer::Failed(why) if !declaration.idempotent => finding(
+            ref other if !declaration.idempotent && definite_failure(other).is_some() => finding(
                 SAME_KEY,
                 Verdict::Holds,
-                format!("refused the second call ({why:?}), as a skill that is not idempotent may"),
+                format!(
+                    "refused the second call ({:?}), as a skill that is not idempotent may",
+                    definite_failure(other).unwrap_or_default()
+                ),
             ),
             other => finding(
                 SAME_KEY,
                 Verdict::Broken,
                 format!(
                     "the skill is declared idempotent, but the second call {}",
-                    other.describe()
+                    describe(&other)
                 ),
             ),
         });
@@ -386,7 +348,7 @@ async fn check_skill(
                 .call(undo, &undo_args, &undo_key, true, undo_timeout)
                 .await?;
             match undone {
-                Answer::Completed(result) => {
+                ToolAnswer::Completed(result) => {
                     out.push(finding(
                         UNDOES,
                         Verdict::Holds,
@@ -396,20 +358,20 @@ async fn check_skill(
                         .call(undo, &undo_args, &undo_key, true, undo_timeout)
                         .await?;
                     out.push(match again {
-                        Answer::Completed(same) if same == result => {
+                        ToolAnswer::Completed(same) if same == result => {
                             finding(UNDO_AGAIN, Verdict::Holds, "the same answer again")
                         }
                         other => finding(
                             UNDO_AGAIN,
                             Verdict::Broken,
-                            format!("called again under {undo_key}, it {}", other.describe()),
+                            format!("called again under {undo_key}, it {}", describe(&other)),
                         ),
                     });
                 }
                 other => out.push(finding(
                     UNDOES,
                     Verdict::Broken,
-                    format!("{undo} with {undo_args} {}", other.describe()),
+                    format!("{undo} with {undo_args} {}", describe(&other)),
                 )),
             }
         }
@@ -451,7 +413,7 @@ async fn check_skill(
         )
         .await?;
     out.push(match &undone {
-        Answer::Completed(result) => finding(
+        ToolAnswer::Completed(result) => finding(
             NEVER_HAPPENED,
             Verdict::Holds,
             format!("{undo} with {undo_args} completed with {result}"),
@@ -459,18 +421,22 @@ async fn check_skill(
         other => finding(
             NEVER_HAPPENED,
             Verdict::Broken,
-            format!("{undo} with {undo_args} {}", other.describe()),
+            format!("{undo} with {undo_args} {}", describe(other)),
         ),
     });
     let (late, _) = tool.call(skill, &args, &never, false, timeout_ms).await?;
-    out.push(match late {
-        Answer::Failed(why) => finding(LATE_REFUSED, Verdict::Holds, format!("refused: {why:?}")),
+    out.push(match &late {
+        other if definite_failure(other).is_some() => finding(
+            LATE_REFUSED,
+            Verdict::Holds,
+            format!("refused: {:?}", definite_failure(other).unwrap_or_default()),
+        ),
         other => finding(
             LATE_REFUSED,
             Verdict::Broken,
             format!(
                 "after its compensation ran, the forward call under {never} {}",
-                other.describe()
+                describe(other)
             ),
         ),
     });
