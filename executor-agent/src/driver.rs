@@ -224,7 +224,7 @@ impl Driver {
                 // shown, recovery shows the end again and marks it then.
                 if reporter.settled().await {
                     let (journal, saga_id) = (journal.clone(), saga_id.clone());
-                    let spent = crate::mandates::spent_minor(&saga);
+                    let spent = saga.spent_minor();
                     let mandate = saga.spec.mandate.clone();
                     bookkeeping.spawn(async move {
                     if let Err(e) = journal.finish(&saga_id, mandate.as_ref(), spent).await {

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::mandates::MandateHold;
+use crate::saga::spec::MandateHold;
 use crate::saga::{Event, Invocation, SagaSpec};
 
 #[cfg(test)]

@@ -12,84 +12,16 @@
 use agent_host::store::durable::{Database, Reader};
 use agent_host::store::schema::{self, Migration, has_column};
 use rusqlite::{OptionalExtension, Transaction, params};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use shared_types::mandate::Revocation;
-use shared_types::{Money, Plan, TrustStore, Violation, ViolationCode};
+use shared_types::{TrustStore, Violation, ViolationCode};
 
 use crate::error::{Error, Result};
-use crate::saga::Saga;
-use crate::saga::model::{Forward, Undo};
+use crate::saga::spec::MandateHold;
 
 mod postgres;
 
 pub(crate) use postgres::POSTGRES_MIGRATIONS;
-
-/// What a saga holds against its mandate; kept in its spec, so in the journal header.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MandateHold {
-    /// The key id of the principal that signed the mandate.
-    pub principal_key: String,
-    pub mandate_id: String,
-    pub principal: String,
-    pub budget: Money,
-    pub max_sagas: Option<u32>,
-    /// SHA-256 of the mandate's signed content: another document under the same id is
-    /// not the same mandate.
-    pub document_sha256: String,
-    /// The plan's worst-case spend, reserved at acceptance.
-    pub reserved_minor: u64,
-    /// What each step spends at most, by step position.
-    pub spend_minor: Vec<u64>,
-}
-
-impl MandateHold {
-    /// The hold of a validated plan signed under a mandate of `principal_key`.
-    pub fn of(
-        plan: &Plan,
-        raw_mandate: &Value,
-        principal_key: &str,
-        spend_minor: Vec<u64>,
-    ) -> Self {
-        let document = shared_types::signing::signing_payload(raw_mandate).unwrap_or_default();
-        Self {
-            principal_key: principal_key.to_owned(),
-            mandate_id: plan.mandate.mandate_id.clone(),
-            principal: plan.mandate.principal.clone(),
-            budget: plan.mandate.budget.clone(),
-            max_sagas: plan.mandate.max_sagas,
-            document_sha256: hex(&Sha256::digest(&document)),
-            reserved_minor: spend_minor.iter().fold(0, |a, b| a.saturating_add(*b)),
-            spend_minor,
-        }
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// What an ended saga spent: each step that spends and took effect (or may have), unless
-/// its compensation undid it. A step whose outcome nobody knows counts as spent.
-pub fn spent_minor(saga: &Saga) -> u64 {
-    let Some(hold) = &saga.spec.mandate else {
-        return 0;
-    };
-    saga.records
-        .iter()
-        .zip(&hold.spend_minor)
-        .filter(|(record, _)| {
-            let took_effect = !matches!(
-                record.forward,
-                Forward::Pending | Forward::AwaitingApproval | Forward::Failed { .. }
-            );
-            let undone = matches!(record.undo, Undo::Done | Undo::NothingToUndo);
-            took_effect && !undone
-        })
-        .fold(0, |total, (_, spend)| total.saturating_add(*spend))
-}
 
 /// The mandates' name among the stores of the state file.
 pub(crate) const STORE: &str = "mandates";
@@ -551,7 +483,7 @@ pub(crate) fn test_hold(
         principal_key: principal_key.into(),
         mandate_id: mandate_id.into(),
         principal: "someone".into(),
-        budget: Money {
+        budget: shared_types::Money {
             currency: Currency::new("EUR").unwrap(),
             amount_minor: AmountMinor::new(100).unwrap(),
         },

@@ -14,7 +14,7 @@ use super::{
     Claim, DEFAULT_LEASE, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog,
 };
 use crate::error::{Error, Result};
-use crate::mandates::MandateHold;
+use crate::saga::spec::MandateHold;
 use crate::sync;
 
 #[derive(Debug, Clone)]

@@ -16,7 +16,8 @@ use shared_types::Violation;
 
 use super::{Claim, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog};
 use crate::error::{Error, Result};
-use crate::mandates::{self, MandateHold};
+use crate::mandates;
+use crate::saga::spec::MandateHold;
 
 /// The journal's schema in PostgreSQL, in order; the count is its version.
 const MIGRATIONS: &[Migration] = &[

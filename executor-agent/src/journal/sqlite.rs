@@ -15,7 +15,8 @@ use shared_types::Violation;
 
 use super::{Claim, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog};
 use crate::error::{Error, Result};
-use crate::mandates::{self, MandateHold};
+use crate::mandates;
+use crate::saga::spec::MandateHold;
 use crate::sync;
 
 #[derive(Debug)]

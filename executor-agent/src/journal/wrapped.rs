@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 
 use super::{Claim, Entry, Epoch, Forgettable, Headers, Journal, Ownership, SagaHeader, SagaLog};
 use crate::error::Result;
-use crate::mandates::MandateHold;
+use crate::saga::spec::MandateHold;
 
 /// One method of the journal, as a wrapper sees it.
 #[derive(Debug, Clone, Copy)]

@@ -3,9 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use shared_types::plan::undo_idempotency_key;
 use shared_types::reversibility::{RetryPolicy, ReversibilityClass};
-use shared_types::{Catalog, Plan};
+use shared_types::{Catalog, Money, Plan};
 
 /// How to call one skill: where, with what, and how patiently.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,7 +62,7 @@ pub struct SagaSpec {
     /// What the saga holds against its principal's mandate (absent in journals from
     /// before mandates were principals' own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mandate: Option<crate::mandates::MandateHold>,
+    pub mandate: Option<MandateHold>,
 }
 
 /// Why a plan cannot become a saga (it should have failed validation first).
@@ -134,4 +135,49 @@ impl SagaSpec {
             mandate: None,
         })
     }
+}
+
+/// What a saga holds against its mandate; kept in its spec, so in the journal header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MandateHold {
+    /// The key id of the principal that signed the mandate.
+    pub principal_key: String,
+    pub mandate_id: String,
+    pub principal: String,
+    pub budget: Money,
+    pub max_sagas: Option<u32>,
+    /// SHA-256 of the mandate's signed content: another document under the same id is
+    /// not the same mandate.
+    pub document_sha256: String,
+    /// The plan's worst-case spend, reserved at acceptance.
+    pub reserved_minor: u64,
+    /// What each step spends at most, by step position.
+    pub spend_minor: Vec<u64>,
+}
+
+impl MandateHold {
+    /// The hold of a validated plan signed under a mandate of `principal_key`.
+    pub fn of(
+        plan: &Plan,
+        raw_mandate: &Value,
+        principal_key: &str,
+        spend_minor: Vec<u64>,
+    ) -> Self {
+        let document = shared_types::signing::signing_payload(raw_mandate).unwrap_or_default();
+        Self {
+            principal_key: principal_key.to_owned(),
+            mandate_id: plan.mandate.mandate_id.clone(),
+            principal: plan.mandate.principal.clone(),
+            budget: plan.mandate.budget.clone(),
+            max_sagas: plan.mandate.max_sagas,
+            document_sha256: hex(&Sha256::digest(&document)),
+            reserved_minor: spend_minor.iter().fold(0, |a, b| a.saturating_add(*b)),
+            spend_minor,
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

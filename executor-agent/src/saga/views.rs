@@ -9,6 +9,26 @@ use super::engine::Saga;
 use super::model::{Event, Forward, Phase, Target, Timer, Undo};
 
 impl Saga {
+    /// What an ended saga spent: each step that spends and took effect (or may have), unless
+    /// its compensation undid it. A step whose outcome nobody knows counts as spent.
+    pub fn spent_minor(&self) -> u64 {
+        let Some(hold) = &self.spec.mandate else {
+            return 0;
+        };
+        self.records
+            .iter()
+            .zip(&hold.spend_minor)
+            .filter(|(record, _)| {
+                let took_effect = !matches!(
+                    record.forward,
+                    Forward::Pending | Forward::AwaitingApproval | Forward::Failed { .. }
+                );
+                let undone = matches!(record.undo, Undo::Done | Undo::NothingToUndo);
+                took_effect && !undone
+            })
+            .fold(0, |total, (_, spend)| total.saturating_add(*spend))
+    }
+
     /// The undo handles still open, as (step index, deadline in ms): steps that succeeded
     /// and whose undo is still to run (pending, under way, or dead-lettered and waiting for
     /// a person to retry it), while the saga can still unwind. None once it has ended or
