@@ -221,7 +221,27 @@ impl TaskHandle {
 
     /// Moves the task to `state`, with an optional agent message (kept in the history).
     pub async fn set_status(&self, state: TaskState, message: Option<Message>) -> Result<Task> {
-        self.change_status(|_| Ok(None), vec![(state, message)], Task::clone)
+        self.change_status(|_| Ok(None), vec![(state, message)], false, Task::clone)
+            .await
+    }
+
+    /// Sets members of the task's metadata and moves it to `state`, in one durable write.
+    /// A subscriber sees what `set_metadata` calls and then `set_status` would have shown:
+    /// the task with its new metadata, then the status.
+    pub async fn set_metadata_and_status(
+        &self,
+        metadata: Vec<(String, serde_json::Value)>,
+        state: TaskState,
+        message: Option<Message>,
+    ) -> Result<Task> {
+        let edit = |task: &mut Task| {
+            let members = task.metadata.get_or_insert_with(Default::default);
+            for (key, value) in metadata {
+                members.insert(key, value);
+            }
+            Ok(None)
+        };
+        self.change_status(edit, vec![(state, message)], true, Task::clone)
             .await
     }
 
@@ -250,15 +270,17 @@ impl TaskHandle {
         let change = |task: &mut Task| {
             change(task).map_err(|why| A2AError::internal(format!("cannot change the task: {why}")))
         };
-        self.change_status(change, statuses, |_| ()).await
+        self.change_status(change, statuses, false, |_| ()).await
     }
 
     /// Applies `artifact` (which names the artifact it changed, if any) and the statuses
-    /// in one durable write.
+    /// in one durable write. With `announce_edit`, subscribers first see the task as
+    /// `artifact` left it (its metadata, say), before the statuses.
     async fn change_status<T>(
         &self,
         artifact: impl FnOnce(&mut Task) -> std::result::Result<Option<String>, A2AError>,
         statuses: Vec<(TaskState, Option<Message>)>,
+        announce_edit: bool,
         answer: impl FnOnce(&Task) -> T,
     ) -> Result<T> {
         if statuses.is_empty() {
@@ -275,12 +297,16 @@ impl TaskHandle {
             .collect();
         // Which artifact changed, for the event that shows it.
         let changed = std::sync::OnceLock::new();
+        let edited = std::sync::OnceLock::new();
         self.manager
             .update_announcing(
                 &self.id,
                 |task| {
                     if let Some(id) = artifact(task)? {
                         let _ = changed.set(id);
+                    }
+                    if announce_edit {
+                        let _ = edited.set(task.clone());
                     }
                     let history = task.history.get_or_insert_with(Vec::new);
                     let last = statuses.len() - 1;
@@ -305,7 +331,12 @@ impl TaskHandle {
                     Ok(())
                 },
                 |task| {
-                    let mut events = Vec::new();
+                    let mut events: Vec<StreamResponse> = edited
+                        .get()
+                        .cloned()
+                        .map(StreamResponse::Task)
+                        .into_iter()
+                        .collect();
                     if let Some(id) = changed.get()
                         && let Some(artifact) = task
                             .artifacts
@@ -601,6 +632,52 @@ mod tests {
             ["s0: succeeded", "done"]
         );
         assert_eq!(stored.artifacts.unwrap(), [ledger(1)]);
+    }
+
+    #[tokio::test]
+    async fn metadata_and_a_status_are_one_write_announced_as_the_task_then_the_status() {
+        let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+        let task = manager.create(working_task("t4")).await.unwrap();
+        let mut events = manager.subscribe("t4").unwrap();
+        let metadata = vec![
+            ("outcome".to_owned(), serde_json::json!("compensated")),
+            (
+                "executorState".to_owned(),
+                serde_json::json!("TASK_STATE_FAILED"),
+            ),
+        ];
+        let ended = task
+            .set_metadata_and_status(metadata, TaskState::Failed, said("unwound"))
+            .await
+            .unwrap();
+        let announced: Vec<StreamResponse> =
+            std::iter::from_fn(|| events.try_recv().ok()).collect();
+        let [
+            StreamResponse::Task(edited),
+            StreamResponse::StatusUpdate(status),
+        ] = &announced[..]
+        else {
+            panic!("expected the task, then the status: {announced:?}");
+        };
+        // The task as the metadata left it, still at its earlier status.
+        assert_eq!(edited.status.state, TaskState::Working);
+        assert_eq!(edited.metadata, ended.metadata);
+        assert_eq!(status.status.state, TaskState::Failed);
+        let stored = manager.store().get("t4").await.unwrap().unwrap();
+        assert_eq!(stored.status.state, TaskState::Failed);
+        let members = stored.metadata.unwrap_or_default();
+        assert_eq!(
+            members.get("outcome"),
+            Some(&serde_json::json!("compensated"))
+        );
+        assert_eq!(
+            members.get("executorState"),
+            Some(&serde_json::json!("TASK_STATE_FAILED"))
+        );
+        assert_eq!(
+            texts(stored.history.as_deref().unwrap_or_default()),
+            ["unwound"]
+        );
     }
 
     #[tokio::test]

@@ -64,6 +64,8 @@ pub struct PlannerConfig {
     /// executor is unreachable or its answer is unknown (`retry::DEFAULT_EXECUTOR_RETRY`
     /// by default).
     pub executor_retry: Duration,
+    /// How long relayed progress gathers before one write of the planner's task.
+    pub gather_progress: Duration,
     /// Where the planning spans go (`--otlp-endpoint`); `None` sends none.
     pub traces: Option<Arc<agent_host::telemetry::Exporter>>,
 }
@@ -202,6 +204,10 @@ impl Planner {
 
     pub(crate) fn shutdown(&self) -> &CancellationToken {
         &self.config.shutdown
+    }
+
+    pub(crate) fn gather_progress(&self) -> Duration {
+        self.config.gather_progress
     }
 
     fn register(&self, task_id: &str, phase: Phase) -> PhaseLock {
@@ -436,23 +442,21 @@ impl Planner {
         };
         *guard = Phase::Submitted(first.id.clone());
         drop(guard);
-        logged(
-            task,
-            task.set_metadata(META_EXECUTOR_URL, json!(executor.url()))
-                .await,
-        );
-        logged(
-            task,
-            task.set_metadata(META_EXECUTOR_TASK_ID, json!(first.id))
-                .await,
-        );
+        let submitted = vec![
+            (META_EXECUTOR_URL.to_owned(), json!(executor.url())),
+            (META_EXECUTOR_TASK_ID.to_owned(), json!(first.id)),
+        ];
         if final_state(&first.status.state) {
+            for (key, value) in submitted {
+                logged(task, task.set_metadata(&key, value).await);
+            }
             finish(self, task, &first).await;
             return Ok(());
         }
         logged(
             task,
-            task.set_status(
+            task.set_metadata_and_status(
+                submitted,
                 TaskState::Working,
                 Some(agent_message(
                     format!("the executor took plan {saga_id} as its task {}", first.id),

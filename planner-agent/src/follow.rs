@@ -8,6 +8,12 @@
 //! docs/security.md), so its status names that task and where it is, and the planner
 //! keeps following it and moves on when it does. INPUT_REQUIRED would invite the client
 //! to answer here, which the planner refuses.
+//!
+//! Relayed progress gathers (`Gathered`, `--gather-progress-ms`) and goes to the planner's
+//! task in one durable write, or just before whatever the planner writes next; an end
+//! (its metadata and status) is one write.
+
+use std::time::Duration;
 
 use agent_host::TaskHandle;
 use agent_host::sdk::{A2AError, Message, PartContent, StreamResponse, Task, TaskState};
@@ -23,6 +29,48 @@ use crate::agent::{
 const MAX_REATTACH: u32 = 8;
 /// Executor tasks pointing at another before the planner stops following pointers.
 const MAX_POINTERS: u32 = 4;
+
+/// How long relayed progress gathers by default: short beside a person watching, long
+/// beside the steps of a saga, whose statuses then cost the planner a write or two.
+pub const GATHER_PROGRESS: Duration = Duration::from_millis(100);
+
+/// Relayed progress not yet written: it gathers from its first status for the planner's
+/// `gather_progress`, then goes to the task in one durable write (subscribers still get
+/// each status, in order), or before whatever the planner writes next, so nothing the
+/// executor said is written out of order.
+#[derive(Default)]
+struct Gathered {
+    statuses: Vec<(TaskState, Option<Message>)>,
+    due: Option<tokio::time::Instant>,
+}
+
+impl Gathered {
+    async fn relay(&mut self, task: &TaskHandle, text: String, gather: Duration) {
+        self.statuses
+            .push((TaskState::Working, Some(agent_message(text, None))));
+        if gather.is_zero() {
+            return self.write(task).await;
+        }
+        self.due
+            .get_or_insert_with(|| tokio::time::Instant::now() + gather);
+    }
+
+    async fn write(&mut self, task: &TaskHandle) {
+        self.due = None;
+        let statuses = std::mem::take(&mut self.statuses);
+        if !statuses.is_empty() {
+            logged(task, task.set_statuses_with_artifact(None, statuses).await);
+        }
+    }
+
+    /// Resolves when the gathered progress is due (never while nothing gathers).
+    async fn due(&self) {
+        match self.due {
+            Some(due) => tokio::time::sleep_until(due).await,
+            None => std::future::pending().await,
+        }
+    }
+}
 
 /// Whether the planner stops following at this executor state.
 pub(crate) fn final_state(state: &TaskState) -> bool {
@@ -88,14 +136,11 @@ pub(crate) async fn finish(planner: &Planner, task: &TaskHandle, ended: &Task) {
         .as_ref()
         .and_then(|m| m.get(META_OUTCOME))
         .cloned();
-    if let Some(outcome) = &outcome {
-        logged(task, task.set_metadata(META_OUTCOME, outcome.clone()).await);
-    }
-    logged(
-        task,
-        task.set_metadata(META_EXECUTOR_STATE, wire_name(&status.state))
-            .await,
-    );
+    let mut metadata: Vec<(String, Value)> = outcome
+        .iter()
+        .map(|outcome| (META_OUTCOME.to_owned(), outcome.clone()))
+        .collect();
+    metadata.push((META_EXECUTOR_STATE.to_owned(), wire_name(&status.state)));
     let outcome_note = outcome
         .as_ref()
         .and_then(Value::as_str)
@@ -152,9 +197,18 @@ pub(crate) async fn finish(planner: &Planner, task: &TaskHandle, ended: &Task) {
                 ),
             )
         }
-        _ => return,
+        _ => {
+            for (key, value) in metadata {
+                logged(task, task.set_metadata(&key, value).await);
+            }
+            return;
+        }
     };
-    logged(task, task.set_status(state, Some(message)).await);
+    logged(
+        task,
+        task.set_metadata_and_status(metadata, state, Some(message))
+            .await,
+    );
 }
 
 /// Follows executor task `executor_task` on `stream` (or, without one, by re-attaching)
@@ -174,14 +228,40 @@ pub(crate) async fn follow(
     let mut pointers: u32 = 0;
     // Whether the planner's task already shows the executor's wait for a person.
     let mut shown_waiting = false;
+    let mut gathered = Gathered::default();
     loop {
         let event = match stream.as_mut() {
             Some(s) => tokio::select! {
                 event = s.next() => event,
-                _ = shutdown.cancelled() => return,
+                () = gathered.due() => {
+                    gathered.write(task).await;
+                    continue;
+                }
+                _ = shutdown.cancelled() => return gathered.write(task).await,
             },
             None => None,
         };
+        // Progress gathers; whatever else the planner writes goes after it.
+        if let Some(Ok(StreamResponse::StatusUpdate(update))) = &event
+            && !waiting(&update.status.state)
+            && !final_state(&update.status.state)
+        {
+            failures = 0;
+            shown_waiting = false;
+            let text = text_of(update.status.message.as_ref());
+            if !text.is_empty() {
+                gathered.relay(task, text, planner.gather_progress()).await;
+            }
+            continue;
+        }
+        if !matches!(
+            event,
+            Some(Ok(
+                StreamResponse::ArtifactUpdate(_) | StreamResponse::Message(_)
+            ))
+        ) {
+            gathered.write(task).await;
+        }
         match event {
             Some(Ok(StreamResponse::Task(t))) => {
                 failures = 0;
@@ -219,36 +299,25 @@ pub(crate) async fn follow(
                     }
                     continue;
                 }
-                shown_waiting = false;
-                if final_state(&update.status.state) {
-                    // The task carries what the update does not (metadata.outcome).
-                    let ended = match executor.get_task(&executor_task).await {
-                        Ok(t) if final_state(&t.status.state) => t,
-                        _ => Task {
-                            id: executor_task.clone(),
-                            context_id: update.context_id.clone(),
-                            status: update.status.clone(),
-                            artifacts: None,
-                            history: None,
-                            metadata: update.metadata.clone(),
-                        },
-                    };
-                    if let Some(next) = pointed_at(&ended).filter(|_| pointers < MAX_POINTERS) {
-                        pointers += 1;
-                        stream = follow_instead(planner, task, &next).await;
-                        executor_task = next;
-                        continue;
-                    }
-                    return finish(planner, task, &ended).await;
+                // Final: the task carries what the update does not (metadata.outcome).
+                let ended = match executor.get_task(&executor_task).await {
+                    Ok(t) if final_state(&t.status.state) => t,
+                    _ => Task {
+                        id: executor_task.clone(),
+                        context_id: update.context_id.clone(),
+                        status: update.status.clone(),
+                        artifacts: None,
+                        history: None,
+                        metadata: update.metadata.clone(),
+                    },
+                };
+                if let Some(next) = pointed_at(&ended).filter(|_| pointers < MAX_POINTERS) {
+                    pointers += 1;
+                    stream = follow_instead(planner, task, &next).await;
+                    executor_task = next;
+                    continue;
                 }
-                let text = text_of(update.status.message.as_ref());
-                if !text.is_empty() {
-                    logged(
-                        task,
-                        task.set_status(TaskState::Working, Some(agent_message(text, None)))
-                            .await,
-                    );
-                }
+                return finish(planner, task, &ended).await;
             }
             Some(Ok(_)) => {}
             Some(Err(_)) | None => {
@@ -258,11 +327,8 @@ pub(crate) async fn follow(
                 if failures > MAX_REATTACH {
                     logged(
                         task,
-                        task.set_metadata(META_OUTCOME, json!("unknown")).await,
-                    );
-                    logged(
-                        task,
-                        task.set_status(
+                        task.set_metadata_and_status(
+                            vec![(META_OUTCOME.to_owned(), json!("unknown"))],
                             TaskState::Failed,
                             Some(agent_message(
                                 format!(
@@ -315,11 +381,8 @@ async fn follow_instead(
     tracing::info!(task = task.id(), executor_task = ?next, "the plan runs on another executor task: following it");
     logged(
         task,
-        task.set_metadata(META_EXECUTOR_TASK_ID, json!(next)).await,
-    );
-    logged(
-        task,
-        task.set_status(
+        task.set_metadata_and_status(
+            vec![(META_EXECUTOR_TASK_ID.to_owned(), json!(next))],
             TaskState::Working,
             Some(agent_message(
                 format!("the executor runs the plan as its task {next}: following that task"),

@@ -85,6 +85,7 @@ pub mod templates;
 pub use agent::{Planner, PlannerAgent, PlannerConfig};
 pub use backend::{PlanBackend, PlanRequest, RulesBackend};
 pub use error::{Error, Result};
+pub use follow::GATHER_PROGRESS;
 pub use goal::Goal;
 pub use llm::{LlmBackend, LlmConfig};
 pub use mandate::Grant;

@@ -98,6 +98,14 @@ struct Args {
     /// jitter); a refusal is not tried again.
     #[arg(long, value_name = "SECONDS", default_value_t = planner_agent::DEFAULT_EXECUTOR_RETRY.as_secs())]
     executor_retry_secs: u64,
+    /// How long (ms) the executor's progress on a plan gathers before it is written to the
+    /// planner's task, so that a saga's steps cost the planner a few writes rather than
+    /// one each. Pauses and ends are written at once; 0 writes each status at once; at
+    /// most 60000.
+    #[arg(long, value_name = "MS",
+          default_value_t = planner_agent::GATHER_PROGRESS.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    gather_progress_ms: u64,
     /// An OpenTelemetry collector's OTLP/HTTP base URL (e.g. http://127.0.0.1:4318): each
     /// plan's making is sent there as a span in its saga's trace, under the executor's
     /// span of that saga. Off unless given.
@@ -265,6 +273,7 @@ async fn main() -> anyhow::Result<()> {
             llm,
             templates: Templates::builtin(),
             executor_retry: Duration::from_secs(args.executor_retry_secs),
+            gather_progress: Duration::from_millis(args.gather_progress_ms),
             otlp_endpoint: args.otlp_endpoint,
         },
         shutdown.clone(),

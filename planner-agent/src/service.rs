@@ -49,6 +49,9 @@ pub struct Settings {
     /// How long a catalog read or a submission is tried again while the executor cannot
     /// be reached (`DEFAULT_EXECUTOR_RETRY` unless configured).
     pub executor_retry: Duration,
+    /// How long the executor's progress gathers before it is written to the planner's
+    /// task (`follow::GATHER_PROGRESS` by default; zero writes each status at once).
+    pub gather_progress: Duration,
     /// The OTLP/HTTP collector the planning spans go to (its base URL); `None` sends none.
     pub otlp_endpoint: Option<String>,
 }
@@ -174,6 +177,7 @@ pub fn build_with(
             shutdown,
             mandate,
             executor_retry: settings.executor_retry,
+            gather_progress: settings.gather_progress,
             traces: traces.clone(),
         },
         tasks.clone(),

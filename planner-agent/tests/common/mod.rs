@@ -368,6 +368,7 @@ pub async fn start_under(
         llm,
         templates: Templates::builtin(),
         executor_retry: planner_agent::DEFAULT_EXECUTOR_RETRY,
+        gather_progress: planner_agent::GATHER_PROGRESS,
         otlp_endpoint: None,
     };
     start_configured(settings).await
