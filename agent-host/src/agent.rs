@@ -1,5 +1,8 @@
 //! What an agent implements to stand on the hosting layer.
 
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+
 use async_trait::async_trait;
 
 use crate::sdk::{A2AError, Message, ServiceParams, Task, TaskState};
@@ -25,6 +28,40 @@ pub struct RequestContext {
     pub baggage: Option<String>,
     /// `A2A-Extensions`, when sent: the extensions the caller activates.
     pub extensions: Option<String>,
+    /// What `Agent::accept` made of the message, for `Agent::run`.
+    pub accepted: Accepted,
+}
+
+/// What `Agent::accept` made of a message that `Agent::run` needs (a plan it read and
+/// verified, say), handed to `run` with the request's context so that the message is read
+/// once. Empty in a context built elsewhere (a request forwarded from another replica):
+/// `run` then reads the message itself.
+#[derive(Clone, Default)]
+pub struct Accepted(Arc<Mutex<Option<Box<dyn Any + Send>>>>);
+
+impl Accepted {
+    /// Keeps `value` for `run` (replacing what was kept).
+    pub fn keep<T: Any + Send>(&self, value: T) {
+        if let Ok(mut kept) = self.0.lock() {
+            *kept = Some(Box::new(value));
+        }
+    }
+
+    /// Takes what `accept` kept, if it is a `T` (anything else stays).
+    pub fn take<T: Any>(&self) -> Option<T> {
+        let mut kept = self.0.lock().ok()?;
+        if !kept.as_ref()?.is::<T>() {
+            return None;
+        }
+        kept.take()?.downcast::<T>().ok().map(|value| *value)
+    }
+}
+
+impl std::fmt::Debug for Accepted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept = self.0.lock().map(|k| k.is_some()).unwrap_or(false);
+        f.debug_struct("Accepted").field("kept", &kept).finish()
+    }
 }
 
 impl RequestContext {
@@ -37,6 +74,7 @@ impl RequestContext {
             traceparent: first("traceparent"),
             baggage: first("baggage"),
             extensions: first("a2a-extensions"),
+            accepted: Accepted::default(),
         }
     }
 }
@@ -146,5 +184,28 @@ pub fn user_request(
         configuration: None,
         metadata: None,
         tenant: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_accept_keeps_reaches_run_once_and_only_as_its_own_type() {
+        let accepting = RequestContext::default();
+        accepting.accepted.keep(String::from("a verified plan"));
+        // `run` gets the context itself, moved after `accept` saw it by reference.
+        let running = accepting.clone();
+        assert_eq!(running.accepted.take::<u32>(), None, "not a u32");
+        assert_eq!(
+            running.accepted.take::<String>().as_deref(),
+            Some("a verified plan")
+        );
+        assert_eq!(running.accepted.take::<String>(), None, "taken once");
+        assert_eq!(
+            format!("{:?}", running.accepted),
+            "Accepted { kept: false }"
+        );
     }
 }

@@ -23,7 +23,9 @@ pub mod store;
 pub mod tasks;
 pub mod telemetry;
 
-pub use agent::{Agent, OWNER_METADATA, Reply, RequestContext, agent_message, user_request};
+pub use agent::{
+    Accepted, Agent, OWNER_METADATA, Reply, RequestContext, agent_message, user_request,
+};
 pub use auth::{Caller, InboundAuth, JwtPolicy, mint_jwt};
 pub use body_check::BodyLimits;
 pub use card::{ServedCard, describe_auth, prepare_card};

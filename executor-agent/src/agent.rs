@@ -48,7 +48,7 @@ mod resume;
 mod retention;
 mod running;
 
-use admission::{Admission, Asking};
+use admission::{Admission, Asking, TakenPlan};
 use forwarded::Forwarded;
 pub use running::RevocationHeard;
 use running::{Driven, Live, NOT_DRIVEN_HERE};
@@ -403,24 +403,12 @@ impl Agent for ExecutorAgent {
                 "execute-plan needs the signed plan as a data part",
             ));
         };
-        // Copied only when a transport turned its integers into doubles.
-        let plan = if shared_types::json::has_integral_doubles(plan) {
-            let mut plan = plan.clone();
-            shared_types::json::normalize_integers(&mut plan);
-            std::borrow::Cow::Owned(plan)
-        } else {
-            std::borrow::Cow::Borrowed(plan)
-        };
-        let saga_id = plan
-            .get("sagaId")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        // Read and verified here, once; `run` takes it from the context.
+        let taken = self.read_plan(plan.clone());
         // An existing task is answered only to a plan a trusted planner signed; anything
         // else gets a task of its own, which validation then refuses.
-        let verified = cpu::measure(cpu::Phase::PlanVerification, || {
-            self.config.planner_keys.verify(&plan)
-        });
-        let Ok(signer) = verified else {
+        let Ok(signer) = taken.signature.clone() else {
+            ctx.accepted.keep(taken);
             return Ok(Reply::Task);
         };
         if let Some(own) = self.config.planner_key_ids.get(&ctx.caller)
@@ -433,9 +421,15 @@ impl Agent for ExecutorAgent {
         }
         // The same plan sent again: its task (begun, or waiting for a slot). A conflict,
         // or a journal that cannot be read now, is answered on a task of its own.
-        match self.admission(saga_id, &plan, Asking::Untasked).await {
+        match self
+            .admission(&taken.saga_id, &taken.plan, Asking::Untasked)
+            .await
+        {
             Ok(Admission::Existing { task_id, .. }) => Ok(Reply::Existing { task_id }),
-            Ok(Admission::Admit | Admission::Conflict(_)) | Err(_) => Ok(Reply::Task),
+            Ok(Admission::Admit | Admission::Conflict(_)) | Err(_) => {
+                ctx.accepted.keep(taken);
+                Ok(Reply::Task)
+            }
         }
     }
 
@@ -473,9 +467,14 @@ impl Agent for ExecutorAgent {
             }
             return;
         }
-        // `accept` let no message without a plan through.
-        if let Some(plan) = plan_of(&message) {
-            self.take_in(task, Some(plan)).await;
+        // `accept` let no message without a plan through, and read it; a request
+        // handed over otherwise is read here.
+        let taken = ctx
+            .accepted
+            .take::<TakenPlan>()
+            .or_else(|| plan_of(&message).map(|plan| self.read_plan(plan)));
+        if let Some(taken) = taken {
+            self.take_in(task, Some(taken)).await;
         }
     }
 

@@ -44,6 +44,18 @@ const MAX_STORE_RETRY: Duration = Duration::from_secs(5);
 /// database away, a state file that cannot be written) are not counted.
 const ATTEMPTS_WHILE_THE_STORE_ANSWERS: u32 = 6;
 
+/// A new plan as taken in: integers read as integers (A2A data parts carry numbers as
+/// doubles), its saga id, and what its planner signature said. Read once, where the plan
+/// enters (`Executor::read_plan`): the A2A adapter's `accept` hands it to `run`, and the
+/// checks before and after a wait for a slot reuse its signature's verdict.
+#[derive(Debug, Clone)]
+pub(crate) struct TakenPlan {
+    pub(crate) plan: Value,
+    pub(crate) saga_id: String,
+    /// The trusted planner key id that signed it, or why none did.
+    pub(crate) signature: std::result::Result<String, shared_types::Error>,
+}
+
 /// A plan's saga, begun in the journal, and what its driver starts with.
 struct Begun {
     saga: Saga,
@@ -53,6 +65,26 @@ struct Begun {
 }
 
 impl Executor {
+    /// Reads a plan where it enters: integers as integers, and its signature checked
+    /// against the trusted planner keys (the signature covers the canonical form, in
+    /// which `25000.0` and `25000` are one number).
+    pub(super) fn read_plan(&self, mut plan: Value) -> TakenPlan {
+        shared_types::json::normalize_integers(&mut plan);
+        let saga_id = plan
+            .get("sagaId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let signature = cpu::measure(cpu::Phase::PlanVerification, || {
+            self.config.planner_keys.verify(&plan)
+        });
+        TakenPlan {
+            plan,
+            saga_id,
+            signature,
+        }
+    }
+
     /// Takes in the plan of a new task (`None`: the message had none), ending the task
     /// `FAILED` when it cannot be run. A plan whose task was answered `SUBMITTED` begins
     /// or ends: while the store cannot write (a database restarting, a state file that
@@ -61,7 +93,7 @@ impl Executor {
     /// with the reason; and a refusal or failure is written until it lands. Only a stop,
     /// or a cancel, ends the wait; the task then stays `SUBMITTED`, and the next start
     /// (or, on a shared store, another replica once this one's hold lapses) takes it in.
-    pub(super) async fn take_in(self: &Arc<Self>, task: TaskHandle, plan: Option<Value>) {
+    pub(super) async fn take_in(self: &Arc<Self>, task: TaskHandle, plan: Option<TakenPlan>) {
         let outcome = match plan {
             Some(plan) => self.intake(task.clone(), plan).await,
             None => Err(Error::Refused(
@@ -134,21 +166,13 @@ impl Executor {
 
     /// Takes the plan in until its saga is live or it is answered otherwise, through
     /// store failures (see `take_in`).
-    pub(super) async fn intake(self: &Arc<Self>, task: TaskHandle, mut plan: Value) -> Result<()> {
-        shared_types::json::normalize_integers(&mut plan);
-        let saga_id = plan
-            .get("sagaId")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+    pub(super) async fn intake(self: &Arc<Self>, task: TaskHandle, plan: TakenPlan) -> Result<()> {
+        let saga_id = plan.saga_id.clone();
         let intake = self.taking_in.start(task.id());
         let mut wait = FIRST_STORE_RETRY;
         let mut refused_while_answering = 0;
         loop {
-            let failure = match self
-                .begin_plan(&saga_id, plan.clone(), &task, &intake)
-                .await
-            {
+            let failure = match self.begin_plan(&plan, &task, &intake).await {
                 Ok(Some(begun)) => {
                     self.metrics.saga_begun();
                     let Begun {
@@ -239,26 +263,26 @@ impl Executor {
     /// same plan runs on, canceled while it waited for a slot, or the executor stops).
     async fn begin_plan(
         self: &Arc<Self>,
-        saga_id: &str,
-        plan: Value,
+        plan: &TakenPlan,
         task: &TaskHandle,
         intake: &Intake,
     ) -> Result<Option<Begun>> {
+        let saga_id = plan.saga_id.as_str();
         let permit = match self.slots.try_take() {
             Some(permit) => permit,
             None => {
                 // A plan that cannot run is refused now, not after the wait.
-                if self.checked(saga_id, &plan, task).await?.is_none() {
+                if self.checked(plan, task).await?.is_none() {
                     return Ok(None);
                 }
-                match self.slot_for(saga_id, &plan, task, intake).await {
+                match self.slot_for(saga_id, &plan.plan, task, intake).await {
                     Some(permit) => permit,
                     None => return Ok(None),
                 }
             }
         };
         // Checked again after a wait: the registry, or the clock, may have moved on.
-        let Some((typed, spec)) = self.checked(saga_id, &plan, task).await? else {
+        let Some((typed, spec)) = self.checked(plan, task).await? else {
             return Ok(None);
         };
         let header = SagaHeader {
@@ -267,7 +291,7 @@ impl Executor {
             plan_version: typed.plan_version,
             task_id: task.id().to_owned(),
             context_id: task.context_id().to_owned(),
-            plan,
+            plan: plan.plan.clone(),
             spec: spec.clone(),
         };
         match begin(self.config.journal.as_ref(), &header, Saga::new(spec)).await {
@@ -307,15 +331,14 @@ impl Executor {
     /// the same plan already runs.
     pub(super) async fn checked(
         &self,
-        saga_id: &str,
-        plan: &Value,
+        taken: &TakenPlan,
         task: &TaskHandle,
     ) -> Result<Option<(Plan, SagaSpec)>> {
+        let (saga_id, plan) = (taken.saga_id.as_str(), &taken.plan);
         self.refresh_registry().await?;
         let validator = self.validator()?;
-        let signature = cpu::measure(cpu::Phase::PlanVerification, || validator.verify(plan));
         let report = cpu::measure(cpu::Phase::Validation, || {
-            validator.validate_verified(plan, signature, chrono::Utc::now())
+            validator.validate_verified(plan, taken.signature.clone(), chrono::Utc::now())
         });
         let mut violations = report.violations;
         // Only a plan a trusted planner signed is compared with the sagas there are: an

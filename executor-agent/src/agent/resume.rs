@@ -52,7 +52,7 @@ impl Executor {
         let orphans = self.submitted_but_not_begun(&begun).await?;
         for task in &orphans {
             let handle = self.tasks.resumed(&task.id, &task.context_id).await;
-            let plan = first_plan(task);
+            let plan = first_plan(task).map(|plan| self.read_plan(plan));
             let me = self.clone();
             self.drivers
                 .spawn(async move { me.take_in(handle, plan).await });
@@ -97,12 +97,8 @@ impl Executor {
             if task.status.state != TaskState::Submitted {
                 continue;
             }
-            let plan = first_plan(&task);
-            let saga_id = plan
-                .as_ref()
-                .and_then(|plan| plan.get("sagaId"))
-                .and_then(Value::as_str);
-            if let Some(saga_id) = saga_id
+            let plan = first_plan(&task).map(|plan| self.read_plan(plan));
+            if let Some(saga_id) = plan.as_ref().map(|plan| plan.saga_id.as_str())
                 && let Some(header) = self.config.journal.header(saga_id).await?
                 && header.task_id == task.id
             {

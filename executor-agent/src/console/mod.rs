@@ -461,6 +461,7 @@ async fn answer(
         traceparent: None,
         baggage: None,
         extensions: None,
+        accepted: Default::default(),
     };
     // The A2A path's steps, in its order: the agent checks the answer, the task records
     // it, the agent gives it to the saga.
