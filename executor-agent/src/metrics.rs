@@ -32,6 +32,14 @@ const RECENT_COMPENSATIONS_KEPT: usize = 100_000;
 /// `--undo-expiring-within-secs` unless set: an undo handle expiring within the hour.
 pub const DEFAULT_UNDO_EXPIRING_WITHIN: Duration = Duration::from_secs(3600);
 
+/// Counts by agent, then outcome: what the console's overview reads of the counters.
+pub type ByLabels = BTreeMap<String, BTreeMap<String, f64>>;
+
+/// The outcomes a tool call's answer is counted under.
+const CALL_OUTCOMES: [&str; 3] = ["succeeded", "failed", "unknown"];
+/// The outcomes a compensation is counted under.
+const COMPENSATION_OUTCOMES: [&str; 4] = ["succeeded", "failed", "dead_lettered", "unavailable"];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EndLabels {
     ending: &'static str,
@@ -95,6 +103,9 @@ pub struct Metrics {
     /// Every agent the undo gauges have shown, so that one whose handles are all gone
     /// shows 0 rather than vanishing.
     undo_agents: Mutex<BTreeSet<String>>,
+    /// Every agent a call or compensation was counted for: the label sets of `calls` and
+    /// `compensations` (which the registry's families do not list), for reading them.
+    counted_agents: Mutex<BTreeSet<String>>,
     /// Each compensation outcome of the last day, in order: (when, agent, outcome).
     recent_compensations: Mutex<std::collections::VecDeque<(i64, String, &'static str)>>,
     live: Gauge,
@@ -140,6 +151,7 @@ impl Metrics {
             expiring_within_ms: i64::try_from(undo_expiring_within.as_millis()).unwrap_or(i64::MAX),
             open_handles: Mutex::default(),
             undo_agents: Mutex::default(),
+            counted_agents: Mutex::default(),
             recent_compensations: Mutex::default(),
             live: Gauge::default(),
             running: Gauge::default(),
@@ -283,6 +295,7 @@ impl Metrics {
             CallOutcome::Failed { .. } => "failed",
             CallOutcome::Unknown { .. } => "unknown",
         };
+        self.count_agent(agent);
         let labels = CallLabels {
             agent: agent.to_owned(),
             outcome,
@@ -290,7 +303,50 @@ impl Metrics {
         self.calls.get_or_create(&labels).inc();
     }
 
+    fn count_agent(&self, agent: &str) {
+        let mut agents = sync::lock(&self.counted_agents);
+        if !agents.contains(agent) {
+            agents.insert(agent.to_owned());
+        }
+    }
+
+    /// The tool calls answered since start, by agent and outcome, as `/metrics` counts
+    /// them (`sagaplane_tool_calls_total`).
+    pub fn calls(&self) -> ByLabels {
+        self.by_agent(&self.calls, &CALL_OUTCOMES)
+    }
+
+    /// The compensations since start, by agent and outcome, as `/metrics` counts them
+    /// (`sagaplane_compensations_total`).
+    pub fn compensations(&self) -> ByLabels {
+        self.by_agent(&self.compensations, &COMPENSATION_OUTCOMES)
+    }
+
+    fn by_agent(
+        &self,
+        family: &Family<CallLabels, Counter>,
+        outcomes: &[&'static str],
+    ) -> ByLabels {
+        let agents = sync::lock(&self.counted_agents).clone();
+        let mut by = ByLabels::new();
+        for agent in agents {
+            for &outcome in outcomes {
+                let labels = CallLabels {
+                    agent: agent.clone(),
+                    outcome,
+                };
+                if let Some(count) = family.get(&labels) {
+                    by.entry(agent.clone())
+                        .or_default()
+                        .insert(outcome.to_owned(), count.get() as f64);
+                }
+            }
+        }
+        by
+    }
+
     fn compensation(&self, agent: &str, outcome: &'static str) {
+        self.count_agent(agent);
         let labels = CallLabels {
             agent: agent.to_owned(),
             outcome,
@@ -359,8 +415,9 @@ impl Metrics {
         self.expiring_within_ms / 1000
     }
 
-    /// Sets the undo gauges for a scrape at `at_ms`.
-    fn count_undo_handles(&self, at_ms: i64) {
+    /// The undo handles open at `at_ms`, and those expiring by then, by agent (every
+    /// agent that has held one, at 0 once it holds none).
+    pub fn undo_handle_counts(&self, at_ms: i64) -> BTreeMap<String, (i64, i64)> {
         let soon = at_ms.saturating_add(self.expiring_within_ms);
         let mut counts: BTreeMap<String, (i64, i64)> = sync::lock(&self.undo_agents)
             .iter()
@@ -373,7 +430,12 @@ impl Metrics {
                 count.1 += 1;
             }
         }
-        for (agent, (open, expiring)) in counts {
+        counts
+    }
+
+    /// Sets the undo gauges for a scrape at `at_ms`.
+    fn count_undo_handles(&self, at_ms: i64) {
+        for (agent, (open, expiring)) in self.undo_handle_counts(at_ms) {
             let labels = AgentLabels { agent };
             self.undo_open.get_or_create(&labels).set(open);
             self.undo_expiring.get_or_create(&labels).set(expiring);
@@ -603,5 +665,47 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_overview_reads_the_counts_a_scrape_shows() {
+        let metrics = Metrics::default();
+        let succeeded = CallOutcome::Succeeded {
+            response: serde_json::json!({}),
+        };
+        metrics.call_answered("budget", &succeeded);
+        metrics.call_answered("budget", &succeeded);
+        metrics.call_answered(
+            "email",
+            &CallOutcome::Unknown {
+                reason: "timeout".into(),
+            },
+        );
+        metrics.compensation("budget", "unavailable");
+        let calls = metrics.calls();
+        assert_eq!(
+            calls["budget"],
+            BTreeMap::from([("succeeded".to_owned(), 2.0)])
+        );
+        assert_eq!(
+            calls["email"],
+            BTreeMap::from([("unknown".to_owned(), 1.0)])
+        );
+        let compensations = metrics.compensations();
+        assert_eq!(
+            compensations,
+            BTreeMap::from([(
+                "budget".to_owned(),
+                BTreeMap::from([("unavailable".to_owned(), 1.0)])
+            )])
+        );
+        let text = metrics.encode(Now::default()).unwrap();
+        for line in [
+            "sagaplane_tool_calls_total{agent=\"budget\",outcome=\"succeeded\"} 2",
+            "sagaplane_tool_calls_total{agent=\"email\",outcome=\"unknown\"} 1",
+            "sagaplane_compensations_total{agent=\"budget\",outcome=\"unavailable\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in {text}");
+        }
     }
 }

@@ -8,7 +8,6 @@
 //! Entry points: `routes`, `session::Gate` (who may log in), `views` (what each page
 //! shows), `timeline` (a saga's calls and waits, read off its journal).
 
-pub mod metrics_text;
 pub mod session;
 pub mod timeline;
 pub mod views;

@@ -3,8 +3,6 @@
 //! sagas (the task store's listing, by key), one saga (its task, its plan as an audit
 //! record, its timeline from the journal) and the sagas waiting for a person.
 
-use std::collections::BTreeMap;
-
 use agent_host::sdk::{PartContent, Task, TaskState};
 use agent_host::store::{PageKey, TaskQuery};
 use serde_json::{Value, json};
@@ -267,8 +265,7 @@ async fn exact(executor: &Executor, query: &ListQuery) -> Result<Option<Task>> {
 /// The numbers the overview shows first: the compensation rate and the undo handles,
 /// then sagas by state and tool calls by agent.
 pub async fn overview(executor: &Executor, window: Option<std::time::Duration>) -> Result<Value> {
-    let text = executor.metrics_text().await?;
-    let families = super::metrics_text::read(&text);
+    let metrics = executor.metrics();
     let now_ms = chrono::Utc::now().timestamp_millis();
     // Over the window asked for, from the outcomes of the last day; or since the start,
     // from the counters `/metrics` shows.
@@ -279,10 +276,7 @@ pub async fn overview(executor: &Executor, window: Option<std::time::Duration>) 
                 .compensations_since(now_ms - window.as_millis() as i64),
             format!("the last {}", shown_window(window)),
         ),
-        None => (
-            families.by_labels("sagaplane_compensations_total", "agent", "outcome"),
-            "this executor's start".to_owned(),
-        ),
+        None => (metrics.compensations(), "this executor's start".to_owned()),
     };
     // As the PromQL in docs/running-the-executor.md: of the compensations that ended, those that succeeded. A
     // failed attempt is retried; dead_lettered and unavailable were put to a person.
@@ -301,8 +295,8 @@ pub async fn overview(executor: &Executor, window: Option<std::time::Duration>) 
             "rate": (ok + given_up > 0.0).then(|| ok / (ok + given_up)),
         }));
     }
-    let calls: Vec<Value> = families
-        .by_labels("sagaplane_tool_calls_total", "agent", "outcome")
+    let calls: Vec<Value> = metrics
+        .calls()
         .into_iter()
         .flat_map(|(agent, outcomes)| {
             outcomes.into_iter().map(
@@ -310,8 +304,10 @@ pub async fn overview(executor: &Executor, window: Option<std::time::Duration>) 
             )
         })
         .collect();
-    let open: f64 = families.sum("sagaplane_undo_handles_open");
-    let expiring: f64 = families.sum("sagaplane_undo_handles_expiring");
+    let (open, expiring) = metrics
+        .undo_handle_counts(now_ms)
+        .values()
+        .fold((0, 0), |(open, expiring), (o, e)| (open + o, expiring + e));
     let journal = &executor.config().journal;
     let mut soonest = Vec::new();
     for (saga_id, handle) in executor.metrics().open_undo_handles().into_iter().take(20) {
@@ -572,6 +568,3 @@ fn waiting_one(task: &Task) -> Value {
         "args": about.get("args"),
     })
 }
-
-/// Counts by label pair, for the overview.
-pub type ByLabels = BTreeMap<String, BTreeMap<String, f64>>;
