@@ -47,4 +47,13 @@ impl Error {
     }
 }
 
+impl From<sagaplane_storage::Error> for Error {
+    fn from(e: sagaplane_storage::Error) -> Self {
+        match e {
+            sagaplane_storage::Error::Store(why) => Self::Store(why),
+            sagaplane_storage::Error::Config(why) => Self::Config(why),
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;

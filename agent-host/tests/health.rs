@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use agent_host::sdk::{Message, Part, Role, Task, TaskState, TaskStatus, new_message_id};
 use agent_host::store::Expected;
-use agent_host::store::durable::Database;
 use agent_host::{
     HostConfig, InboundAuth, ServedCard, SqliteTaskStore, TaskManager, TaskStore, app, prepare_card,
 };
@@ -15,6 +14,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::{EchoAgent, card, rpc, start};
 use http_body_util::BodyExt;
+use sagaplane_storage::sqlite::Database;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

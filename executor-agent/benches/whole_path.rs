@@ -50,7 +50,7 @@ const STEPS: u64 = 6;
 const ADMIN_TOKEN: &str = "admin-token-for-the-whole-path-bench";
 const TOOL_THREADS: &str = "tool-agent";
 const CLIENT_THREADS: &str = "load-client";
-/// The executor's state file writer (`{name}-writer`, agent-host's durable.rs).
+/// The executor's state file writer (`{name}-writer`, sagaplane-storage's sqlite.rs).
 const WRITER_THREAD: &str = "executor-writer";
 
 fn root() -> std::path::PathBuf {
@@ -157,7 +157,7 @@ fn store() -> Option<String> {
             let name = format!("whole_path_{}", std::process::id());
             let runtime = tokio::runtime::Runtime::new().expect("a runtime");
             runtime.block_on(async {
-                use agent_host::store::postgres::{Cached, Postgres};
+                use sagaplane_storage::postgres::{Cached, Postgres};
                 let server = Postgres::connect(&url, 1).expect("WHOLE_PATH_STORE");
                 let conn = server
                     .connection()
@@ -403,7 +403,7 @@ fn main() {
         "KiB/saga"
     );
     let db = store().map(|url| {
-        agent_host::store::postgres::Postgres::connect(&url, 2).expect("WHOLE_PATH_STORE")
+        sagaplane_storage::postgres::Postgres::connect(&url, 2).expect("WHOLE_PATH_STORE")
     });
     let mut database_lines = Vec::new();
     for (index, (mode, clients)) in rounds().into_iter().enumerate() {

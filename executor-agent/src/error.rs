@@ -55,6 +55,13 @@ pub enum Error {
     Fenced { saga_id: String, epoch: u64 },
 }
 
+/// The storage engine's failures are the stores' failures, as `agent_host` reports them.
+impl From<sagaplane_storage::Error> for Error {
+    fn from(e: sagaplane_storage::Error) -> Self {
+        Self::Storage(e.into())
+    }
+}
+
 impl Error {
     /// Whether the cause is the caller's (a refusal, with its reason for them) rather
     /// than the executor's.

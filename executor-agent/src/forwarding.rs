@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_host::store::postgres::{Cached, Listener, Migration, Postgres, failed};
+use sagaplane_storage::postgres::{Cached, Listener, Migration, Postgres, failed};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
@@ -326,7 +326,7 @@ impl Forwarding {
         let text = serde_json::to_string(answer)
             .map_err(|e| Error::Refused(format!("cannot encode an answer: {e}")))?;
         let mut conn = self.db.connection().await?;
-        let failing = |e: agent_host::store::postgres::DriverError| {
+        let failing = |e: sagaplane_storage::postgres::DriverError| {
             Error::from(failed("cannot answer a forwarded request", &e))
         };
         let tx = conn.transaction().await.map_err(failing)?;

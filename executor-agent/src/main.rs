@@ -79,7 +79,7 @@ struct Args {
     renew_ms: u64,
     /// With --store: how many connections to the database the replica opens at most for its
     /// work (and four more: two for leases, one for group commits, one listening).
-    #[arg(long, default_value_t = agent_host::store::postgres::DEFAULT_CONNECTIONS, value_name = "N",
+    #[arg(long, default_value_t = sagaplane_storage::postgres::DEFAULT_CONNECTIONS, value_name = "N",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(2..=1000))]
     store_connections: usize,
     /// The executor's name: its card's name and the audience planner JWTs must carry.

@@ -9,9 +9,9 @@
 //! saga's end writes what it really spent (`settle`, inside the journal's finishing
 //! write), giving back the rest.
 
-use agent_host::store::durable::{Database, Reader};
-use agent_host::store::schema::{self, Migration, has_column};
 use rusqlite::{OptionalExtension, Transaction, params};
+use sagaplane_storage::schema::{self, Migration, has_column};
+use sagaplane_storage::sqlite::{Database, Reader};
 use serde_json::{Value, json};
 use shared_types::mandate::Revocation;
 use shared_types::{TrustStore, Violation, ViolationCode};
@@ -26,7 +26,7 @@ pub(crate) use postgres::POSTGRES_MIGRATIONS;
 /// The mandates' name among the stores of the state file.
 pub(crate) const STORE: &str = "mandates";
 
-/// The mandates' schema, in order; the count is its version (`agent_host`'s `schema`).
+/// The mandates' schema, in order; the count is its version (`sagaplane_storage::schema`).
 pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
         what: "mandates, their reservations and revocations",
@@ -263,7 +263,7 @@ pub struct MandateBook {
 #[derive(Debug, Clone)]
 enum Book {
     Sqlite { reader: Reader, db: Database },
-    Postgres(agent_host::store::postgres::Postgres),
+    Postgres(sagaplane_storage::postgres::Postgres),
 }
 
 /// What the tables hold of one principal's mandate, for `show`.
@@ -300,7 +300,7 @@ impl MandateBook {
     /// The mandates' tables in a PostgreSQL database (the PostgreSQL journal reserves and
     /// settles in them).
     pub async fn on_postgres(
-        db: &agent_host::store::postgres::Postgres,
+        db: &sagaplane_storage::postgres::Postgres,
         principals: TrustStore,
     ) -> Result<Self> {
         db.migrate(STORE, POSTGRES_MIGRATIONS).await?;

@@ -486,9 +486,9 @@ impl Metrics {
         let name = crate::state::STATE_FILE_NAME;
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         self.commits
-            .set(count(agent_host::store::durable::commits(name)));
+            .set(count(sagaplane_storage::sqlite::commits(name)));
         self.writes
-            .set(count(agent_host::store::durable::writes(name)));
+            .set(count(sagaplane_storage::sqlite::writes(name)));
         for (phase, seconds) in agent_host::cpu::spent_seconds() {
             self.phase_cpu
                 .get_or_create(&PhaseLabels {

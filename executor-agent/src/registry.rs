@@ -13,9 +13,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use agent_host::store::durable::{Database, open_connection};
-use agent_host::store::schema::{self, Migration};
 use rusqlite::{Transaction, params};
+use sagaplane_storage::schema::{self, Migration};
+use sagaplane_storage::sqlite::{Database, open_connection};
 use serde_json::Value;
 use shared_types::catalog::agent_from_card;
 use shared_types::mcp::McpManifest;
@@ -64,7 +64,7 @@ enum Place {
     Sqlite(Database),
     /// Shared with other replicas; `seen` is the newest registration read.
     Postgres {
-        db: agent_host::store::postgres::Postgres,
+        db: sagaplane_storage::postgres::Postgres,
         seen: Arc<AtomicI64>,
     },
 }
@@ -148,7 +148,7 @@ pub struct Registry {
     place: Place,
 }
 
-/// The registry's schema, in order; the count is its version (`agent_host`'s `schema`).
+/// The registry's schema, in order; the count is its version (`sagaplane_storage::schema`).
 const MIGRATIONS: &[Migration] = &[
     Migration {
         what: "agent cards and MCP servers",
@@ -201,7 +201,7 @@ impl Registry {
     /// The registry in a PostgreSQL database that replicas share, its schema brought to
     /// this binary's version and its entries loaded as `on` loads them.
     pub async fn on_postgres(
-        db: &agent_host::store::postgres::Postgres,
+        db: &sagaplane_storage::postgres::Postgres,
         platform_keys: TrustStore,
     ) -> Result<Self> {
         db.migrate("registry", postgres::MIGRATIONS).await?;

@@ -9,12 +9,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_host::store::postgres::{Postgres, PostgresFeed, PostgresTaskStore};
+use agent_host::store::postgres::{PostgresFeed, PostgresTaskStore};
 use agent_host::{
     HostConfig, InboundAuth, JwtPolicy, ServedCard, SqliteTaskStore, TaskManager, describe_auth,
     prepare_card,
 };
 use axum::Router;
+use sagaplane_storage::postgres::Postgres;
 use serde_json::{Value, json};
 use shared_types::signing::Jwk;
 use shared_types::{REVERSIBILITY_EXTENSION_URI, TrustStore};

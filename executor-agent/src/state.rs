@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use agent_host::store::durable::{Database, FileLock, open_connection};
 use rusqlite::Connection;
+use sagaplane_storage::sqlite::{Database, FileLock, open_connection};
 
 use crate::error::{Error, Result};
 

@@ -174,7 +174,7 @@ async fn a_changed_declaration_is_recorded_with_who_when_and_what_it_was() {
 /// next read on, with its history; a replaced card replaces the other's entry too.
 #[tokio::test]
 async fn a_card_registered_on_one_replica_is_in_the_others_registry_from_its_next_read() {
-    use agent_host::store::postgres::{Postgres, testing::scratch_database};
+    use sagaplane_storage::postgres::{Postgres, testing::scratch_database};
     let Some(url) = scratch_database("registry_across_replicas").await else {
         return;
     };

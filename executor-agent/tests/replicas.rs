@@ -10,12 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use agent_host::sdk::{SendMessageResponse, Task, TaskState};
-use agent_host::store::postgres::Cluster;
-use agent_host::store::postgres::testing::scratch_database;
 use agent_host::{OutboundCall, mint_jwt};
 use common::process::*;
 use common::*;
 use futures::StreamExt;
+use sagaplane_storage::postgres::Cluster;
+use sagaplane_storage::postgres::testing::scratch_database;
 use serde_json::Value;
 use shared_types::SigningIdentity;
 

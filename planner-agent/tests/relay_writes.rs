@@ -8,9 +8,9 @@ mod common;
 use std::time::Duration;
 
 use agent_host::sdk::{StreamResponse, TaskState};
-use agent_host::store::durable::writes;
 use common::*;
 use planner_agent::service::Settings;
+use sagaplane_storage::sqlite::writes;
 
 /// Runs the supplier goal through a planner whose progress gathers for `gather`, against a
 /// fake executor that reports each step and completes; returns the planner's task-store

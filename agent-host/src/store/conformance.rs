@@ -19,8 +19,8 @@ async fn stores(test: &str) -> Vec<(&'static str, Arc<dyn TaskStore>, Option<tem
         ("memory", Arc::new(MemoryTaskStore::new()), None),
         ("sqlite", Arc::new(sqlite), Some(dir)),
     ];
-    if let Some(url) = postgres::testing::scratch_database(test).await {
-        let db = postgres::Postgres::connect(&url, 8).unwrap();
+    if let Some(url) = sagaplane_storage::postgres::testing::scratch_database(test).await {
+        let db = sagaplane_storage::postgres::Postgres::connect(&url, 8).unwrap();
         let store = postgres::PostgresTaskStore::on(&db).await.unwrap();
         stores.push(("postgres", Arc::new(store), None));
     }

@@ -11,10 +11,8 @@
 
 #[cfg(test)]
 pub(crate) mod conformance;
-pub mod durable;
 mod memory;
 pub mod postgres;
-pub mod schema;
 mod sqlite;
 
 use async_trait::async_trait;

@@ -1,5 +1,5 @@
 //! The SQLite `TaskStore`: a table in a `Database` (its own file, or one it shares with
-//! other stores), durable when `put` returns, with group commit (`durable.rs`); reads use
+//! other stores), durable when `put` returns, with group commit (`sagaplane_storage::sqlite`); reads use
 //! their own connection on the blocking pool.
 
 use std::path::Path;
@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::durable::{Database, Reader};
-use super::schema::{self, Migration, has_column};
 use super::{
     Expected, PageKey, StoredTask, TaskPage, TaskQuery, TaskStore, Version, state_name, updated_at,
 };
 use crate::error::{Error, Result};
 use crate::sdk::Task;
+use sagaplane_storage::schema::{self, Migration, has_column};
+use sagaplane_storage::sqlite::{Database, Reader};
 
 /// One row to write.
 #[derive(Debug)]
@@ -33,7 +33,7 @@ pub struct SqliteTaskStore {
     db: Database,
 }
 
-/// The task store's schema, in order; the count is its version (`schema.rs`).
+/// The task store's schema, in order; the count is its version (`sagaplane_storage::schema`).
 const MIGRATIONS: &[Migration] = &[
     Migration {
         what: "the tasks table",
@@ -177,7 +177,8 @@ impl TaskStore for SqliteTaskStore {
 
     async fn delete(&self, ids: &[String]) -> Result<()> {
         let ids = ids.to_vec();
-        self.db
+        Ok(self
+            .db
             .submit(move |tx| {
                 let mut delete = tx.prepare_cached("DELETE FROM tasks WHERE id = ?1")?;
                 for id in &ids {
@@ -185,12 +186,13 @@ impl TaskStore for SqliteTaskStore {
                 }
                 Ok(())
             })
-            .await
+            .await?)
     }
 
     async fn read(&self, id: &str) -> Result<Option<StoredTask>> {
         let id = id.to_owned();
-        self.reader
+        Ok(self
+            .reader
             .read(move |conn| {
                 conn.prepare_cached("SELECT body, version FROM tasks WHERE id = ?1")?
                     .query_row([id], |row| {
@@ -201,14 +203,15 @@ impl TaskStore for SqliteTaskStore {
                     })
                     .optional()
             })
-            .await
+            .await?)
     }
 
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage> {
         let (filter, values) = list_filter(query);
         let limit = query.limit;
         let after = query.after;
-        self.reader
+        Ok(self
+            .reader
             .read(move |conn| {
                 let total: i64 = conn.query_row(
                     &count_sql(&filter),
@@ -245,7 +248,7 @@ impl TaskStore for SqliteTaskStore {
                     next,
                 })
             })
-            .await
+            .await?)
     }
 }
 
@@ -330,7 +333,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tasks.db");
         let _store = SqliteTaskStore::open(&path).unwrap();
-        let conn = super::super::durable::open_connection(&path, "test").unwrap();
+        let conn = sagaplane_storage::sqlite::open_connection(&path, "test").unwrap();
         let by_state = TaskQuery {
             state: Some(TaskState::Submitted),
             ..TaskQuery::default()

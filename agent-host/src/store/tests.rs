@@ -35,7 +35,7 @@ async fn a_store_from_before_versions_is_migrated_and_its_tasks_start_at_version
     // The table as binaries before schema versions made it, with one task.
     let body = serde_json::to_string(&super::conformance::task("old", "c", TaskState::Working, 1))
         .unwrap();
-    let conn = durable::open_connection(&path, "test").unwrap();
+    let conn = sagaplane_storage::sqlite::open_connection(&path, "test").unwrap();
     conn.execute_batch(
         "CREATE TABLE tasks (
              seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, context_id TEXT NOT NULL,
@@ -58,8 +58,11 @@ async fn a_store_from_before_versions_is_migrated_and_its_tasks_start_at_version
     let mut next = old.task.clone();
     next.status.state = TaskState::Completed;
     assert_eq!(store.put(&next, Expected::Version(1)).await.unwrap(), 2);
-    let conn = durable::open_connection(&path, "test").unwrap();
-    assert_eq!(schema::version(&conn, "task").unwrap(), 3);
+    let conn = sagaplane_storage::sqlite::open_connection(&path, "test").unwrap();
+    assert_eq!(
+        sagaplane_storage::schema::version(&conn, "task").unwrap(),
+        3
+    );
 }
 
 #[tokio::test]

@@ -106,7 +106,8 @@ impl Ledger {
     /// Opens (or creates) the ledger at `path`; `None` keeps it in memory.
     pub fn open(path: Option<&Path>) -> Result<Self> {
         let conn = match path {
-            Some(path) => agent_host::store::durable::open_connection(path, "ledger")?,
+            Some(path) => sagaplane_storage::sqlite::open_connection(path, "ledger")
+                .map_err(agent_host::Error::from)?,
             None => Connection::open_in_memory().map_err(store_error)?,
         };
         conn.execute_batch(SCHEMA).map_err(store_error)?;

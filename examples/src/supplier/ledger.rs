@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use agent_host::store::durable::open_connection;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use sagaplane_storage::sqlite::open_connection;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -221,7 +221,7 @@ impl Row {
 impl Ledger {
     /// Opens (or creates) the ledger of `agent` at `path`.
     pub fn open(path: &Path, agent: &str) -> Result<Self> {
-        let conn = open_connection(path, "ledger")?;
+        let conn = open_connection(path, "ledger").map_err(agent_host::Error::from)?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS effects (
                  seq       INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use agent_host::store::durable::commits;
+use sagaplane_storage::sqlite::commits;
 
 use crate::{EXECUTOR_THREADS, TOOL_THREADS};
 

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use agent_host::store::postgres::{Cached, Postgres};
 use agent_host::{AgentClient, OutboundCall};
+use sagaplane_storage::postgres::{Cached, Postgres};
 use serde_json::{Value, json};
 
 /// The database's counters at one moment.

@@ -386,7 +386,7 @@ async fn the_sqlite_journal_conforms() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_postgres_journal_conforms() {
-    use agent_host::store::postgres::{Postgres, testing};
+    use sagaplane_storage::postgres::{Postgres, testing};
     const TEST: &str = "the_postgres_journal_conforms";
     if testing::scratch_database(TEST).await.is_none() {
         return;
@@ -408,7 +408,7 @@ async fn the_postgres_journal_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_a_plan_under_a_revoked_mandate_is_refused_and_writes_nothing() {
     use crate::journal::{Headers, SagaLog};
-    use agent_host::store::postgres::{Cached, Postgres, testing};
+    use sagaplane_storage::postgres::{Cached, Postgres, testing};
     let Some(url) = testing::scratch_database("postgres_revoked_mandate").await else {
         return;
     };
@@ -442,7 +442,7 @@ async fn on_postgres_a_plan_under_a_revoked_mandate_is_refused_and_writes_nothin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_the_owners_alive_share_a_dead_owners_sagas_out() {
     use crate::journal::{Ownership, SagaLog};
-    use agent_host::store::postgres::{Postgres, testing};
+    use sagaplane_storage::postgres::{Postgres, testing};
     let Some(url) = testing::scratch_database("postgres_sagas_shared_out").await else {
         return;
     };
@@ -533,7 +533,7 @@ async fn on_postgres_the_owners_alive_share_a_dead_owners_sagas_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_a_mandate_row_gone_after_it_was_seen_is_created_again() {
     use crate::journal::{Headers, SagaLog};
-    use agent_host::store::postgres::{Cached, Postgres, testing};
+    use sagaplane_storage::postgres::{Cached, Postgres, testing};
     let Some(url) = testing::scratch_database("postgres_mandate_row_again").await else {
         return;
     };

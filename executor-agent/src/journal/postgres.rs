@@ -5,7 +5,7 @@
 //! the task store's too); a saga begun in one statement that takes its mandate's budget,
 //! the begins under one mandate sharing a transaction (`Postgres::write_together`).
 
-use agent_host::store::postgres::{
+use sagaplane_storage::postgres::{
     Cached, Connection, Done, DriverError, Migration, Param, Postgres, RowWrite, Statement, failed,
     to_i64, to_u64,
 };
@@ -48,14 +48,14 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         what: "plans and entries compressed with lz4",
-        sql: agent_host::where_lz4!(
+        sql: sagaplane_storage::where_lz4!(
             "ALTER TABLE sagas ALTER COLUMN header SET COMPRESSION lz4; \
              ALTER TABLE entries ALTER COLUMN body SET COMPRESSION lz4;"
         ),
     },
     Migration {
         what: "the replicas alive, among which lapsed sagas are shared out",
-        sql: agent_host::store::postgres::REPLICAS_ALIVE,
+        sql: sagaplane_storage::postgres::REPLICAS_ALIVE,
     },
 ];
 
@@ -74,14 +74,14 @@ const REPLICA_GONE_AFTER_MS: i64 = 24 * 60 * 60 * 1000;
 /// anyone's: the owner of its share is alive on paper but does not claim it. A saga
 /// given up at a stop (no owner, its lease ended then) is shared out like a lapsed one.
 const CLAIM_LAPSED: &str = concat!(
-    agent_host::with_share!(),
+    sagaplane_storage::with_share!(),
     "UPDATE sagas SET owner = $1, epoch = epoch + 1, lease_until_ms = $2
      WHERE saga_id IN (
          SELECT saga_id FROM sagas
          WHERE NOT finished AND (owner IS NULL OR lease_until_ms < $3)
            AND owner IS DISTINCT FROM $1
            AND (lease_until_ms < $3 - $5::BIGINT OR ",
-    agent_host::in_share!("saga_id || '@' || epoch"),
+    sagaplane_storage::in_share!("saga_id || '@' || epoch"),
     ")
          ORDER BY saga_id LIMIT $4
          FOR UPDATE SKIP LOCKED
@@ -202,7 +202,7 @@ fn mandate_ends_ms(header: &SagaHeader) -> Option<i64> {
 }
 
 fn store(what: &str) -> impl Fn(DriverError) -> Error + '_ {
-    move |e| Error::Storage(failed(what, &e))
+    move |e| Error::from(failed(what, &e))
 }
 
 #[async_trait]

@@ -6,10 +6,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agent_host::store::durable::{Database, Reader};
-use agent_host::store::schema::{self, Migration, has_column};
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Transaction, params};
+use sagaplane_storage::schema::{self, Migration, has_column};
+use sagaplane_storage::sqlite::{Database, Reader};
 use serde::{Deserialize, Serialize};
 use shared_types::Violation;
 
@@ -309,7 +309,7 @@ impl SqliteJournal {
     }
 }
 
-/// The journal's schema, in order; the count is its version (`agent_host`'s `schema`).
+/// The journal's schema, in order; the count is its version (`sagaplane_storage::schema`).
 const MIGRATIONS: &[Migration] = &[
     Migration {
         what: "the sagas and their entries",
@@ -699,7 +699,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.db");
         let _journal = SqliteJournal::open(&path).unwrap();
-        let conn = agent_host::store::durable::open_connection(&path, "test").unwrap();
+        let conn = sagaplane_storage::sqlite::open_connection(&path, "test").unwrap();
         let details: Vec<String> = conn
             .prepare(&format!("EXPLAIN QUERY PLAN {UNFINISHED}"))
             .unwrap()

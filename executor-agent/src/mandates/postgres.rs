@@ -2,7 +2,7 @@
 //! writes there (the journal's accepting and finishing writes reserve and settle in them,
 //! `journal/postgres.rs`).
 
-use agent_host::store::postgres::{Cached, DriverError, Migration, Postgres, failed};
+use sagaplane_storage::postgres::{Cached, DriverError, Migration, Postgres, failed};
 
 use super::MandateRows;
 use crate::error::{Error, Result};
@@ -42,7 +42,7 @@ pub(crate) const POSTGRES_MIGRATIONS: &[Migration] = &[Migration {
 }];
 
 fn store(what: &str) -> impl Fn(DriverError) -> Error + '_ {
-    move |e| Error::Storage(failed(what, &e))
+    move |e| Error::from(failed(what, &e))
 }
 
 pub(super) async fn is_revoked(
@@ -123,7 +123,7 @@ pub(super) async fn rows(db: &Postgres, mandate_id: &str) -> Result<Vec<MandateR
 
 #[cfg(test)]
 mod tests {
-    use agent_host::store::postgres::{Postgres, testing};
+    use sagaplane_storage::postgres::{Postgres, testing};
     use serde_json::Value;
     use shared_types::{TrustStore, ViolationCode};
 

@@ -2,7 +2,7 @@
 //! MCP servers, and the history of registrations, whose newest sequence number tells a
 //! replica that another one registered something since it last read the tables.
 
-use agent_host::store::postgres::{Cached, DriverError, Migration, Postgres, failed, to_i64};
+use sagaplane_storage::postgres::{Cached, DriverError, Migration, Postgres, failed, to_i64};
 
 use super::{Row, Stored};
 use crate::error::{Error, Result};
@@ -25,7 +25,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[Migration {
 }];
 
 fn store(what: &str) -> impl Fn(DriverError) -> Error + '_ {
-    move |e| Error::Storage(failed(what, &e))
+    move |e| Error::from(failed(what, &e))
 }
 
 /// The newest registration's sequence number (0 before the first): every registration

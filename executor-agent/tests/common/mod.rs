@@ -17,7 +17,6 @@ use std::task::{Context, Poll};
 use agent_host::sdk::{
     Artifact, Message, Part, PartContent, SendMessageRequest, SendMessageResponse, Task, TaskState,
 };
-use agent_host::store::durable::Database;
 use agent_host::{
     Agent, AgentClient, HostConfig, InboundAuth, JwtPolicy, OutboundCall, RequestContext,
     ServedCard, SqliteTaskStore, TaskHandle, TaskManager, mint_jwt, prepare_card,
@@ -32,6 +31,7 @@ use executor_agent::journal::SqliteJournal;
 use executor_agent::mcp::invoker::McpInvoker;
 use executor_agent::registry::Registry;
 use executor_agent::report::GATHER_PROGRESS;
+use sagaplane_storage::sqlite::Database;
 use serde_json::{Value, json};
 use shared_types::{SigningIdentity, TrustStore};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};

@@ -197,7 +197,7 @@ struct Running {
     /// With `--replicas`: the replicas after the first (`executor`), by number from 2,
     /// and the database they all share.
     others: Vec<(usize, Process)>,
-    database: Option<agent_host::store::postgres::Cluster>,
+    database: Option<sagaplane_storage::postgres::Cluster>,
     /// How many executor replicas were started.
     replicas: usize,
 }
@@ -403,7 +403,7 @@ async fn start(
         .collect();
     write(&work.join("credentials.json"), &credentials)?;
     let database = if replicas > 1 {
-        let database = agent_host::store::postgres::Cluster::start()
+        let database = sagaplane_storage::postgres::Cluster::start()
             .map_err(|e| Failure::unusable(format!("--replicas needs a PostgreSQL: {e}")))?;
         clock.say(&format!(
             "started a throwaway PostgreSQL at {} for {replicas} executor replicas",

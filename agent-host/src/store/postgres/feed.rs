@@ -19,10 +19,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::{Cached, Listener, Postgres, chain};
 use crate::error::{Error, Result};
 use crate::sdk::{StreamResponse, Task};
 use crate::tasks::{InProcessFeed, Subscription, TaskFeed, Watch};
+use sagaplane_storage::postgres::{Cached, Listener, Migration, Postgres, chain};
 
 /// The notification channel of task events, in the `public` schema; the stores of
 /// another schema of the same database (notifications are database-wide) use theirs
@@ -36,8 +36,8 @@ const NOTIFY_LIMIT: usize = 7_900;
 const KEPT_FOR_MS: i64 = 5 * 60 * 1000;
 
 /// The feed's table: the events too large for a notification.
-const MIGRATIONS: &[super::Migration] = &[
-    super::Migration {
+const MIGRATIONS: &[Migration] = &[
+    Migration {
         what: "task events too large for a notification",
         sql: "CREATE TABLE IF NOT EXISTS task_notices (
               id      BIGSERIAL PRIMARY KEY,
@@ -46,9 +46,9 @@ const MIGRATIONS: &[super::Migration] = &[
           );
           CREATE INDEX IF NOT EXISTS task_notices_by_time ON task_notices (at_ms);",
     },
-    super::Migration {
+    Migration {
         what: "kept task events compressed with lz4",
-        sql: crate::where_lz4!(
+        sql: sagaplane_storage::where_lz4!(
             "ALTER TABLE task_notices ALTER COLUMN payload SET COMPRESSION lz4;"
         ),
     },
@@ -214,7 +214,7 @@ async fn send_batch(
     batch: Vec<(String, String)>,
 ) -> Result<()> {
     let mut conn = db.connection().await?;
-    let failed = |e: super::DriverError| Error::store(chain(&e));
+    let failed = |e: sagaplane_storage::postgres::DriverError| Error::store(chain(&e));
     // Each fits a notification (the usual case): one statement is the transaction.
     if batch
         .iter()
@@ -350,8 +350,9 @@ mod tests {
     use super::*;
     use crate::sdk::TaskState;
     use crate::store::TaskStore;
-    use crate::store::postgres::{PostgresTaskStore, testing};
+    use crate::store::postgres::PostgresTaskStore;
     use crate::tasks::TaskManager;
+    use sagaplane_storage::postgres::testing;
 
     /// A process's task manager on `url`: its own pool, store handle and feed.
     async fn replica(url: &str) -> Arc<TaskManager> {

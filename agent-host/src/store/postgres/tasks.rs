@@ -5,12 +5,14 @@
 
 use async_trait::async_trait;
 
-use super::{Cached, Migration, Postgres, RowWrite, ToSql, failed, to_i64, to_u64};
 use crate::error::{Error, Result};
 use crate::sdk::Task;
 use crate::store::{
     Expected, PageKey, StoredTask, TaskPage, TaskQuery, TaskStore, Version, owner_of, state_name,
     updated_at,
+};
+use sagaplane_storage::postgres::{
+    Cached, Migration, Postgres, RowWrite, ToSql, failed, to_i64, to_u64,
 };
 
 /// The task store's schema, in order; the count is its version.
@@ -32,7 +34,7 @@ const MIGRATIONS: &[Migration] = &[Migration {
           CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, updated_ms DESC, seq DESC);",
 }, Migration {
     what: "tasks compressed with lz4",
-    sql: crate::where_lz4!(
+    sql: sagaplane_storage::where_lz4!(
         "ALTER TABLE tasks ALTER COLUMN body SET COMPRESSION lz4;"
     ),
 }, Migration {
@@ -43,7 +45,7 @@ const MIGRATIONS: &[Migration] = &[Migration {
               WHERE state = 'TASK_STATE_SUBMITTED';",
 }, Migration {
     what: "the replicas alive, among which lapsed held tasks are shared out",
-    sql: super::REPLICAS_ALIVE,
+    sql: sagaplane_storage::postgres::REPLICAS_ALIVE,
 }];
 
 /// Tasks created, the rows of one batch in one statement (`RowWrite`): id, context,
@@ -84,14 +86,14 @@ const UPDATE_TASKS: &str = "WITH r AS (
 /// lapsed hold (`with_share!`), so a dead replica's plans spread over the others; a hold
 /// lapsed for a lease more (`$5`) is anyone's.
 const CLAIM_LAPSED_SUBMITTED: &str = concat!(
-    crate::with_share!(),
+    sagaplane_storage::with_share!(),
     "UPDATE tasks SET holder = $1, held_until_ms = $2
      WHERE seq IN (
          SELECT seq FROM tasks
          WHERE state = 'TASK_STATE_SUBMITTED' AND held_until_ms < $3
            AND holder IS DISTINCT FROM $1
            AND (held_until_ms < $3 - $5::BIGINT OR ",
-    crate::in_share!("id || '@' || held_until_ms"),
+    sagaplane_storage::in_share!("id || '@' || held_until_ms"),
     ")
          ORDER BY seq LIMIT $4
          FOR UPDATE SKIP LOCKED
@@ -165,7 +167,7 @@ impl PostgresTaskStore {
             &[&holder.id, &self.held_until(now_ms), &taking_in],
         )
         .await
-        .map_err(|e| failed("cannot renew the leases of submitted tasks", &e))
+        .map_err(|e| failed("cannot renew the leases of submitted tasks", &e).into())
     }
 
     /// Claims for this store's holder at most `at_most` submitted tasks whose holder's
@@ -224,7 +226,7 @@ impl TaskStore for PostgresTaskStore {
         let updated_ms = updated_at(task).timestamp_millis();
         let context_id = task.context_id.clone();
         let owner = owner.map(str::to_owned);
-        // Group-committed with the other writes waiting at this moment (`batch.rs`): a
+        // Group-committed with the other writes waiting at this moment (`sagaplane_storage::postgres`): a
         // task is written by one manager at a time, so no two batches wait for its row.
         let text = |n: i64| Some(n.to_string());
         // The columns both statements take first, in their order.
@@ -410,7 +412,7 @@ mod tests {
     use super::*;
     use crate::sdk::TaskState;
     use crate::store::conformance::task;
-    use crate::store::postgres::testing::scratch_database;
+    use sagaplane_storage::postgres::testing::scratch_database;
 
     const LEASE: std::time::Duration = std::time::Duration::from_secs(4);
 

@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::{Cached, Postgres, chain};
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// How long the listener waits before connecting again after losing its connection.
 const RECONNECT_AFTER: Duration = Duration::from_millis(500);

@@ -25,7 +25,7 @@ use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Postgres, Row, ToSql, failed};
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// A write's parameter, owned: it waits in the queue for its batch.
 pub type Param = Box<dyn ToSql + Send + Sync>;
@@ -377,7 +377,7 @@ async fn commit(db: &Postgres, writes: &[Write]) -> Result<Vec<Vec<Done>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::postgres::testing::scratch_database;
+    use crate::postgres::testing::scratch_database;
 
     /// Rows of `kv` created, a key already there left as it is.
     const INSERT_NEW: &str = "WITH r AS (

@@ -8,7 +8,7 @@ use std::path::Path;
 use rusqlite::{Connection, Transaction};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// Writes waiting beyond this many go into the next transaction.
 const MAX_BATCH: usize = 1024;

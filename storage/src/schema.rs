@@ -12,8 +12,8 @@
 
 use rusqlite::{Connection, OptionalExtension, Transaction};
 
-use super::durable::{Database, open_connection};
-use crate::error::{Error, Result};
+use crate::sqlite::{Database, open_connection};
+use crate::{Error, Result};
 
 /// One step of a store's schema, run inside the migrating transaction.
 pub struct Migration {
