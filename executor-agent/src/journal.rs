@@ -175,6 +175,10 @@ pub trait Headers: Send + Sync + 'static {
     /// Whether a saga was marked finished; `None` if none with this id was begun (or it
     /// was forgotten).
     async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>>;
+    /// The saga begun on task `task_id`, and whether it was marked finished; `None` if
+    /// none was (its plan not begun yet, or never, or the saga forgotten). A task's saga
+    /// is found here, not in the task.
+    async fn saga_of_task(&self, task_id: &str) -> Result<Option<(String, bool)>>;
 }
 
 /// A saga the journal forgot, and the task that reported it.

@@ -179,7 +179,7 @@ impl Executor {
     }
 
     /// Where the saga of `task` is. A saga that is not live here is looked up in the
-    /// journal, by the saga id of the plan the task was created with.
+    /// journal, by its task.
     pub(super) async fn driven(&self, task: &TaskHandle) -> Result<Driven, A2AError> {
         if let Some((control, stops)) = self.live_control(task.id()) {
             return Ok(Driven::Here(control, stops));
@@ -195,27 +195,11 @@ impl Executor {
         if shown.status.state.is_terminal() {
             return Ok(Driven::Ended);
         }
-        let saga_id = shown
-            .history
-            .as_deref()
-            .unwrap_or_default()
-            .first()
-            .and_then(plan_in)
-            .and_then(|plan| plan.get("sagaId"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let Some(saga_id) = saga_id else {
-            return Ok(Driven::Never);
-        };
         let journal = &self.config.journal;
-        match journal.header(&saga_id).await.map_err(&unreadable)? {
-            Some(header) if header.task_id == task.id() => {}
-            _ => return Ok(Driven::Never),
-        }
         Ok(
-            match journal.is_finished(&saga_id).await.map_err(&unreadable)? {
-                Some(false) => Driven::Elsewhere,
-                Some(true) => Driven::Ended,
+            match journal.saga_of_task(task.id()).await.map_err(&unreadable)? {
+                Some((_, false)) => Driven::Elsewhere,
+                Some((_, true)) => Driven::Ended,
                 None => Driven::Never,
             },
         )

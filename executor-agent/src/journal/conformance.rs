@@ -71,6 +71,16 @@ pub async fn recovery_reads_the_unfinished_sagas_only(journal: &dyn Journal) {
     assert_eq!(journal.is_finished("done").await.unwrap(), Some(true));
     assert_eq!(journal.is_finished("running").await.unwrap(), Some(false));
     assert_eq!(journal.is_finished("never").await.unwrap(), None);
+    // A task's saga is found by the task, finished or not.
+    assert_eq!(
+        journal.saga_of_task("task-done").await.unwrap(),
+        Some(("done".to_owned(), true))
+    );
+    assert_eq!(
+        journal.saga_of_task("task-running").await.unwrap(),
+        Some(("running".to_owned(), false))
+    );
+    assert_eq!(journal.saga_of_task("task-never").await.unwrap(), None);
     // Only finished sagas are forgotten.
     journal
         .forget(&["done".to_owned(), "running".to_owned()])
@@ -78,6 +88,7 @@ pub async fn recovery_reads_the_unfinished_sagas_only(journal: &dyn Journal) {
         .unwrap();
     assert!(journal.header("done").await.unwrap().is_none());
     assert!(journal.header("running").await.unwrap().is_some());
+    assert_eq!(journal.saga_of_task("task-done").await.unwrap(), None);
 }
 
 pub async fn a_write_under_a_stale_epoch_is_refused_by_the_store(

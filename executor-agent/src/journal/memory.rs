@@ -288,4 +288,13 @@ impl Headers for MemoryJournal {
         let state = sync::lock(&self.state);
         Ok(state.sagas.get(saga_id).map(|s| s.finished_ms.is_some()))
     }
+
+    async fn saga_of_task(&self, task_id: &str) -> Result<Option<(String, bool)>> {
+        let state = sync::lock(&self.state);
+        Ok(state
+            .sagas
+            .iter()
+            .find(|(_, s)| s.header.task_id == task_id)
+            .map(|(saga_id, s)| (saga_id.clone(), s.finished_ms.is_some())))
+    }
 }

@@ -57,6 +57,10 @@ const MIGRATIONS: &[Migration] = &[
         what: "the replicas alive, among which lapsed sagas are shared out",
         sql: sagaplane_storage::postgres::REPLICAS_ALIVE,
     },
+    Migration {
+        what: "the sagas by task, by which a task's saga is found",
+        sql: "CREATE INDEX IF NOT EXISTS sagas_by_task ON sagas (task_id);",
+    },
 ];
 
 /// How many mandates a journal remembers having seen written (`known_mandates`).
@@ -570,6 +574,18 @@ impl Headers for PostgresJournal {
             .await
             .map_err(store("cannot read whether a saga finished"))?;
         Ok(row.map(|row| row.get(0)))
+    }
+
+    async fn saga_of_task(&self, task_id: &str) -> Result<Option<(String, bool)>> {
+        let conn = self.connection().await?;
+        let row = conn
+            .row_opt(
+                "SELECT saga_id, finished FROM sagas WHERE task_id = $1",
+                &[&task_id],
+            )
+            .await
+            .map_err(store("cannot read the saga of a task"))?;
+        Ok(row.map(|row| (row.get(0), row.get(1))))
     }
 }
 

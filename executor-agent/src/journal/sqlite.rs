@@ -24,6 +24,7 @@ enum Write {
     /// The header, and the first append when there is one.
     Begin {
         saga_id: String,
+        task_id: String,
         body: String,
         first: Option<String>,
         at_ms: i64,
@@ -80,6 +81,7 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
     match write {
         Write::Begin {
             saga_id,
+            task_id,
             body,
             first,
             at_ms,
@@ -106,10 +108,18 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
             // size as the one `finish` writes, so finishing rewrites the row in place
             // instead of the whole header behind it.
             tx.prepare_cached(
-                "INSERT INTO sagas (saga_id, header, finished, finished_ms, owner, epoch, lease_until_ms)
-                 VALUES (?1, ?2, 0, ?3, ?4, 1, ?5)",
+                "INSERT INTO sagas (saga_id, task_id, header, finished, finished_ms, owner, epoch,
+                                    lease_until_ms)
+                 VALUES (?1, ?2, ?3, 0, ?4, ?5, 1, ?6)",
             )?
-            .execute(params![saga_id, body, at_ms, owner.as_ref(), lease_until_ms])?;
+            .execute(params![
+                saga_id,
+                task_id,
+                body,
+                at_ms,
+                owner.as_ref(),
+                lease_until_ms
+            ])?;
             match first {
                 Some(first) => tx
                     .prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
@@ -151,7 +161,13 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
                      WHERE saga_id = ?1 AND finished = 0
                        AND (?4 OR owner IS NULL OR lease_until_ms < ?5)",
                 )?
-                .execute(params![saga_id, owner.as_ref(), lease_until_ms, take_over, now_ms])?;
+                .execute(params![
+                    saga_id,
+                    owner.as_ref(),
+                    lease_until_ms,
+                    take_over,
+                    now_ms
+                ])?;
             *sync::lock(claimed) = if changed == 0 {
                 None
             } else {
@@ -349,6 +365,10 @@ const MIGRATIONS: &[Migration] = &[
         what: "who drives each saga: owner, epoch and lease",
         apply: add_ownership,
     },
+    Migration {
+        what: "the task of each saga, by which a task's saga is found",
+        apply: add_task_ids,
+    },
 ];
 
 /// Gives a journal from before sagas had finish times its `finished_ms` column. Its
@@ -377,6 +397,18 @@ fn add_ownership(tx: &Transaction<'_>) -> rusqlite::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Each saga's task in a column of its own, indexed, read from the headers already
+/// journaled.
+fn add_task_ids(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    if !has_column(tx, "sagas", "task_id")? {
+        tx.execute_batch(
+            "ALTER TABLE sagas ADD COLUMN task_id TEXT;
+             UPDATE sagas SET task_id = json_extract(header, '$.taskId');",
+        )?;
+    }
+    tx.execute_batch("CREATE INDEX IF NOT EXISTS sagas_by_task ON sagas (task_id);")
 }
 
 /// Unfinished sagas nobody holds, or whose owner's lease lapsed before ?1.
@@ -420,6 +452,7 @@ impl SagaLog for SqliteJournal {
         let refused = Arc::new(Mutex::new(None));
         self.submit(Write::Begin {
             saga_id: header.saga_id.clone(),
+            task_id: header.task_id.clone(),
             body,
             first,
             at_ms,
@@ -624,6 +657,18 @@ impl Headers for SqliteJournal {
             })
             .await?)
     }
+
+    async fn saga_of_task(&self, task_id: &str) -> Result<Option<(String, bool)>> {
+        let task_id = task_id.to_owned();
+        Ok(self
+            .reader
+            .read(move |conn| {
+                conn.prepare_cached("SELECT saga_id, finished FROM sagas WHERE task_id = ?1")?
+                    .query_row([task_id], |row| Ok((row.get(0)?, row.get::<_, bool>(1)?)))
+                    .optional()
+            })
+            .await?)
+    }
 }
 
 #[cfg(test)]
@@ -676,6 +721,16 @@ mod tests {
             task_id: "t-1".into(),
         };
         assert_eq!(found.unwrap(), [done]);
+        // Each saga's task is read out of the headers journaled before the column.
+        assert_eq!(
+            journal
+                .saga_of_task("t-1")
+                .await
+                .unwrap()
+                .map(|(_, finished)| finished),
+            Some(true),
+            "the first of the two sagas on t-1"
+        );
 
         // Asked to forget both, the journal keeps the one still running, entries and all.
         journal

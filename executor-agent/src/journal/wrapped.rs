@@ -47,6 +47,9 @@ pub enum Call<'a> {
     IsFinished {
         saga_id: &'a str,
     },
+    SagaOfTask {
+        task_id: &'a str,
+    },
     Forgettable,
     Forget {
         saga_ids: &'a [String],
@@ -203,5 +206,10 @@ impl<J: Journal, A: Around> Headers for Wrapped<J, A> {
     async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
         let call = self.inner.is_finished(saga_id);
         self.around.around(Call::IsFinished { saga_id }, call).await
+    }
+
+    async fn saga_of_task(&self, task_id: &str) -> Result<Option<(String, bool)>> {
+        let call = self.inner.saga_of_task(task_id);
+        self.around.around(Call::SagaOfTask { task_id }, call).await
     }
 }
