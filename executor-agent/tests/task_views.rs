@@ -1,0 +1,272 @@
+//! What a caller reads of a saga's task, held field by field against recorded views
+//! (`tests/views/*.json`): the task from GetTask, its entry in ListTasks, and the statuses
+//! and tasks a stream of the plan carries, for each way a saga ends. Ids, timestamps and times are
+//! replaced by placeholders first; everything else must match. The executor's tasks are to
+//! become a view of the journal (issue 41), and a caller must not see the difference.
+//!
+//! `SAGAPLANE_RECORD_VIEWS=1` writes the views afresh instead of comparing: only when a
+//! change to what callers see is meant, and reviewed in the diff.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use agent_host::OutboundCall;
+use agent_host::sdk::{ListTasksRequest, StreamResponse, Task, TaskState};
+use common::*;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+const RECORD: &str = "SAGAPLANE_RECORD_VIEWS";
+
+fn views_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/views")
+}
+
+/// Replaces what differs from run to run: ids the executor or the SDK mints, and times.
+/// Each distinct id becomes `<kind-N>` in order of first appearance, so that which fields
+/// name the same task or message still shows.
+struct Placeholders {
+    seen: BTreeMap<String, String>,
+}
+
+impl Placeholders {
+    fn new() -> Self {
+        Self {
+            seen: BTreeMap::new(),
+        }
+    }
+
+    fn id(&mut self, kind: &str, value: &str) -> Value {
+        let n = self.seen.len();
+        let placeholder = self
+            .seen
+            .entry(value.to_owned())
+            .or_insert_with(|| format!("<{kind}-{n}>"));
+        Value::String(placeholder.clone())
+    }
+
+    fn normalize(&mut self, value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                for (key, member) in map.iter_mut() {
+                    match (key.as_str(), &*member) {
+                        (
+                            "id" | "taskId" | "contextId" | "messageId" | "existingTaskId",
+                            Value::String(s),
+                        ) => {
+                            let kind = key.trim_end_matches("Id").to_owned();
+                            *member =
+                                self.id(if kind.is_empty() { "id" } else { &kind }, &s.clone());
+                        }
+                        ("timestamp", _) => *member = json!("<time>"),
+                        (k, Value::Number(_)) if is_time(k) => *member = json!("<ms>"),
+                        (_, Value::String(s))
+                            if chrono::DateTime::parse_from_rfc3339(s).is_ok() =>
+                        {
+                            *member = json!("<time>")
+                        }
+                        _ => self.normalize(member),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| self.normalize(v)),
+            Value::String(text) => *text = self.in_text(text),
+            _ => {}
+        }
+    }
+
+    /// Task ids and error ids named in a text.
+    fn in_text(&mut self, text: &str) -> String {
+        let mut out = text.to_owned();
+        let known: Vec<(String, String)> = self.seen.clone().into_iter().collect();
+        for (id, placeholder) in known {
+            if id.len() >= 8 {
+                out = out.replace(&id, &placeholder);
+            }
+        }
+        out
+    }
+}
+
+/// Whether a member named `key` holds a time in ms.
+fn is_time(key: &str) -> bool {
+    key.ends_with("Ms") || key.ends_with("_ms") || key.ends_with("At")
+}
+
+/// The views of one task, normalized together (one set of placeholders).
+fn views(task: &Task, listed: &Task, streamed: &[StreamResponse]) -> Value {
+    let mut views = json!({
+        "getTask": serde_json::to_value(task).unwrap(),
+        "listTasks": serde_json::to_value(listed).unwrap(),
+        // Artifact updates fold as progress gathers (`--gather-progress-ms`), so how many
+        // a stream carries depends on timing: the statuses and tasks are compared, and the
+        // ledger as it ends, in GetTask.
+        "stream": streamed
+            .iter()
+            .filter(|e| !matches!(e, StreamResponse::ArtifactUpdate(_)))
+            .map(|e| serde_json::to_value(e).unwrap())
+            .collect::<Vec<_>>(),
+    });
+    // Members in one order (the task's metadata is a hash map), so that placeholders are
+    // numbered, and the views written, the same way each time.
+    let mut views = sorted(views);
+    let mut placeholders = Placeholders::new();
+    // Twice: a text naming an id met later in the walk is rewritten the second time.
+    placeholders.normalize(&mut views);
+    placeholders.normalize(&mut views);
+    shared_types::json::normalize_integers(&mut views);
+    views
+}
+
+/// `value` with every object's members in key order.
+fn sorted(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let members: BTreeMap<String, Value> =
+                map.into_iter().map(|(k, v)| (k, sorted(v))).collect();
+            Value::Object(members.into_iter().collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
+}
+
+/// Compares `views` with the recorded ones for `ending` (or records them).
+fn holds(ending: &str, views: &Value) {
+    let path = views_dir().join(format!("{ending}.json"));
+    if std::env::var(RECORD).is_ok_and(|v| v == "1") {
+        std::fs::create_dir_all(views_dir()).unwrap();
+        let shown = serde_json::to_string_pretty(views).unwrap() + "\n";
+        std::fs::write(&path, shown).unwrap();
+        return;
+    }
+    let recorded = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; record it with {RECORD}=1 once what callers see is reviewed",
+            path.display()
+        )
+    });
+    let recorded: Value = serde_json::from_str(&recorded).unwrap();
+    if let Some(difference) = first_difference("", &recorded, views) {
+        panic!(
+            "what a caller reads of a {ending} saga changed (recorded in {}): {difference}",
+            path.display()
+        );
+    }
+}
+
+/// Where `now` first differs from `recorded`, and how.
+fn first_difference(at: &str, recorded: &Value, now: &Value) -> Option<String> {
+    match (recorded, now) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                let (x, y) = (
+                    a.get(k).unwrap_or(&Value::Null),
+                    b.get(k).unwrap_or(&Value::Null),
+                );
+                first_difference(&format!("{at}/{k}"), x, y)
+            })
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => a
+            .iter()
+            .zip(b)
+            .enumerate()
+            .find_map(|(i, (x, y))| first_difference(&format!("{at}/{i}"), x, y)),
+        (a, b) if a == b => None,
+        (a, b) => Some(format!("at {at}: recorded {a}, now {b}")),
+    }
+}
+
+/// Sends `plan` on a stream as the planner and reads every event to the stream's end;
+/// then the task from GetTask and its entry in ListTasks.
+async fn run(setup: &Harness, plan: Value) -> (Task, Task, Vec<StreamResponse>) {
+    let request = data_message(plan, None);
+    let mut events = setup
+        .client
+        .stream(&setup.as_planner(), &request)
+        .await
+        .unwrap();
+    let mut streamed = Vec::new();
+    while let Some(event) = events.next().await {
+        streamed.push(event.unwrap());
+    }
+    let Some(StreamResponse::Task(first)) = streamed.first() else {
+        panic!("a stream begins with the task: {streamed:?}");
+    };
+    let id = first.id.clone();
+    let (task, listed) = read_back(setup, &id, || setup.as_planner()).await;
+    (task, listed, streamed)
+}
+
+/// GetTask and ListTasks, as `call` makes a credential for each request.
+async fn read_back(setup: &Harness, id: &str, call: impl Fn() -> OutboundCall) -> (Task, Task) {
+    let task = setup.client.get_task(&call(), id).await.unwrap();
+    let page = setup
+        .client
+        .list_tasks(
+            &call(),
+            &ListTasksRequest {
+                context_id: None,
+                status: None,
+                page_size: Some(100),
+                page_token: None,
+                history_length: None,
+                status_timestamp_after: None,
+                include_artifacts: Some(true),
+                tenant: None,
+            },
+        )
+        .await
+        .unwrap();
+    let listed = page
+        .tasks
+        .into_iter()
+        .find(|t| t.id == id)
+        .expect("the task is listed");
+    (task, listed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_saga_reads_as_recorded() {
+    let setup = Harness::start(&[]).await;
+    let plan = setup.signed("examples/plans/supplier-onboarding.json");
+    let (task, listed, streamed) = run(&setup, plan).await;
+    assert_eq!(task.status.state, TaskState::Completed);
+    holds("completed", &views(&task, &listed, &streamed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compensated_saga_reads_as_recorded() {
+    let setup = Harness::start(&[("compliance.check", Fault::Decline)]).await;
+    let plan = setup.signed("examples/plans/supplier-onboarding.json");
+    let (task, listed, streamed) = run(&setup, plan).await;
+    assert_eq!(task.status.state, TaskState::Failed);
+    holds("compensated", &views(&task, &listed, &streamed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_plan_reads_as_recorded() {
+    let setup = Harness::start(&[]).await;
+    let plan = setup.signed("examples/plans/five-violations.json");
+    let (task, listed, streamed) = run(&setup, plan).await;
+    assert_eq!(task.status.state, TaskState::Rejected);
+    holds("rejected", &views(&task, &listed, &streamed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escalated_saga_answered_by_a_person_reads_as_recorded() {
+    // The welcome email is past the pivot: it is retried, then put to a person.
+    let setup = Harness::start(&[("email.send", Fault::Decline)]).await;
+    let plan = setup.signed("examples/plans/supplier-onboarding.json");
+    let (paused, _, streamed) = run(&setup, plan).await;
+    assert_eq!(paused.status.state, TaskState::InputRequired);
+    let answered = setup
+        .resolve(json!({"resolution": "resolved-manually"}), &paused.id)
+        .await;
+    assert!(answered.status.state.is_terminal(), "{answered:?}");
+    let (task, listed) = read_back(&setup, &paused.id, || setup.as_approver()).await;
+    holds("escalated-then-answered", &views(&task, &listed, &streamed));
+}
