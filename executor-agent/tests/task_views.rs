@@ -97,7 +97,7 @@ fn is_time(key: &str) -> bool {
 
 /// The views of one task, normalized together (one set of placeholders).
 fn views(task: &Task, listed: &Task, streamed: &[StreamResponse]) -> Value {
-    let mut views = json!({
+    let views = json!({
         "getTask": serde_json::to_value(task).unwrap(),
         "listTasks": serde_json::to_value(listed).unwrap(),
         // Artifact updates fold as progress gathers (`--gather-progress-ms`), so how many
