@@ -16,7 +16,9 @@
 use std::time::Duration;
 
 use agent_host::TaskHandle;
-use agent_host::sdk::{A2AError, Message, PartContent, StreamResponse, Task, TaskState};
+use agent_host::sdk::{
+    A2AError, Message, PartContent, StreamResponse, Task, TaskState, TaskStatusUpdateEvent,
+};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::{Value, json};
@@ -286,14 +288,7 @@ pub(crate) async fn follow(
                         shown_waiting = true;
                         let paused = match executor.get_task(&executor_task).await {
                             Ok(t) => t,
-                            Err(_) => Task {
-                                id: executor_task.clone(),
-                                context_id: update.context_id.clone(),
-                                status: update.status.clone(),
-                                artifacts: None,
-                                history: None,
-                                metadata: update.metadata.clone(),
-                            },
+                            Err(_) => as_updated(&executor_task, &update),
                         };
                         finish(planner, task, &paused).await;
                     }
@@ -302,14 +297,7 @@ pub(crate) async fn follow(
                 // Final: the task carries what the update does not (metadata.outcome).
                 let ended = match executor.get_task(&executor_task).await {
                     Ok(t) if final_state(&t.status.state) => t,
-                    _ => Task {
-                        id: executor_task.clone(),
-                        context_id: update.context_id.clone(),
-                        status: update.status.clone(),
-                        artifacts: None,
-                        history: None,
-                        metadata: update.metadata.clone(),
-                    },
+                    _ => as_updated(&executor_task, &update),
                 };
                 if let Some(next) = pointed_at(&ended).filter(|_| pointers < MAX_POINTERS) {
                     pointers += 1;
@@ -368,6 +356,18 @@ pub(crate) async fn follow(
                 }
             }
         }
+    }
+}
+
+/// The executor's task as a status update shows it, when the task cannot be read.
+fn as_updated(executor_task: &str, update: &TaskStatusUpdateEvent) -> Task {
+    Task {
+        id: executor_task.to_owned(),
+        context_id: update.context_id.clone(),
+        status: update.status.clone(),
+        artifacts: None,
+        history: None,
+        metadata: update.metadata.clone(),
     }
 }
 
