@@ -270,3 +270,96 @@ async fn an_escalated_saga_answered_by_a_person_reads_as_recorded() {
     let (task, listed) = read_back(&setup, &paused.id, || setup.as_approver()).await;
     holds("escalated-then-answered", &views(&task, &listed, &streamed));
 }
+
+/// Longer than anything here takes: a held call never times out meanwhile.
+const HELD: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The supplier plan as saga `saga_id` under the file's own mandate, signed by the
+/// harness's planner: the same bytes every run.
+fn supplier_plan_as(setup: &Harness, saga_id: &str) -> Value {
+    let text = serde_json::to_string(&read("examples/plans/supplier-onboarding.json"))
+        .unwrap()
+        .replace("sg_demo_supplier_onboarding", saga_id);
+    let mut plan: Value = serde_json::from_str(&text).unwrap();
+    sign_plan(&setup.planner, &mut plan);
+    plan
+}
+
+/// Opens a stream of `plan` and reads its first event, the task.
+async fn open(
+    setup: &Harness,
+    plan: Value,
+) -> (
+    String,
+    Vec<StreamResponse>,
+    futures::stream::BoxStream<'static, Result<StreamResponse, agent_host::sdk::A2AError>>,
+) {
+    let mut events = setup
+        .client
+        .stream(&setup.as_planner(), &data_message(plan, None))
+        .await
+        .unwrap();
+    let first = events.next().await.unwrap().unwrap();
+    let StreamResponse::Task(task) = &first else {
+        panic!("a stream begins with the task: {first:?}");
+    };
+    (task.id.clone(), vec![first], events)
+}
+
+async fn rest_of(
+    mut streamed: Vec<StreamResponse>,
+    mut events: futures::stream::BoxStream<
+        'static,
+        Result<StreamResponse, agent_host::sdk::A2AError>,
+    >,
+) -> Vec<StreamResponse> {
+    while let Some(event) = events.next().await {
+        streamed.push(event.unwrap());
+    }
+    streamed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canceled_saga_reads_as_recorded() {
+    let held = [("sandbox.provision", Fault::ApplyThenHold(1))];
+    let setup = Harness::start_timed(&held, HELD.as_millis() as u64).await;
+    let plan = setup.signed("examples/plans/supplier-onboarding.json");
+    let (id, streamed, events) = open(&setup, plan).await;
+    let applied = setup.log("sandbox").applied.clone();
+    while setup.log("sandbox").effects.is_empty() {
+        applied.notified().await;
+    }
+    // Canceled while s2's answer is held; the answer goes once the cancel is journaled.
+    let mut cancels = setup.journal.cancels.subscribe();
+    let client = agent_host::AgentClient::new(&setup.url).unwrap();
+    let (call, task_id) = (setup.as_planner(), id.clone());
+    let cancel = tokio::spawn(async move { client.cancel_task(&call, &task_id).await });
+    cancels.wait_for(|n| *n >= 1).await.unwrap();
+    setup.log("sandbox").release.notify_one();
+    let canceled = cancel.await.unwrap().unwrap();
+    assert_eq!(canceled.status.state, TaskState::Canceled);
+    let streamed = rest_of(streamed, events).await;
+    let (task, listed) = read_back(&setup, &id, || setup.as_planner()).await;
+    holds("canceled", &views(&task, &listed, &streamed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_that_waited_for_a_slot_reads_as_recorded() {
+    let held = [("sandbox.provision", Fault::ApplyThenHold(1))];
+    let setup = Harness::start_with(&held, HELD.as_millis() as u64, 1).await;
+    let (_, _, first) = open(&setup, supplier_plan_as(&setup, "sg_views_first")).await;
+    let applied = setup.log("sandbox").applied.clone();
+    while setup.log("sandbox").effects.is_empty() {
+        applied.notified().await;
+    }
+    // The one slot is taken: the second plan waits, SUBMITTED, until the first ends.
+    let mut waiting = setup.executor.slots().watch_waiting();
+    let (id, streamed, events) = open(&setup, supplier_plan_as(&setup, "sg_views_second")).await;
+    waiting.wait_for(|n| *n == 1).await.unwrap();
+    setup.log("sandbox").release.notify_one();
+    let streamed = rest_of(streamed, events).await;
+    rest_of(Vec::new(), first).await;
+    let (task, listed) = read_back(&setup, &id, || setup.as_planner()).await;
+    assert_eq!(task.status.state, TaskState::Completed);
+    holds("waited-for-a-slot", &views(&task, &listed, &streamed));
+}
