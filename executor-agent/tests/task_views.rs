@@ -201,11 +201,19 @@ async fn run(setup: &Harness, plan: Value) -> (Task, Task, Vec<StreamResponse>) 
     (task, listed, streamed)
 }
 
-/// GetTask and ListTasks, as `call` makes a credential for each request.
+/// GetTask and ListTasks of the harness's executor, as `call` makes a credential for each
+/// request.
 async fn read_back(setup: &Harness, id: &str, call: impl Fn() -> OutboundCall) -> (Task, Task) {
-    let task = setup.client.get_task(&call(), id).await.unwrap();
-    let page = setup
-        .client
+    read_back_from(&setup.client, id, call).await
+}
+
+async fn read_back_from(
+    client: &agent_host::AgentClient,
+    id: &str,
+    call: impl Fn() -> OutboundCall,
+) -> (Task, Task) {
+    let task = client.get_task(&call(), id).await.unwrap();
+    let page = client
         .list_tasks(
             &call(),
             &ListTasksRequest {
@@ -362,4 +370,35 @@ async fn a_saga_that_waited_for_a_slot_reads_as_recorded() {
     let (task, listed) = read_back(&setup, &id, || setup.as_planner()).await;
     assert_eq!(task.status.state, TaskState::Completed);
     holds("waited-for-a-slot", &views(&task, &listed, &streamed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_resumed_after_sigkill_reads_as_recorded() {
+    use common::process;
+    let world = process::World::new();
+    let data = tempfile::tempdir().unwrap();
+    let (cards, _logs) = start_tools(&[], &world.platform).await;
+    // Progress gathers past the kill, so what the task shows before it does not depend
+    // on how fast the machine is.
+    let gather = ["--gather-progress-ms", "60000"];
+    let mut executor =
+        process::Executor::start_logging(&world, data.path(), Some(3), "warn", &gather);
+    process::register(&executor, &cards).await;
+    let client = executor.client();
+    let (call, request) = (process::as_planner(&world), process::plan_message(&world));
+    let sent = tokio::spawn(async move { client.send(&call, &request).await });
+    assert!(
+        executor.paused().await,
+        "the executor pauses after its third journal write (s1's answer, s2's intent)"
+    );
+    executor.kill();
+    let _lost = sent.await;
+    let executor = process::Executor::start_logging(&world, data.path(), None, "warn", &gather);
+    // The same plan again: its task, the saga resumed on it.
+    let task = process::submit(&world, &executor).await;
+    let task = process::settle(&world, &executor, task).await;
+    assert_eq!(task.status.state, TaskState::Completed, "{:?}", task.status);
+    let client = executor.client();
+    let (task, listed) = read_back_from(&client, &task.id, || process::as_planner(&world)).await;
+    holds("resumed-after-sigkill", &views(&task, &listed, &[]));
 }
