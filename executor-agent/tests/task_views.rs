@@ -402,3 +402,59 @@ async fn a_saga_resumed_after_sigkill_reads_as_recorded() {
     let (task, listed) = read_back_from(&client, &task.id, || process::as_planner(&world)).await;
     holds("resumed-after-sigkill", &views(&task, &listed, &[]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_taken_over_by_another_replica_reads_as_recorded() {
+    use common::process;
+    let test = "task_views_takeover";
+    let Some(url) = sagaplane_storage::postgres::testing::scratch_database(test).await else {
+        return;
+    };
+    let world = process::World::new();
+    // s3's first call is applied and its answer held: its replica dies with it out.
+    let held = [("compliance.check", Fault::ApplyThenHold(1))];
+    let (cards, logs) = start_tools_timed(&held, &world.platform, HELD.as_millis() as u64).await;
+    let extra = [
+        "--gather-progress-ms",
+        "60000",
+        "--lease-ms",
+        "1000",
+        "--renew-ms",
+        "200",
+    ];
+    let owner = process::Executor::replica(&world, &url, "warn", &extra);
+    let taker = process::Executor::replica(&world, &url, "warn", &extra);
+    process::register(&owner, &cards).await;
+    let request = answered_at_once(process::plan_message(&world));
+    let task = match owner
+        .client()
+        .send(&process::as_planner(&world), &request)
+        .await
+        .unwrap()
+    {
+        agent_host::sdk::SendMessageResponse::Task(task) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    let applied = logs["compliance-registry"].lock().unwrap().applied.clone();
+    while logs["compliance-registry"]
+        .lock()
+        .unwrap()
+        .effects
+        .is_empty()
+    {
+        applied.notified().await;
+    }
+    owner.kill();
+    // The other replica takes the saga over once the lease lapses, and repeats s3 under
+    // its key.
+    let ended = process::settle(&world, &taker, task).await;
+    assert_eq!(
+        ended.status.state,
+        TaskState::Completed,
+        "{:?}",
+        ended.status
+    );
+    let client = taker.client();
+    let (task, listed) = read_back_from(&client, &ended.id, || process::as_planner(&world)).await;
+    holds("taken-over-by-another-replica", &views(&task, &listed, &[]));
+}
