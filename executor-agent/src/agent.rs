@@ -404,7 +404,7 @@ impl Agent for ExecutorAgent {
             ));
         };
         // Read and verified here, once; `run` takes it from the context.
-        let taken = self.read_plan(plan.clone());
+        let mut taken = self.read_plan(plan.clone());
         // An existing task is answered only to a plan a trusted planner signed; anything
         // else gets a task of its own, which validation then refuses.
         let Ok(signer) = taken.signature.clone() else {
@@ -426,7 +426,8 @@ impl Agent for ExecutorAgent {
             .await
         {
             Ok(Admission::Existing { task_id, .. }) => Ok(Reply::Existing { task_id }),
-            Ok(Admission::Admit | Admission::Conflict(_)) | Err(_) => {
+            admitted => {
+                taken.admitted = matches!(admitted, Ok(Admission::Admit));
                 ctx.accepted.keep(taken);
                 Ok(Reply::Task)
             }

@@ -52,6 +52,22 @@ async fn a_valid_plan_runs_to_completion_and_a_resubmission_returns_the_same_tas
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_plan_is_admitted_once_where_it_enters() {
+    use std::sync::atomic::Ordering;
+    let setup = Harness::start(&[]).await;
+    let plan = setup.signed("examples/plans/supplier-onboarding.json");
+    let task = setup.send(plan.clone(), None).await;
+    assert_eq!(task.status.state, TaskState::Completed, "{task:?}");
+    // One lookup of the saga id (the A2A adapter's, before the task exists), not a
+    // second one when the plan is validated: the accepting write is the arbiter after it.
+    assert_eq!(setup.journal.headers_read.load(Ordering::SeqCst), 1);
+    // The same plan sent again is found by that one lookup, and gets its task.
+    let again = setup.send(plan, None).await;
+    assert_eq!(again.id, task.id);
+    assert_eq!(setup.journal.headers_read.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_plan_is_rejected_with_every_violation_before_any_effect() {
     let setup = Harness::start(&[]).await;
     let task = setup

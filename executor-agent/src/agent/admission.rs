@@ -6,8 +6,10 @@
 //! journal's header of the saga id and the plans waiting for a slot, and says whether
 //! the plan may begin, has a task already, or conflicts with the plan that has the id.
 //! It is asked before the task exists (the A2A adapter answers with the existing task),
-//! when the plan is validated, when it waits for a slot (holding the id), and when the
-//! accepting write fails (another task may have begun the saga meanwhile).
+//! when the plan is validated if it was not asked where the plan entered (a plan taken
+//! in again after a restart, or from another replica), when it waits for a slot (holding
+//! the id), and when the accepting write fails (another task may have begun the saga
+//! meanwhile).
 
 use super::*;
 
@@ -54,6 +56,11 @@ pub(crate) struct TakenPlan {
     pub(crate) saga_id: String,
     /// The trusted planner key id that signed it, or why none did.
     pub(crate) signature: std::result::Result<String, shared_types::Error>,
+    /// Whether `admission` already let it begin, where it entered: it is not asked
+    /// again. Should another plan take the saga id meanwhile, the accepting write finds
+    /// it (the id is unique in the journal) and admission then decides, as after any
+    /// refused begin.
+    pub(crate) admitted: bool,
 }
 
 /// A plan's saga, begun in the journal, and what its driver starts with.
@@ -82,6 +89,7 @@ impl Executor {
             plan,
             saga_id,
             signature,
+            admitted: false,
         }
     }
 
@@ -342,8 +350,9 @@ impl Executor {
         });
         let mut violations = report.violations;
         // Only a plan a trusted planner signed is compared with the sagas there are: an
-        // unverified one learns nothing of them, and gets no task but its own.
-        if report.plan_signer.is_some() {
+        // unverified one learns nothing of them, and gets no task but its own. One
+        // admitted where it entered is not asked again.
+        if report.plan_signer.is_some() && !taken.admitted {
             match self
                 .admission(saga_id, plan, Asking::For(task.id()))
                 .await?
@@ -351,15 +360,6 @@ impl Executor {
                 Admission::Admit => {}
                 Admission::Conflict(v) => violations.push(v),
                 Admission::Existing { task_id, how } => {
-                    if task_id == task.id() {
-                        // Taken in elsewhere while this process was away (paused past
-                        // its hold on the task, or cut off): the saga is driven there.
-                        tracing::info!(
-                            task = task.id(),
-                            saga = ?saga_id,
-                            "this plan's saga was begun on its task by another replica meanwhile; left to it"
-                        );
-                    }
                     self.point_to(task, &task_id, how).await;
                     return Ok(None);
                 }
@@ -480,6 +480,12 @@ impl Executor {
     /// already running there needs no answer.
     pub(super) async fn point_to(&self, task: &TaskHandle, existing: &str, how: &str) {
         if existing == task.id() {
+            // Taken in elsewhere while this process was away (paused past its hold on
+            // the task, or cut off): the saga is driven there.
+            tracing::info!(
+                task = task.id(),
+                "this plan's saga was begun on its task by another replica meanwhile; left to it"
+            );
             return;
         }
         let text = format!("the same plan {how} as task {existing}: follow that task");

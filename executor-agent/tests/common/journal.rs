@@ -18,6 +18,7 @@ pub fn flaky<J>(inner: Arc<J>, failing: std::ops::Range<u32>) -> FlakyJournal<J>
         inner,
         around: JournalFaults {
             appends: Default::default(),
+            headers_read: Default::default(),
             failing: Mutex::new(failing),
             refused: tokio::sync::Notify::new(),
             finishes: tokio::sync::watch::Sender::new(0),
@@ -37,6 +38,8 @@ pub fn flaky<J>(inner: Arc<J>, failing: std::ops::Range<u32>) -> FlakyJournal<J>
 /// What `FlakyJournal` does around the journal it wraps.
 pub struct JournalFaults {
     appends: std::sync::atomic::AtomicU32,
+    /// How many saga headers were read (admission's lookups of a saga id).
+    pub headers_read: std::sync::atomic::AtomicU32,
     failing: Mutex<std::ops::Range<u32>>,
     /// Signalled when the inner journal itself refuses an append.
     pub refused: tokio::sync::Notify,
@@ -133,6 +136,10 @@ impl Around for JournalFaults {
                     let finished = call.await?;
                     self.finishes.send_modify(|n| *n += 1);
                     Ok(finished)
+                }
+                Call::Header { .. } => {
+                    self.headers_read.fetch_add(1, Ordering::SeqCst);
+                    call.await
                 }
                 Call::Load { .. } => {
                     if self.holds_loads.load(Ordering::SeqCst) {
