@@ -172,9 +172,6 @@ pub trait Ownership: Send + Sync + 'static {
 pub trait Headers: Send + Sync + 'static {
     /// The header of a saga, if one with this id was ever begun.
     async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>>;
-    /// Whether a saga was marked finished; `None` if none with this id was begun (or it
-    /// was forgotten).
-    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>>;
     /// The saga begun on task `task_id`, and whether it was marked finished; `None` if
     /// none was (its plan not begun yet, or never, or the saga forgotten). A task's saga
     /// is found here, not in the task.

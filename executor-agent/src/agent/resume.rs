@@ -97,13 +97,11 @@ impl Executor {
             if task.status.state != TaskState::Submitted {
                 continue;
             }
-            let plan = first_plan(&task).map(|plan| self.read_plan(plan));
-            if let Some(saga_id) = plan.as_ref().map(|plan| plan.saga_id.as_str())
-                && let Some(header) = self.config.journal.header(saga_id).await?
-                && header.task_id == task.id
-            {
+            // Begun on its task already: its saga's lease decides who drives it.
+            if self.config.journal.saga_of_task(&task.id).await?.is_some() {
                 continue;
             }
+            let plan = first_plan(&task).map(|plan| self.read_plan(plan));
             // Read again when first written here: the replica that held it wrote it.
             let handle = self.tasks.resumed(&task.id, &task.context_id).await;
             let me = self.clone();

@@ -284,11 +284,6 @@ impl Headers for MemoryJournal {
         Ok(state.sagas.get(saga_id).map(|s| s.header.clone()))
     }
 
-    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
-        let state = sync::lock(&self.state);
-        Ok(state.sagas.get(saga_id).map(|s| s.finished_ms.is_some()))
-    }
-
     async fn saga_of_task(&self, task_id: &str) -> Result<Option<(String, bool)>> {
         let state = sync::lock(&self.state);
         Ok(state

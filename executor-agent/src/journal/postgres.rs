@@ -567,15 +567,6 @@ impl Headers for PostgresJournal {
         row.map(|row| decode(row.get(0))).transpose()
     }
 
-    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
-        let conn = self.connection().await?;
-        let row = conn
-            .row_opt("SELECT finished FROM sagas WHERE saga_id = $1", &[&saga_id])
-            .await
-            .map_err(store("cannot read whether a saga finished"))?;
-        Ok(row.map(|row| row.get(0)))
-    }
-
     async fn saga_of_task(&self, task_id: &str) -> Result<Option<(String, bool)>> {
         let conn = self.connection().await?;
         let row = conn

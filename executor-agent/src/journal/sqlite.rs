@@ -646,18 +646,6 @@ impl Headers for SqliteJournal {
             .await?)
     }
 
-    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
-        let saga_id = saga_id.to_owned();
-        Ok(self
-            .reader
-            .read(move |conn| {
-                conn.prepare_cached("SELECT finished FROM sagas WHERE saga_id = ?1")?
-                    .query_row([saga_id], |row| row.get::<_, bool>(0))
-                    .optional()
-            })
-            .await?)
-    }
-
     async fn saga_of_task(&self, task_id: &str) -> Result<Option<(String, bool)>> {
         let task_id = task_id.to_owned();
         Ok(self

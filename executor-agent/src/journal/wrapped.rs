@@ -44,9 +44,6 @@ pub enum Call<'a> {
     Header {
         saga_id: &'a str,
     },
-    IsFinished {
-        saga_id: &'a str,
-    },
     SagaOfTask {
         task_id: &'a str,
     },
@@ -201,11 +198,6 @@ impl<J: Journal, A: Around> Headers for Wrapped<J, A> {
     async fn header(&self, saga_id: &str) -> Result<Option<SagaHeader>> {
         let call = self.inner.header(saga_id);
         self.around.around(Call::Header { saga_id }, call).await
-    }
-
-    async fn is_finished(&self, saga_id: &str) -> Result<Option<bool>> {
-        let call = self.inner.is_finished(saga_id);
-        self.around.around(Call::IsFinished { saga_id }, call).await
     }
 
     async fn saga_of_task(&self, task_id: &str) -> Result<Option<(String, bool)>> {
