@@ -68,6 +68,11 @@ pub struct ExecutorConfig {
     /// every saga's task, and nobody else answers one.
     pub approvers: HashSet<String>,
     pub journal: Arc<dyn Journal>,
+    /// Whether the task store keeps its tables in the journal's database (the state file,
+    /// or the replicas' PostgreSQL), as the executor's stores always do: then a saga's
+    /// end, its finish mark and its task's last write are one durable write
+    /// (`SagaLog::end`). `false` only where tests or benchmarks keep tasks apart.
+    pub tasks_beside_journal: bool,
     /// The executor's credential for each tool agent, by agent name.
     pub credentials: HashMap<String, String>,
     /// Sessions with registered MCP servers (holding the same credentials).

@@ -22,11 +22,10 @@ use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::error::Result;
 use crate::invoke::{CallContext, Invoker, trace_id};
-use crate::journal::{Entry, Epoch, Journal, SagaHeader};
+use crate::journal::{Ending, Entry, Epoch, Journal, SagaHeader};
 use crate::recovery::Recovered;
 use crate::saga::model::Phase;
 use crate::saga::{
@@ -50,10 +49,35 @@ pub trait Reporter: Send + Sync + 'static {
         }
     }
 
-    /// Waits until every pause and end reported so far is where people see it; `false`
-    /// if one could not be put there.
-    async fn settled(&self) -> bool {
-        true
+    /// Shows the saga's end (`shown`: what people see of the step that ended it) and
+    /// makes it durable through `end`, the journal's ending write, which a reporter
+    /// keeping a durable view has carry that view's last write. A failure is returned
+    /// as is, and `end` called again with the same end. By default (a reporter keeping
+    /// nothing durable) the ending write, then the report.
+    async fn end(&self, shown: &[Command], saga: &Saga, end: &EndWrite<'_>) -> Result<()> {
+        end.write(None).await?;
+        self.report_all(shown, saga).await;
+        Ok(())
+    }
+}
+
+/// A saga's end, to be made durable in one journal write (`SagaLog::end`): the entries
+/// of the step that ended it, its finish mark, its mandate settled.
+pub struct EndWrite<'a> {
+    pub(crate) journal: &'a dyn Journal,
+    pub(crate) saga_id: &'a str,
+    pub(crate) epoch: Epoch,
+    pub(crate) entries: &'a [Entry],
+    pub(crate) ending: Ending,
+}
+
+impl EndWrite<'_> {
+    /// Makes the ending write, carrying `task`'s last write when given (the task store
+    /// keeps its tables in the journal's database); all of it or none.
+    pub async fn write(&self, task: Option<&agent_host::store::TaskWrite>) -> Result<()> {
+        self.journal
+            .end(self.saga_id, self.epoch, self.entries, &self.ending, task)
+            .await
     }
 }
 
@@ -118,9 +142,6 @@ pub struct Driver {
     pub control: mpsc::Receiver<Control>,
     pub stop: CancellationToken,
     pub slot: SlotHold,
-    /// Owns the work left once the saga ended (marking it finished), so that it is
-    /// waited for at shutdown instead of being detached.
-    pub bookkeeping: TaskTracker,
 }
 
 impl Driver {
@@ -159,7 +180,6 @@ impl Driver {
             mut control,
             stop,
             mut slot,
-            bookkeeping,
         } = self;
         if !slot.is_held() {
             tokio::select! {
@@ -186,9 +206,21 @@ impl Driver {
         // The call made and not answered yet, as the engine names it.
         let mut out: Option<(Target, u32)> = None;
         match start {
+            Start::Begun(commands, _) if ends(&commands) => {
+                return ctx.end(&saga, &[], commands, reporter.as_ref()).await;
+            }
             Start::Begun(commands, _) => {
                 out = ctx
                     .perform(&saga, commands, reporter.as_ref(), &mut running)
+                    .await;
+            }
+            Start::Resumed(recovered, _) if matches!(recovered.saga.phase, Phase::Done { .. }) => {
+                // Ended in the journal, not marked finished: journaled by a release that
+                // marked a saga finished in a write of its own, after its task showed the
+                // end. Its end is shown, and marked, now.
+                let shown = recovered.last_shown.into_iter().collect();
+                return ctx
+                    .end(&recovered.saga, &[], shown, reporter.as_ref())
                     .await;
             }
             Start::Resumed(recovered, _) => {
@@ -218,20 +250,8 @@ impl Driver {
         let stop = stop.cancelled_owned();
         tokio::pin!(stop);
         loop {
+            // Every way to the end returns where it is made durable.
             if let Phase::Done { .. } = saga.phase {
-                // The end is journaled. Once it is shown too, the saga is marked finished:
-                // bookkeeping, off the saga's path. Should the mark be lost, or the end not be
-                // shown, recovery shows the end again and marks it then.
-                if reporter.settled().await {
-                    let (journal, saga_id) = (journal.clone(), saga_id.clone());
-                    let spent = saga.spent_minor();
-                    let mandate = saga.spec.mandate.clone();
-                    bookkeeping.spawn(async move {
-                    if let Err(e) = journal.finish(&saga_id, mandate.as_ref(), spent).await {
-                        tracing::warn!(saga = %saga_id, error = %e, "cannot mark the saga finished");
-                    }
-                });
-                }
                 return Ok(saga.phase);
             }
             // A call the engine gave up on (its timeout fired) may still be out, but nothing
@@ -298,6 +318,22 @@ impl Driver {
             // The engine is pure, so stepping before the write is safe: if the write fails,
             // the driver stops and recovery replays what is durable.
             let commands = saga.step(event.clone());
+            if ends(&commands) {
+                // The end, its finish mark and what people see of it: one durable write
+                // (told to stop, too: an end makes no call).
+                let refused = refusal(&commands);
+                let entries = entries_of(event, &commands);
+                let phase = ctx
+                    .end(&saga, &entries, commands, reporter.as_ref())
+                    .await?;
+                if is_cancel && let Some(reply) = pending_cancel.take() {
+                    let _ = reply.send(refused.map_or(Ok(()), Err));
+                }
+                if let Some(reply) = pending_revocation.take() {
+                    let _ = reply.send(saga.mandate_end_effect());
+                }
+                return Ok(phase);
+            }
             if stopping {
                 // The event alone: the calls it led to stay decided but not journaled as
                 // made, and recovery makes them; timers come back from the journal too.
@@ -314,11 +350,7 @@ impl Driver {
             }
             ctx.journal(&entries_of(event, &commands)).await?;
             if is_cancel && let Some(reply) = pending_cancel.take() {
-                let refused = commands.iter().find_map(|c| match c {
-                    Command::RefuseCancel { reason } => Some(reason.clone()),
-                    _ => None,
-                });
-                let _ = reply.send(refused.map_or(Ok(()), Err));
+                let _ = reply.send(refusal(&commands).map_or(Ok(()), Err));
             }
             if let Some(reply) = pending_revocation.take() {
                 let _ = reply.send(saga.mandate_end_effect());
@@ -354,13 +386,52 @@ impl Ctx {
     /// durable at the next start. A write that failed was rolled back, so trying it again
     /// cannot write it twice.
     async fn journal(&self, entries: &[Entry]) -> Result<()> {
+        self.retrying(|| self.journal.append(&self.saga_id, self.epoch, entries))
+            .await
+    }
+
+    /// Ends the saga: what people see of its end, and the end, in one durable write
+    /// (`Reporter::end`), tried again as `journal` is. The phase it ended in.
+    async fn end(
+        &self,
+        saga: &Saga,
+        entries: &[Entry],
+        commands: Vec<Command>,
+        reporter: &dyn Reporter,
+    ) -> Result<Phase> {
+        let mut shown = Vec::new();
+        for command in commands {
+            match command {
+                Command::Ignored { event, why } => {
+                    tracing::debug!(saga = %self.saga_id, event, why, "an event did not apply");
+                }
+                command if command.is_shown() => shown.push(command),
+                _ => {}
+            }
+        }
+        let end = EndWrite {
+            journal: self.journal.as_ref(),
+            saga_id: &self.saga_id,
+            epoch: self.epoch,
+            entries,
+            ending: Ending {
+                mandate: saga.spec.mandate.clone(),
+                spent_minor: saga.spent_minor(),
+            },
+        };
+        self.retrying(|| reporter.end(&shown, saga, &end)).await?;
+        Ok(saga.phase.clone())
+    }
+
+    /// Makes a durable write (`attempt`), again and again while it fails, as `journal`
+    /// says.
+    async fn retrying<F: Future<Output = Result<()>>>(
+        &self,
+        mut attempt: impl FnMut() -> F,
+    ) -> Result<()> {
         let mut wait = FIRST_JOURNAL_RETRY;
         loop {
-            let error = match self
-                .journal
-                .append(&self.saga_id, self.epoch, entries)
-                .await
-            {
+            let error = match attempt().await {
                 Ok(()) => return Ok(()),
                 // Another owner drives the saga now: nothing more is done for it here.
                 Err(fenced @ crate::Error::Fenced { .. }) => return Err(fenced),
@@ -475,6 +546,19 @@ fn arm(running: &mut JoinSet<Event>, timer: Timer, after_ms: u64) {
             now_ms: now_ms(),
         }
     });
+}
+
+/// Whether the commands end the saga.
+fn ends(commands: &[Command]) -> bool {
+    commands.iter().any(|c| matches!(c, Command::Finish { .. }))
+}
+
+/// Why the engine refused a cancel, among the commands it answered it with.
+fn refusal(commands: &[Command]) -> Option<String> {
+    commands.iter().find_map(|c| match c {
+        Command::RefuseCancel { reason } => Some(reason.clone()),
+        _ => None,
+    })
 }
 
 /// Whether people see the command (progress, a pause, the end).

@@ -101,15 +101,22 @@ pub trait SagaLog: Send + Sync + 'static {
     /// `epoch` (`Error::Fenced`, and nothing written, when the saga was claimed since).
     /// Durable when it returns; concurrent appends share an fsync.
     async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()>;
-    /// Marks a saga finished (it needs no recovery), and settles its mandate's
-    /// reservation at `spent_minor`, what it really spent. `mandate` is the one the saga
-    /// holds (`SagaSpec::mandate`), if known: a shared journal commits the settlement
-    /// with the other writes under it.
-    async fn finish(
+    /// Ends a saga in one durable write, all of it or none: `entries` (the step that
+    /// ended it; none when the end was journaled before, by a process that died before
+    /// marking it), its finish mark (it needs no recovery), its mandate's reservation
+    /// settled at what it really spent (`Ending`),
+    /// and, given `task`, its task's last write, which a journal keeping its tables in
+    /// the task store's database carries (`ExecutorConfig::tasks_beside_journal`). Under `epoch`
+    /// (`Error::Fenced`, nothing written); a task store that holds another version of the
+    /// task than `task` expects refuses it too (`agent_host::Error::Conflict`, nothing
+    /// written). Durable when it returns.
+    async fn end(
         &self,
         saga_id: &str,
-        mandate: Option<&MandateHold>,
-        spent_minor: u64,
+        epoch: Epoch,
+        entries: &[Entry],
+        ending: &Ending,
+        task: Option<&agent_host::store::TaskWrite>,
     ) -> Result<()>;
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>>;
     /// Sagas not finished: the ones to resume after a restart.
@@ -178,6 +185,16 @@ pub trait Headers: Send + Sync + 'static {
     async fn saga_of_task(&self, task_id: &str) -> Result<Option<(String, bool)>>;
 }
 
+/// What a saga's end settles besides its entries: its mandate's reservation, at what the
+/// saga really spent.
+#[derive(Debug, Clone, Default)]
+pub struct Ending {
+    /// The mandate the saga holds (`SagaSpec::mandate`), if any: a shared journal
+    /// commits the settlement with the other writes under it.
+    pub mandate: Option<MandateHold>,
+    pub spent_minor: u64,
+}
+
 /// A saga the journal forgot, and the task that reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forgettable {
@@ -221,7 +238,15 @@ impl Around for PauseAfter {
             let done = call.await?;
             let written = match what {
                 Call::Begin { .. } => "begin".to_owned(),
-                Call::Finish { .. } => "finish".to_owned(),
+                Call::End { entries, .. } => entries
+                    .iter()
+                    .map(|entry| match entry {
+                        Entry::Event(_) => "event",
+                        Entry::Intent(_) => "intent",
+                    })
+                    .chain(["end"])
+                    .collect::<Vec<_>>()
+                    .join("+"),
                 Call::Append { entries, .. } => entries
                     .iter()
                     .map(|entry| match entry {

@@ -634,8 +634,14 @@ impl Reporter for MeteredReporter {
         self.inner.report_all(shown, saga).await;
     }
 
-    async fn settled(&self) -> bool {
-        self.inner.settled().await
+    async fn end(
+        &self,
+        shown: &[Command],
+        saga: &Saga,
+        end: &crate::driver::EndWrite<'_>,
+    ) -> crate::error::Result<()> {
+        self.observe(saga);
+        self.inner.end(shown, saga, end).await
     }
 }
 

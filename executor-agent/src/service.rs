@@ -325,6 +325,8 @@ pub async fn build_with(
                 .map(|(issuer, _)| issuer.clone())
                 .collect(),
             journal,
+            // Both stores' tables are in one state file, or one database.
+            tasks_beside_journal: true,
             credentials: settings.credentials,
             mcp: mcp.clone(),
             gather_progress: settings.gather_progress,

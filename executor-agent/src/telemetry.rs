@@ -179,6 +179,17 @@ impl TracedReporter {
     }
 }
 
+impl TracedReporter {
+    /// Sends the saga's span once `shown` has its end.
+    fn span_ended(&self, shown: &[Command], saga: &Saga) {
+        for command in shown {
+            if let Command::Finish { ending, .. } = command {
+                self.traces.saga_span(saga, self.started, *ending);
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl Reporter for TracedReporter {
     async fn report(&self, command: &Command, saga: &Saga) {
@@ -186,15 +197,18 @@ impl Reporter for TracedReporter {
     }
 
     async fn report_all(&self, shown: &[Command], saga: &Saga) {
-        for command in shown {
-            if let Command::Finish { ending, .. } = command {
-                self.traces.saga_span(saga, self.started, *ending);
-            }
-        }
+        self.span_ended(shown, saga);
         self.inner.report_all(shown, saga).await;
     }
 
-    async fn settled(&self) -> bool {
-        self.inner.settled().await
+    async fn end(
+        &self,
+        shown: &[Command],
+        saga: &Saga,
+        end: &crate::driver::EndWrite<'_>,
+    ) -> crate::error::Result<()> {
+        self.inner.end(shown, saga, end).await?;
+        self.span_ended(shown, saga);
+        Ok(())
     }
 }

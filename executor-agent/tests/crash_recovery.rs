@@ -240,7 +240,16 @@ async fn the_sqlite_journal_keeps_everything_across_a_reopen() {
     assert_eq!(loaded, header);
     assert_eq!(entries.len(), 51);
     assert_eq!(entries[0], Entry::Event(Event::Start { now_ms: T0 }));
-    journal.finish("sg_1", None, 0).await.unwrap();
+    let epoch = journal
+        .claim("sg_1", T0, executor_agent::journal::Claim::TakeOver)
+        .await
+        .unwrap()
+        .expect("taken over");
+    let ending = executor_agent::journal::Ending::default();
+    journal
+        .end("sg_1", epoch, &[], &ending, None)
+        .await
+        .unwrap();
     assert!(journal.unfinished().await.unwrap().is_empty());
     assert!(journal.load("nope").await.unwrap().is_none());
 }

@@ -22,7 +22,6 @@ use serde_json::json;
 use shared_types::{Catalog, Plan};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// Far longer than a saga takes to give back its slot here.
 const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -140,7 +139,6 @@ async fn launch(
             control: rx,
             stop,
             slot: SlotHold::new(slots.clone(), None),
-            bookkeeping: TaskTracker::new(),
         }
         .run(saga, start),
     );

@@ -407,6 +407,7 @@ fn restart(setup: &Harness) -> (Arc<Executor>, Arc<TaskManager>) {
                 .unwrap(),
             approvers: ["approver".to_owned()].into(),
             journal: setup.journal.clone(),
+            tasks_beside_journal: true,
             credentials,
             mcp: setup.mcp.clone(),
             gather_progress: GATHER_PROGRESS,

@@ -15,6 +15,8 @@ mod memory;
 pub mod postgres;
 mod sqlite;
 
+pub use sqlite::write_task as write_task_sqlite;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -88,6 +90,48 @@ pub enum Expected {
     Absent,
     /// The task at this version, as its writer last read or wrote it.
     Version(Version),
+}
+
+/// A task's write carried by another store's write, in its transaction, on the database
+/// both keep their tables in: the executor's journal writes a saga's task as it ends with
+/// the saga's last entries (`TaskHandle::change_written_by`). The row as the stores on
+/// that database keep it, and what the write expects the task store to hold (a write
+/// that finds another version writes nothing, and neither does the write carrying it).
+#[derive(Debug, Clone)]
+pub struct TaskWrite {
+    pub id: String,
+    pub context_id: String,
+    /// The state's wire name.
+    pub state: String,
+    pub owner: Option<String>,
+    pub updated_ms: i64,
+    /// The task, as JSON.
+    pub body: String,
+    pub expected: Expected,
+}
+
+impl TaskWrite {
+    /// The write of `task` as the stores keep it, if the store holds `expected`.
+    pub fn of(task: &Task, expected: Expected) -> Result<Self> {
+        Ok(Self {
+            id: task.id.clone(),
+            context_id: task.context_id.clone(),
+            state: state_name(&task.status.state),
+            owner: owner_of(task).map(str::to_owned),
+            updated_ms: updated_at(task).timestamp_millis(),
+            body: serde_json::to_string(task)
+                .map_err(|e| crate::Error::store(format!("cannot encode task: {e}")))?,
+            expected,
+        })
+    }
+
+    /// The version the task has once this write lands.
+    pub fn version_after(&self) -> Version {
+        match self.expected {
+            Expected::Absent => 1,
+            Expected::Version(version) => version + 1,
+        }
+    }
 }
 
 /// Where tasks live. Every write is durable when it returns, so a task's visible state

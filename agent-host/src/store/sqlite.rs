@@ -10,22 +10,12 @@ use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::{
-    Expected, PageKey, StoredTask, TaskPage, TaskQuery, TaskStore, Version, state_name, updated_at,
+    Expected, PageKey, StoredTask, TaskPage, TaskQuery, TaskStore, TaskWrite, Version, state_name,
 };
 use crate::error::{Error, Result};
 use crate::sdk::Task;
 use sagaplane_storage::schema::{self, Migration, has_column};
 use sagaplane_storage::sqlite::{Database, Reader};
-
-/// One row to write.
-#[derive(Debug)]
-struct TaskRow {
-    id: String,
-    context_id: String,
-    state: String,
-    updated_ms: i64,
-    body: String,
-}
 
 #[derive(Debug, Clone)]
 pub struct SqliteTaskStore {
@@ -79,9 +69,10 @@ const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// Writes `row` if the store holds what `expected` says; whether it did.
-fn write_row(tx: &Transaction<'_>, row: &TaskRow, expected: Expected) -> rusqlite::Result<bool> {
-    let changed = match expected {
+/// Writes `row` in `tx` if the store holds what it expects; whether it did. Another
+/// store's write on the same file carries a task's write with this (`TaskWrite`).
+pub fn write_task(tx: &Transaction<'_>, row: &TaskWrite) -> rusqlite::Result<bool> {
+    let changed = match row.expected {
         // DO NOTHING, not a failed insert: a write refused for its content would make the
         // writes sharing its commit run again one by one.
         Expected::Absent => tx
@@ -141,22 +132,15 @@ fn decode(body: &str) -> rusqlite::Result<Task> {
 #[async_trait]
 impl TaskStore for SqliteTaskStore {
     async fn put(&self, task: &Task, expected: Expected) -> Result<Version> {
-        let body = serde_json::to_string(task)
-            .map_err(|e| Error::store(format!("cannot encode task: {e}")))?;
-        let row = TaskRow {
-            id: task.id.clone(),
-            context_id: task.context_id.clone(),
-            state: state_name(&task.status.state),
-            updated_ms: updated_at(task).timestamp_millis(),
-            body,
-        };
+        let row = TaskWrite::of(task, expected)?;
+        let version = row.version_after();
         let written = Arc::new(AtomicBool::new(false));
         let landed = written.clone();
         self.db
             .submit(move |tx| {
                 // Run again alone when a write it shared a commit with failed: what the
                 // last run found is what holds.
-                landed.store(write_row(tx, &row, expected)?, Ordering::SeqCst);
+                landed.store(write_task(tx, &row)?, Ordering::SeqCst);
                 Ok(())
             })
             .await?;
@@ -165,10 +149,7 @@ impl TaskStore for SqliteTaskStore {
                 task_id: task.id.clone(),
             });
         }
-        Ok(match expected {
-            Expected::Absent => 1,
-            Expected::Version(version) => version + 1,
-        })
+        Ok(version)
     }
 
     fn write_failure(&self) -> Option<String> {

@@ -93,7 +93,7 @@ impl Around for JournalClock {
     ) -> BoxFuture<'a, executor_agent::Result<T>> {
         if !matches!(
             what,
-            Call::Begin { .. } | Call::Append { .. } | Call::Finish { .. }
+            Call::Begin { .. } | Call::Append { .. } | Call::End { .. }
         ) {
             return call;
         }
@@ -240,7 +240,8 @@ impl Executor {
                 let task = self.new_task(&saga_id).await;
                 Stopwatches::add(&self.stopwatches.task_store_nanos, started);
                 let metadata = vec![("sagaId".to_owned(), json!(saga_id))];
-                let (reporter, reporting) = TaskReporter::start(task, metadata, gather_progress());
+                let (reporter, reporting) =
+                    TaskReporter::start(task, metadata, gather_progress(), !tasks_in_memory());
                 (reporter, Some(reporting))
             }
         };
@@ -269,7 +270,6 @@ impl Executor {
             control: control_rx,
             stop: self.stop.clone(),
             slot: SlotHold::new(self.slots.clone(), None),
-            bookkeeping: tokio_util::task::TaskTracker::new(),
         }
         .run(saga, start)
         .await

@@ -69,8 +69,12 @@ impl Executor {
         intake: Option<Intake>,
     ) -> watch::Receiver<u64> {
         let (control, rx) = mpsc::channel(8);
-        let (reporter, reporting) =
-            TaskReporter::start(task.clone(), metadata, self.config.gather_progress);
+        let (reporter, reporting) = TaskReporter::start(
+            task.clone(),
+            metadata,
+            self.config.gather_progress,
+            self.config.tasks_beside_journal,
+        );
         let reporter: Arc<dyn crate::driver::Reporter> =
             Arc::new(MeteredReporter::new(reporter, self.metrics.clone(), &saga));
         let reporter: Arc<dyn crate::driver::Reporter> = match &self.config.traces {
@@ -107,7 +111,6 @@ impl Executor {
         let saga_id = saga.spec.saga_id.clone();
         let stop = self.config.shutdown.clone();
         let slot = SlotHold::new(self.slots.clone(), permit);
-        let bookkeeping = self.drivers.clone();
         self.drivers.spawn(cpu::measured(cpu::Phase::Saga, async move {
             let driven = Driver {
                 saga_id,
@@ -117,7 +120,6 @@ impl Executor {
                 control: rx,
                 stop,
                 slot,
-                bookkeeping,
             }
             .run(saga, start)
             .await;

@@ -64,7 +64,8 @@ pub async fn appends_load_in_order_with_their_header(journal: &dyn Journal) {
 pub async fn recovery_reads_the_unfinished_sagas_only(journal: &dyn Journal) {
     journal.begin(&header("running"), &[]).await.unwrap();
     journal.begin(&header("done"), &[]).await.unwrap();
-    journal.finish("done", None, 0).await.unwrap();
+    let ending = super::Ending::default();
+    journal.end("done", 1, &[], &ending, None).await.unwrap();
     let unfinished = journal.unfinished().await.unwrap();
     assert!(unfinished.contains(&"running".to_owned()), "{unfinished:?}");
     assert!(!unfinished.contains(&"done".to_owned()), "{unfinished:?}");
@@ -113,6 +114,141 @@ pub async fn a_write_under_a_stale_epoch_is_refused_by_the_store(
     second.append("fenced", new, &[event(2)]).await.unwrap();
     let (_, entries) = second.load("fenced").await.unwrap().unwrap();
     assert_eq!(entries, [event(0), event(2)], "nothing of the stale writes");
+}
+
+pub async fn an_end_is_one_write_fenced_like_an_append(first: &dyn Journal, second: &dyn Journal) {
+    let ending = super::Ending::default();
+    let epoch = first.begin(&header("ends"), &[event(0)]).await.unwrap();
+    first
+        .end("ends", epoch, &[event(1), event(2)], &ending, None)
+        .await
+        .unwrap();
+    let (_, entries) = first.load("ends").await.unwrap().unwrap();
+    assert_eq!(entries, [event(0), event(1), event(2)]);
+    assert_eq!(
+        first.saga_of_task("task-ends").await.unwrap(),
+        Some(("ends".to_owned(), true))
+    );
+    assert!(!first.unfinished().await.unwrap().contains(&"ends".into()));
+    // An end journaled before, marked now: no entries.
+    let epoch = first.begin(&header("marked"), &[event(0)]).await.unwrap();
+    first
+        .end("marked", epoch, &[], &ending, None)
+        .await
+        .unwrap();
+    assert_eq!(first.load("marked").await.unwrap().unwrap().1, [event(0)]);
+    assert_eq!(
+        first.saga_of_task("task-marked").await.unwrap(),
+        Some(("marked".to_owned(), true))
+    );
+    // A stale owner's end writes nothing: neither its entries nor its mark.
+    let old = first.begin(&header("taken"), &[event(0)]).await.unwrap();
+    second
+        .claim("taken", now(), Claim::TakeOver)
+        .await
+        .unwrap()
+        .expect("taken over");
+    assert!(matches!(
+        first.end("taken", old, &[event(1)], &ending, None).await,
+        Err(Error::Fenced { .. })
+    ));
+    assert_eq!(second.load("taken").await.unwrap().unwrap().1, [event(0)]);
+    assert!(second.unfinished().await.unwrap().contains(&"taken".into()));
+}
+
+/// A journal keeping its tables beside `tasks` (one state file, one database): a saga's
+/// end carries its task's last write, and both land or neither does.
+pub async fn an_end_carries_its_tasks_last_write_all_or_nothing(
+    first: &dyn Journal,
+    second: &dyn Journal,
+    tasks: &dyn agent_host::TaskStore,
+) {
+    use agent_host::sdk::{Task, TaskState, TaskStatus};
+    use agent_host::store::{Expected, TaskWrite};
+    let task = |saga_id: &str, state| Task {
+        id: format!("task-{saga_id}"),
+        context_id: format!("ctx-{saga_id}"),
+        status: TaskStatus {
+            state,
+            message: None,
+            timestamp: Some(chrono::Utc::now()),
+        },
+        artifacts: None,
+        history: None,
+        metadata: None,
+    };
+    let ending = super::Ending::default();
+    let state = async |saga_id: &str| {
+        let stored = tasks
+            .read(&format!("task-{saga_id}"))
+            .await
+            .unwrap()
+            .unwrap();
+        (stored.task.status.state, stored.version)
+    };
+    for saga_id in ["carried", "conflict", "fenced"] {
+        tasks
+            .put(&task(saga_id, TaskState::Working), Expected::Absent)
+            .await
+            .unwrap();
+        first.begin(&header(saga_id), &[event(0)]).await.unwrap();
+    }
+    // Both land.
+    let write =
+        TaskWrite::of(&task("carried", TaskState::Completed), Expected::Version(1)).unwrap();
+    first
+        .end("carried", 1, &[event(1)], &ending, Some(&write))
+        .await
+        .unwrap();
+    assert_eq!(state("carried").await, (TaskState::Completed, 2));
+    assert_eq!(
+        first.load("carried").await.unwrap().unwrap().1,
+        [event(0), event(1)]
+    );
+    assert_eq!(
+        first.saga_of_task("task-carried").await.unwrap(),
+        Some(("carried".to_owned(), true))
+    );
+    // The task at another version: neither lands.
+    let write = TaskWrite::of(
+        &task("conflict", TaskState::Completed),
+        Expected::Version(7),
+    )
+    .unwrap();
+    let refused = first
+        .end("conflict", 1, &[event(1)], &ending, Some(&write))
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::Storage(agent_host::Error::Conflict { .. }))
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(state("conflict").await, (TaskState::Working, 1));
+    assert_eq!(first.load("conflict").await.unwrap().unwrap().1, [event(0)]);
+    assert!(
+        first
+            .unfinished()
+            .await
+            .unwrap()
+            .contains(&"conflict".into())
+    );
+    // A stale owner: neither lands.
+    second
+        .claim("fenced", now(), Claim::TakeOver)
+        .await
+        .unwrap()
+        .expect("taken over");
+    let write = TaskWrite::of(&task("fenced", TaskState::Completed), Expected::Version(1)).unwrap();
+    assert!(matches!(
+        first
+            .end("fenced", 1, &[event(1)], &ending, Some(&write))
+            .await,
+        Err(Error::Fenced { .. })
+    ));
+    assert_eq!(state("fenced").await, (TaskState::Working, 1));
+    assert_eq!(first.load("fenced").await.unwrap().unwrap().1, [event(0)]);
 }
 
 pub async fn a_claim_takes_a_saga_only_when_its_lease_lapsed_or_it_is_free(
@@ -182,7 +318,10 @@ pub async fn a_claim_takes_a_saga_only_when_its_lease_lapsed_or_it_is_free(
             .is_some()
     );
     first.begin(&header("ended"), &[]).await.unwrap();
-    first.finish("ended", None, 0).await.unwrap();
+    first
+        .end("ended", 1, &[], &super::Ending::default(), None)
+        .await
+        .unwrap();
     assert_eq!(
         second
             .claim("ended", lapsed, Claim::TakeOver)
@@ -325,14 +464,31 @@ pub async fn owners_accepting_at_once_never_overspend_a_mandate(
     assert_eq!(one.header(&format!("m{refused}")).await.unwrap(), None);
     // One accepted saga spent 10 of its 40: 30 come back (80 - 30 = 50 used), so a plan
     // of 50 now fits exactly, and then not one unit more.
-    // Its finish names the mandate (a shared journal commits it with the other writes
-    // under it); the second names none (committed alone): both settle the same way.
+    // Its end names the mandate: a shared journal commits it with the other writes under
+    // it.
     let finished = under_mandate(&format!("m{}", accepted[0]), 40);
-    one.finish(&finished.saga_id, finished.spec.mandate.as_ref(), 10)
+    let owner = if accepted[0].is_multiple_of(2) {
+        one
+    } else {
+        two
+    };
+    let ending = super::Ending {
+        mandate: finished.spec.mandate.clone(),
+        spent_minor: 10,
+    };
+    owner
+        .end(&finished.saga_id, 1, &[event(9)], &ending, None)
         .await
         .unwrap();
-    // Settled once: finishing again gives nothing back twice.
-    one.finish(&finished.saga_id, None, 0).await.unwrap();
+    // Settled once: ending it again gives nothing back twice.
+    let again = super::Ending {
+        mandate: None,
+        spent_minor: 0,
+    };
+    owner
+        .end(&finished.saga_id, 1, &[], &again, None)
+        .await
+        .unwrap();
     two.begin(&under_mandate("after-settle", 50), &[])
         .await
         .unwrap();
@@ -351,6 +507,8 @@ pub async fn run<J: Journal>(owners: &impl AsyncFn() -> (J, J)) {
     recovery_reads_the_unfinished_sagas_only(&one).await;
     let (one, two) = owners().await;
     a_write_under_a_stale_epoch_is_refused_by_the_store(&one, &two).await;
+    let (one, two) = owners().await;
+    an_end_is_one_write_fenced_like_an_append(&one, &two).await;
     let (one, two) = owners().await;
     a_claim_takes_a_saga_only_when_its_lease_lapsed_or_it_is_free(&one, &two).await;
     let (one, _) = owners().await;
@@ -390,6 +548,35 @@ async fn the_sqlite_journal_conforms() {
         (journal, other)
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_journal_carries_a_tasks_last_write_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db =
+        sagaplane_storage::sqlite::Database::open(&dir.path().join("state.db"), "state").unwrap();
+    let journal = super::SqliteJournal::on(&db).unwrap().with_lease(LEASE);
+    let tasks = agent_host::SqliteTaskStore::on(&db).unwrap();
+    an_end_carries_its_tasks_last_write_all_or_nothing(&journal, &journal.as_other_owner(), &tasks)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_journal_carries_a_tasks_last_write_beside_it() {
+    use sagaplane_storage::postgres::{Postgres, testing};
+    let Some(url) = testing::scratch_database("postgres_end_carries_task").await else {
+        return;
+    };
+    let db = Postgres::connect(&url, 8).unwrap();
+    let journal = super::PostgresJournal::on(&db)
+        .await
+        .unwrap()
+        .with_lease(LEASE);
+    let tasks = agent_host::store::postgres::PostgresTaskStore::on(&db)
+        .await
+        .unwrap();
+    an_end_carries_its_tasks_last_write_all_or_nothing(&journal, &journal.as_other_owner(), &tasks)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,10 +11,10 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::{
-    Claim, DEFAULT_LEASE, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog,
+    Claim, DEFAULT_LEASE, Ending, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader,
+    SagaLog,
 };
 use crate::error::{Error, Result};
-use crate::saga::spec::MandateHold;
 use crate::sync;
 
 #[derive(Debug, Clone)]
@@ -125,20 +125,37 @@ impl SagaLog for MemoryJournal {
         }
     }
 
-    async fn finish(
+    async fn end(
         &self,
         saga_id: &str,
-        _mandate: Option<&MandateHold>,
-        _spent_minor: u64,
+        epoch: Epoch,
+        entries: &[Entry],
+        _ending: &Ending,
+        task: Option<&agent_host::store::TaskWrite>,
     ) -> Result<()> {
-        let now_ms = chrono::Utc::now().timestamp_millis();
-        if let Some(stored) = sync::lock(&self.state).sagas.get_mut(saga_id)
-            && stored.finished_ms.is_none()
-        {
-            stored.finished_ms = Some(now_ms);
-            self.finishes.send_modify(|n| *n += 1);
+        if task.is_some() {
+            return Err(Error::Journal(
+                "a journal in memory keeps no tasks: end the saga's task with the task store"
+                    .into(),
+            ));
         }
-        Ok(())
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let mut state = sync::lock(&self.state);
+        match state.sagas.get_mut(saga_id) {
+            Some(stored) if self.held_here(stored, epoch) => {
+                stored.entries.extend_from_slice(entries);
+                if stored.finished_ms.is_none() {
+                    stored.finished_ms = Some(now_ms);
+                    self.finishes.send_modify(|n| *n += 1);
+                }
+                Ok(())
+            }
+            Some(_) => Err(Error::Fenced {
+                saga_id: saga_id.to_owned(),
+                epoch,
+            }),
+            None => Err(Error::Journal(format!("saga {saga_id} was never begun"))),
+        }
     }
 
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {

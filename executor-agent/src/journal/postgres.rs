@@ -14,10 +14,14 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use shared_types::Violation;
 
-use super::{Claim, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog};
+use super::{Claim, Ending, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog};
 use crate::error::{Error, Result};
 use crate::mandates;
 use crate::saga::spec::MandateHold;
+
+mod sql;
+use agent_host::store::{Expected, TaskWrite};
+use sql::{APPEND, BEGIN_UNDER_MANDATE, END, END_WITH_TASK, MANDATE_IF_NEW};
 
 /// The journal's schema in PostgreSQL, in order; the count is its version.
 const MIGRATIONS: &[Migration] = &[
@@ -158,26 +162,6 @@ impl PostgresJournal {
         Ok(self.db.connection().await?)
     }
 }
-
-/// The fence: the saga's row locked at this epoch and owner, in the append's own
-/// statement. A claim locks that row `FOR UPDATE` first, so it waits for this append to
-/// commit, or this append waits for it and then finds another epoch. `KEY SHARE` is the
-/// weakest lock that a claim's `FOR UPDATE` still waits for; a renewal (a plain update of
-/// the lease) does not wait for it, nor it for a renewal: appends of many sagas and the
-/// renewal of all of them run at once without deadlocking. The appends of one batch
-/// share the statement (`RowWrite`: saga, body, epoch, owner), each fenced as if alone.
-const APPEND: &str = "WITH r AS (
-         SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[])
-             WITH ORDINALITY AS r (saga_id, body, epoch, owner, n)
-     ), fenced AS (
-         SELECT r.n, r.saga_id, r.body FROM r
-         JOIN sagas ON sagas.saga_id = r.saga_id AND sagas.epoch = r.epoch::BIGINT
-                   AND sagas.owner = r.owner
-         FOR KEY SHARE OF sagas
-     ), written AS (
-         INSERT INTO entries (saga_id, body) SELECT saga_id, body FROM fenced ORDER BY n
-     )
-     SELECT n FROM fenced";
 
 fn encode<T: Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(|source| Error::Encoding {
@@ -324,37 +308,74 @@ impl SagaLog for PostgresJournal {
         Ok(())
     }
 
-    async fn finish(
+    async fn end(
         &self,
         saga_id: &str,
-        mandate: Option<&MandateHold>,
-        spent_minor: u64,
+        epoch: Epoch,
+        entries: &[Entry],
+        ending: &Ending,
+        task: Option<&TaskWrite>,
     ) -> Result<()> {
-        let at_ms = chrono::Utc::now().timestamp_millis();
-        // One statement: it locks the saga's row, its reservation, and its mandate's row
-        // only when the saga gives budget back. Under a mandate named, it is committed
-        // with the begins under it (`batch.rs`: the one transaction that locks that row);
-        // with none named, alone, which can lock any mandate's row without waiting in a
-        // transaction that holds another's.
-        let Some(hold) = mandate else {
-            let conn = self.connection().await?;
-            conn.run(FINISH, &[&saga_id, &to_i64(spent_minor), &at_ms])
-                .await
-                .map_err(store("cannot finish a saga"))?;
-            return Ok(());
+        let body = if entries.is_empty() {
+            None
+        } else {
+            Some(encode(&entries)?)
+        };
+        let mut params: Vec<Param> = vec![
+            Box::new(saga_id.to_owned()),
+            Box::new(to_i64(epoch)),
+            Box::new(self.owner.clone()),
+            Box::new(body),
+            Box::new(to_i64(ending.spent_minor)),
+            Box::new(chrono::Utc::now().timestamp_millis()),
+        ];
+        let sql = match task {
+            None => END,
+            Some(task) => {
+                let Expected::Version(version) = task.expected else {
+                    return Err(Error::Journal(
+                        "a saga's end writes its task, which exists already".into(),
+                    ));
+                };
+                params.extend::<[Param; 7]>([
+                    Box::new(task.id.clone()),
+                    Box::new(task.context_id.clone()),
+                    Box::new(task.state.clone()),
+                    Box::new(task.owner.clone()),
+                    Box::new(task.updated_ms),
+                    Box::new(task.body.clone()),
+                    Box::new(to_i64(version)),
+                ]);
+                END_WITH_TASK
+            }
         };
         let statement = Statement {
-            sql: FINISH,
-            params: vec![
-                Box::new(saga_id.to_owned()),
-                Box::new(to_i64(spent_minor)),
-                Box::new(at_ms),
-            ],
-            returns_rows: false,
+            sql,
+            params,
+            returns_rows: true,
         };
-        self.db
-            .write_together(Some(mandate_group(hold)), vec![statement])
-            .await?;
+        // Under a mandate, committed with the begins under it (`batch.rs`: the one
+        // transaction that locks its row), as `finish` is.
+        let group = ending.mandate.as_ref().map(mandate_group);
+        let done = self.db.write_together(group, vec![statement]).await?;
+        let Some(Done::Rows(rows)) = done.last() else {
+            return Err(Error::Journal("a saga's end answered no row".into()));
+        };
+        let Some(row) = rows.first() else {
+            return Err(Error::Journal("a saga's end answered no row".into()));
+        };
+        let (held, written): (bool, bool) = (row.get(0), row.get(1));
+        if !held {
+            return Err(Error::Fenced {
+                saga_id: saga_id.to_owned(),
+                epoch,
+            });
+        }
+        if !written {
+            return Err(Error::Storage(agent_host::Error::Conflict {
+                task_id: task.map(|t| t.id.clone()).unwrap_or_default(),
+            }));
+        }
         Ok(())
     }
 
@@ -627,56 +648,6 @@ fn mandate_params(hold: &MandateHold) -> Vec<Param> {
         Box::new(hold.max_sagas.map(i64::from)),
     ]
 }
-
-/// The mandate's row, the first time a plan under it is accepted. An existing row is
-/// seen without waiting for a transaction that holds it (`ON CONFLICT` alone would wait).
-const MANDATE_IF_NEW: &str = "INSERT INTO mandates
-         (principal_key, mandate_id, document_sha256, principal, currency, budget_minor, max_sagas)
-     SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::TEXT, $5::TEXT, $6::BIGINT, $7::BIGINT
-     WHERE NOT EXISTS (SELECT 1 FROM mandates WHERE principal_key = $1 AND mandate_id = $2)
-     ON CONFLICT DO NOTHING";
-
-/// A saga begun under a mandate, in one statement: the budget taken by a conditional
-/// update of the mandate's row (the rules of `mandates::refusal_for`, and no revocation),
-/// and the saga's rows written only if it was. Answers whether the budget was taken, and
-/// whether the mandate was revoked.
-const BEGIN_UNDER_MANDATE: &str = "WITH revoked AS (
-         SELECT 1 FROM mandate_revocations WHERE principal_key = $8::TEXT AND mandate_id = $9::TEXT
-     ), taken AS (
-         UPDATE mandates SET used_minor = used_minor + $10::BIGINT, sagas = sagas + 1
-         WHERE principal_key = $8 AND mandate_id = $9 AND document_sha256 = $11::TEXT
-           AND $10 <= GREATEST($12::BIGINT - used_minor, 0)
-           AND ($13::BIGINT IS NULL OR sagas < $13)
-           AND NOT EXISTS (SELECT 1 FROM revoked)
-         RETURNING 1
-     ), reservation AS (
-         INSERT INTO mandate_reservations
-             (saga_id, principal_key, mandate_id, reserved_minor, spent_minor, at_ms)
-         SELECT $1::TEXT, $8, $9, $10, NULL, $4::BIGINT FROM taken
-     ), saga AS (
-         INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms, owner,
-                            epoch, lease_until_ms)
-         SELECT $1, $2::TEXT, $3::TEXT, $4, $5::BIGINT, $6::TEXT, 1, $7::BIGINT FROM taken
-         RETURNING saga_id
-     ), entry AS (
-         INSERT INTO entries (saga_id, body)
-         SELECT saga_id, $14::TEXT FROM saga WHERE $14 IS NOT NULL
-     )
-     SELECT EXISTS (SELECT 1 FROM taken), EXISTS (SELECT 1 FROM revoked)";
-
-/// A saga finished, its reservation settled (the rules of `mandates::settle`): what it did
-/// not spend goes back to its mandate, whose row is written only then.
-const FINISH: &str = "WITH settled AS (
-         UPDATE mandate_reservations SET spent_minor = LEAST($2, reserved_minor)
-         WHERE saga_id = $1 AND spent_minor IS NULL
-         RETURNING principal_key, mandate_id, reserved_minor - spent_minor AS unspent
-     ), given_back AS (
-         UPDATE mandates SET used_minor = used_minor - settled.unspent
-         FROM settled
-         WHERE mandates.principal_key = settled.principal_key
-           AND mandates.mandate_id = settled.mandate_id AND settled.unspent > 0
-     )
-     UPDATE sagas SET finished = TRUE, finished_ms = $3 WHERE saga_id = $1";
 
 /// How many times a begin refused by the budget is tried again when the refusal cannot be
 /// explained by what the mandate's row shows (it changed in between).

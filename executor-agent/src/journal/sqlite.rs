@@ -13,11 +13,12 @@ use sagaplane_storage::sqlite::{Database, Reader};
 use serde::{Deserialize, Serialize};
 use shared_types::Violation;
 
-use super::{Claim, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog};
+use super::{Claim, Ending, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog};
 use crate::error::{Error, Result};
 use crate::mandates;
 use crate::saga::spec::MandateHold;
 use crate::sync;
+use agent_host::store::TaskWrite;
 
 #[derive(Debug)]
 enum Write {
@@ -68,13 +69,49 @@ enum Write {
         owner: Arc<str>,
         epoch: Epoch,
     },
-    Finish {
+    /// A saga's end: its last entries (a JSON array, when there are any) under `owner` at
+    /// `epoch`, its finish, and the task's last write when given, all or nothing.
+    End {
         saga_id: String,
+        body: Option<String>,
+        owner: Arc<str>,
+        epoch: Epoch,
         at_ms: i64,
         spent_minor: u64,
+        task: Option<TaskWrite>,
+        /// What the write found: written, or refused (then nothing was written).
+        outcome: Arc<Mutex<EndOutcome>>,
     },
     /// Sagas forgotten: their entries and headers.
     Forget { saga_ids: Vec<String> },
+}
+
+/// What an ending write found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum EndOutcome {
+    #[default]
+    Written,
+    /// The saga's epoch or owner is another.
+    Fenced,
+    /// The task store holds another version of the task.
+    TaskConflict,
+}
+
+/// The fence, in the transaction of the write: not a check in memory.
+fn holds(tx: &Transaction<'_>, saga_id: &str, epoch: Epoch, owner: &str) -> rusqlite::Result<bool> {
+    tx.prepare_cached("SELECT 1 FROM sagas WHERE saga_id = ?1 AND epoch = ?2 AND owner = ?3")?
+        .exists(params![saga_id, epoch, owner])
+}
+
+fn finish(
+    tx: &Transaction<'_>,
+    saga_id: &str,
+    at_ms: i64,
+    spent_minor: u64,
+) -> rusqlite::Result<usize> {
+    mandates::settle(tx, saga_id, spent_minor)?;
+    tx.prepare_cached("UPDATE sagas SET finished = 1, finished_ms = ?2 WHERE saga_id = ?1")?
+        .execute(params![saga_id, at_ms])
 }
 
 fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
@@ -134,12 +171,7 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
             epoch,
             fenced,
         } => {
-            // The fence, in the transaction of the write: not a check in memory.
-            let current = tx
-                .prepare_cached(
-                    "SELECT 1 FROM sagas WHERE saga_id = ?1 AND epoch = ?2 AND owner = ?3",
-                )?
-                .exists(params![saga_id, epoch, owner.as_ref()])?;
+            let current = holds(tx, saga_id, *epoch, owner)?;
             fenced.store(!current, Ordering::SeqCst);
             if !current {
                 return Ok(());
@@ -230,14 +262,36 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
                  WHERE saga_id = ?1 AND owner = ?2 AND epoch = ?3",
             )?
             .execute(params![saga_id, owner.as_ref(), epoch]),
-        Write::Finish {
+        Write::End {
             saga_id,
+            body,
+            owner,
+            epoch,
             at_ms,
             spent_minor,
+            task,
+            outcome,
         } => {
-            mandates::settle(tx, saga_id, *spent_minor)?;
-            tx.prepare_cached("UPDATE sagas SET finished = 1, finished_ms = ?2 WHERE saga_id = ?1")?
-                .execute(params![saga_id, at_ms])
+            // Run again alone when a write it shared a transaction with failed: what the
+            // last run found is what holds. Nothing is written before both checks pass.
+            let found = if !holds(tx, saga_id, *epoch, owner)? {
+                EndOutcome::Fenced
+            } else if let Some(task) = task
+                && !agent_host::store::write_task_sqlite(tx, task)?
+            {
+                EndOutcome::TaskConflict
+            } else {
+                EndOutcome::Written
+            };
+            *sync::lock(outcome) = found;
+            if found != EndOutcome::Written {
+                return Ok(());
+            }
+            if let Some(body) = body {
+                tx.prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
+                    .execute(params![saga_id, body])?;
+            }
+            finish(tx, saga_id, *at_ms, *spent_minor)
         }
         Write::Forget { saga_ids } => {
             for saga_id in saga_ids {
@@ -489,18 +543,42 @@ impl SagaLog for SqliteJournal {
         Ok(())
     }
 
-    async fn finish(
+    async fn end(
         &self,
         saga_id: &str,
-        _mandate: Option<&MandateHold>,
-        spent_minor: u64,
+        epoch: Epoch,
+        entries: &[Entry],
+        ending: &Ending,
+        task: Option<&TaskWrite>,
     ) -> Result<()> {
-        self.submit(Write::Finish {
+        let body = if entries.is_empty() {
+            None
+        } else {
+            Some(encode(&entries)?)
+        };
+        let outcome = Arc::new(Mutex::new(EndOutcome::Written));
+        self.submit(Write::End {
             saga_id: saga_id.to_owned(),
+            body,
+            owner: self.owner.clone(),
+            epoch,
             at_ms: chrono::Utc::now().timestamp_millis(),
-            spent_minor,
+            spent_minor: ending.spent_minor,
+            task: task.cloned(),
+            outcome: outcome.clone(),
         })
-        .await
+        .await?;
+        let found = *sync::lock(&outcome);
+        match found {
+            EndOutcome::Written => Ok(()),
+            EndOutcome::Fenced => Err(Error::Fenced {
+                saga_id: saga_id.to_owned(),
+                epoch,
+            }),
+            EndOutcome::TaskConflict => Err(Error::Storage(agent_host::Error::Conflict {
+                task_id: task.map(|t| t.id.clone()).unwrap_or_default(),
+            })),
+        }
     }
 
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {
@@ -660,100 +738,4 @@ impl Headers for SqliteJournal {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_header_journaled_before_it_carried_its_format_is_format_1() {
-        let spec = serde_json::to_value(crate::saga::SagaSpec {
-            saga_id: "s".into(),
-            steps: Vec::new(),
-            point_of_no_return: None,
-            expires_at_ms: 0,
-            mandate: None,
-        })
-        .unwrap();
-        let old = serde_json::json!({"sagaId": "s", "planVersion": 1, "taskId": "t", "contextId": "c",
-                         "plan": {}, "spec": spec});
-        let header: SagaHeader = serde_json::from_value(old).unwrap();
-        assert_eq!(header.format, 1);
-        let written = serde_json::to_value(&header).unwrap();
-        assert_eq!(written["format"], super::super::JOURNAL_FORMAT);
-    }
-
-    #[tokio::test]
-    async fn a_journal_from_before_finish_times_keeps_its_finished_sagas_from_the_upgrade_on() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("journal.db");
-        let header =
-            r#"{"taskId": "t-1", "plan": {"mandate": {"expiresAt": "2000-01-01T00:00:00Z"}}}"#;
-        let earlier = rusqlite::Connection::open(&path).unwrap();
-        earlier
-            .execute_batch(&format!(
-                "CREATE TABLE sagas (saga_id TEXT PRIMARY KEY, header TEXT NOT NULL, finished INTEGER NOT NULL);
-                 CREATE TABLE entries (seq INTEGER PRIMARY KEY, saga_id TEXT NOT NULL REFERENCES sagas (saga_id), body TEXT NOT NULL);
-                 INSERT INTO sagas VALUES ('done', '{header}', 1), ('running', '{header}', 0);
-                 INSERT INTO entries (saga_id, body) VALUES ('done', '[]'), ('running', '[]');"
-            ))
-            .unwrap();
-        drop(earlier);
-        let upgraded_from = chrono::Utc::now().timestamp_millis();
-        let journal = SqliteJournal::open(&path).unwrap();
-        let upgraded_by = chrono::Utc::now().timestamp_millis();
-
-        let found = journal.forgettable(upgraded_from, i64::MAX, 10).await;
-        assert_eq!(found.unwrap(), [], "finished at the upgrade, not before");
-        let found = journal.forgettable(upgraded_by + 1, i64::MAX, 10).await;
-        let done = Forgettable {
-            saga_id: "done".into(),
-            task_id: "t-1".into(),
-        };
-        assert_eq!(found.unwrap(), [done]);
-        // Each saga's task is read out of the headers journaled before the column.
-        assert_eq!(
-            journal
-                .saga_of_task("t-1")
-                .await
-                .unwrap()
-                .map(|(_, finished)| finished),
-            Some(true),
-            "the first of the two sagas on t-1"
-        );
-
-        // Asked to forget both, the journal keeps the one still running, entries and all.
-        journal
-            .forget(&["done".to_owned(), "running".to_owned()])
-            .await
-            .unwrap();
-        assert_eq!(journal.unfinished().await.unwrap(), ["running"]);
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        let left: Vec<String> = conn
-            .prepare("SELECT saga_id FROM entries")
-            .unwrap()
-            .query_map([], |row| row.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        assert_eq!(left, ["running"]);
-    }
-
-    #[test]
-    fn the_sagas_to_resume_are_read_from_their_index_not_the_table() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("journal.db");
-        let _journal = SqliteJournal::open(&path).unwrap();
-        let conn = sagaplane_storage::sqlite::open_connection(&path, "test").unwrap();
-        let details: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {UNFINISHED}"))
-            .unwrap()
-            .query_map([], |row| row.get(3))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        let plan = details.join("; ");
-        assert!(
-            plan.contains("sagas_unfinished") && !plan.contains("TEMP B-TREE"),
-            "{plan}"
-        );
-    }
-}
+mod tests;

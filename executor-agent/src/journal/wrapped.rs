@@ -9,9 +9,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 
-use super::{Claim, Entry, Epoch, Forgettable, Headers, Journal, Ownership, SagaHeader, SagaLog};
+use super::{
+    Claim, Ending, Entry, Epoch, Forgettable, Headers, Journal, Ownership, SagaHeader, SagaLog,
+};
 use crate::error::Result;
-use crate::saga::spec::MandateHold;
 
 /// One method of the journal, as a wrapper sees it.
 #[derive(Debug, Clone, Copy)]
@@ -25,8 +26,10 @@ pub enum Call<'a> {
         epoch: Epoch,
         entries: &'a [Entry],
     },
-    Finish {
+    End {
         saga_id: &'a str,
+        epoch: Epoch,
+        entries: &'a [Entry],
     },
     Claim {
         saga_id: &'a str,
@@ -60,7 +63,7 @@ impl Call<'_> {
             self,
             Self::Begin { .. }
                 | Self::Append { .. }
-                | Self::Finish { .. }
+                | Self::End { .. }
                 | Self::Claim { .. }
                 | Self::ClaimLapsed
                 | Self::Renew
@@ -119,14 +122,21 @@ impl<J: Journal, A: Around> SagaLog for Wrapped<J, A> {
         self.around.around(what, call).await
     }
 
-    async fn finish(
+    async fn end(
         &self,
         saga_id: &str,
-        mandate: Option<&MandateHold>,
-        spent_minor: u64,
+        epoch: Epoch,
+        entries: &[Entry],
+        ending: &Ending,
+        task: Option<&agent_host::store::TaskWrite>,
     ) -> Result<()> {
-        let call = self.inner.finish(saga_id, mandate, spent_minor);
-        self.around.around(Call::Finish { saga_id }, call).await
+        let call = self.inner.end(saga_id, epoch, entries, ending, task);
+        let what = Call::End {
+            saga_id,
+            epoch,
+            entries,
+        };
+        self.around.around(what, call).await
     }
 
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {

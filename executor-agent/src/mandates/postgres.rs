@@ -202,7 +202,11 @@ mod tests {
         assert_eq!(mandate["sagas"][0]["sagaId"], "before", "{account}");
 
         // Settled at 10: the account shows what it spent.
-        journal.finish("before", None, 10).await.unwrap();
+        let ending = crate::journal::Ending {
+            mandate: None,
+            spent_minor: 10,
+        };
+        journal.end("before", 1, &[], &ending, None).await.unwrap();
         let account = book.show("md_test_revoked").await.unwrap();
         assert_eq!(account["mandates"][0]["spentMinor"], 10, "{account}");
         assert_eq!(account["mandates"][0]["remainingMinor"], 90, "{account}");

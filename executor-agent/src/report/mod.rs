@@ -2,7 +2,7 @@
 //! commands to a `TaskReporter` and goes on; one reporting task per saga writes them to
 //! the task in order, folding whatever queued up during a write into the next one.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-use crate::driver::Reporter;
+use crate::driver::{EndWrite, Reporter};
+use crate::error::{Error, Result};
 use crate::journal::SagaHeader;
 use crate::saga::model::StepRecord;
 use crate::saga::{Command, Ending, Saga};
@@ -108,7 +109,7 @@ fn apply_to_artifact(
 }
 
 /// What the driver has shown and the task does not carry yet.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Pending {
     statuses: Vec<(TaskState, Option<Message>)>,
     /// The ledger's changes since the last write, folded together.
@@ -122,6 +123,9 @@ struct Pending {
     closed: bool,
     /// The saga's end is among the statuses: nothing can follow it.
     ended: bool,
+    /// The driver ends the saga: the reporting task leaves what it has not written to
+    /// the end's write (`TaskReporter::end`), and stops.
+    ending: bool,
 }
 
 impl Pending {
@@ -136,7 +140,33 @@ impl Pending {
         self.metadata.extend(newer.metadata);
         self.closed |= newer.closed;
         self.ended |= newer.ended;
+        self.ending |= newer.ending;
         self
+    }
+
+    /// Adds what people see of one step of the engine (`shown`, with the saga as it
+    /// stands after it, and `ledger`, how the ledger changed): each status, the pauses
+    /// and the end among them, and `outcome` when the saga unwound.
+    fn add(&mut self, shown: &[Command], saga: &Saga, ledger: LedgerChange) {
+        let stops = shown
+            .iter()
+            .filter(|c| matches!(c, Command::Pause { .. } | Command::Finish { .. }))
+            .count() as u64;
+        let unwound = shown
+            .iter()
+            .any(|c| matches!(c, Command::Finish { ending, .. } if *ending != Ending::Completed));
+        self.stops += stops;
+        self.ended |= shown.iter().any(|c| matches!(c, Command::Finish { .. }));
+        if unwound {
+            self.metadata
+                .push(("outcome".to_owned(), json!("compensated")));
+        }
+        self.statuses
+            .extend(shown.iter().filter_map(|c| status_of(c, saga)));
+        self.ledger = Some(match self.ledger.take() {
+            Some(older) => older.then(ledger),
+            None => ledger,
+        });
     }
 }
 
@@ -146,8 +176,19 @@ struct Shared {
     /// Set when a write was given up: the task may lack changes, so the next report
     /// sends the whole ledger.
     resend_whole: AtomicBool,
-    /// Set when a given-up write held a pause or the end.
-    lost_stop: AtomicBool,
+    /// Counts the pauses and the end written on the task.
+    stops: watch::Sender<u64>,
+    /// Set once the reporting task has returned.
+    exited: watch::Sender<bool>,
+}
+
+/// Marks the reporting task returned, however it returns.
+struct Exit(Arc<Shared>);
+
+impl Drop for Exit {
+    fn drop(&mut self) {
+        self.0.exited.send_replace(true);
+    }
 }
 
 /// What a saga's task shows about the saga in its metadata, read from the saga's journal
@@ -177,14 +218,13 @@ pub async fn show_saga(task: &TaskHandle, metadata: &[(String, Value)]) {
 /// of the journal; the driver does not wait for the task's write.
 pub struct TaskReporter {
     shared: Arc<Shared>,
-    /// The task's id, for the log.
-    task_id: String,
+    task: TaskHandle,
     /// Each step's record as last reported (empty before the first report): a step whose
     /// record is unchanged is not built or written again.
     reported: Mutex<Vec<StepRecord>>,
-    /// Pauses and ends reported, and (from the reporting task) how many are written.
-    stops_reported: AtomicU64,
-    stops_written: watch::Receiver<u64>,
+    /// Whether the journal's ending write carries the task's last write (the task store
+    /// keeps its tables in the journal's database, as the executor's stores always do).
+    carried: bool,
 }
 
 /// The reporting task of one saga.
@@ -211,13 +251,18 @@ impl Reporting {
 impl TaskReporter {
     /// Starts the reporting task for `task`; `metadata` goes on the task with the first
     /// report. Progress waits up to `gather` (at most `MAX_GATHER`) for the reports after
-    /// it, so that they share one write; a pause or the end is written at once (with
-    /// whatever waits before it).
+    /// it, so that they share one write; a pause is written at once (with whatever waits
+    /// before it), and the end with the journal's ending write. `carried`: that write
+    /// carries the task's (the task store keeps its tables in the journal's database);
+    /// otherwise (a benchmark's tasks in memory) the task is written after it, and a
+    /// crash in between leaves a finished saga whose task does not show its end.
     pub fn start(
         task: TaskHandle,
         metadata: Vec<(String, Value)>,
         gather: Duration,
+        carried: bool,
     ) -> (Arc<Self>, Reporting) {
+        let (stops_tx, stops) = watch::channel(0u64);
         let shared = Arc::new(Shared {
             pending: Mutex::new(Pending {
                 metadata,
@@ -225,21 +270,19 @@ impl TaskReporter {
             }),
             wake: Notify::new(),
             resend_whole: AtomicBool::new(false),
-            lost_stop: AtomicBool::new(false),
+            stops: stops_tx,
+            exited: watch::Sender::new(false),
         });
-        let (stops_tx, stops) = watch::channel(0u64);
         let gather = gather.min(MAX_GATHER);
-        let task_id = task.id().to_owned();
         let writer = tokio::spawn(cpu::measured(
             cpu::Phase::Saga,
-            write_reports(task, shared.clone(), stops_tx, gather),
+            write_reports(task.clone(), shared.clone(), gather),
         ));
         let reporter = Self {
             shared,
-            task_id,
+            task,
             reported: Mutex::new(Vec::new()),
-            stops_reported: AtomicU64::new(0),
-            stops_written: stops.clone(),
+            carried,
         };
         (Arc::new(reporter), Reporting { stops, writer })
     }
@@ -252,7 +295,7 @@ impl TaskReporter {
             let first = pending.statuses.is_empty();
             let stops = pending.stops;
             change(pending);
-            first || pending.stops > stops || pending.closed
+            first || pending.stops > stops || pending.closed || pending.ending
         };
         let wake = wake(&mut sync::lock(&self.shared.pending));
         if wake {
@@ -291,46 +334,67 @@ impl Drop for TaskReporter {
 
 #[async_trait]
 impl Reporter for TaskReporter {
-    async fn settled(&self) -> bool {
-        let reported = self.stops_reported.load(Ordering::Acquire);
-        let mut written = self.stops_written.clone();
-        written.wait_for(|n| *n >= reported).await.is_ok()
-            && !self.shared.lost_stop.load(Ordering::Acquire)
-    }
-
     async fn report(&self, command: &Command, saga: &Saga) {
         self.report_all(std::slice::from_ref(command), saga).await;
     }
 
     async fn report_all(&self, shown: &[Command], saga: &Saga) {
-        let statuses: Vec<_> = shown.iter().filter_map(|c| status_of(c, saga)).collect();
-        if statuses.is_empty() {
+        if !shown.iter().any(|c| status_of(c, saga).is_some()) {
             return;
         }
-        log_stops(shown, saga, &self.task_id);
+        log_stops(shown, saga, self.task.id());
         let ledger = self.ledger_change(saga);
-        let stops = shown
-            .iter()
-            .filter(|c| matches!(c, Command::Pause { .. } | Command::Finish { .. }))
-            .count() as u64;
-        let unwound = shown
-            .iter()
-            .any(|c| matches!(c, Command::Finish { ending, .. } if *ending != Ending::Completed));
-        self.stops_reported.fetch_add(stops, Ordering::AcqRel);
-        self.with_pending(|pending| {
-            pending.stops += stops;
-            pending.ended |= shown.iter().any(|c| matches!(c, Command::Finish { .. }));
-            if unwound {
-                pending
-                    .metadata
-                    .push(("outcome".to_owned(), json!("compensated")));
+        self.with_pending(|pending| pending.add(shown, saga, ledger));
+    }
+
+    /// The end, with what waits to be written before it, in the journal's ending write
+    /// (`carried`), once the reporting task has stopped: the task shows its end exactly
+    /// when the journal holds it, and the saga is marked finished in the same write.
+    async fn end(&self, shown: &[Command], saga: &Saga, end: &EndWrite<'_>) -> Result<()> {
+        self.with_pending(|pending| pending.ending = true);
+        let _ = self
+            .shared
+            .exited
+            .subscribe()
+            .wait_for(|exited| *exited)
+            .await;
+        let waiting = std::mem::take(&mut *sync::lock(&self.shared.pending));
+        let mut batch = waiting.clone();
+        batch.add(shown, saga, self.ledger_change(saga));
+        let written = if self.carried {
+            let statuses = batch.statuses.clone();
+            self.task
+                .change_written_by(change_of(&batch), statuses, |task| async move {
+                    end.write(Some(&task)).await
+                })
+                .await
+        } else {
+            let journaled = end.write(None).await;
+            if journaled.is_ok()
+                && let Err(e) = write(&self.task, &batch).await
+            {
+                tracing::error!(task = self.task.id(), error = %e, "the saga's end was not shown on its task");
             }
-            pending.statuses.extend(statuses);
-            pending.ledger = Some(match pending.ledger.take() {
-                Some(older) => older.then(ledger),
-                None => ledger,
-            });
-        });
+            journaled
+        };
+        let written = match written {
+            // The task cannot take it (it ended already: shown before the saga was
+            // marked finished, by a release that marked it in a write of its own).
+            Err(Error::Storage(agent_host::Error::Protocol(why))) => {
+                tracing::debug!(task = self.task.id(), error = %why.message, "the task has ended already");
+                end.write(None).await
+            }
+            other => other,
+        };
+        if let Err(e) = written {
+            // Tried again with the same end: what waited goes back, the ledger whole.
+            *sync::lock(&self.shared.pending) = waiting;
+            self.shared.resend_whole.store(true, Ordering::Release);
+            return Err(e);
+        }
+        log_stops(shown, saga, self.task.id());
+        self.shared.stops.send_modify(|n| *n += batch.stops);
+        Ok(())
     }
 }
 
@@ -428,12 +492,8 @@ const GATHER_GROWTH: u32 = 16;
 /// `GATHER_GROWTH`), and writes all that queued up in one durable write (every status in
 /// order, the ledger's changes folded), then signals the stops among them. A write that
 /// fails is tried again, with what queued up meanwhile.
-async fn write_reports(
-    task: TaskHandle,
-    shared: Arc<Shared>,
-    stops: watch::Sender<u64>,
-    gather: Duration,
-) {
+async fn write_reports(task: TaskHandle, shared: Arc<Shared>, gather: Duration) {
+    let _exit = Exit(shared.clone());
     let mut failed: Option<(Pending, u32)> = None;
     let longest = gather.saturating_mul(GATHER_GROWTH).min(MAX_GATHER);
     let mut wait = gather;
@@ -442,7 +502,17 @@ async fn write_reports(
             shared.wake.notified().await;
             wait_for_more(&shared, wait).await;
         }
-        let queued = std::mem::take(&mut *sync::lock(&shared.pending));
+        let queued = {
+            let mut pending = sync::lock(&shared.pending);
+            if pending.ending {
+                // The end's write takes what is not written yet, a failed write's too.
+                if let Some((earlier, _)) = failed.take() {
+                    *pending = earlier.then(std::mem::take(&mut *pending));
+                }
+                return;
+            }
+            std::mem::take(&mut *pending)
+        };
         let (batch, tries) = match failed.take() {
             Some((earlier, tries)) => (earlier.then(queued), tries),
             None => (queued, 0),
@@ -462,13 +532,10 @@ async fn write_reports(
             } else {
                 tracing::error!(task = task.id(), error = %e, "saga progress lost");
                 shared.resend_whole.store(true, Ordering::Release);
-                if batch.stops > 0 {
-                    shared.lost_stop.store(true, Ordering::Release);
-                }
             }
         }
         if batch.stops > 0 {
-            stops.send_modify(|n| *n += batch.stops);
+            shared.stops.send_modify(|n| *n += batch.stops);
             wait = gather;
         } else {
             wait = wait.saturating_mul(2).min(longest);
@@ -491,7 +558,7 @@ async fn wait_for_more(shared: &Shared, gather: Duration) {
     loop {
         let urgent = {
             let pending = sync::lock(&shared.pending);
-            pending.stops > 0 || pending.closed
+            pending.stops > 0 || pending.closed || pending.ending
         };
         if urgent {
             return;
@@ -517,8 +584,14 @@ async fn write(task: &TaskHandle, batch: &Pending) -> agent_host::Result<()> {
         }
         return Ok(());
     }
-    // What the write consumes is copied, so that a failed write can be tried again.
-    let change = |task: &mut Task| {
+    task.change_with_statuses(change_of(batch), batch.statuses.clone())
+        .await
+}
+
+/// What a batch changes on the task besides its statuses: metadata and the ledger. What
+/// it consumes is copied, so that a failed write can be tried again.
+fn change_of(batch: &Pending) -> impl FnOnce(&mut Task) -> Result<Option<String>, String> + '_ {
+    |task: &mut Task| {
         let members = task.metadata.get_or_insert_with(Default::default);
         for (key, value) in &batch.metadata {
             members.insert(key.clone(), value.clone());
@@ -535,9 +608,7 @@ async fn write(task: &TaskHandle, batch: &Pending) -> agent_host::Result<()> {
             }
             None => Ok(None),
         }
-    };
-    task.change_with_statuses(change, batch.statuses.clone())
-        .await
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use serde_json::json;
 use tokio::sync::{Semaphore, mpsc};
 
 use super::*;
+use crate::journal::SagaLog;
 use crate::saga::tests::supplier;
 use crate::saga::{CallOutcome, Event, Invocation, Target};
 
@@ -204,7 +205,8 @@ fn answer(_: &Invocation) -> CallOutcome {
 #[tokio::test]
 async fn reports_made_during_a_held_write_follow_in_one_write_in_order() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
+    let (reporter, reporting) =
+        TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO, false);
 
     // The first write starts and is held: the driver goes on reporting regardless.
     f.saga.step(Event::Start { now_ms: 0 });
@@ -241,7 +243,8 @@ async fn reports_made_during_a_held_write_follow_in_one_write_in_order() {
 #[tokio::test]
 async fn a_pause_is_signalled_only_once_it_is_on_the_task() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
+    let (reporter, reporting) =
+        TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO, false);
     let mut stops = reporting.stops();
 
     reporter
@@ -266,7 +269,8 @@ async fn a_pause_is_signalled_only_once_it_is_on_the_task() {
 async fn finished_waits_for_the_end_written_in_one_write_with_the_metadata() {
     let mut f = Fixture::new().await;
     let metadata = vec![("sagaId".to_owned(), json!("sg_1"))];
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), metadata, Duration::ZERO);
+    let (reporter, reporting) =
+        TaskReporter::start(f.task.clone(), metadata, Duration::ZERO, false);
 
     reporter
         .report_all(
@@ -304,7 +308,8 @@ async fn finished_waits_for_the_end_written_in_one_write_with_the_metadata() {
 #[tokio::test]
 async fn commands_that_show_nothing_write_nothing() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
+    let (reporter, reporting) =
+        TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO, false);
     reporter
         .report_all(
             &[Command::RefuseCancel {
@@ -324,7 +329,8 @@ async fn commands_that_show_nothing_write_nothing() {
 async fn run_failing_the_second_write(failures: u32) -> (Task, Value) {
     let mut f = Fixture::new().await;
     f.release(1000);
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
+    let (reporter, reporting) =
+        TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO, false);
     let arrived = &mut f.arrived;
     let store = f.store.clone();
     run_reporting(&mut f.saga, &reporter, answer, async |i| {
@@ -372,7 +378,8 @@ async fn after_a_write_is_given_up_the_whole_ledger_is_sent_again() {
 #[tokio::test]
 async fn a_ledger_sent_as_changes_while_writes_are_held_ends_as_the_whole_ledger() {
     let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
+    let (reporter, reporting) =
+        TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO, false);
     // The fourth step is declined: the three before it are undone.
     let declined = |call: &Invocation| match call.target {
         Target::Forward(3) => CallOutcome::failed("declined"),
@@ -443,62 +450,180 @@ fn ledger_changes_fold_in_order() {
     assert!(apply(&mut json!([]), json!("p"), vec![]).is_err());
 }
 
-#[tokio::test(start_paused = true)]
-async fn settled_waits_for_the_end_on_the_task_and_says_whether_it_got_there() {
-    let mut f = Fixture::new().await;
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
-    let end = |ending| Command::Finish {
-        ending,
-        reason: "the end".into(),
-    };
-    reporter
-        .report_all(&[end(Ending::Completed)], &f.saga)
-        .await;
-    f.arrived.recv().await.unwrap();
-    {
-        let mut settled = std::pin::pin!(reporter.settled());
-        assert!(futures::poll!(&mut settled).is_pending());
-        f.release(1);
-        assert!(settled.await);
-    }
-    drop(reporter);
-    reporting.finished().await;
-
-    // An end whose every write fails is not settled.
-    let f = Fixture::new().await;
-    f.release(1000);
-    f.store.failing.store(WRITE_TRIES, Ordering::SeqCst);
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
-    reporter
-        .report_all(&[end(Ending::Compensated)], &f.saga)
-        .await;
-    assert!(!reporter.settled().await);
-    drop(reporter);
-    reporting.finished().await;
-    assert_eq!(f.stored().await.status.state, TaskState::Submitted);
+/// A saga's journal and its task's store in one state file, as the executor keeps them,
+/// the journal failing its first `failing` ending writes.
+struct Beside {
+    journal: crate::journal::Wrapped<crate::journal::SqliteJournal, FailingEnds>,
+    task: TaskHandle,
+    store: agent_host::SqliteTaskStore,
+    _dir: tempfile::TempDir,
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_end_shown_again_on_an_ended_task_is_settled_without_retrying() {
-    let mut f = Fixture::new().await;
-    f.release(1);
-    f.task.set_status(TaskState::Completed, None).await.unwrap();
-    f.arrived.recv().await.unwrap();
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO);
+struct FailingEnds(AtomicU32);
+
+impl crate::journal::Around for FailingEnds {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        what: crate::journal::Call<'a>,
+        call: futures::future::BoxFuture<'a, Result<T>>,
+    ) -> futures::future::BoxFuture<'a, Result<T>> {
+        let fail = matches!(what, crate::journal::Call::End { .. })
+            && self
+                .0
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        Box::pin(async move {
+            if fail {
+                return Err(Error::Journal("database or disk is full".into()));
+            }
+            call.await
+        })
+    }
+}
+
+impl Beside {
+    /// `what` names the state file in `sqlite::commits`: one of its own per test.
+    async fn new(failing: u32, what: &'static str) -> Self {
+        use crate::journal::SagaLog;
+        let dir = tempfile::tempdir().unwrap();
+        let db =
+            sagaplane_storage::sqlite::Database::open(&dir.path().join("state.db"), what).unwrap();
+        let journal = crate::journal::Wrapped {
+            inner: Arc::new(crate::journal::SqliteJournal::on(&db).unwrap()),
+            around: FailingEnds(AtomicU32::new(failing)),
+        };
+        let store = agent_host::SqliteTaskStore::on(&db).unwrap();
+        let header = crate::journal::conformance::header("sg");
+        journal.begin(&header, &[]).await.unwrap();
+        let task = TaskManager::new(Arc::new(store.clone()))
+            .create(Task {
+                id: header.task_id.clone(),
+                context_id: header.context_id.clone(),
+                status: TaskStatus {
+                    state: TaskState::Submitted,
+                    message: None,
+                    timestamp: None,
+                },
+                artifacts: None,
+                history: None,
+                metadata: None,
+            })
+            .await
+            .unwrap();
+        Self {
+            journal,
+            task,
+            store,
+            _dir: dir,
+        }
+    }
+
+    fn end_of(&self, entries: &'static [crate::journal::Entry]) -> EndWrite<'_> {
+        EndWrite {
+            journal: &self.journal,
+            saga_id: "sg",
+            epoch: 1,
+            entries,
+            ending: crate::journal::Ending::default(),
+        }
+    }
+
+    async fn stored(&self) -> Task {
+        self.store.get(self.task.id()).await.unwrap().unwrap()
+    }
+
+    async fn finished(&self) -> bool {
+        use crate::journal::Headers;
+        self.journal.saga_of_task(self.task.id()).await.unwrap() == Some(("sg".into(), true))
+    }
+}
+
+fn finish(ending: Ending) -> Command {
+    Command::Finish {
+        ending,
+        reason: "the end".into(),
+    }
+}
+
+static LAST_STEP: [crate::journal::Entry; 1] =
+    [crate::journal::Entry::Event(Event::Cancel { now_ms: 1 })];
+
+#[tokio::test]
+async fn the_end_carries_what_waits_and_is_one_write_with_the_saga_s_last_entries_and_mark() {
+    let f = Beside::new(0, "report-end-test").await;
+    let saga = supplier();
+    // Progress gathers for a minute: still waiting when the saga ends.
+    let (reporter, reporting) = TaskReporter::start(
+        f.task.clone(),
+        vec![("sagaId".into(), json!("sg"))],
+        Duration::from_secs(60),
+        true,
+    );
+    let stops = reporting.stops();
+    reporter.report_all(&[report("s0", "started")], &saga).await;
+    let commits = sagaplane_storage::sqlite::commits("report-end-test");
     reporter
-        .report(
-            &Command::Finish {
-                ending: Ending::Completed,
-                reason: "the end".into(),
-            },
-            &f.saga,
-        )
-        .await;
-    assert!(reporter.settled().await);
+        .end(&[finish(Ending::Completed)], &saga, &f.end_of(&LAST_STEP))
+        .await
+        .unwrap();
+    assert_eq!(
+        sagaplane_storage::sqlite::commits("report-end-test") - commits,
+        1,
+        "the progress, the end, the entries and the mark: one commit"
+    );
+    let task = f.stored().await;
+    assert_eq!(task.status.state, TaskState::Completed);
+    assert_eq!(history(&task), ["s0: started", "the end"]);
+    assert_eq!(task.metadata.as_ref().unwrap()["sagaId"], json!("sg"));
+    assert!(ledger_of(&task).is_some());
+    assert!(f.finished().await);
+    let entries = f.journal.load("sg").await.unwrap().unwrap().1;
+    assert_eq!(entries, LAST_STEP);
+    assert_eq!(*stops.borrow(), 1, "the end is signalled once written");
     drop(reporter);
     reporting.finished().await;
-    assert!(f.arrived.try_recv().is_err());
-    assert_eq!(f.stored().await.status.state, TaskState::Completed);
+}
+
+#[tokio::test]
+async fn an_end_whose_write_failed_is_written_again_whole_and_once() {
+    let f = Beside::new(1, "report-failed-end-test").await;
+    let saga = supplier();
+    let (reporter, reporting) =
+        TaskReporter::start(f.task.clone(), Vec::new(), Duration::from_secs(60), true);
+    reporter.report_all(&[report("s0", "started")], &saga).await;
+    let end = f.end_of(&LAST_STEP);
+    let shown = [finish(Ending::Compensated)];
+    assert!(reporter.end(&shown, &saga, &end).await.is_err());
+    assert_eq!(f.stored().await.status.state, TaskState::Submitted);
+    assert!(!f.finished().await, "nothing of a failed end is written");
+    reporter.end(&shown, &saga, &end).await.unwrap();
+    let task = f.stored().await;
+    assert_eq!(task.status.state, TaskState::Failed);
+    assert_eq!(history(&task), ["s0: started", "the end"]);
+    assert_eq!(task.metadata.unwrap()["outcome"], json!("compensated"));
+    assert!(f.finished().await);
+    assert_eq!(f.journal.load("sg").await.unwrap().unwrap().1, LAST_STEP);
+    drop(reporter);
+    reporting.finished().await;
+}
+
+#[tokio::test]
+async fn an_end_on_a_task_that_ended_already_is_journaled_and_marked_alone() {
+    let f = Beside::new(0, "report-ended-task-test").await;
+    let saga = supplier();
+    f.task.set_status(TaskState::Completed, None).await.unwrap();
+    let (reporter, reporting) =
+        TaskReporter::start(f.task.clone(), Vec::new(), Duration::ZERO, true);
+    reporter
+        .end(&[finish(Ending::Completed)], &saga, &f.end_of(&[]))
+        .await
+        .unwrap();
+    assert!(f.finished().await);
+    let task = f.stored().await;
+    assert_eq!(task.status.state, TaskState::Completed);
+    assert!(history(&task).is_empty(), "the task kept what it showed");
+    drop(reporter);
+    reporting.finished().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -506,7 +631,7 @@ async fn progress_gathers_for_its_window_and_a_stop_or_the_close_ends_the_wait()
     let mut f = Fixture::new().await;
     f.release(16);
     let gather = Duration::from_millis(100);
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), gather);
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), gather, false);
     let step = Duration::from_millis(30);
 
     // Progress alone waits out the window, and everything reported in it shares a write.
@@ -566,7 +691,8 @@ fn task_text(task: &Task) -> String {
 async fn a_gather_longer_than_the_longest_is_cut_to_it() {
     let mut f = Fixture::new().await;
     f.release(4);
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), Duration::MAX);
+    let (reporter, reporting) =
+        TaskReporter::start(f.task.clone(), Vec::new(), Duration::MAX, false);
     let first = tokio::time::Instant::now();
     f.saga.step(Event::Start { now_ms: 0 });
     reporter
@@ -583,7 +709,7 @@ async fn progress_gathers_longer_after_each_progress_write_and_afresh_after_a_st
     let mut f = Fixture::new().await;
     f.release(64);
     let gather = Duration::from_millis(100);
-    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), gather);
+    let (reporter, reporting) = TaskReporter::start(f.task.clone(), Vec::new(), gather, false);
     f.saga.step(Event::Start { now_ms: 0 });
 
     // Progress every 10 ms: each write waits twice as long as the one before, up to

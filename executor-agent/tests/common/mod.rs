@@ -681,6 +681,7 @@ impl Harness {
             mandates: executor_agent::mandates::MandateBook::on(&db, principals()).unwrap(),
             approvers: ["approver".to_owned()].into(),
             journal: journal.clone(),
+            tasks_beside_journal: true,
             mcp: mcp.clone(),
             credentials,
             gather_progress: GATHER_PROGRESS,

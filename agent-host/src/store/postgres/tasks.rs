@@ -8,8 +8,7 @@ use async_trait::async_trait;
 use crate::error::{Error, Result};
 use crate::sdk::Task;
 use crate::store::{
-    Expected, PageKey, StoredTask, TaskPage, TaskQuery, TaskStore, Version, owner_of, state_name,
-    updated_at,
+    Expected, PageKey, StoredTask, TaskPage, TaskQuery, TaskStore, TaskWrite, Version, state_name,
 };
 use sagaplane_storage::postgres::{
     Cached, Migration, Postgres, RowWrite, ToSql, failed, to_i64, to_u64,
@@ -219,24 +218,19 @@ fn decode(body: &str) -> Result<Task> {
 #[async_trait]
 impl TaskStore for PostgresTaskStore {
     async fn put(&self, task: &Task, expected: Expected) -> Result<Version> {
-        let body = serde_json::to_string(task)
-            .map_err(|e| Error::store(format!("cannot encode task: {e}")))?;
-        let state = state_name(&task.status.state);
-        let owner = owner_of(task);
-        let updated_ms = updated_at(task).timestamp_millis();
-        let context_id = task.context_id.clone();
-        let owner = owner.map(str::to_owned);
+        let row = TaskWrite::of(task, expected)?;
+        let version = row.version_after();
         // Group-committed with the other writes waiting at this moment (`sagaplane_storage::postgres`): a
         // task is written by one manager at a time, so no two batches wait for its row.
         let text = |n: i64| Some(n.to_string());
         // The columns both statements take first, in their order.
         let mut values = vec![
-            Some(task.id.clone()),
-            Some(context_id),
-            Some(state.to_owned()),
-            owner,
-            text(updated_ms),
-            Some(body),
+            Some(row.id),
+            Some(row.context_id),
+            Some(row.state),
+            row.owner,
+            text(row.updated_ms),
+            Some(row.body),
         ];
         let sql = match expected {
             Expected::Absent => {
@@ -262,10 +256,7 @@ impl TaskStore for PostgresTaskStore {
                 task_id: task.id.clone(),
             });
         }
-        Ok(match expected {
-            Expected::Absent => 1,
-            Expected::Version(version) => version + 1,
-        })
+        Ok(version)
     }
 
     async fn read(&self, id: &str) -> Result<Option<StoredTask>> {

@@ -1,0 +1,361 @@
+use super::*;
+use crate::agent_message;
+use crate::sdk::Part;
+use crate::store::MemoryTaskStore;
+
+fn working_task(id: &str) -> Task {
+    Task {
+        id: id.into(),
+        context_id: format!("ctx-{id}"),
+        status: TaskStatus {
+            state: TaskState::Working,
+            message: None,
+            timestamp: None,
+        },
+        artifacts: None,
+        history: None,
+        metadata: None,
+    }
+}
+
+fn ledger(n: i64) -> Artifact {
+    Artifact {
+        artifact_id: "ledger".into(),
+        name: None,
+        description: None,
+        parts: vec![Part::data(serde_json::json!({"n": n}))],
+        metadata: None,
+        extensions: None,
+    }
+}
+
+fn said(text: &str) -> Option<Message> {
+    Some(agent_message(text.to_owned(), None))
+}
+
+fn texts(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| m.parts.iter().find_map(|p| p.as_text().map(str::to_owned)))
+        .collect()
+}
+
+/// The statuses, with the artifact `ledger` edited where it stands.
+async fn edit_ledger(
+    task: &TaskHandle,
+    edit: impl FnOnce(&mut Artifact) -> std::result::Result<(), String>,
+    statuses: Vec<(TaskState, Option<Message>)>,
+) -> Result<()> {
+    let change = |task: &mut Task| {
+        edit_artifact(task, "ledger", edit)?;
+        Ok(Some("ledger".to_owned()))
+    };
+    task.change_with_statuses(change, statuses).await
+}
+
+/// The events received so far, one line each.
+fn received(events: &mut Subscription) -> Vec<String> {
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        seen.push(match event {
+            StreamResponse::ArtifactUpdate(a) => {
+                let data: Vec<String> = a
+                    .artifact
+                    .parts
+                    .iter()
+                    .filter_map(|p| match &p.content {
+                        crate::sdk::PartContent::Data(v) => Some(v.to_string()),
+                        _ => None,
+                    })
+                    .collect();
+                format!("artifact {} {}", a.artifact.artifact_id, data.join(" "))
+            }
+            StreamResponse::StatusUpdate(s) => format!(
+                "{:?} {}",
+                s.status.state,
+                texts(s.status.message.as_slice()).join("")
+            ),
+            other => format!("{other:?}"),
+        });
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_watcher_of_the_end_gets_the_ending_status_alone_and_the_task_as_it_ended() {
+    let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+    let task = manager.create(working_task("t9")).await.unwrap();
+    let mut end = manager.watch("t9", Watch::End).unwrap();
+    task.set_statuses_with_artifact(
+        Some(ledger(1)),
+        vec![(TaskState::Working, said("s0: succeeded"))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        received(&mut end),
+        Vec::<String>::new(),
+        "progress is not built for it"
+    );
+    let mut every = manager.subscribe("t9").unwrap();
+    task.set_statuses_with_artifact(Some(ledger(2)), vec![(TaskState::Working, None)])
+        .await
+        .unwrap();
+    assert_eq!(
+        received(&mut every).len(),
+        2,
+        "a stream still gets every event"
+    );
+    drop(every);
+    task.set_statuses_with_artifact(Some(ledger(3)), vec![(TaskState::Completed, said("done"))])
+        .await
+        .unwrap();
+    // The progress seen while the stream watched, then the end alone.
+    assert_eq!(
+        received(&mut end).last().map(String::as_str),
+        Some("Completed done")
+    );
+    let ended = end.ended().get().cloned().expect("the task as it ended");
+    assert_eq!(ended.artifacts.unwrap(), [ledger(3)]);
+    assert_eq!(ended.status.state, TaskState::Completed);
+}
+
+#[tokio::test]
+async fn statuses_of_one_step_are_one_write_and_each_is_announced_in_order() {
+    let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+    let task = manager.create(working_task("t1")).await.unwrap();
+    let mut events = manager.subscribe("t1").unwrap();
+    task.set_statuses_with_artifact(
+        Some(ledger(1)),
+        vec![
+            (TaskState::Working, said("s0: succeeded")),
+            (TaskState::Completed, said("done")),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        received(&mut events),
+        [
+            r#"artifact ledger {"n":1}"#,
+            "Working s0: succeeded",
+            "Completed done"
+        ]
+    );
+    let stored = manager.store().get("t1").await.unwrap().unwrap();
+    assert_eq!(stored.status.state, TaskState::Completed);
+    assert_eq!(
+        texts(stored.history.as_deref().unwrap_or_default()),
+        ["s0: succeeded", "done"]
+    );
+    assert_eq!(stored.artifacts.unwrap(), [ledger(1)]);
+}
+
+#[tokio::test]
+async fn metadata_and_a_status_are_one_write_announced_as_the_task_then_the_status() {
+    let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+    let task = manager.create(working_task("t4")).await.unwrap();
+    let mut events = manager.subscribe("t4").unwrap();
+    let metadata = vec![
+        ("outcome".to_owned(), serde_json::json!("compensated")),
+        (
+            "executorState".to_owned(),
+            serde_json::json!("TASK_STATE_FAILED"),
+        ),
+    ];
+    let ended = task
+        .set_metadata_and_status(metadata, TaskState::Failed, said("unwound"))
+        .await
+        .unwrap();
+    let announced: Vec<StreamResponse> = std::iter::from_fn(|| events.try_recv().ok()).collect();
+    let [
+        StreamResponse::Task(edited),
+        StreamResponse::StatusUpdate(status),
+    ] = &announced[..]
+    else {
+        panic!("expected the task, then the status: {announced:?}");
+    };
+    // The task as the metadata left it, still at its earlier status.
+    assert_eq!(edited.status.state, TaskState::Working);
+    assert_eq!(edited.metadata, ended.metadata);
+    assert_eq!(status.status.state, TaskState::Failed);
+    let stored = manager.store().get("t4").await.unwrap().unwrap();
+    assert_eq!(stored.status.state, TaskState::Failed);
+    let members = stored.metadata.unwrap_or_default();
+    assert_eq!(
+        members.get("outcome"),
+        Some(&serde_json::json!("compensated"))
+    );
+    assert_eq!(
+        members.get("executorState"),
+        Some(&serde_json::json!("TASK_STATE_FAILED"))
+    );
+    assert_eq!(
+        texts(stored.history.as_deref().unwrap_or_default()),
+        ["unwound"]
+    );
+}
+
+#[tokio::test]
+async fn unwatched_updates_are_stored_the_same() {
+    let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+    let task = manager.create(working_task("t2")).await.unwrap();
+    for n in 0..3 {
+        task.set_statuses_with_artifact(
+            Some(ledger(n)),
+            vec![(TaskState::Working, said(&format!("step {n}")))],
+        )
+        .await
+        .unwrap();
+    }
+    let stored = manager.store().get("t2").await.unwrap().unwrap();
+    assert_eq!(
+        texts(stored.history.as_deref().unwrap_or_default()),
+        ["step 0", "step 1", "step 2"]
+    );
+    assert_eq!(stored.artifacts.unwrap(), [ledger(2)]);
+    let empty = task.set_statuses_with_artifact(None, Vec::new()).await;
+    assert!(empty.is_err());
+}
+
+#[tokio::test]
+async fn an_artifact_edited_in_place_is_stored_and_announced_as_edited() {
+    let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+    let task = manager.create(working_task("t3")).await.unwrap();
+    task.set_statuses_with_artifact(Some(ledger(1)), vec![(TaskState::Working, None)])
+        .await
+        .unwrap();
+    let mut events = manager.subscribe("t3").unwrap();
+    edit_ledger(
+        &task,
+        |artifact| {
+            artifact.parts = vec![Part::data(serde_json::json!({"n": 2}))];
+            Ok(())
+        },
+        vec![
+            (TaskState::Working, said("s1: started")),
+            (TaskState::Working, None),
+            (TaskState::InputRequired, said("approve?")),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        received(&mut events),
+        [
+            r#"artifact ledger {"n":2}"#,
+            "Working s1: started",
+            "Working ",
+            "InputRequired approve?"
+        ]
+    );
+    let stored = manager.store().get("t3").await.unwrap().unwrap();
+    assert_eq!(stored.artifacts.unwrap(), [ledger(2)]);
+    assert_eq!(
+        texts(stored.history.as_deref().unwrap_or_default()),
+        ["s1: started", "approve?"]
+    );
+    assert_eq!(texts(stored.status.message.as_slice()), ["approve?"]);
+}
+
+#[tokio::test]
+async fn an_edit_that_cannot_be_made_writes_nothing() {
+    let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+    let task = manager.create(working_task("t4")).await.unwrap();
+    let absent = edit_ledger(&task, |_| Ok(()), vec![(TaskState::Completed, None)]).await;
+    assert!(
+        absent
+            .unwrap_err()
+            .to_string()
+            .contains("no artifact ledger")
+    );
+    task.set_statuses_with_artifact(Some(ledger(1)), vec![(TaskState::Working, None)])
+        .await
+        .unwrap();
+    let refused = edit_ledger(
+        &task,
+        |_| Err("not a ledger".into()),
+        vec![(TaskState::Completed, said("done"))],
+    )
+    .await;
+    assert!(refused.unwrap_err().to_string().contains("not a ledger"));
+    let stored = manager.store().get("t4").await.unwrap().unwrap();
+    assert_eq!(stored.status.state, TaskState::Working);
+    assert_eq!(stored.artifacts.unwrap(), [ledger(1)]);
+    assert!(stored.history.unwrap_or_default().is_empty());
+}
+
+#[tokio::test]
+async fn a_task_written_elsewhere_meanwhile_is_read_again_when_its_work_resumes_here() {
+    let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::default());
+    let here = TaskManager::new(store.clone());
+    let elsewhere = TaskManager::new(store.clone());
+    for id in ["t6", "t7"] {
+        let task = here.create(working_task(id)).await.unwrap();
+        task.set_status(TaskState::Working, said("s0: done here"))
+            .await
+            .unwrap();
+        // Another process drives the task for a while (a replica that took it over).
+        elsewhere
+            .handle(id, &format!("ctx-{id}"))
+            .set_status(TaskState::Working, said("s1: done elsewhere"))
+            .await
+            .unwrap();
+    }
+
+    // Taken up again here: the next write builds on what the store holds.
+    here.resumed("t6", "ctx-t6")
+        .await
+        .set_status(TaskState::Completed, said("s2: done here again"))
+        .await
+        .unwrap();
+    let stored = store.get("t6").await.unwrap().unwrap();
+    assert_eq!(stored.status.state, TaskState::Completed);
+    assert_eq!(
+        texts(stored.history.as_deref().unwrap_or_default()),
+        ["s0: done here", "s1: done elsewhere", "s2: done here again"]
+    );
+
+    // Written from the copy this manager holds, the write is refused, not lost silently.
+    let stale = here
+        .handle("t7", "ctx-t7")
+        .set_status(TaskState::Completed, said("s2: stale"))
+        .await;
+    assert!(matches!(stale, Err(Error::Conflict { .. })), "{stale:?}");
+}
+
+#[tokio::test]
+async fn a_channel_goes_with_its_last_subscriber() {
+    let feed = Arc::new(InProcessFeed::new());
+    let manager = TaskManager::with_feed(Arc::new(MemoryTaskStore::default()), feed.clone());
+    let channels = |_: &TaskManager| feed.channels();
+    let task = manager.create(working_task("t4")).await.unwrap();
+    task.set_status(TaskState::Completed, said("done"))
+        .await
+        .unwrap();
+
+    // Subscribers of a task that is never written again (here: one that ended).
+    let first = manager.subscribe("t4").unwrap();
+    let second = manager.subscribe("t4").unwrap();
+    drop(first);
+    assert_eq!(channels(&manager), 1, "a subscriber is left");
+    drop(second);
+    assert_eq!(channels(&manager), 0);
+
+    // A subscription whose channel went with the task's last event leaves the newer
+    // channel, and its subscriber, alone.
+    let live = manager.create(working_task("t5")).await.unwrap();
+    let old = manager.subscribe("t5").unwrap();
+    live.set_status(TaskState::InputRequired, said("approve?"))
+        .await
+        .unwrap();
+    live.set_status(TaskState::Completed, said("done"))
+        .await
+        .unwrap();
+    let mut newer = manager.subscribe("t5").unwrap();
+    drop(old);
+    assert_eq!(channels(&manager), 1);
+    assert!(newer.try_recv().is_err());
+    drop(newer);
+    assert_eq!(channels(&manager), 0);
+}

@@ -1,0 +1,111 @@
+//! The journal's statements that write a saga's rows: each one statement, so that what
+//! it checks and what it writes are one step of the database.
+
+/// The fence: the saga's row locked at this epoch and owner, in the append's own
+/// statement. A claim locks that row `FOR UPDATE` first, so it waits for this append to
+/// commit, or this append waits for it and then finds another epoch. `KEY SHARE` is the
+/// weakest lock that a claim's `FOR UPDATE` still waits for; a renewal (a plain update of
+/// the lease) does not wait for it, nor it for a renewal: appends of many sagas and the
+/// renewal of all of them run at once without deadlocking. The appends of one batch
+/// share the statement (`RowWrite`: saga, body, epoch, owner), each fenced as if alone.
+pub(super) const APPEND: &str = "WITH r AS (
+         SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[])
+             WITH ORDINALITY AS r (saga_id, body, epoch, owner, n)
+     ), fenced AS (
+         SELECT r.n, r.saga_id, r.body FROM r
+         JOIN sagas ON sagas.saga_id = r.saga_id AND sagas.epoch = r.epoch::BIGINT
+                   AND sagas.owner = r.owner
+         FOR KEY SHARE OF sagas
+     ), written AS (
+         INSERT INTO entries (saga_id, body) SELECT saga_id, body FROM fenced ORDER BY n
+     )
+     SELECT n FROM fenced";
+
+/// The mandate's row, the first time a plan under it is accepted. An existing row is
+/// seen without waiting for a transaction that holds it (`ON CONFLICT` alone would wait).
+pub(super) const MANDATE_IF_NEW: &str = "INSERT INTO mandates
+         (principal_key, mandate_id, document_sha256, principal, currency, budget_minor, max_sagas)
+     SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::TEXT, $5::TEXT, $6::BIGINT, $7::BIGINT
+     WHERE NOT EXISTS (SELECT 1 FROM mandates WHERE principal_key = $1 AND mandate_id = $2)
+     ON CONFLICT DO NOTHING";
+
+/// A saga begun under a mandate, in one statement: the budget taken by a conditional
+/// update of the mandate's row (the rules of `mandates::refusal_for`, and no revocation),
+/// and the saga's rows written only if it was. Answers whether the budget was taken, and
+/// whether the mandate was revoked.
+pub(super) const BEGIN_UNDER_MANDATE: &str = "WITH revoked AS (
+         SELECT 1 FROM mandate_revocations WHERE principal_key = $8::TEXT AND mandate_id = $9::TEXT
+     ), taken AS (
+         UPDATE mandates SET used_minor = used_minor + $10::BIGINT, sagas = sagas + 1
+         WHERE principal_key = $8 AND mandate_id = $9 AND document_sha256 = $11::TEXT
+           AND $10 <= GREATEST($12::BIGINT - used_minor, 0)
+           AND ($13::BIGINT IS NULL OR sagas < $13)
+           AND NOT EXISTS (SELECT 1 FROM revoked)
+         RETURNING 1
+     ), reservation AS (
+         INSERT INTO mandate_reservations
+             (saga_id, principal_key, mandate_id, reserved_minor, spent_minor, at_ms)
+         SELECT $1::TEXT, $8, $9, $10, NULL, $4::BIGINT FROM taken
+     ), saga AS (
+         INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms, owner,
+                            epoch, lease_until_ms)
+         SELECT $1, $2::TEXT, $3::TEXT, $4, $5::BIGINT, $6::TEXT, 1, $7::BIGINT FROM taken
+         RETURNING saga_id
+     ), entry AS (
+         INSERT INTO entries (saga_id, body)
+         SELECT saga_id, $14::TEXT FROM saga WHERE $14 IS NOT NULL
+     )
+     SELECT EXISTS (SELECT 1 FROM taken), EXISTS (SELECT 1 FROM revoked)";
+
+/// A saga's end in one statement, all of it or none: under the fence of its row (saga
+/// `$1`, epoch `$2`, owner `$3`, as an append), and given `$task` what else it waits for
+/// (`go`: the task's write, `$go_if`), its last entries (`$4`, when there are any), its
+/// reservation settled at `$5` (the rules of `mandates::settle`: what it did not spend goes
+/// back to its mandate, whose row is written only then) and its finish mark at `$6`. Answers
+/// whether the fence held and whether it wrote.
+macro_rules! end_sql {
+    ($task:literal, $go_if:literal) => {
+        concat!(
+            "WITH fence AS (
+                 SELECT saga_id FROM sagas WHERE saga_id = $1 AND epoch = $2 AND owner = $3
+                 FOR KEY SHARE
+             ), ",
+            $task,
+            " go AS (
+                 SELECT 1 FROM fence WHERE ",
+            $go_if,
+            "), written AS (
+                 INSERT INTO entries (saga_id, body) SELECT $1, $4 FROM go WHERE $4::TEXT IS NOT NULL
+             ), settled AS (
+                 UPDATE mandate_reservations SET spent_minor = LEAST($5, reserved_minor)
+                 WHERE saga_id = $1 AND spent_minor IS NULL AND EXISTS (SELECT 1 FROM go)
+                 RETURNING principal_key, mandate_id, reserved_minor - spent_minor AS unspent
+             ), given_back AS (
+                 UPDATE mandates SET used_minor = used_minor - settled.unspent
+                 FROM settled
+                 WHERE mandates.principal_key = settled.principal_key
+                   AND mandates.mandate_id = settled.mandate_id AND settled.unspent > 0
+             ), finished AS (
+                 UPDATE sagas SET finished = TRUE, finished_ms = $6
+                 WHERE saga_id = $1 AND EXISTS (SELECT 1 FROM go)
+             )
+             SELECT EXISTS (SELECT 1 FROM fence), EXISTS (SELECT 1 FROM go)"
+        )
+    };
+}
+
+/// A saga's end with no task to write.
+pub(super) const END: &str = end_sql!("", "TRUE");
+
+/// A saga's end with its task's last write: task `$7` at version `$13`, the columns of
+/// the task store's row (`$8`-`$12`), written only under the fence; nothing is written
+/// unless it is.
+pub(super) const END_WITH_TASK: &str = end_sql!(
+    "task AS (
+         UPDATE tasks SET context_id = $8, state = $9, owner = $10, updated_ms = $11,
+                          body = $12, version = tasks.version + 1
+         WHERE id = $7 AND version = $13 AND EXISTS (SELECT 1 FROM fence)
+         RETURNING 1
+     ),",
+    "EXISTS (SELECT 1 FROM task)"
+);
