@@ -62,6 +62,22 @@ impl TaskStore for HeldStore {
     }
 }
 
+/// A new task, as the executor creates one for a plan.
+fn submitted(id: &str, context_id: &str) -> Task {
+    Task {
+        id: id.into(),
+        context_id: context_id.into(),
+        status: TaskStatus {
+            state: TaskState::Submitted,
+            message: None,
+            timestamp: None,
+        },
+        artifacts: None,
+        history: None,
+        metadata: None,
+    }
+}
+
 struct Fixture {
     store: Arc<HeldStore>,
     arrived: mpsc::UnboundedReceiver<()>,
@@ -79,21 +95,7 @@ impl Fixture {
             failing: AtomicU32::new(0),
         });
         let tasks = TaskManager::new(store.clone());
-        let task = tasks
-            .create(Task {
-                id: "task-1".into(),
-                context_id: "ctx-1".into(),
-                status: TaskStatus {
-                    state: TaskState::Submitted,
-                    message: None,
-                    timestamp: None,
-                },
-                artifacts: None,
-                history: None,
-                metadata: None,
-            })
-            .await
-            .unwrap();
+        let task = tasks.create(submitted("task-1", "ctx-1")).await.unwrap();
         let mut fixture = Self {
             store,
             arrived,
@@ -496,18 +498,7 @@ impl Beside {
         let header = crate::journal::conformance::header("sg");
         journal.begin(&header, &[]).await.unwrap();
         let task = TaskManager::new(Arc::new(store.clone()))
-            .create(Task {
-                id: header.task_id.clone(),
-                context_id: header.context_id.clone(),
-                status: TaskStatus {
-                    state: TaskState::Submitted,
-                    message: None,
-                    timestamp: None,
-                },
-                artifacts: None,
-                history: None,
-                metadata: None,
-            })
+            .create(submitted(&header.task_id, &header.context_id))
             .await
             .unwrap();
         Self {

@@ -652,6 +652,16 @@ impl Harness {
         timeout_ms: u64,
         max_running_sagas: usize,
     ) -> Self {
+        Self::start_gathering(faults, timeout_ms, max_running_sagas, GATHER_PROGRESS).await
+    }
+
+    /// `start_with`, a saga's progress gathering for `gather` before its task write.
+    pub async fn start_gathering(
+        faults: &[(&str, Fault)],
+        timeout_ms: u64,
+        max_running_sagas: usize,
+        gather: std::time::Duration,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let platform = SigningIdentity::from_seed([21; 32], Some("platform".into()));
         let planner = SigningIdentity::from_seed([22; 32], Some("planner".into()));
@@ -684,7 +694,7 @@ impl Harness {
             tasks_beside_journal: true,
             mcp: mcp.clone(),
             credentials,
-            gather_progress: GATHER_PROGRESS,
+            gather_progress: gather,
             max_running_sagas,
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             forwarding: None,
