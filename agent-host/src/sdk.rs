@@ -25,10 +25,13 @@ pub use a2a_client::jsonrpc::JsonRpcTransport;
 /// What reading a JSON-RPC answer by hand needs (`client/send_message.rs`).
 pub use a2a::{JsonRpcError, TypedDetail, error_code, errordetails, methods, reason_to_error_code};
 
-/// JSON-RPC 2.0 binding: `POST /`.
+/// JSON-RPC 2.0 binding: `POST /`. A `SendMessage` answer is written from the SDK's
+/// types with serde (`jsonrpc`); everything else is the SDK's handler.
 pub fn jsonrpc_router<H: RequestHandler>(handler: std::sync::Arc<H>) -> axum::Router {
-    a2a_server::jsonrpc::jsonrpc_router(handler)
+    jsonrpc::router(handler)
 }
+
+mod jsonrpc;
 
 /// HTTP+JSON binding: `/message:send`, `/tasks/{id}`, ….
 pub fn rest_router<H: RequestHandler>(handler: std::sync::Arc<H>) -> axum::Router {

@@ -1,0 +1,137 @@
+//! `SendMessage` over JSON-RPC, the call every plan and every saga step makes, answered
+//! from the SDK's types with serde. The SDK reads the request as it always does
+//! (`protojson_conv`, the same checks and refusals); only the answer skips the SDK's
+//! trip through protobuf and a `serde_json::Value` tree, which measured as the largest
+//! single cost of the executor's serving path (`protojson_conv::to_value`, about 9% of
+//! its CPU on the whole path). Our types' serde form is the wire's (the tests hold the
+//! two writings equal, numbers aside: the SDK writes every number in a data part as a
+//! double, serde as it is held). Any request this path does not take (another method,
+//! a version or an envelope the SDK refuses, parameters it cannot read) goes to the
+//! SDK's handler as it came, which answers it as before.
+
+use std::sync::Arc;
+
+use a2a::jsonrpc::{JsonRpcId, JsonRpcRequest, JsonRpcResponse};
+use a2a_pb::protojson_conv;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use tower::ServiceExt;
+
+use super::{RequestHandler, SendMessageRequest, SendMessageResponse, ServiceParams, methods};
+
+/// The SDK's router, with `SendMessage`'s answer written here.
+pub(super) fn router<H: RequestHandler>(handler: Arc<H>) -> Router {
+    let sdk = a2a_server::jsonrpc::jsonrpc_router(handler.clone());
+    Router::new().route(
+        "/",
+        axum::routing::post(move |request: Request| {
+            let (handler, sdk) = (handler.clone(), sdk.clone());
+            async move { serve(handler, sdk, request).await }
+        }),
+    )
+}
+
+async fn serve<H: RequestHandler>(handler: Arc<H>, sdk: Router, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    // The body's size was bounded before it got here (the host's limits).
+    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => bytes,
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    };
+    if let Some(answer) = send_message(handler.as_ref(), &parts.headers, &bytes).await {
+        return answer;
+    }
+    let request = Request::from_parts(parts, Body::from(bytes));
+    match sdk.oneshot(request).await {
+        Ok(response) => response,
+        Err(infallible) => match infallible {},
+    }
+}
+
+/// The answer to a `SendMessage` the SDK would take, or `None` for anything else.
+async fn send_message<H: RequestHandler>(
+    handler: &H,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Option<Response> {
+    let call: JsonRpcRequest = serde_json::from_slice(body).ok()?;
+    if call.jsonrpc != "2.0" || call.method != methods::SEND_MESSAGE || !supported(headers) {
+        return None;
+    }
+    let request: SendMessageRequest =
+        protojson_conv::from_value(call.params.unwrap_or(serde_json::Value::Null)).ok()?;
+    let answer = handler
+        .send_message(&service_params(headers), request)
+        .await;
+    Some(write(&call.id, answer))
+}
+
+/// Whether the SDK accepts the request's `A2A-Version` (major version 1; a request
+/// without one asks for 0.3, which it refuses).
+fn supported(headers: &HeaderMap) -> bool {
+    let requested = headers
+        .get("a2a-version")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("0.3");
+    requested.trim().split('.').next() == Some("1")
+}
+
+/// The request's headers as the SDK hands them to a handler.
+fn service_params(headers: &HeaderMap) -> ServiceParams {
+    let mut params = ServiceParams::new();
+    for (name, value) in headers {
+        if let Ok(value) = value.to_str() {
+            params
+                .entry(name.as_str().to_owned())
+                .or_default()
+                .push(value.to_owned());
+        }
+    }
+    params
+}
+
+/// A successful answer's envelope, in the SDK's member order.
+#[derive(Serialize)]
+struct Answered<'a> {
+    jsonrpc: &'static str,
+    id: &'a JsonRpcId,
+    result: &'a SendMessageResponse,
+}
+
+/// The JSON-RPC answer, as the SDK's handler writes it: HTTP 200 either way.
+fn write(id: &JsonRpcId, answer: Result<SendMessageResponse, a2a::A2AError>) -> Response {
+    let written = match &answer {
+        Ok(result) => serde_json::to_vec(&Answered {
+            jsonrpc: "2.0",
+            id,
+            result,
+        }),
+        Err(error) => serde_json::to_vec(&JsonRpcResponse::error(
+            id.clone(),
+            error.to_jsonrpc_error(),
+        )),
+    };
+    match written {
+        Ok(body) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response(),
+        Err(e) => {
+            let error = a2a::A2AError::internal(format!("cannot write the answer: {e}"));
+            let fallback = JsonRpcResponse::error(id.clone(), error.to_jsonrpc_error());
+            (StatusCode::OK, axum::Json(fallback)).into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
