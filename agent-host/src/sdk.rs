@@ -67,3 +67,21 @@ pub fn is_terminal(state: &TaskState) -> bool {
 pub fn is_interrupted(state: &TaskState) -> bool {
     matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
 }
+
+/// A JSON document with every number as a double: how the SDK's ProtoJSON carries the
+/// numbers of a data part (`google.protobuf.Value`), for tests that compare a writing of
+/// ours with the SDK's by value.
+#[cfg(test)]
+pub(crate) fn numbers_as_doubles(value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) => serde_json::json!(n.as_f64()),
+        Value::Array(items) => Value::Array(items.iter().map(numbers_as_doubles).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), numbers_as_doubles(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}

@@ -9,22 +9,8 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::sdk::numbers_as_doubles;
 use crate::sdk::{Artifact, Part, Role, TaskState, TaskStatus};
-
-/// The SDK's transport carries every JSON number as a double (`google.protobuf.Value`);
-/// compare numbers by value, not by representation.
-fn numbers_as_doubles(value: &Value) -> Value {
-    match value {
-        Value::Number(n) => json!(n.as_f64()),
-        Value::Array(items) => Value::Array(items.iter().map(numbers_as_doubles).collect()),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.clone(), numbers_as_doubles(v)))
-                .collect(),
-        ),
-        other => other.clone(),
-    }
-}
 
 fn request_with(data: Value, metadata: Value) -> SendMessageRequest {
     SendMessageRequest {

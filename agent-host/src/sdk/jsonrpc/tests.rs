@@ -10,27 +10,27 @@ use serde_json::{Value, json};
 use super::*;
 use crate::sdk::{
     A2AError, Artifact, Message, Part, Role, Task, TaskState, TaskStatus, error_code,
+    numbers_as_doubles,
 };
 
-/// `value` with numbers as doubles, and without the time an error's details carry (each
-/// writing stamps its own).
-fn numbers_as_doubles(value: &Value) -> Value {
+/// `value` with numbers as doubles (`numbers_as_doubles`), and without the time an
+/// error's details carry (each writing stamps its own).
+fn comparable(value: &Value) -> Value {
     match value {
         Value::Object(map) if map.contains_key("@type") => {
             let mut details = map.clone();
             if let Some(Value::Object(metadata)) = details.get_mut("metadata") {
                 metadata.remove("timestamp");
             }
-            Value::Object(details)
+            numbers_as_doubles(&Value::Object(details))
         }
-        Value::Number(n) => json!(n.as_f64()),
-        Value::Array(items) => Value::Array(items.iter().map(numbers_as_doubles).collect()),
+        Value::Array(items) => Value::Array(items.iter().map(comparable).collect()),
         Value::Object(map) => Value::Object(
             map.iter()
-                .map(|(k, v)| (k.clone(), numbers_as_doubles(v)))
+                .map(|(k, v)| (k.clone(), comparable(v)))
                 .collect(),
         ),
-        other => other.clone(),
+        other => numbers_as_doubles(other),
     }
 }
 
@@ -155,8 +155,8 @@ async fn a_task_a_message_and_a_refusal_are_written_as_the_sdk_writes_them() {
             let sdk = sdk_writes(id, answer);
             let ours = we_write(id, answer.clone()).await;
             assert_eq!(
-                numbers_as_doubles(&ours),
-                numbers_as_doubles(&sdk),
+                comparable(&ours),
+                comparable(&sdk),
                 "\nours {ours}\nsdk  {sdk}"
             );
         }
@@ -181,6 +181,6 @@ proptest! {
             .build()
             .unwrap()
             .block_on(we_write(&JsonRpcId::Number(1), answer));
-        prop_assert_eq!(numbers_as_doubles(&ours), numbers_as_doubles(&sdk));
+        prop_assert_eq!(comparable(&ours), comparable(&sdk));
     }
 }
