@@ -1,3 +1,8 @@
+//! The task lifecycle against a store in memory: a step's statuses, metadata and artifact in
+//! one write, each announced in order to whoever watches (the end alone to a watcher of the
+//! end), an edit that cannot be made writing nothing, a task written elsewhere read again,
+//! and a channel gone with its last subscriber.
+
 use super::*;
 use crate::agent_message;
 use crate::sdk::Part;

@@ -1,3 +1,6 @@
+//! The SQLite journal's own cases beside the conformance suite: headers and state files
+//! written by older releases read as before, and recovery's reads through their index.
+
 use super::*;
 
 #[test]
