@@ -91,6 +91,12 @@ pub enum Reply {
     /// replica), so that two processes never write the task at once. `Agent::run`
     /// follows. For a message that starts a task, the same as `Task`.
     Unrecorded,
+    /// Work on a new task that `Agent::run` creates with its first durable write: a
+    /// write of the agent's own that carries it (`TaskHandle::create_written_by`), or
+    /// any change of the task. The request is answered once the task exists; a run
+    /// that ends before it does answers the request with an error, and nothing was
+    /// promised. For a message that continues a task, the same as `Task`.
+    CreatedByRun,
     /// The message repeats one already handled: answer with that task, start nothing.
     Existing { task_id: String },
 }

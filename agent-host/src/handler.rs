@@ -84,7 +84,9 @@ impl<A: Agent> HostHandler<A> {
                 Some(task)
             }
         };
-        let record = match self.agent.accept(&ctx, &message, existing.as_ref()).await? {
+        let reply = self.agent.accept(&ctx, &message, existing.as_ref()).await?;
+        let created_by_run = matches!(reply, Reply::CreatedByRun);
+        let record = match reply {
             Reply::Message(reply) => return Ok(Started::Message(reply)),
             Reply::Existing { task_id } => {
                 // Subscribed before reading: a change after the read is then an event,
@@ -108,9 +110,11 @@ impl<A: Agent> HostHandler<A> {
                     events,
                 });
             }
-            Reply::Task => true,
+            Reply::Task | Reply::CreatedByRun => true,
             Reply::Unrecorded => false,
         };
+        // A task the agent's run creates: how the request hears that it was stored.
+        let mut prepared = None;
         let handle = match existing {
             Some(task) => {
                 let handle = self.tasks.handle(&task.id, &task.context_id);
@@ -150,9 +154,19 @@ impl<A: Agent> HostHandler<A> {
                         .into()
                     }),
                 };
-                cpu::measured(Phase::TaskCreation, self.tasks.create(task))
-                    .await
-                    .map_err(crate::Error::into_a2a)?
+                if created_by_run {
+                    let (handle, stored) = self
+                        .tasks
+                        .prepare(task.clone())
+                        .await
+                        .map_err(crate::Error::into_a2a)?;
+                    prepared = Some((task, stored));
+                    handle
+                } else {
+                    cpu::measured(Phase::TaskCreation, self.tasks.create(task))
+                        .await
+                        .map_err(crate::Error::into_a2a)?
+                }
             }
         };
         let events = self
@@ -161,12 +175,30 @@ impl<A: Agent> HostHandler<A> {
             .map_err(crate::Error::into_a2a)?;
         // The task as it stands before the agent starts: a stream begins with it, and every
         // change the agent makes then arrives as an event (the subscription is older).
-        let first = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
+        let first = match &prepared {
+            Some((task, _)) => task.clone(),
+            None => handle.snapshot().await.map_err(crate::Error::into_a2a)?,
+        };
         let agent = self.agent.clone();
         let run_handle = handle.clone();
-        let run = tokio::spawn(cpu::measured(Phase::Intake, async move {
+        let mut run = tokio::spawn(cpu::measured(Phase::Intake, async move {
             agent.run(ctx, run_handle, message).await
         }));
+        if let Some((_, mut stored)) = prepared {
+            // Answered once the task exists: a task id given out is a task stored.
+            // A run ends after its task's first write, whose announcement comes first.
+            let was_stored = tokio::select! {
+                biased;
+                heard = &mut stored => heard.is_ok(),
+                _ = &mut run => false,
+            };
+            if !was_stored {
+                self.tasks.drop_prepared(handle.id()).await;
+                return Err(A2AError::internal(
+                    "the work could not be recorded, and nothing was started; send the message again",
+                ));
+            }
+        }
         Ok(Started::Task {
             handle,
             first: Box::new(first),

@@ -20,8 +20,21 @@ mod shown;
 pub use feed::{Ended, InProcessFeed, Subscription, TaskFeed, Watch};
 pub(crate) use shown::Shown;
 
-/// The task as this manager last wrote it, with the version the store gave that write.
+/// The task as this manager last wrote it, with the version the store gave that write
+/// (`NOT_STORED` for a task prepared and not written yet).
 type WriteLock = Arc<tokio::sync::Mutex<Option<(Version, Task)>>>;
+
+/// The version of a task prepared (`TaskManager::prepare`) and not stored yet: its first
+/// write creates it.
+const NOT_STORED: Version = 0;
+
+/// What a write of a task held at `version` expects the store to hold.
+fn expecting(version: Version) -> Expected {
+    match version {
+        NOT_STORED => Expected::Absent,
+        version => Expected::Version(version),
+    }
+}
 
 /// Who makes a change's durable write: the task store, or another store's write that
 /// carries it in its own transaction (`TaskWrite`).
@@ -78,6 +91,8 @@ pub struct TaskManager {
     /// in between makes that one fail instead of being overwritten); `None` after a
     /// failed write (the next update reads the store).
     write_locks: Mutex<HashMap<String, WriteLock>>,
+    /// Who waits for each prepared task to be stored (the request that created it).
+    prepared: Mutex<HashMap<String, tokio::sync::oneshot::Sender<()>>>,
 }
 
 impl std::fmt::Debug for TaskManager {
@@ -98,6 +113,7 @@ impl TaskManager {
             store,
             feed,
             write_locks: Mutex::new(HashMap::new()),
+            prepared: Mutex::new(HashMap::new()),
         })
     }
 
@@ -143,6 +159,58 @@ impl TaskManager {
         Ok(self.handle(&task.id, &task.context_id))
     }
 
+    /// A new task held here and not stored: its first write creates it (a change, or a
+    /// write of the agent's own that carries it: `TaskHandle::create_written_by`). The
+    /// receiver hears when it is stored; until then the store has no such task, and
+    /// nobody else can read it.
+    pub async fn prepare(
+        self: &Arc<Self>,
+        task: Task,
+    ) -> Result<(TaskHandle, tokio::sync::oneshot::Receiver<()>)> {
+        let (stored, heard) = tokio::sync::oneshot::channel();
+        self.prepared
+            .lock()
+            .map_err(|_| Error::store("task locks poisoned"))?
+            .insert(task.id.clone(), stored);
+        let lock = self.write_lock(&task.id)?;
+        let handle = self.handle(&task.id, &task.context_id);
+        *lock.lock().await = Some((NOT_STORED, task));
+        Ok((handle, heard))
+    }
+
+    /// Drops a prepared task that was never stored (its agent's run ended first).
+    pub async fn drop_prepared(&self, task_id: &str) {
+        if let Ok(mut prepared) = self.prepared.lock() {
+            prepared.remove(task_id);
+        }
+        let Some(lock) = self
+            .write_locks
+            .lock()
+            .ok()
+            .and_then(|locks| locks.get(task_id).cloned())
+        else {
+            return;
+        };
+        let written = lock.lock().await;
+        if matches!(written.as_ref(), Some((NOT_STORED, _)))
+            && let Ok(mut locks) = self.write_locks.lock()
+        {
+            locks.remove(task_id);
+        }
+    }
+
+    /// A prepared task was stored: whoever waits for it hears so.
+    fn stored(&self, task_id: &str) {
+        let waiting = self
+            .prepared
+            .lock()
+            .ok()
+            .and_then(|mut prepared| prepared.remove(task_id));
+        if let Some(waiting) = waiting {
+            let _ = waiting.send(());
+        }
+    }
+
     /// A handle on an existing task, for an agent that resumes work (after a restart).
     pub fn handle(self: &Arc<Self>, task_id: &str, context_id: &str) -> TaskHandle {
         TaskHandle {
@@ -153,7 +221,8 @@ impl TaskManager {
     }
 
     /// A handle on a task this process starts to drive again, which another process may
-    /// have written since this one last did (a saga taken over by a replica, then back):
+    /// have written since this one last did (a saga taken over by a replica, then back;
+    /// or a task this process prepared, whose creating write landed with its answer lost):
     /// the copy held from this manager's last write is dropped, so the next write reads
     /// the store and expects the version there instead of conflicting with it.
     pub async fn resumed(self: &Arc<Self>, task_id: &str, context_id: &str) -> TaskHandle {
@@ -163,7 +232,12 @@ impl TaskManager {
             .ok()
             .and_then(|locks| locks.get(task_id).cloned());
         if let Some(lock) = held {
-            *lock.lock().await = None;
+            let mut written = lock.lock().await;
+            // Prepared here, and stored by a write whose answer was lost.
+            if matches!(written.as_ref(), Some((NOT_STORED, _))) {
+                self.stored(task_id);
+            }
+            *written = None;
         }
         self.handle(task_id, context_id)
     }
@@ -198,7 +272,13 @@ impl TaskManager {
     ) -> std::result::Result<T, P::Error> {
         let lock = self.write_lock(task_id)?;
         let mut written = lock.lock().await;
-        let (version, mut task) = match written.take() {
+        let held = written.take();
+        // A prepared task not stored is held again when its first write fails.
+        let unstored = held
+            .as_ref()
+            .filter(|(version, _)| *version == NOT_STORED)
+            .cloned();
+        let (version, mut task) = match held {
             Some(held) => held,
             None => self
                 .store
@@ -213,10 +293,23 @@ impl TaskManager {
             )))
             .into());
         }
-        change(&mut task).map_err(Error::Protocol)?;
-        let version = put
-            .put(self.store.as_ref(), &task, Expected::Version(version))
-            .await?;
+        change(&mut task).map_err(|e| {
+            *written = unstored.clone();
+            Error::Protocol(e)
+        })?;
+        let version = match put
+            .put(self.store.as_ref(), &task, expecting(version))
+            .await
+        {
+            Ok(version) => version,
+            Err(e) => {
+                *written = unstored;
+                return Err(e);
+            }
+        };
+        if unstored.is_some() {
+            self.stored(task_id);
+        }
         let last = is_terminal(&task.status.state);
         let answer = answer(&task);
         // Events are built only for someone listening. Checked after the write: whoever
@@ -356,6 +449,50 @@ impl TaskHandle {
         };
         self.change_status(change, statuses, false, |_| (), CarriedBy(write))
             .await
+    }
+
+    /// Stores the task, when it is prepared and not stored yet (`TaskManager::prepare`),
+    /// in the durable write `write` makes, which carries the task's creation
+    /// (`TaskWrite`) in its own transaction on the database the task store keeps its
+    /// tables in; a task stored already gives `write` nothing to carry. The task as
+    /// prepared is what it shows once stored: no event is announced. When `write` fails,
+    /// the task stays prepared.
+    pub async fn create_written_by<T, E, Fut>(
+        &self,
+        write: impl FnOnce(Option<TaskWrite>) -> Fut,
+    ) -> std::result::Result<T, E>
+    where
+        Fut: std::future::Future<Output = std::result::Result<T, E>>,
+        E: From<Error>,
+    {
+        let lock = self.manager.write_lock(&self.id)?;
+        let mut written = lock.lock().await;
+        let creation = match written.as_ref() {
+            Some((NOT_STORED, task)) => Some(TaskWrite::of(task, Expected::Absent)?),
+            _ => None,
+        };
+        let creates = creation.is_some();
+        let done = write(creation).await?;
+        if creates {
+            if let Some((version, _)) = written.as_mut() {
+                *version = 1;
+            }
+            self.manager.stored(&self.id);
+        }
+        Ok(done)
+    }
+
+    /// Stores the task with a write of its own, when it is prepared and not stored yet.
+    pub async fn create_if_prepared(&self) -> Result<()> {
+        let lock = self.manager.write_lock(&self.id)?;
+        let mut written = lock.lock().await;
+        if let Some((version, task)) = written.as_mut()
+            && *version == NOT_STORED
+        {
+            *version = self.manager.store.put(task, Expected::Absent).await?;
+            self.manager.stored(&self.id);
+        }
+        Ok(())
     }
 
     /// Applies `artifact` (which names the artifact it changed, if any) and the statuses

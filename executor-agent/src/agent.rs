@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::answers::{self, answer_of};
-use crate::driver::{Control, Driver, Start, begin};
+use crate::driver::{Control, Driver, Start, begin, begin_creating};
 use crate::error::{Error, Result};
 use crate::invoke::{A2aInvoker, Endpoint, Invoker, ToolInvoker};
 use crate::journal::{Claim, Epoch, JOURNAL_FORMAT, Journal, SagaHeader};
@@ -414,7 +414,7 @@ impl Agent for ExecutorAgent {
         // else gets a task of its own, which validation then refuses.
         let Ok(signer) = taken.signature.clone() else {
             ctx.accepted.keep(taken);
-            return Ok(Reply::Task);
+            return Ok(Reply::CreatedByRun);
         };
         if let Some(own) = self.config.planner_key_ids.get(&ctx.caller)
             && *own != signer
@@ -431,10 +431,11 @@ impl Agent for ExecutorAgent {
             .await
         {
             Ok(Admission::Existing { task_id, .. }) => Ok(Reply::Existing { task_id }),
+            // The task is created by the write that begins its saga, or answers its plan.
             admitted => {
                 taken.admitted = matches!(admitted, Ok(Admission::Admit));
                 ctx.accepted.keep(taken);
-                Ok(Reply::Task)
+                Ok(Reply::CreatedByRun)
             }
         }
     }

@@ -124,11 +124,23 @@ fn entries_of(event: Event, commands: &[Command]) -> Vec<Entry> {
 pub async fn begin(
     journal: &dyn Journal,
     header: &SagaHeader,
+    saga: Saga,
+) -> Result<(Saga, Start)> {
+    begin_creating(journal, header, saga, None).await
+}
+
+/// `begin`, the same write creating the saga's task when given (`SagaLog::begin_creating`).
+pub async fn begin_creating(
+    journal: &dyn Journal,
+    header: &SagaHeader,
     mut saga: Saga,
+    task: Option<&agent_host::store::TaskWrite>,
 ) -> Result<(Saga, Start)> {
     let start = Event::Start { now_ms: now_ms() };
     let commands = saga.step(start.clone());
-    let epoch = journal.begin(header, &entries_of(start, &commands)).await?;
+    let epoch = journal
+        .begin_creating(header, &entries_of(start, &commands), task)
+        .await?;
     Ok((saga, Start::Begun(commands, epoch)))
 }
 

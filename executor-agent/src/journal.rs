@@ -96,7 +96,20 @@ pub trait SagaLog: Send + Sync + 'static {
     /// also reserves the plan's worst case against its mandate (`Error::Mandate` when the
     /// mandate cannot cover it, or was revoked: nothing is then written), claimed by this
     /// journal's owner. Durable when it returns; the saga's first epoch.
-    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<Epoch>;
+    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<Epoch> {
+        self.begin_creating(header, first, None).await
+    }
+    /// `begin`, carrying the creation of the saga's task (`Expected::Absent`) in the same
+    /// write, all of it or none, when given: a journal keeping its tables in the task
+    /// store's database writes it (`ExecutorConfig::tasks_beside_journal`). A task that
+    /// exists already refuses it, and nothing is written (a task id is new, so that is a
+    /// defect: SQLite says `agent_host::Error::Conflict`, PostgreSQL its unique key).
+    async fn begin_creating(
+        &self,
+        header: &SagaHeader,
+        first: &[Entry],
+        task: Option<&agent_host::store::TaskWrite>,
+    ) -> Result<Epoch>;
     /// Appends entries, in order, as one durable write: all of them or none, under
     /// `epoch` (`Error::Fenced`, and nothing written, when the saga was claimed since).
     /// Durable when it returns; concurrent appends share an fsync.

@@ -1,6 +1,6 @@
-//! What a saga costs in durable writes on the executor's state file: its task's creation,
-//! its begin, one write per step after the first, and its end (which carries the last
-//! step, the finish mark and the task's last state). Counted on the state file's commits,
+//! What a saga costs in durable writes on the executor's state file: its begin (which
+//! creates its task), one write per step after the first, and its end (which carries the
+//! last step, the finish mark and the task's last state). Counted on the state file's commits,
 //! which are the process's: this file runs one saga in a process of its own.
 
 mod common;
@@ -12,7 +12,7 @@ use executor_agent::state::STATE_FILE_NAME;
 use sagaplane_storage::sqlite::commits;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_six_step_saga_alone_makes_eight_durable_writes() {
+async fn a_six_step_saga_alone_makes_seven_durable_writes() {
     // Progress gathers for a minute, longer than the saga lives however slow the machine:
     // none of it is written before the end carries it.
     let setup = Harness::start_gathering(
@@ -26,8 +26,8 @@ async fn a_six_step_saga_alone_makes_eight_durable_writes() {
     let expires = chrono::Utc::now() + chrono::Duration::hours(1);
     let task = setup.send(plan_as(&setup, "sg_alone", expires), None).await;
     assert_eq!(task.status.state, TaskState::Completed);
-    // The task's creation, the begin (with the first call's intent and the mandate's
+    // The begin (the task's creation, the first call's intent and the mandate's
     // reservation), five appends (a step's result with the next call's intent), and the
     // end (the sixth result, the finish mark, the settlement and the task's last state).
-    assert_eq!(commits(STATE_FILE_NAME) - before, 8);
+    assert_eq!(commits(STATE_FILE_NAME) - before, 7);
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_host::sdk::{Task, TaskState};
+use agent_host::store::TaskStore;
 use agent_host::{Agent, AgentClient, SqliteTaskStore, TaskManager};
 use common::*;
 use executor_agent::agent::{Executor, ExecutorAgent, ExecutorConfig};
@@ -346,30 +347,42 @@ async fn a_plan_left_waiting_at_a_stop_is_taken_in_at_the_next_start() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancel_while_the_saga_is_being_begun_waits_for_it_and_unwinds_it() {
+async fn a_plans_task_is_given_out_only_once_its_begin_is_durable_and_a_cancel_then_unwinds_it() {
     let setup = Harness::start(&[]).await;
     setup.journal.hold_begins();
-    let task = send_now(&setup, plan(&setup, "sg_canceled_early")).await;
-    setup.journal.begin_reached.notified().await;
-
-    let cancel = {
-        let (client, id) = (AgentClient::new(&setup.url).unwrap(), task.id.clone());
-        let planner = setup.as_planner();
-        tokio::spawn(async move { client.cancel_task(&planner, &id).await })
+    let sending = {
+        let plan = plan(&setup, "sg_canceled_early");
+        let (client, planner) = (AgentClient::new(&setup.url).unwrap(), setup.as_planner());
+        let request = answered_at_once(data_message(plan, None));
+        tokio::spawn(async move { client.send(&planner, &request).await })
     };
-    let mut waiting = setup.executor.taking_in().watch_cancels_waiting();
-    tokio::time::timeout(WAIT, waiting.wait_for(|n| *n == 1))
+    setup.journal.begin_reached.notified().await;
+    // The begin carries the task's creation: until it is durable there is no task, and
+    // the request that sent the plan is not answered (a task id given out is a task
+    // stored).
+    let store = SqliteTaskStore::on(&setup.db).unwrap();
+    let listed = store
+        .list(&agent_host::store::TaskQuery {
+            limit: 10,
+            ..Default::default()
+        })
         .await
-        .expect("the cancel waits for the saga being begun")
         .unwrap();
-    assert_eq!(
-        task_of(&setup, &task.id).await.status.state,
-        TaskState::Submitted,
-        "not canceled while its saga is about to run"
-    );
+    assert_eq!(listed.total, 0, "no task before its begin is durable");
+    assert!(!sending.is_finished(), "the request waits for the begin");
     setup.journal.begin_release.notify_one();
+    let task = match sending.await.unwrap() {
+        Ok(agent_host::sdk::SendMessageResponse::Task(task)) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    assert_eq!(task.status.state, TaskState::Submitted);
+    assert!(store.get(&task.id).await.unwrap().is_some(), "stored");
 
-    let canceled = cancel.await.unwrap().unwrap();
+    let canceled = AgentClient::new(&setup.url)
+        .unwrap()
+        .cancel_task(&setup.as_planner(), &task.id)
+        .await
+        .unwrap();
     assert_eq!(
         canceled.status.state,
         TaskState::Canceled,

@@ -302,7 +302,23 @@ impl Executor {
             plan: plan.plan.clone(),
             spec: spec.clone(),
         };
-        match begin(self.config.journal.as_ref(), &header, Saga::new(spec)).await {
+        let journal = self.config.journal.as_ref();
+        let saga = Saga::new(spec);
+        // The task's creation rides with the begin (the request that sent the plan is
+        // answered once both are durable); a task store of its own is written first.
+        let begun = if self.config.tasks_beside_journal {
+            let header = &header;
+            task.create_written_by(|creation| async move {
+                begin_creating(journal, header, saga, creation.as_ref()).await
+            })
+            .await
+        } else {
+            match task.create_if_prepared().await {
+                Ok(()) => begin(journal, &header, saga).await,
+                Err(e) => Err(e.into()),
+            }
+        };
+        match begun {
             // The saga's id goes on its task with the first report, in the same write (a
             // write of its own before it cost every saga one more durable task write).
             Ok((saga, start)) => Ok(Some(Begun {

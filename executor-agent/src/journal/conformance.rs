@@ -156,6 +156,68 @@ pub async fn an_end_is_one_write_fenced_like_an_append(first: &dyn Journal, seco
     assert!(second.unfinished().await.unwrap().contains(&"taken".into()));
 }
 
+/// A journal keeping its tables beside `tasks`: a saga's begin carries its task's
+/// creation, and both land or neither does.
+pub async fn a_begin_creates_its_task_all_or_nothing(
+    journal: &dyn Journal,
+    tasks: &dyn agent_host::TaskStore,
+) {
+    use agent_host::sdk::{Task, TaskState, TaskStatus};
+    use agent_host::store::{Expected, TaskWrite};
+    let task = |saga_id: &str| Task {
+        id: format!("task-{saga_id}"),
+        context_id: format!("ctx-{saga_id}"),
+        status: TaskStatus {
+            state: TaskState::Submitted,
+            message: None,
+            timestamp: Some(chrono::Utc::now()),
+        },
+        artifacts: None,
+        history: None,
+        metadata: None,
+    };
+    let creation = |saga_id: &str| TaskWrite::of(&task(saga_id), Expected::Absent).unwrap();
+    let stored = async |saga_id: &str| {
+        tasks
+            .read(&format!("task-{saga_id}"))
+            .await
+            .unwrap()
+            .map(|stored| (stored.task.status.state, stored.version))
+    };
+    // Both land.
+    let epoch = journal
+        .begin_creating(&header("created"), &[event(0)], Some(&creation("created")))
+        .await
+        .unwrap();
+    assert_eq!(epoch, 1);
+    assert_eq!(stored("created").await, Some((TaskState::Submitted, 1)));
+    assert_eq!(
+        journal.load("created").await.unwrap().unwrap().1,
+        [event(0)]
+    );
+    // A task that exists already (never a fresh task id): the saga is not begun.
+    let mut existing = task("exists");
+    existing.status.state = TaskState::Working;
+    tasks.put(&existing, Expected::Absent).await.unwrap();
+    let refused = journal
+        .begin_creating(&header("exists"), &[event(0)], Some(&creation("exists")))
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(journal.header("exists").await.unwrap(), None);
+    assert_eq!(stored("exists").await, Some((TaskState::Working, 1)));
+    // A begin its mandate refuses (a budget of 100 cannot hold 500): no task either.
+    let refused = journal
+        .begin_creating(
+            &under_mandate("over", 500),
+            &[event(0)],
+            Some(&creation("over")),
+        )
+        .await;
+    assert!(matches!(refused, Err(Error::Mandate(_))), "{refused:?}");
+    assert_eq!(journal.header("over").await.unwrap(), None);
+    assert_eq!(stored("over").await, None);
+}
+
 /// A journal keeping its tables beside `tasks` (one state file, one database): a saga's
 /// end carries its task's last write, and both land or neither does.
 pub async fn an_end_carries_its_tasks_last_write_all_or_nothing(
@@ -551,18 +613,19 @@ async fn the_sqlite_journal_conforms() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sqlite_journal_carries_a_tasks_last_write_beside_it() {
+async fn the_sqlite_journal_carries_its_tasks_first_and_last_writes() {
     let dir = tempfile::tempdir().unwrap();
     let db =
         sagaplane_storage::sqlite::Database::open(&dir.path().join("state.db"), "state").unwrap();
     let journal = super::SqliteJournal::on(&db).unwrap().with_lease(LEASE);
     let tasks = agent_host::SqliteTaskStore::on(&db).unwrap();
+    a_begin_creates_its_task_all_or_nothing(&journal, &tasks).await;
     an_end_carries_its_tasks_last_write_all_or_nothing(&journal, &journal.as_other_owner(), &tasks)
         .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_postgres_journal_carries_a_tasks_last_write_beside_it() {
+async fn the_postgres_journal_carries_its_tasks_first_and_last_writes() {
     use sagaplane_storage::postgres::{Postgres, testing};
     let Some(url) = testing::scratch_database("postgres_end_carries_task").await else {
         return;
@@ -575,6 +638,7 @@ async fn the_postgres_journal_carries_a_tasks_last_write_beside_it() {
     let tasks = agent_host::store::postgres::PostgresTaskStore::on(&db)
         .await
         .unwrap();
+    a_begin_creates_its_task_all_or_nothing(&journal, &tasks).await;
     an_end_carries_its_tasks_last_write_all_or_nothing(&journal, &journal.as_other_owner(), &tasks)
         .await;
 }

@@ -87,7 +87,18 @@ impl MemoryJournal {
 
 #[async_trait]
 impl SagaLog for MemoryJournal {
-    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<Epoch> {
+    async fn begin_creating(
+        &self,
+        header: &SagaHeader,
+        first: &[Entry],
+        task: Option<&agent_host::store::TaskWrite>,
+    ) -> Result<Epoch> {
+        if task.is_some() {
+            return Err(Error::Journal(
+                "a journal in memory keeps no tasks: create the saga's task with the task store"
+                    .into(),
+            ));
+        }
         let now_ms = chrono::Utc::now().timestamp_millis();
         let mut state = sync::lock(&self.state);
         if state.sagas.contains_key(&header.saga_id) {

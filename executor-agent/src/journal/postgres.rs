@@ -21,7 +21,7 @@ use crate::saga::spec::MandateHold;
 
 mod sql;
 use agent_host::store::{Expected, TaskWrite};
-use sql::{APPEND, BEGIN_UNDER_MANDATE, END, END_WITH_TASK, MANDATE_IF_NEW};
+use sql::{APPEND, BEGIN_UNDER_MANDATE, CREATE_TASK, END, END_WITH_TASK, MANDATE_IF_NEW};
 
 /// The journal's schema in PostgreSQL, in order; the count is its version.
 const MIGRATIONS: &[Migration] = &[
@@ -195,12 +195,41 @@ fn store(what: &str) -> impl Fn(DriverError) -> Error + '_ {
 
 #[async_trait]
 impl SagaLog for PostgresJournal {
-    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<Epoch> {
+    async fn begin_creating(
+        &self,
+        header: &SagaHeader,
+        first: &[Entry],
+        task: Option<&TaskWrite>,
+    ) -> Result<Epoch> {
         let body = encode(header)?;
         let first = if first.is_empty() {
             None
         } else {
             Some(encode(&first)?)
+        };
+        if let Some(task) = task
+            && task.expected != Expected::Absent
+        {
+            return Err(Error::Journal(
+                "a saga's begin creates its task, which exists already".into(),
+            ));
+        }
+        let create_task = |at_ms: i64| {
+            task.map(|task| Statement {
+                sql: CREATE_TASK,
+                params: vec![
+                    Box::new(task.id.clone()),
+                    Box::new(task.context_id.clone()),
+                    Box::new(task.state.clone()),
+                    Box::new(task.owner.clone()),
+                    Box::new(task.updated_ms),
+                    Box::new(task.body.clone()),
+                    Box::new(self.owner.clone()),
+                    Box::new(self.lease_until(at_ms)),
+                    Box::new(header.saga_id.clone()),
+                ],
+                returns_rows: false,
+            })
         };
         let Some(hold) = &header.spec.mandate else {
             let at_ms = chrono::Utc::now().timestamp_millis();
@@ -218,6 +247,7 @@ impl SagaLog for PostgresJournal {
                     returns_rows: false,
                 });
             }
+            statements.extend(create_task(at_ms));
             self.db.write_together(None, statements).await?;
             return Ok(1);
         };
@@ -247,13 +277,15 @@ impl SagaLog for PostgresJournal {
                 params,
                 returns_rows: true,
             });
+            let begin_at = statements.len() - 1;
+            statements.extend(create_task(at_ms));
             // The plans accepted under one mandate at one moment share a transaction of
             // their own: its row is locked once for all of them (`batch.rs`).
             let done = self
                 .db
                 .write_together(Some(mandate_group(hold)), statements)
                 .await?;
-            let Some(Done::Rows(rows)) = done.last() else {
+            let Some(Done::Rows(rows)) = done.get(begin_at) else {
                 return Err(Error::Journal("a begin answered no row".into()));
             };
             let Some(row) = rows.first() else {

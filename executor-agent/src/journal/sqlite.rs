@@ -34,6 +34,10 @@ enum Write {
         refused: Arc<Mutex<Option<Violation>>>,
         owner: Arc<str>,
         lease_until_ms: i64,
+        /// The saga's task, created with it.
+        task: Option<TaskWrite>,
+        /// Set when the task exists already (then nothing was written).
+        task_exists: Arc<AtomicBool>,
     },
     /// The entries of one append, as one row: a JSON array, under `owner` at `epoch`.
     Append {
@@ -126,10 +130,22 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
             refused,
             owner,
             lease_until_ms,
+            task,
+            task_exists,
         } => {
             // Run again alone when a write it shared a transaction with failed: what the
             // last run found is what holds.
             *sync::lock(refused) = None;
+            let exists = match task {
+                Some(task) => tx
+                    .prepare_cached("SELECT 1 FROM tasks WHERE id = ?1")?
+                    .exists([&task.id])?,
+                None => false,
+            };
+            task_exists.store(exists, Ordering::SeqCst);
+            if exists {
+                return Ok(());
+            }
             // A saga begun already keeps its reservation; the insert below then fails.
             let begun = tx
                 .prepare_cached("SELECT 1 FROM sagas WHERE saga_id = ?1")?
@@ -157,6 +173,10 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
                 owner.as_ref(),
                 lease_until_ms
             ])?;
+            if let Some(task) = task {
+                // Absent, as read above: one writer, and this transaction.
+                agent_host::store::write_task_sqlite(tx, task)?;
+            }
             match first {
                 Some(first) => tx
                     .prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
@@ -495,9 +515,15 @@ fn decode<T: for<'de> Deserialize<'de>>(text: &str) -> rusqlite::Result<T> {
 
 #[async_trait]
 impl SagaLog for SqliteJournal {
-    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<Epoch> {
+    async fn begin_creating(
+        &self,
+        header: &SagaHeader,
+        first: &[Entry],
+        task: Option<&TaskWrite>,
+    ) -> Result<Epoch> {
         let body = encode(header)?;
         let at_ms = chrono::Utc::now().timestamp_millis();
+        let task_exists = Arc::new(AtomicBool::new(false));
         let first = if first.is_empty() {
             None
         } else {
@@ -514,8 +540,15 @@ impl SagaLog for SqliteJournal {
             refused: refused.clone(),
             owner: self.owner.clone(),
             lease_until_ms: self.lease_until(at_ms),
+            task: task.cloned(),
+            task_exists: task_exists.clone(),
         })
         .await?;
+        if task_exists.load(Ordering::SeqCst) {
+            return Err(Error::Storage(agent_host::Error::Conflict {
+                task_id: task.map(|t| t.id.clone()).unwrap_or_default(),
+            }));
+        }
         match sync::lock(&refused).take() {
             Some(violation) => Err(Error::Mandate(violation)),
             None => Ok(1),

@@ -13,6 +13,7 @@ use super::{
     Claim, Ending, Entry, Epoch, Forgettable, Headers, Journal, Ownership, SagaHeader, SagaLog,
 };
 use crate::error::Result;
+use agent_host::store::TaskWrite;
 
 /// One method of the journal, as a wrapper sees it.
 #[derive(Debug, Clone, Copy)]
@@ -20,6 +21,7 @@ pub enum Call<'a> {
     Begin {
         header: &'a SagaHeader,
         first: &'a [Entry],
+        task: Option<&'a TaskWrite>,
     },
     Append {
         saga_id: &'a str,
@@ -105,10 +107,22 @@ impl<J, A> std::ops::Deref for Wrapped<J, A> {
 
 #[async_trait]
 impl<J: Journal, A: Around> SagaLog for Wrapped<J, A> {
-    async fn begin(&self, header: &SagaHeader, first: &[Entry]) -> Result<Epoch> {
-        let call = self.inner.begin(header, first);
+    async fn begin_creating(
+        &self,
+        header: &SagaHeader,
+        first: &[Entry],
+        task: Option<&TaskWrite>,
+    ) -> Result<Epoch> {
+        let call = self.inner.begin_creating(header, first, task);
         self.around
-            .around(Call::Begin { header, first }, call)
+            .around(
+                Call::Begin {
+                    header,
+                    first,
+                    task,
+                },
+                call,
+            )
             .await
     }
 
