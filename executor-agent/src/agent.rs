@@ -48,7 +48,7 @@ mod resume;
 mod retention;
 mod running;
 
-use admission::{Admission, Asking, TakenPlan};
+use admission::{Admission, TakenPlan};
 use forwarded::Forwarded;
 pub use running::RevocationHeard;
 use running::{Driven, Live, NOT_DRIVEN_HERE};
@@ -89,11 +89,6 @@ pub struct ExecutorConfig {
     /// Where cancels and answers for sagas driven by another replica go (replicas on one
     /// PostgreSQL database); `None` for an executor alone on its state file.
     pub forwarding: Option<Arc<crate::forwarding::Forwarding>>,
-    /// The task store replicas share, whose submitted tasks this replica holds until
-    /// their saga begins (`PostgresTaskStore::held_by`): renewed with the sagas' leases,
-    /// and those of a replica that stopped taken in here (`take_in_lapsed`). `None` for
-    /// an executor alone on its state file.
-    pub held_tasks: Option<agent_host::store::postgres::PostgresTaskStore>,
     /// Where saga spans go (`--otlp-endpoint`); `None` sends none, and wraps nothing.
     pub traces: Option<Arc<crate::telemetry::Traces>>,
     /// Cancelled to stop: every driver then waits for the call it has out, journals the
@@ -426,10 +421,7 @@ impl Agent for ExecutorAgent {
         }
         // The same plan sent again: its task (begun, or waiting for a slot). A conflict,
         // or a journal that cannot be read now, is answered on a task of its own.
-        match self
-            .admission(&taken.saga_id, &taken.plan, Asking::Untasked)
-            .await
-        {
+        match self.admission(&taken.saga_id, &taken.plan).await {
             Ok(Admission::Existing { task_id, .. }) => Ok(Reply::Existing { task_id }),
             // The task is created by the write that begins its saga, or answers its plan.
             admitted => {
@@ -523,7 +515,7 @@ impl Executor {
         // A plan still waiting for a slot has done nothing: it is dropped, not unwound.
         // One being begun is canceled once its saga is live, below.
         if self.taking_in.cancel(task.id()).await {
-            let text = "canceled while it waited for a saga slot: nothing ran";
+            let text = "canceled before its saga was journaled: nothing ran";
             return Some(canceled_with(text).await);
         }
         let (control, mut stops) = match self.driven(task).await {

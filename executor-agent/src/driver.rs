@@ -106,6 +106,10 @@ pub enum Start {
     Begun(Vec<Command>, Epoch),
     /// Rebuilt from the journal after a restart, and claimed.
     Resumed(Box<Recovered>, Epoch),
+    /// Journaled by its accepting write with no entries (`SagaLog::begin_creating`), while
+    /// every slot was taken: it starts once it gets one, in the line of new plans. A
+    /// cancel or a revocation meanwhile ends it where it stands, having made no call.
+    Accepted(Epoch),
 }
 
 /// The entries an event and the commands it led to are journaled as.
@@ -170,7 +174,7 @@ impl Driver {
             self.stop.clone(),
         );
         let epoch = match &start {
-            Start::Begun(_, epoch) | Start::Resumed(_, epoch) => *epoch,
+            Start::Begun(_, epoch) | Start::Resumed(_, epoch) | Start::Accepted(epoch) => *epoch,
         };
         let driven = self.drive(saga, start).await;
         if stop.is_cancelled()
@@ -193,7 +197,14 @@ impl Driver {
             stop,
             mut slot,
         } = self;
-        if !slot.is_held() {
+        // A saga not started takes its slot in the loop below, where a cancel still
+        // reaches it.
+        let not_started = match &start {
+            Start::Accepted(_) => true,
+            Start::Resumed(recovered, _) => recovered.saga.phase == Phase::NotStarted,
+            Start::Begun(..) => false,
+        };
+        if !slot.is_held() && !not_started {
             tokio::select! {
                 biased;
                 () = stop.cancelled() => return Ok(saga.phase),
@@ -205,7 +216,7 @@ impl Driver {
         // The saga's calls and timers; each ends with the event it brings back.
         let mut running = JoinSet::new();
         let epoch = match &start {
-            Start::Begun(_, epoch) | Start::Resumed(_, epoch) => *epoch,
+            Start::Begun(_, epoch) | Start::Resumed(_, epoch) | Start::Accepted(epoch) => *epoch,
         };
         let ctx = Ctx {
             epoch,
@@ -218,6 +229,7 @@ impl Driver {
         // The call made and not answered yet, as the engine names it.
         let mut out: Option<(Target, u32)> = None;
         match start {
+            Start::Accepted(_) => {}
             Start::Begun(commands, _) if ends(&commands) => {
                 return ctx.end(&saga, &[], commands, reporter.as_ref()).await;
             }
@@ -308,11 +320,17 @@ impl Driver {
                         Event::MandateRevoked { now_ms: now_ms() }
                     }
                 },
+                // Accepted and not started: it starts once it has a slot, journaling its
+                // start with its first call's intent.
+                () = slot.take_to_start(), if saga.phase == Phase::NotStarted && !stopping => {
+                    Event::Start { now_ms: now_ms() }
+                }
                 else => return Ok(saga.phase),
             };
             // Back from a pause: the saga acts again once it has a slot. A stop meanwhile
-            // journals the event without acting on it, as any event after a stop.
-            if !stopping && !slot.is_held() {
+            // journals the event without acting on it, as any event after a stop. A saga not
+            // started (a cancel before its start) makes no call, and needs none.
+            if !stopping && !slot.is_held() && saga.phase != Phase::NotStarted {
                 tokio::select! {
                     biased;
                     () = &mut stop => stopping = true,

@@ -353,17 +353,11 @@ async fn main() -> anyhow::Result<()> {
         args.serving.max_concurrent_requests,
     )
     .await?;
-    let (resumed, taken_in) = service.executor.recover().await?;
+    let resumed = service.executor.recover().await?;
     if resumed > 0 {
         tracing::info!(
             sagas = resumed,
             "resuming unfinished sagas from the journal"
-        );
-    }
-    if taken_in > 0 {
-        tracing::info!(
-            tasks = taken_in,
-            "taking in again plans whose tasks were created just before the executor stopped"
         );
     }
     tokio::spawn(agent_host::process::shutdown_on_signal(shutdown.clone()));
@@ -426,7 +420,6 @@ async fn keep_leases(
             async move {
                 let now = chrono::Utc::now().timestamp_millis();
                 executor.take_over_lapsed(now).await?;
-                executor.take_in_lapsed(now).await?;
                 // Requests left for the sagas driven here: for those just taken over,
                 // and any whose announcement was missed.
                 executor.carry_out_open().await.map(|_| ())

@@ -22,8 +22,9 @@ pub struct Recovered {
     /// (journal the intent first, as always).
     pub to_invoke: Vec<Invocation>,
     /// Events to feed the engine now: `InFlightLost` for calls journaled as made but never
-    /// answered (it repeats idempotent ones with the same key and escalates the others),
-    /// or `Start` for a saga whose start was never journaled.
+    /// answered (it repeats idempotent ones with the same key and escalates the others).
+    /// A saga whose start was never journaled (accepted, waiting for a slot) is started
+    /// by its driver once it has a slot.
     pub lost: Vec<Event>,
     /// Timers to arm again, with their deadlines (ms since the epoch).
     pub timers: Vec<(Timer, i64)>,
@@ -139,9 +140,6 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Result<Recovere
         // Stepped first: the engine stops the saga, and nothing below is acted on (a call
         // lost in flight is then no longer out; timers find the saga paused).
         lost.push(diverged);
-    }
-    if saga.phase == crate::saga::model::Phase::NotStarted {
-        lost.push(Event::Start { now_ms });
     }
     if let Some((target, attempt)) = saga.in_flight() {
         if intents.contains_key(&(target, attempt)) {

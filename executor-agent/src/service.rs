@@ -108,7 +108,6 @@ struct Stores {
     tasks: Arc<TaskManager>,
     mandates: MandateBook,
     forwarding: Option<Arc<Forwarding>>,
-    held_tasks: Option<PostgresTaskStore>,
 }
 
 /// `journal`, pausing after `pause_after` durable writes when that is set (crash tests).
@@ -137,17 +136,12 @@ async fn open_stores(
                 tasks: TaskManager::new(Arc::new(SqliteTaskStore::on(&db)?)),
                 mandates: MandateBook::on(&db, principal_keys)?,
                 forwarding: None,
-                held_tasks: None,
             })
         }
         Store::Postgres(replica) => {
             let db = Postgres::connect(&replica.url, replica.connections)?;
             let journal = PostgresJournal::on(&db).await?.with_lease(replica.lease);
-            // Its tasks held by this replica while it takes them in, under the lease of
-            // its sagas, so that another replica takes in those it leaves behind.
-            let store = PostgresTaskStore::on(&db)
-                .await?
-                .held_by(journal.owner(), replica.lease);
+            let store = PostgresTaskStore::on(&db).await?;
             let feed = PostgresFeed::start(&db).await?;
             tracing::info!(
                 database = db.place(),
@@ -156,10 +150,9 @@ async fn open_stores(
             Ok(Stores {
                 registry: Registry::on_postgres(&db, platform_keys).await?,
                 journal: paused(journal, settings.pause_after_journal_writes),
-                tasks: TaskManager::with_feed(Arc::new(store.clone()), Arc::new(feed)),
+                tasks: TaskManager::with_feed(Arc::new(store), Arc::new(feed)),
                 mandates: MandateBook::on_postgres(&db, principal_keys).await?,
                 forwarding: Some(Forwarding::start(&db).await?),
-                held_tasks: Some(store),
             })
         }
     }
@@ -275,7 +268,6 @@ pub async fn build_with(
         tasks,
         mandates,
         forwarding,
-        held_tasks,
     } = open_stores(&settings, settings.platform_keys.clone(), principal_keys).await?;
     let callers: Vec<(String, Jwk)> = settings
         .planners
@@ -333,7 +325,6 @@ pub async fn build_with(
             max_running_sagas: settings.max_running_sagas,
             undo_expiring_within: settings.undo_expiring_within,
             forwarding,
-            held_tasks,
             traces: traces.clone(),
             shutdown,
         },

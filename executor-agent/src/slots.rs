@@ -1,6 +1,6 @@
 //! Saga slots: at most so many sagas make progress at once. A saga takes a slot before
 //! its first call and gives it back when it ends or pauses for a person; one that finds
-//! none waits, with its task still `SUBMITTED`. Tool agents then see at most that many
+//! none waits, accepted (journaled, its budget reserved) with its task still `SUBMITTED`. Tool agents then see at most that many
 //! calls from this executor at a time, however many plans arrive. A saga already begun
 //! (resumed at a start, or answered by a person) waits ahead of every new plan: it has
 //! effects out, whose undo may expire, and a person may be waiting on it; a new plan has
@@ -210,6 +210,14 @@ impl SlotHold {
     pub async fn take(&mut self) {
         if self.permit.is_none() {
             self.permit = Some(self.slots.take_ahead().await);
+        }
+    }
+
+    /// Takes a slot for a saga not started yet (accepted, waiting for one), in the line
+    /// of new plans; at once if one is held.
+    pub async fn take_to_start(&mut self) {
+        if self.permit.is_none() {
+            self.permit = Some(self.slots.take().await);
         }
     }
 

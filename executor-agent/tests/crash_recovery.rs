@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use common::{supplier_catalog, supplier_plan};
 use executor_agent::journal::{Entry, SagaHeader, SqliteJournal};
 use executor_agent::recovery::replay;
+use executor_agent::saga::model::Phase;
 use executor_agent::saga::{CallOutcome, Command, Event, Invocation, Saga, SagaSpec, Timer};
 use serde_json::json;
 
@@ -131,6 +132,11 @@ fn run_with_crash(budget: usize, fail_registry: bool) -> (Saga, Tools, usize) {
             tools: &mut tools,
         };
         let mut queue = recovered.lost;
+        // Not started (a crash before the first write): its driver starts it, as it
+        // starts a plan accepted to wait for a slot.
+        if saga.phase == Phase::NotStarted {
+            queue.push(Event::Start { now_ms: T0 + 3 });
+        }
         for inv in recovered.to_invoke {
             sim.invoke(inv, &mut queue)
                 .unwrap_or_else(|_| unreachable!());

@@ -570,3 +570,99 @@ async fn a_revocation_while_the_pivot_hangs_stops_its_retries_and_a_person_decid
         .count();
     assert_eq!(undone, 3, "s2, s1 and s0 were compensated");
 }
+
+/// Sends `plan` and returns its task as soon as the executor has it (the plan may wait for
+/// a saga slot).
+async fn submit_at_once(served: &Served, plan: Value) -> Task {
+    let call = agent_host::OutboundCall {
+        bearer: planner_jwt(served, "executor"),
+        ..agent_host::OutboundCall::default()
+    };
+    let request = common::answered_at_once(common::data_message(plan, None));
+    match agent_host::AgentClient::new(&served.url)
+        .unwrap()
+        .send(&call, &request)
+        .await
+        .unwrap()
+    {
+        agent_host::sdk::SendMessageResponse::Task(task) => task,
+        other => panic!("expected a task, got {other:?}"),
+    }
+}
+
+/// Waits until the account of mandate `id` shows `reserved` minor units reserved.
+async fn until_reserved(served: &Served, id: &str, reserved: u64) -> Value {
+    let mut shown = account(served, id).await;
+    for _ in 0..200 {
+        if shown["mandates"][0]["reservedMinor"] == reserved {
+            return shown;
+        }
+        tokio::task::yield_now().await;
+        shown = account(served, id).await;
+    }
+    panic!("never {reserved} reserved: {shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_waiting_for_a_saga_slot_has_reserved_its_budget_until_it_is_canceled() {
+    // One slot, taken by the first saga, held at the sandbox's answer.
+    let served = serve_configured(
+        executor_agent::http::RegistrationHosts::any(),
+        &[("sandbox.provision", common::Fault::ApplyThenHold(1))],
+        |settings| settings.max_running_sagas = 1,
+    )
+    .await;
+    let grant = mandate(&served, "md_two", |m| {
+        m["budget"]["amountMinor"] = json!(2 * ONE_SAGA);
+        m.as_object_mut().unwrap().remove("perSaga");
+    });
+    let running = submit_at_once(&served, plan_under(&served, "sg_running", grant.clone())).await;
+    let applied = served.logs["sandbox"].lock().unwrap().applied.clone();
+    while served.logs["sandbox"].lock().unwrap().effects.is_empty() {
+        applied.notified().await;
+    }
+
+    // Accepted with every slot taken: it has not started, and holds its worst case.
+    let waiting = submit_at_once(&served, plan_under(&served, "sg_waiting", grant.clone())).await;
+    assert_eq!(waiting.status.state, TaskState::Submitted, "{waiting:?}");
+    assert!(
+        format!("{:?}", waiting.status.message).contains("waiting for a saga slot"),
+        "{waiting:?}"
+    );
+    let shown = until_reserved(&served, "md_two", 2 * ONE_SAGA).await;
+    assert_eq!(shown["mandates"][0]["remainingMinor"], 0, "{shown}");
+    // So a third plan does not fit, though only one saga has started.
+    let third = submit(&served, plan_under(&served, "sg_third", grant.clone())).await;
+    assert_eq!(third.status.state, TaskState::Rejected, "{third:?}");
+    assert_eq!(codes(&third), vec!["MANDATE_EXHAUSTED".to_owned()]);
+
+    // Canceled before it started: nothing ran, and its reservation is given back.
+    let call = agent_host::OutboundCall {
+        bearer: planner_jwt(&served, "executor"),
+        ..agent_host::OutboundCall::default()
+    };
+    let canceled = agent_host::AgentClient::new(&served.url)
+        .unwrap()
+        .cancel_task(&call, &waiting.id)
+        .await
+        .unwrap();
+    assert_eq!(canceled.status.state, TaskState::Canceled, "{canceled:?}");
+    until_reserved(&served, "md_two", ONE_SAGA).await;
+    let fourth = submit_at_once(&served, plan_under(&served, "sg_fourth", grant)).await;
+    assert_eq!(fourth.status.state, TaskState::Submitted, "{fourth:?}");
+    until_reserved(&served, "md_two", 2 * ONE_SAGA).await;
+    assert_eq!(calls_seen_by(&served, "payments"), 0, "{running:?}");
+    let sandbox_keys: Vec<String> = served.logs["sandbox"]
+        .lock()
+        .unwrap()
+        .calls
+        .iter()
+        .map(|(key, ..)| key.clone())
+        .collect();
+    assert!(
+        sandbox_keys
+            .iter()
+            .all(|key| key.starts_with("sg_running:")),
+        "only the running saga reached a tool: {sandbox_keys:?}"
+    );
+}

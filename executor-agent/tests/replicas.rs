@@ -684,8 +684,9 @@ struct Waiting {
 }
 
 /// The holder has one saga slot: saga 0 takes it and is held at s3 (the gate of
-/// `compliance-registry` closed), and `WAITING` plans sent after it wait, their tasks held
-/// by the holder. `None` without a database (said on stderr).
+/// `compliance-registry` closed), and `WAITING` plans sent after it wait, each a saga
+/// journaled under the holder's lease and not started. `None` without a database (said on
+/// stderr).
 async fn plans_waiting_for_the_slot(database: &str, holder_log: &str) -> Option<Waiting> {
     let url = scratch_database(database).await?;
     let world = World::new();
@@ -713,19 +714,30 @@ async fn plans_waiting_for_the_slot(database: &str, holder_log: &str) -> Option<
     })
 }
 
-/// The taker says it took the waiting plans in, and saga 0 and every plan end COMPLETED
-/// on it, each tool applying each key once.
-async fn all_taken_in_and_completed(
+/// The taker says it took over saga 0 and every waiting plan (their leases lapsed alike),
+/// and each ends COMPLETED on it, each tool applying each key once.
+async fn all_taken_over_and_completed(
     world: &World,
     logs: &HashMap<String, Arc<Mutex<ToolLog>>>,
     taker: &mut Executor,
     tasks: &[Task],
 ) {
-    says(
-        taker,
-        "took in plans whose replica stopped before their saga began",
-    )
-    .await;
+    let mut taken = 0;
+    while taken < WAITING + 1 {
+        let line = tokio::time::timeout(PATIENCE, taker.stderr.recv())
+            .await
+            .unwrap_or_else(|_| panic!("the taker took over {taken} sagas of {}", WAITING + 1))
+            .expect("the taker still runs");
+        if line.contains("took over sagas whose owner's lease lapsed") {
+            eprintln!("taker: {line}");
+            taken += sagas_in(&line);
+        }
+    }
+    assert_eq!(
+        taken,
+        WAITING + 1,
+        "saga 0 and the waiting plans, each once"
+    );
     for (n, task) in tasks.iter().enumerate() {
         let ended = settle(world, taker, task.clone()).await;
         assert_eq!(
@@ -739,7 +751,7 @@ async fn all_taken_in_and_completed(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plans_waiting_for_a_slot_on_a_replica_that_died_are_taken_in_by_another() {
+async fn plans_waiting_for_a_slot_on_a_replica_that_died_are_taken_over_by_another() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let Some(Waiting {
         world,
@@ -751,18 +763,18 @@ async fn plans_waiting_for_a_slot_on_a_replica_that_died_are_taken_in_by_another
     else {
         return;
     };
-    // Nothing of the waiting plans has run: their saga has not begun anywhere.
+    // Nothing of the waiting plans has run: their saga has not started anywhere.
     assert_eq!(logs["vendor-registry"].lock().unwrap().effects.len(), 1);
     owner.kill();
     logs["compliance-registry"].lock().unwrap().gate.open();
 
-    // Saga 0 comes back under its own lease; the waiting plans under their task's hold.
-    all_taken_in_and_completed(&world, &logs, &mut taker, &tasks).await;
+    // Saga 0 and the waiting plans come back alike, each under its saga's lease.
+    all_taken_over_and_completed(&world, &logs, &mut taker, &tasks).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_paused_past_its_hold_on_waiting_plans_leaves_them_to_the_one_that_took_them_in()
-{
+async fn a_replica_paused_past_its_lease_on_waiting_plans_leaves_them_to_the_one_that_took_them_over()
+ {
     let _alone = ONE_AT_A_TIME.lock().await;
     let Some(Waiting {
         world,
@@ -775,32 +787,29 @@ async fn a_replica_paused_past_its_hold_on_waiting_plans_leaves_them_to_the_one_
         return;
     };
 
-    // Paused past its lease and its holds: the other takes saga 0 over and the waiting
-    // plans in, and ends them all.
+    // Paused past its lease: the other takes saga 0 and the waiting plans over, and ends
+    // them all.
     signal(&holder, "STOP");
     logs["compliance-registry"].lock().unwrap().gate.open();
-    all_taken_in_and_completed(&world, &logs, &mut taker, &tasks).await;
+    all_taken_over_and_completed(&world, &logs, &mut taker, &tasks).await;
     let calls_before: HashMap<String, usize> = AGENTS
         .iter()
         .map(|agent| (agent.to_string(), logs[*agent].lock().unwrap().calls.len()))
         .collect();
 
-    // Woken: saga 0's next write is refused, which frees the slot; each waiting plan
-    // then finds its saga begun on its own task, and is left to the taker.
+    // Woken: saga 0's next write is refused, which frees the slot; each waiting plan then
+    // takes the slot in turn, and the write that would start it is refused too.
     signal(&holder, "CONT");
-    // In either order: the slot is freed as the refused write stops saga 0's driver.
-    let (mut fenced, mut left) = (0, 0);
-    while fenced < 1 || left < WAITING {
+    let mut fenced = 0;
+    while fenced < WAITING + 1 {
         let line = tokio::time::timeout(PATIENCE, holder.stderr.recv())
             .await
-            .unwrap_or_else(|_| panic!("fenced out {fenced}, left to the taker {left}"))
+            .unwrap_or_else(|_| panic!("fenced out {fenced} of {}", WAITING + 1))
             .expect("the woken replica still runs");
         eprintln!("executor: {line}");
         if line.contains("another replica took the saga over") {
             assert!(line.contains("refused a write"), "{line}");
             fenced += 1;
-        } else if line.contains("begun on its task by another replica meanwhile") {
-            left += 1;
         }
     }
     // Nothing more reached a tool, and every task still reads COMPLETED, on both.

@@ -1,9 +1,9 @@
 //! Saga slots in the executor as an A2A agent: accepted plans beyond `max_running_sagas`
-//! wait with their tasks `SUBMITTED` and run in the order they came; a saga waiting for a
-//! person gives its slot back; a waiting plan can be canceled, and one left waiting at a
-//! stop is taken in at the next start, and one sent again gets its task back; a saga a
-//! person answered gets the next slot ahead of new plans. A cancel while a plan's saga is being begun waits
-//! for the saga, and unwinds it.
+//! are journaled, wait with their tasks `SUBMITTED` and run in the order they came; a saga
+//! waiting for a person gives its slot back; a waiting plan can be canceled, one left
+//! waiting at a stop waits again at the next start, and one sent again gets its task
+//! back; a saga a person answered gets the next slot ahead of new plans. A plan's task is
+//! given out once its begin is durable, and a cancel then unwinds its saga.
 
 mod common;
 
@@ -300,13 +300,23 @@ async fn a_plan_canceled_while_it_waits_for_a_slot_never_runs() {
     let next = setup.send(plan(&setup, "sg_next"), None).await;
     assert_eq!(next.status.state, TaskState::Completed);
     assert_eq!(calls_of(&setup, "sg_canceled"), 0);
-    assert!(setup.journal.load("sg_canceled").await.unwrap().is_none());
+    // Accepted, then canceled before its start: journaled, and finished.
+    let (_, entries) = setup.journal.load("sg_canceled").await.unwrap().unwrap();
+    assert_eq!(entries.len(), 1, "its cancel alone: {entries:?}");
+    assert!(
+        !setup
+            .journal
+            .unfinished()
+            .await
+            .unwrap()
+            .contains(&"sg_canceled".to_owned())
+    );
     let after = task_of(&setup, &waiting.id).await;
     assert_eq!(after.status.state, TaskState::Canceled);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plan_left_waiting_at_a_stop_is_taken_in_at_the_next_start() {
+async fn a_plan_left_waiting_at_a_stop_is_started_at_the_next_start() {
     let setup = one_slot_held_at_the_sandbox().await;
     let first = send_now(&setup, plan(&setup, "sg_first")).await;
     wait_until_the_sandbox_holds(&setup).await;
@@ -324,14 +334,17 @@ async fn a_plan_left_waiting_at_a_stop_is_taken_in_at_the_next_start() {
         task_of(&setup, &waiting.id).await.status.state,
         TaskState::Submitted
     );
-    assert!(setup.journal.load("sg_waiting").await.unwrap().is_none());
+    // Accepted: journaled with no entry, to start once it has a slot.
+    let (_, entries) = setup.journal.load("sg_waiting").await.unwrap().unwrap();
+    assert!(entries.is_empty(), "{entries:?}");
     assert_eq!(calls_of(&setup, "sg_waiting"), 0);
 
-    // The next start on the same state file: the first saga resumes, the waiting plan is
-    // taken in, and with one slot they run one after the other.
+    // The next start on the same state file: both sagas resume, the first one where it
+    // stood and the waiting one not started, and with one slot they run one after the
+    // other.
     let (restarted, tasks) = restart(&setup);
     let finished_before = *setup.journal.finishes.borrow();
-    assert_eq!(restarted.recover().await.unwrap(), (1, 1));
+    assert_eq!(restarted.recover().await.unwrap(), 2);
     until_finished(&setup, finished_before + 2).await;
     for id in [&first.id, &waiting.id] {
         let task = tasks.store().get(id).await.unwrap().unwrap();
@@ -427,7 +440,6 @@ fn restart(setup: &Harness) -> (Arc<Executor>, Arc<TaskManager>) {
             max_running_sagas: 1,
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             forwarding: None,
-            held_tasks: None,
             traces: None,
             shutdown: tokio_util::sync::CancellationToken::new(),
         },
@@ -479,7 +491,7 @@ async fn a_cancel_while_recovery_resumes_the_saga_is_refused_and_one_after_it_un
 
     // Once `recover` returns, the saga is live: a cancel reaches its driver and unwinds it.
     setup.journal.load_release.notify_one();
-    assert_eq!(recovering.await.unwrap().unwrap(), (1, 0));
+    assert_eq!(recovering.await.unwrap().unwrap(), 1);
     // The compliance call is out and held; it answers once the cancel is journaled, so
     // the saga cannot pass its pivot first.
     let mut cancels = setup.journal.cancels.subscribe();

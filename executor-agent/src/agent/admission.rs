@@ -1,15 +1,14 @@
 //! Admission of a new plan: validation, a saga id that has one task (an identical plan
-//! gets the existing task, other content `PLAN_CONFLICT`), a saga slot, and the
-//! accepting write that begins the saga.
+//! gets the existing task, other content `PLAN_CONFLICT`), and the accepting write that
+//! journals the saga and creates its task: with its first step when a saga slot is free,
+//! else with no entries, the saga then waiting for a slot (`Start::Accepted`).
 //!
 //! The rule "a saga id has one task" is decided in one place, `admission`: it reads the
-//! journal's header of the saga id and the plans waiting for a slot, and says whether
-//! the plan may begin, has a task already, or conflicts with the plan that has the id.
-//! It is asked before the task exists (the A2A adapter answers with the existing task),
-//! when the plan is validated if it was not asked where the plan entered (a plan taken
-//! in again after a restart, or from another replica), when it waits for a slot (holding
-//! the id), and when the accepting write fails (another task may have begun the saga
-//! meanwhile).
+//! journal's header of the saga id (a plan waiting for a slot is journaled too), and says
+//! whether the plan may begin, has a task already, or conflicts with the plan that has
+//! the id. It is asked before the task exists (the A2A adapter answers with the existing
+//! task), when the plan is validated if it was not asked where the plan entered, and when
+//! the accepting write fails (another task may have begun the saga meanwhile).
 
 use super::*;
 
@@ -23,17 +22,6 @@ pub(super) enum Admission {
     Existing { task_id: String, how: &'static str },
     /// Another plan has this saga id (`PLAN_CONFLICT`).
     Conflict(Violation),
-}
-
-/// Whether admission holds the saga id for a plan that will wait for a slot.
-#[derive(Clone, Copy)]
-pub(super) enum Asking<'a> {
-    /// Before the plan has a task (the A2A adapter).
-    Untasked,
-    /// For the plan of this task.
-    For(&'a str),
-    /// For the plan of this intake, which holds the saga id while it waits for a slot.
-    Holding(&'a Intake),
 }
 
 /// The wait before a plan is taken in again after its store failed, doubled each time
@@ -63,12 +51,13 @@ pub(crate) struct TakenPlan {
     pub(crate) admitted: bool,
 }
 
-/// A plan's saga, begun in the journal, and what its driver starts with.
+/// A plan's saga, journaled, and what its driver starts with: a slot, or none yet (the
+/// saga waits for one, `Start::Accepted`).
 struct Begun {
     saga: Saga,
     start: Start,
     metadata: Vec<(String, Value)>,
-    permit: Permit,
+    permit: Option<Permit>,
 }
 
 impl Executor {
@@ -94,13 +83,14 @@ impl Executor {
     }
 
     /// Takes in the plan of a new task (`None`: the message had none), ending the task
-    /// `FAILED` when it cannot be run. A plan whose task was answered `SUBMITTED` begins
-    /// or ends: while the store cannot write (a database restarting, a state file that
-    /// cannot be written), the plan is taken in again and again; once it answers, a few
-    /// more attempts are made (`ATTEMPTS_WHILE_THE_STORE_ANSWERS`) before the task fails
-    /// with the reason; and a refusal or failure is written until it lands. Only a stop,
-    /// or a cancel, ends the wait; the task then stays `SUBMITTED`, and the next start
-    /// (or, on a shared store, another replica once this one's hold lapses) takes it in.
+    /// `FAILED` when it cannot be run. The task is created by the accepting write that
+    /// journals the saga (or by the answer that refuses the plan), so a task given out
+    /// always has its saga or its answer. While the store cannot write (a database
+    /// restarting, a state file that cannot be written), the plan is taken in again and
+    /// again, the sender's request waiting; once the store answers, a few more attempts
+    /// are made (`ATTEMPTS_WHILE_THE_STORE_ANSWERS`) before the task fails with the
+    /// reason; and a refusal or failure is written until it lands. Only a stop, or a
+    /// cancel, ends the wait: nothing was journaled, and the sender is told so.
     pub(super) async fn take_in(self: &Arc<Self>, task: TaskHandle, plan: Option<TakenPlan>) {
         let outcome = match plan {
             Some(plan) => self.intake(task.clone(), plan).await,
@@ -180,7 +170,7 @@ impl Executor {
         let mut wait = FIRST_STORE_RETRY;
         let mut refused_while_answering = 0;
         loop {
-            let failure = match self.begin_plan(&plan, &task, &intake).await {
+            let failure = match self.begin_plan(&plan, &task).await {
                 Ok(Some(begun)) => {
                     self.metrics.saga_begun();
                     let Begun {
@@ -189,7 +179,7 @@ impl Executor {
                         metadata,
                         permit,
                     } = begun;
-                    self.launch(task, saga, start, metadata, Some(permit), Some(intake))
+                    self.launch(task, saga, start, metadata, permit, Some(intake))
                         .await;
                     return Ok(());
                 }
@@ -266,30 +256,15 @@ impl Executor {
         Ok(true)
     }
 
-    /// One attempt at taking the plan in: a slot, the checks, and the accepting write.
-    /// `None` once the task was answered otherwise (refused, pointed at the task the
-    /// same plan runs on, canceled while it waited for a slot, or the executor stops).
+    /// One attempt at taking the plan in: the checks, and the accepting write. `None` once
+    /// the task was answered otherwise (refused, or pointed at the task the same plan
+    /// runs on).
     async fn begin_plan(
         self: &Arc<Self>,
         plan: &TakenPlan,
         task: &TaskHandle,
-        intake: &Intake,
     ) -> Result<Option<Begun>> {
         let saga_id = plan.saga_id.as_str();
-        let permit = match self.slots.try_take() {
-            Some(permit) => permit,
-            None => {
-                // A plan that cannot run is refused now, not after the wait.
-                if self.checked(plan, task).await?.is_none() {
-                    return Ok(None);
-                }
-                match self.slot_for(saga_id, &plan.plan, task, intake).await {
-                    Some(permit) => permit,
-                    None => return Ok(None),
-                }
-            }
-        };
-        // Checked again after a wait: the registry, or the clock, may have moved on.
         let Some((typed, spec)) = self.checked(plan, task).await? else {
             return Ok(None);
         };
@@ -302,23 +277,13 @@ impl Executor {
             plan: plan.plan.clone(),
             spec: spec.clone(),
         };
-        let journal = self.config.journal.as_ref();
         let saga = Saga::new(spec);
-        // The task's creation rides with the begin (the request that sent the plan is
-        // answered once both are durable); a task store of its own is written first.
-        let begun = if self.config.tasks_beside_journal {
-            let header = &header;
-            task.create_written_by(|creation| async move {
-                begin_creating(journal, header, saga, creation.as_ref()).await
-            })
-            .await
-        } else {
-            match task.create_if_prepared().await {
-                Ok(()) => begin(journal, &header, saga).await,
-                Err(e) => Err(e.into()),
-            }
+        let permit = self.slots.try_take();
+        let accepted = match permit {
+            Some(_) => self.begin_now(task, &header, saga).await,
+            None => self.accept_to_wait(task, &header, saga).await,
         };
-        match begun {
+        match accepted {
             // The saga's id goes on its task with the first report, in the same write (a
             // write of its own before it cost every saga one more durable task write).
             Ok((saga, start)) => Ok(Some(Begun {
@@ -333,10 +298,7 @@ impl Executor {
                 Ok(None)
             }
             // The same plan, sent again, may have begun on another task meanwhile.
-            Err(e) => match self
-                .admission(saga_id, &header.plan, Asking::For(task.id()))
-                .await?
-            {
+            Err(e) => match self.admission(saga_id, &header.plan).await? {
                 Admission::Admit => Err(e),
                 Admission::Existing { task_id, how } => {
                     self.point_to(task, &task_id, how).await;
@@ -348,6 +310,76 @@ impl Executor {
                 }
             },
         }
+    }
+
+    /// The accepting write with a slot: the saga's header with its first step, its
+    /// reservation and its task's creation (a task store of its own is written first).
+    async fn begin_now(
+        &self,
+        task: &TaskHandle,
+        header: &SagaHeader,
+        saga: Saga,
+    ) -> Result<(Saga, Start)> {
+        let journal = self.config.journal.as_ref();
+        if !self.config.tasks_beside_journal {
+            task.create_if_prepared().await?;
+            return begin(journal, header, saga).await;
+        }
+        task.create_written_by(|creation| async move {
+            begin_creating(journal, header, saga, creation.as_ref()).await
+        })
+        .await
+    }
+
+    /// The accepting write with every slot taken: the saga's header with no entries, its
+    /// reservation (an accepted plan has reserved its budget while it waits), and its
+    /// task's creation, which says why nothing happens yet. The saga then waits for a
+    /// slot (`Start::Accepted`), journaled: a stop, a crash or a dead replica leaves it to
+    /// the next owner, as any saga.
+    async fn accept_to_wait(
+        &self,
+        task: &TaskHandle,
+        header: &SagaHeader,
+        saga: Saga,
+    ) -> Result<(Saga, Start)> {
+        let ahead = self.slots.waiting();
+        let text = format!(
+            "waiting for a saga slot: all {} are taken, {ahead} plan(s) waiting before this one",
+            self.slots.limit()
+        );
+        if ahead == 0 {
+            tracing::info!(
+                task = task.id(),
+                slots = self.slots.limit(),
+                "every saga slot is taken: new sagas wait for one, their tasks SUBMITTED"
+            );
+        } else {
+            tracing::debug!(task = task.id(), ahead, "the saga waits for a slot");
+        }
+        let waiting = vec![(TaskState::Submitted, Some(agent_message(text, None)))];
+        let journal = self.config.journal.as_ref();
+        if !self.config.tasks_beside_journal {
+            task.change_with_statuses(|_| Ok(None), waiting).await?;
+            let epoch = journal.begin(header, &[]).await?;
+            return Ok((saga, Start::Accepted(epoch)));
+        }
+        let epoch = std::sync::OnceLock::new();
+        let given = &epoch;
+        task.change_written_by(
+            |_| Ok(None),
+            waiting,
+            |creation| async move {
+                let begun = journal.begin_creating(header, &[], Some(&creation)).await?;
+                let _ = given.set(begun);
+                Ok::<(), Error>(())
+            },
+        )
+        .await?;
+        let epoch = epoch
+            .get()
+            .copied()
+            .ok_or_else(|| Error::Journal("an accepting write answered no epoch".into()))?;
+        Ok((saga, Start::Accepted(epoch)))
     }
 
     /// The plan, typed, and its saga's spec, when it may run; `None` once `task` has been
@@ -369,10 +401,7 @@ impl Executor {
         // unverified one learns nothing of them, and gets no task but its own. One
         // admitted where it entered is not asked again.
         if report.plan_signer.is_some() && !taken.admitted {
-            match self
-                .admission(saga_id, plan, Asking::For(task.id()))
-                .await?
-            {
+            match self.admission(saga_id, plan).await? {
                 Admission::Admit => {}
                 Admission::Conflict(v) => violations.push(v),
                 Admission::Existing { task_id, how } => {
@@ -395,100 +424,24 @@ impl Executor {
         Ok(Some((typed, spec)))
     }
 
-    /// A slot for the accepted plan of `task`, once one is free; `None` if the task was
-    /// canceled meanwhile (the cancel ended it) or the executor stops (the task stays
-    /// `SUBMITTED`, and the next start takes its plan in again), or if the same saga
-    /// already waits on another task (`task` was answered: pointed at that task when the
-    /// plan is the same, refused with `PLAN_CONFLICT` when it differs).
-    pub(super) async fn slot_for(
-        &self,
-        saga_id: &str,
-        plan: &Value,
-        task: &TaskHandle,
-        intake: &Intake,
-    ) -> Option<Permit> {
-        match self.admission(saga_id, plan, Asking::Holding(intake)).await {
-            Ok(Admission::Admit) => {}
-            Ok(Admission::Existing { task_id, how }) => {
-                self.point_to(task, &task_id, how).await;
-                return None;
-            }
-            Ok(Admission::Conflict(violation)) => {
-                self.reject(task, &[violation]).await;
-                return None;
-            }
-            // Not reached when holding (the holds are in memory); the checks before and
-            // after the wait read the journal.
-            Err(_) => {}
-        }
-        let canceled = intake.waiting();
-        let ahead = self.slots.waiting();
-        // Whoever watches the task learns why nothing happens yet (a task canceled
-        // meanwhile has ended, and keeps its end).
-        let text = format!(
-            "waiting for a saga slot: all {} are taken, {ahead} plan(s) waiting before this one",
-            self.slots.limit()
-        );
-        let _ = task
-            .set_status(TaskState::Submitted, Some(agent_message(text, None)))
-            .await;
-        if ahead == 0 {
-            tracing::info!(
-                task = task.id(),
-                slots = self.slots.limit(),
-                "every saga slot is taken: new sagas wait for one, their tasks SUBMITTED"
-            );
-        } else {
-            tracing::debug!(task = task.id(), ahead, "the saga waits for a slot");
-        }
-        let permit = tokio::select! {
-            biased;
-            () = canceled.cancelled() => None,
-            () = self.config.shutdown.cancelled() => None,
-            permit = self.slots.take() => Some(permit),
-        };
-        permit.filter(|_| intake.wait_over())
-    }
-
     /// Whether `plan` may begin under `saga_id`, has a task already, or conflicts with
-    /// the plan that has the id: the saga begun under it (its journal header), else the
-    /// plan waiting for a slot under it. Holding (`Asking::Holding`), the id is taken for
-    /// the intake's plan in the same step as the lookup of the waiting plans, so two
-    /// plans never both wait under one id. A task is never pointed at itself.
-    pub(super) async fn admission(
-        &self,
-        saga_id: &str,
-        plan: &Value,
-        asking: Asking<'_>,
-    ) -> Result<Admission> {
-        let own_task = match asking {
-            Asking::Untasked => None,
-            Asking::For(task_id) => Some(task_id),
-            Asking::Holding(intake) => Some(intake.task_id()),
+    /// the plan that has the id: the saga journaled under it (its header; begun, or
+    /// waiting for a slot). The id is unique in the journal, so of two plans taken in at
+    /// once one accepting write lands and the other asks again. A task is never pointed
+    /// at itself.
+    pub(super) async fn admission(&self, saga_id: &str, plan: &Value) -> Result<Admission> {
+        // The asking task's own saga included (it runs there already).
+        let Some(accepted) = self.config.journal.header(saga_id).await? else {
+            return Ok(Admission::Admit);
         };
-        let decided = |other: String, with: &Value, how| match compare_with_accepted(with, plan) {
-            Resubmission::Identical => Some(Admission::Existing {
-                task_id: other,
-                how,
-            }),
-            Resubmission::Conflict(violation) => Some(Admission::Conflict(violation)),
-            Resubmission::Unrelated => None,
-        };
-        // Begun: the asking task's own saga included (it runs there already).
-        if let Some(accepted) = self.config.journal.header(saga_id).await?
-            && let Some(decision) = decided(accepted.task_id, &accepted.plan, "already runs")
-        {
-            return Ok(decision);
-        }
-        // Waiting for a slot: the asking task's own hold is its own, not another's.
-        let waiting = match asking {
-            Asking::Holding(intake) => intake.hold(saga_id, plan).err(),
-            _ => self.taking_in.held(saga_id),
-        };
-        Ok(waiting
-            .filter(|held| Some(held.task_id.as_str()) != own_task)
-            .and_then(|held| decided(held.task_id, &held.plan, "already waits for a saga slot"))
-            .unwrap_or(Admission::Admit))
+        Ok(match compare_with_accepted(&accepted.plan, plan) {
+            Resubmission::Identical => Admission::Existing {
+                task_id: accepted.task_id,
+                how: "already runs",
+            },
+            Resubmission::Conflict(violation) => Admission::Conflict(violation),
+            Resubmission::Unrelated => Admission::Admit,
+        })
     }
 
     /// Ends `task`, whose plan is the same as the one on `existing`, pointing at that
@@ -496,11 +449,12 @@ impl Executor {
     /// already running there needs no answer.
     pub(super) async fn point_to(&self, task: &TaskHandle, existing: &str, how: &str) {
         if existing == task.id() {
-            // Taken in elsewhere while this process was away (paused past its hold on
-            // the task, or cut off): the saga is driven there.
-            tracing::info!(
+            // The accepting write landed though it answered an error (the connection
+            // lost after the commit): the saga is journaled under this process's lease,
+            // and is taken over as any saga whose lease lapses.
+            tracing::warn!(
                 task = task.id(),
-                "this plan's saga was begun on its task by another replica meanwhile; left to it"
+                "this plan's saga was journaled though its accepting write answered an error; it resumes when its sagas are next taken over (the next start, or another replica once its lease lapses)"
             );
             return;
         }

@@ -1,6 +1,7 @@
 //! The executor's start: every unfinished saga resumed from the journal (live before
-//! the executor serves), and every plan whose task was created but whose saga was never
-//! begun taken in again.
+//! the executor serves), plans accepted to wait for a slot among them. A plan's task is
+//! created by the write that journals its saga, so no task is left without one; a task
+//! an earlier release left `SUBMITTED` without a saga is ended at the start.
 
 use super::*;
 
@@ -8,17 +9,16 @@ use super::*;
 const TAKEOVER_BATCH: usize = 256;
 
 impl Executor {
-    /// Resumes every unfinished saga from the journal, and takes in again every plan
-    /// whose task was created but whose saga never reached the journal (call once at
-    /// start). Returns how many sagas it resumed and how many plans it took in again.
-    pub async fn recover(self: &Arc<Self>) -> Result<(usize, usize)> {
+    /// Resumes every unfinished saga from the journal (call once at start), plans
+    /// accepted to wait for a slot among them; how many.
+    pub async fn recover(self: &Arc<Self>) -> Result<usize> {
+        self.end_tasks_without_a_saga().await?;
         let journal = &self.config.journal;
         let now = chrono::Utc::now().timestamp_millis();
         if journal.is_shared() {
             // Other replicas drive the sagas they hold: this one claims those nobody
             // holds (their owner stopped, or its lease lapsed), and later ones as they
-            // lapse (`take_over_lapsed`). A task created by a replica that died before
-            // beginning its saga is taken in once its hold lapses (`take_in_lapsed`).
+            // lapse (`take_over_lapsed`), plans waiting for a slot there included.
             let mut resumed = 0;
             loop {
                 let claimed = journal.claim_lapsed(now, TAKEOVER_BATCH).await?;
@@ -27,7 +27,7 @@ impl Executor {
                 let last = claimed.len() < TAKEOVER_BATCH;
                 resumed += self.resume_claimed(claimed, now).await?.len();
                 if last {
-                    return Ok((resumed, 0));
+                    return Ok(resumed);
                 }
             }
         }
@@ -47,17 +47,8 @@ impl Executor {
                 claimed.push((saga_id.clone(), epoch));
             }
         }
-        let begun = self.resume_claimed(claimed, now).await?;
-        let begun: HashSet<String> = begun.into_iter().collect();
-        let orphans = self.submitted_but_not_begun(&begun).await?;
-        for task in &orphans {
-            let handle = self.tasks.resumed(&task.id, &task.context_id).await;
-            let plan = first_plan(task).map(|plan| self.read_plan(plan));
-            let me = self.clone();
-            self.drivers
-                .spawn(async move { me.take_in(handle, plan).await });
-        }
-        Ok((ids.len(), orphans.len()))
+        self.resume_claimed(claimed, now).await?;
+        Ok(ids.len())
     }
 
     /// Takes over, on a journal replicas share, the sagas whose owner's lease lapsed (it
@@ -77,45 +68,6 @@ impl Executor {
         self.resume_claimed(claimed, now_ms).await?;
         tracing::info!(sagas = count, "took over sagas whose owner's lease lapsed");
         Ok(count)
-    }
-
-    /// Takes in, on a store replicas share, the plans whose task another replica created
-    /// and held, then stopped renewing before their saga began (it died, or was paused
-    /// past its lease): at most `TAKEOVER_BATCH` at once; how many. A plan whose saga
-    /// began is left to the saga's own lease. Should the replica that held one come back,
-    /// the journal keeps the plan to one saga: its begin finds the saga begun on the task.
-    pub async fn take_in_lapsed(self: &Arc<Self>, now_ms: i64) -> Result<usize> {
-        let Some(held) = &self.config.held_tasks else {
-            return Ok(0);
-        };
-        let claimed = held.claim_lapsed_submitted(now_ms, TAKEOVER_BATCH).await?;
-        let mut taken = 0;
-        for task_id in claimed {
-            let Some(task) = self.tasks.store().get(&task_id).await? else {
-                continue;
-            };
-            if task.status.state != TaskState::Submitted {
-                continue;
-            }
-            // Begun on its task already: its saga's lease decides who drives it.
-            if self.config.journal.saga_of_task(&task.id).await?.is_some() {
-                continue;
-            }
-            let plan = first_plan(&task).map(|plan| self.read_plan(plan));
-            // Read again when first written here: the replica that held it wrote it.
-            let handle = self.tasks.resumed(&task.id, &task.context_id).await;
-            let me = self.clone();
-            self.drivers
-                .spawn(async move { me.take_in(handle, plan).await });
-            taken += 1;
-        }
-        if taken > 0 {
-            tracing::info!(
-                plans = taken,
-                "took in plans whose replica stopped before their saga began"
-            );
-        }
-        Ok(taken)
     }
 
     /// Resumes the sagas this executor just claimed, at their epochs: each replayed from
@@ -222,16 +174,14 @@ impl Executor {
         Ok(())
     }
 
-    /// Tasks still `SUBMITTED` with no saga in the journal: the process stopped after the
-    /// hosting layer created the task (the request was acknowledged) and before the plan's
-    /// saga was begun. A task whose saga began is among `begun`, or has ended.
-    pub(super) async fn submitted_but_not_begun(
-        &self,
-        begun: &HashSet<String>,
-    ) -> Result<Vec<Task>> {
+    /// Ends the tasks an earlier release created and left `SUBMITTED` without a saga (it
+    /// stopped before journaling their plans: a plan waiting for a slot, or one a crash
+    /// caught), `FAILED`, saying to send the plan again: nothing of it ran. This release
+    /// creates a plan's task in the write that journals its saga, so it leaves none.
+    async fn end_tasks_without_a_saga(&self) -> Result<()> {
         const PAGE: usize = 100;
-        let mut orphans = Vec::new();
         let mut after = None;
+        let mut left = Vec::new();
         loop {
             let query = TaskQuery {
                 state: Some(TaskState::Submitted),
@@ -240,20 +190,29 @@ impl Executor {
                 ..TaskQuery::default()
             };
             let page = self.tasks.store().list(&query).await?;
-            orphans.extend(page.tasks.into_iter().filter(|t| !begun.contains(&t.id)));
+            for task in page.tasks {
+                if self.config.journal.saga_of_task(&task.id).await?.is_none() {
+                    left.push(task);
+                }
+            }
             match page.next {
                 Some(next) => after = Some(next),
-                None => return Ok(orphans),
+                None => break,
             }
         }
+        for task in &left {
+            let handle = self.tasks.resumed(&task.id, &task.context_id).await;
+            let text = "an earlier executor release took this plan in and stopped before \
+                        journaling it: nothing ran; send the plan again";
+            self.answer(&handle, TaskState::Failed, agent_message(text, None))
+                .await;
+        }
+        if !left.is_empty() {
+            tracing::warn!(
+                tasks = left.len(),
+                "ended the tasks an earlier release left submitted without a saga; their plans can be sent again"
+            );
+        }
+        Ok(())
     }
-}
-
-/// The plan of the message that created `task`, if it had one.
-fn first_plan(task: &Task) -> Option<Value> {
-    task.history
-        .as_deref()
-        .unwrap_or_default()
-        .first()
-        .and_then(plan_of)
 }

@@ -30,15 +30,10 @@ pub(super) struct Live {
 }
 
 impl Executor {
-    /// Extends the leases of every saga this process drives (one journal write), and on a
-    /// store replicas share those of the submitted tasks it holds and still takes in (one
-    /// write more).
+    /// Extends the leases of every saga this process drives, plans waiting for a slot
+    /// included, in one journal write.
     pub async fn renew_leases(&self, now_ms: i64) -> Result<usize> {
-        let renewed = self.config.journal.renew(now_ms).await?;
-        if let Some(held) = &self.config.held_tasks {
-            held.renew_held(now_ms, &self.taking_in.task_ids()).await?;
-        }
-        Ok(renewed)
+        self.config.journal.renew(now_ms).await
     }
 
     /// Starts a driver for `saga` reporting on `task` (`metadata` goes with the first

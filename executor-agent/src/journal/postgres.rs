@@ -214,7 +214,7 @@ impl SagaLog for PostgresJournal {
                 "a saga's begin creates its task, which exists already".into(),
             ));
         }
-        let create_task = |at_ms: i64| {
+        let create_task = || {
             task.map(|task| Statement {
                 sql: CREATE_TASK,
                 params: vec![
@@ -224,8 +224,6 @@ impl SagaLog for PostgresJournal {
                     Box::new(task.owner.clone()),
                     Box::new(task.updated_ms),
                     Box::new(task.body.clone()),
-                    Box::new(self.owner.clone()),
-                    Box::new(self.lease_until(at_ms)),
                     Box::new(header.saga_id.clone()),
                 ],
                 returns_rows: false,
@@ -247,7 +245,7 @@ impl SagaLog for PostgresJournal {
                     returns_rows: false,
                 });
             }
-            statements.extend(create_task(at_ms));
+            statements.extend(create_task());
             self.db.write_together(None, statements).await?;
             return Ok(1);
         };
@@ -278,7 +276,7 @@ impl SagaLog for PostgresJournal {
                 returns_rows: true,
             });
             let begin_at = statements.len() - 1;
-            statements.extend(create_task(at_ms));
+            statements.extend(create_task());
             // The plans accepted under one mandate at one moment share a transaction of
             // their own: its row is locked once for all of them (`batch.rs`).
             let done = self

@@ -417,3 +417,23 @@ fn supplier_at(entries: &[crate::journal::Entry]) -> Vec<Command> {
     }
     last
 }
+
+/// A saga accepted and waiting for a slot (never started) that is canceled or whose
+/// mandate is revoked ends there: no call, nothing to undo, and a later start is ignored.
+#[test]
+fn a_saga_not_started_ends_on_a_cancel_or_a_revocation_without_a_call() {
+    let ends: [(Event, Ending); 2] = [
+        (Event::Cancel { now_ms: T0 }, Ending::Canceled),
+        (Event::MandateRevoked { now_ms: T0 }, Ending::Compensated),
+    ];
+    for (event, ending) in ends {
+        let mut saga = supplier();
+        assert_eq!(saga.phase, Phase::NotStarted);
+        let commands = saga.step(event.clone());
+        assert!(invocations(&commands).is_empty(), "{event:?}: {commands:?}");
+        assert_eq!(saga.phase, Phase::Done { ending }, "{event:?}");
+        let later = saga.step(Event::Start { now_ms: T0 + 1 });
+        assert!(invocations(&later).is_empty(), "{event:?}: {later:?}");
+        assert_eq!(saga.phase, Phase::Done { ending });
+    }
+}

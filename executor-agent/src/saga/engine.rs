@@ -724,6 +724,12 @@ impl Saga {
             Phase::Done { .. } => out.push(Command::RefuseCancel {
                 reason: "the saga has already ended".into(),
             }),
+            // Accepted, waiting for a slot: it made no call.
+            Phase::NotStarted => self.finish(
+                out,
+                Ending::Canceled,
+                "canceled before it started: nothing ran",
+            ),
             _ if self.past_no_return() => out.push(Command::RefuseCancel {
                 reason: "the saga is past its pivot; it can no longer be unwound".into(),
             }),

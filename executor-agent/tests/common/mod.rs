@@ -698,7 +698,6 @@ impl Harness {
             max_running_sagas,
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             forwarding: None,
-            held_tasks: None,
             traces: None,
             shutdown: shutdown.clone(),
         };

@@ -111,9 +111,8 @@ pub(super) const END_WITH_TASK: &str = end_sql!(
 );
 
 /// A saga's task, created in its begin's transaction: written only when the saga's row
-/// (`$9`) was, on this task (`$1`). Held by the saga's owner (`$7`) until `$8`, as the
-/// task store holds the tasks it creates; the saga's lease decides who drives it.
+/// (`$7`) was, on this task (`$1`). The saga's lease decides who drives it.
 pub(super) const CREATE_TASK: &str = "INSERT INTO tasks
-         (id, context_id, state, owner, updated_ms, version, body, holder, held_until_ms)
-     SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::TEXT, $5::BIGINT, 1, $6::TEXT, $7::TEXT, $8::BIGINT
-     WHERE EXISTS (SELECT 1 FROM sagas WHERE saga_id = $9::TEXT AND task_id = $1)";
+         (id, context_id, state, owner, updated_ms, version, body)
+     SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::TEXT, $5::BIGINT, 1, $6::TEXT
+     WHERE EXISTS (SELECT 1 FROM sagas WHERE saga_id = $7::TEXT AND task_id = $1)";
