@@ -361,7 +361,9 @@ async fn a_plan_left_waiting_at_a_stop_is_started_at_the_next_start() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plans_task_is_given_out_only_once_its_begin_is_durable_and_a_cancel_then_unwinds_it() {
-    let setup = Harness::start(&[]).await;
+    // s2's answer is held, so the cancel reaches the saga before its pivot, whatever the
+    // scheduling.
+    let setup = Harness::start(&[("sandbox.provision", Fault::ApplyThenHold(1))]).await;
     setup.journal.hold_begins();
     let sending = {
         let plan = plan(&setup, "sg_canceled_early");
@@ -391,18 +393,30 @@ async fn a_plans_task_is_given_out_only_once_its_begin_is_durable_and_a_cancel_t
     assert_eq!(task.status.state, TaskState::Submitted);
     assert!(store.get(&task.id).await.unwrap().is_some(), "stored");
 
-    let canceled = AgentClient::new(&setup.url)
-        .unwrap()
-        .cancel_task(&setup.as_planner(), &task.id)
-        .await
-        .unwrap();
+    let applied = setup.log("sandbox").applied.clone();
+    while setup.log("sandbox").effects.is_empty() {
+        applied.notified().await;
+    }
+    // Canceled while s2's answer is held; the answer goes once the cancel is journaled.
+    let mut cancels = setup.journal.cancels.subscribe();
+    let (client, planner, task_id) = (
+        AgentClient::new(&setup.url).unwrap(),
+        setup.as_planner(),
+        task.id.clone(),
+    );
+    let cancel = tokio::spawn(async move { client.cancel_task(&planner, &task_id).await });
+    cancels.wait_for(|n| *n >= 1).await.unwrap();
+    setup.log("sandbox").release.notify_one();
+    let canceled = cancel.await.unwrap().unwrap();
     assert_eq!(
         canceled.status.state,
         TaskState::Canceled,
         "{:?}",
         canceled.status
     );
-    // Whatever the saga did before the cancel reached it is undone.
+    // What the saga did before the cancel reached it (s1, s2) is undone, and nothing
+    // after it ran.
+    assert!(setup.log("compliance-registry").effects.is_empty());
     for (agent, log) in &setup.logs {
         let effects = log.lock().unwrap().effects.clone();
         let done = effects
