@@ -1,4 +1,4 @@
-//! The model backend against a mock OpenAI-compatible endpoint, one draft at a time (no
+//! The model backend against a scripted OpenAI-compatible server, one draft at a time (no
 //! repairs): a good draft becomes the committed example plan with the model id and
 //! prompt hash recorded; malformed JSON, an unknown skill, an authored compensation, a
 //! bad ordering are refused, never repaired silently; an HTTP error and a timeout fail.
@@ -9,42 +9,29 @@ mod common;
 use std::time::Duration;
 
 use agent_host::sdk::TaskState;
-use common::model::{Fixture, example_draft};
+use common::model::{API_KEY, Fixture, REPORTED_MODEL, Reply, ScriptedModel, example_draft};
 use common::*;
 use planner_agent::backend::PlanBackend;
 use planner_agent::{Error, LlmBackend, LlmConfig};
 use serde_json::{Value, json};
 use shared_types::Plan;
-use wiremock::matchers::{bearer_token, method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const MODEL: &str = "test-model";
 
-fn answer(content: &str) -> ResponseTemplate {
-    ResponseTemplate::new(200).set_body_json(json!({
-        "id": "chatcmpl-1", "object": "chat.completion", "model": "test-model-2026-11-01",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": content}}]
-    }))
+fn answer(content: &str) -> Reply {
+    Reply::Content(content.to_owned())
 }
 
-async fn endpoint(response: ResponseTemplate) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .and(bearer_token("sk-test"))
-        .respond_with(response)
-        .mount(&server)
-        .await;
-    server
+async fn endpoint(reply: Reply) -> ScriptedModel {
+    ScriptedModel::start(vec![reply], false).await
 }
 
-fn backend(server: &MockServer, timeout: Duration) -> LlmBackend {
+fn backend(server: &ScriptedModel, timeout: Duration) -> LlmBackend {
     LlmBackend::new(LlmConfig {
-        api_key: Some("sk-test".into()),
+        api_key: Some(API_KEY.into()),
         timeout,
         max_repairs: 0,
-        ..LlmConfig::new(format!("{}/v1/", server.uri()), MODEL)
+        ..LlmConfig::new(format!("{}/v1/", server.url), MODEL)
     })
     .unwrap()
 }
@@ -84,14 +71,14 @@ async fn a_good_draft_becomes_the_example_plan_with_its_provenance() {
         mandate_doc(),
         "the mandate is the principal's, unchanged"
     );
-    assert_eq!(plan.authored_by.model, "test-model-2026-11-01");
+    assert_eq!(plan.authored_by.model, REPORTED_MODEL);
     assert_eq!(plan.authored_by.agent, "planner-test");
     assert_eq!(plan.authored_by.rejected_alternatives.len(), 1);
 
     // The hash is over the messages that were actually sent.
-    let requests = server.received_requests().await.unwrap();
+    let requests = server.received();
     assert_eq!(requests.len(), 1);
-    let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    let body = &requests[0].body;
     assert_eq!(body["model"], json!(MODEL));
     assert_eq!(body["response_format"], json!({"type": "json_object"}));
     let sent = &body["messages"];
@@ -201,7 +188,7 @@ async fn a_draft_that_fails_validation_is_refused_with_its_violations() {
 #[tokio::test]
 async fn endpoint_failures_and_timeouts_are_backend_errors() {
     let fixture = Fixture::new();
-    let server = endpoint(ResponseTemplate::new(500).set_body_string("overloaded")).await;
+    let server = endpoint(Reply::Status(500, "overloaded".into())).await;
     match backend(&server, Duration::from_secs(10))
         .plan(fixture.request())
         .await
@@ -212,8 +199,11 @@ async fn endpoint_failures_and_timeouts_are_backend_errors() {
         other => panic!("{other:?}"),
     }
 
-    let server =
-        endpoint(answer(&example_draft().to_string()).set_delay(Duration::from_secs(5))).await;
+    let late = Reply::After(
+        Duration::from_secs(5),
+        Box::new(answer(&example_draft().to_string())),
+    );
+    let server = endpoint(late).await;
     let started = std::time::Instant::now();
     match backend(&server, Duration::from_millis(300))
         .plan(fixture.request())
@@ -224,10 +214,10 @@ async fn endpoint_failures_and_timeouts_are_backend_errors() {
     }
     assert!(started.elapsed() < Duration::from_secs(4));
 
-    // Without the key the mock does not match (404): the key is sent as a bearer token.
+    // Without the key the server refuses (401): the key is sent as a bearer token.
     let server = endpoint(answer("{}")).await;
     let keyless = LlmBackend::new(LlmConfig {
-        base_url: format!("{}/v1", server.uri()),
+        base_url: format!("{}/v1", server.url),
         ..LlmConfig::new("", MODEL)
     })
     .unwrap();
@@ -248,9 +238,9 @@ async fn a_model_backed_planner_submits_the_draft_and_records_the_model() {
         None,
         "executor",
         Some(LlmConfig {
-            api_key: Some("sk-test".into()),
+            api_key: Some(API_KEY.into()),
             max_repairs: 0,
-            ..LlmConfig::new(format!("{}/v1", server.uri()), MODEL)
+            ..LlmConfig::new(format!("{}/v1", server.url), MODEL)
         }),
     )
     .await;
@@ -267,7 +257,7 @@ async fn a_model_backed_planner_submits_the_draft_and_records_the_model() {
         status_text(&task)
     );
     let plan = plan_artifact(&task).unwrap();
-    assert_eq!(plan["authoredBy"]["model"], json!("test-model-2026-11-01"));
+    assert_eq!(plan["authoredBy"]["model"], json!(REPORTED_MODEL));
     assert!(plan["authoredBy"]["promptSha256"].is_string());
     let received = executor.plans();
     assert_eq!(received.len(), 1);
@@ -282,9 +272,9 @@ async fn a_model_backed_planner_submits_the_draft_and_records_the_model() {
         None,
         "executor",
         Some(LlmConfig {
-            api_key: Some("sk-test".into()),
+            api_key: Some(API_KEY.into()),
             max_repairs: 0,
-            ..LlmConfig::new(format!("{}/v1", server.uri()), MODEL)
+            ..LlmConfig::new(format!("{}/v1", server.url), MODEL)
         }),
     )
     .await;

@@ -1,6 +1,8 @@
 //! A scripted OpenAI-compatible server on 127.0.0.1:0 (axum): answers
 //! `POST /v1/chat/completions` with its script's replies in order (the last one again once
-//! the script is spent) and records every request it receives, whatever its path.
+//! the script is spent) and records every request it receives, whatever its path. A
+//! request without the tests' key (`API_KEY`) as its bearer token is refused (401), as a
+//! hosted API refuses it.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -24,6 +26,8 @@ pub enum Reply {
     Content(String),
     /// This status and body.
     Status(u16, String),
+    /// This reply, once this long has passed (a model that does not answer in time).
+    After(std::time::Duration, Box<Reply>),
 }
 
 impl Reply {
@@ -84,37 +88,42 @@ impl Drop for ScriptedModel {
     }
 }
 
-async fn answer(
-    State(script): State<Arc<Mutex<Script>>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+/// Records the request, then what it is answered: a refusal at once, or the script's
+/// next reply.
+fn next(
+    script: &Mutex<Script>,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Value,
+) -> Result<Reply, Response> {
     let mut script = script.lock().unwrap();
+    let authorization = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     script.received.push(Received {
         path: uri.path().to_owned(),
-        authorization: headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
+        authorization: authorization.clone(),
         body: body.clone(),
     });
     if uri.path() != "/v1/chat/completions" {
-        return (StatusCode::NOT_FOUND, "no such route").into_response();
+        return Err((StatusCode::NOT_FOUND, "no such route").into_response());
+    }
+    let refused = |status: StatusCode, message: &str| {
+        let error = json!({"error": {"message": message, "type": "invalid_request_error"}});
+        Err((status, axum::Json(error)).into_response())
+    };
+    if authorization != Some(format!("Bearer {API_KEY}")) {
+        return refused(StatusCode::UNAUTHORIZED, "no valid API key");
     }
     if script.refuse_json_mode && body.get("response_format").is_some() {
         // What vLLM-style servers answer for a parameter they do not take.
-        return (
+        return refused(
             StatusCode::BAD_REQUEST,
-            axum::Json(
-                json!({"error": {"message": "response_format is not supported by this server",
-                                        "type": "invalid_request_error"}}),
-            ),
-        )
-            .into_response();
+            "response_format is not supported by this server",
+        );
     }
-    let reply = match script.replies.pop_front() {
+    Ok(match script.replies.pop_front() {
         Some(reply) => {
             script.last = Some(reply.clone());
             reply
@@ -123,7 +132,24 @@ async fn answer(
             .last
             .clone()
             .unwrap_or(Reply::Status(500, "the script is empty".into())),
+    })
+}
+
+async fn answer(
+    State(script): State<Arc<Mutex<Script>>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut reply = match next(&script, &uri, &headers, body) {
+        Ok(reply) => reply,
+        Err(refused) => return refused,
     };
+    while let Reply::After(wait, then) = reply {
+        tokio::time::sleep(wait).await;
+        reply = *then;
+    }
     match reply {
         Reply::Content(content) => axum::Json(json!({
             "id": "chatcmpl-scripted", "object": "chat.completion", "model": REPORTED_MODEL,
@@ -136,6 +162,7 @@ async fn answer(
             body,
         )
             .into_response(),
+        Reply::After(..) => unreachable!("waited for above"),
     }
 }
 
