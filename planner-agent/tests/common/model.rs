@@ -95,7 +95,7 @@ fn next(
     uri: &Uri,
     headers: &HeaderMap,
     body: Value,
-) -> Result<Reply, Response> {
+) -> Result<Reply, Box<Response>> {
     let mut script = script.lock().unwrap();
     let authorization = headers
         .get("authorization")
@@ -107,11 +107,13 @@ fn next(
         body: body.clone(),
     });
     if uri.path() != "/v1/chat/completions" {
-        return Err((StatusCode::NOT_FOUND, "no such route").into_response());
+        return Err(Box::new(
+            (StatusCode::NOT_FOUND, "no such route").into_response(),
+        ));
     }
     let refused = |status: StatusCode, message: &str| {
         let error = json!({"error": {"message": message, "type": "invalid_request_error"}});
-        Err((status, axum::Json(error)).into_response())
+        Err(Box::new((status, axum::Json(error)).into_response()))
     };
     if authorization != Some(format!("Bearer {API_KEY}")) {
         return refused(StatusCode::UNAUTHORIZED, "no valid API key");
@@ -144,7 +146,7 @@ async fn answer(
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let mut reply = match next(&script, &uri, &headers, body) {
         Ok(reply) => reply,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     while let Reply::After(wait, then) = reply {
         tokio::time::sleep(wait).await;
