@@ -34,13 +34,14 @@ use crate::metrics::{CountedInvoker, MeteredReporter, Metrics, Now};
 use crate::recovery::replay;
 use crate::registry::AgentKind;
 use crate::registry::Registry;
-use crate::report::{TaskReporter, saga_metadata, show_saga};
+use crate::report::{TaskReporter, show_saga};
 use crate::saga::model::Phase;
 use crate::saga::spec::MandateHold;
 use crate::saga::{Decider, MandateEndEffect, Saga, SagaSpec};
 use crate::slots::{Permit, SlotHold, Slots};
 use crate::sync;
 use crate::taking_in::{Intake, TakingIn};
+use crate::task_view::saga_metadata;
 
 mod admission;
 mod forwarded;

@@ -26,6 +26,7 @@ pub mod spec_routes;
 pub mod state;
 mod sync;
 pub mod taking_in;
+pub mod task_view;
 pub mod telemetry;
 
 pub use error::{Error, Result};

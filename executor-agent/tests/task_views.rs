@@ -13,8 +13,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use agent_host::OutboundCall;
-use agent_host::sdk::{ListTasksRequest, StreamResponse, Task, TaskState};
+use agent_host::sdk::{ListTasksRequest, PartContent, StreamResponse, Task, TaskState, TaskStatus};
 use common::*;
+use executor_agent::journal::{Headers, SagaLog};
+use executor_agent::task_view::saga_task;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -180,6 +182,59 @@ fn first_difference(at: &str, recorded: &Value, now: &Value) -> Option<String> {
     }
 }
 
+/// The task as the accepting write created it, read back from what GetTask shows: the
+/// plan's message and, when the plan waited for a slot, the status that said so.
+fn creation_of(task: &Task) -> Task {
+    let history = task.history.clone().unwrap_or_default();
+    let waited = history
+        .get(1)
+        .filter(|m| {
+            matches!(&m.parts[0].content, PartContent::Text(text) if text.starts_with("waiting for a saga slot"))
+        })
+        .cloned();
+    let mut metadata = task.metadata.clone();
+    if let Some(members) = &mut metadata {
+        members.remove("outcome");
+    }
+    Task {
+        id: task.id.clone(),
+        context_id: task.context_id.clone(),
+        status: TaskStatus {
+            state: TaskState::Submitted,
+            message: waited.clone(),
+            timestamp: None,
+        },
+        artifacts: None,
+        history: Some(history.into_iter().take(1).chain(waited).collect()),
+        metadata,
+    }
+}
+
+/// The task derived from its saga's journal (`task_view::saga_task`, from its creation)
+/// reads as the task GetTask returned, ids and times aside: the view the executor is to
+/// serve its tasks from.
+async fn derived_holds(setup: &Harness, task: &Task) {
+    let (saga_id, _) = setup
+        .journal
+        .saga_of_task(&task.id)
+        .await
+        .unwrap()
+        .expect("the task has a saga");
+    let (header, entries) = setup.journal.load(&saga_id).await.unwrap().unwrap();
+    let derived = saga_task(&creation_of(task), &header, &entries).unwrap();
+    let normalized = |task: &Task| {
+        let mut view = sorted(serde_json::to_value(task).unwrap());
+        let mut placeholders = Placeholders::new();
+        placeholders.normalize(&mut view);
+        placeholders.normalize(&mut view);
+        shared_types::json::normalize_integers(&mut view);
+        view
+    };
+    if let Some(difference) = first_difference("", &normalized(task), &normalized(&derived)) {
+        panic!("the task derived from the journal is not GetTask's: {difference}");
+    }
+}
+
 /// Sends `plan` on a stream as the planner and reads every event to the stream's end;
 /// then the task from GetTask and its entry in ListTasks.
 async fn run(setup: &Harness, plan: Value) -> (Task, Task, Vec<StreamResponse>) {
@@ -244,6 +299,7 @@ async fn a_completed_saga_reads_as_recorded() {
     let (task, listed, streamed) = run(&setup, plan).await;
     assert_eq!(task.status.state, TaskState::Completed);
     holds("completed", &views(&task, &listed, &streamed));
+    derived_holds(&setup, &task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,6 +309,7 @@ async fn a_compensated_saga_reads_as_recorded() {
     let (task, listed, streamed) = run(&setup, plan).await;
     assert_eq!(task.status.state, TaskState::Failed);
     holds("compensated", &views(&task, &listed, &streamed));
+    derived_holds(&setup, &task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,6 +334,7 @@ async fn an_escalated_saga_answered_by_a_person_reads_as_recorded() {
     assert!(answered.status.state.is_terminal(), "{answered:?}");
     let (task, listed) = read_back(&setup, &paused.id, || setup.as_approver()).await;
     holds("escalated-then-answered", &views(&task, &listed, &streamed));
+    derived_holds(&setup, &task).await;
 }
 
 /// Longer than anything here takes: a held call never times out meanwhile.
@@ -349,6 +407,7 @@ async fn a_canceled_saga_reads_as_recorded() {
     let streamed = rest_of(streamed, events).await;
     let (task, listed) = read_back(&setup, &id, || setup.as_planner()).await;
     holds("canceled", &views(&task, &listed, &streamed));
+    derived_holds(&setup, &task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,6 +429,7 @@ async fn a_saga_that_waited_for_a_slot_reads_as_recorded() {
     let (task, listed) = read_back(&setup, &id, || setup.as_planner()).await;
     assert_eq!(task.status.state, TaskState::Completed);
     holds("waited-for-a-slot", &views(&task, &listed, &streamed));
+    derived_holds(&setup, &task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_host::TaskHandle;
 use agent_host::cpu;
-use agent_host::sdk::{Artifact, Message, Part, PartContent, Task, TaskState};
+use agent_host::sdk::{Artifact, Message, PartContent, Task, TaskState};
 use agent_host::tasks::{edit_artifact, put_artifact};
-use agent_host::{TaskHandle, agent_message};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
@@ -17,25 +17,10 @@ use tokio::task::JoinHandle;
 
 use crate::driver::{EndWrite, Reporter};
 use crate::error::{Error, Result};
-use crate::journal::SagaHeader;
 use crate::saga::model::StepRecord;
-use crate::saga::{Command, Ending, Saga};
+use crate::saga::{Command, Saga};
 use crate::sync;
-
-/// The id (and name) of the ledger artifact.
-const LEDGER: &str = "saga-ledger";
-
-/// The `saga-ledger` artifact the executor keeps on each saga's task.
-pub fn ledger_artifact(ledger: Value) -> Artifact {
-    Artifact {
-        artifact_id: LEDGER.into(),
-        name: Some(LEDGER.into()),
-        description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
-        parts: vec![Part::data(ledger)],
-        metadata: None,
-        extensions: None,
-    }
-}
+use crate::task_view::{LEDGER, ledger_artifact, status_of, unwound};
 
 /// How the ledger on the task is brought up to date.
 #[derive(Debug, Clone, PartialEq)]
@@ -152,12 +137,9 @@ impl Pending {
             .iter()
             .filter(|c| matches!(c, Command::Pause { .. } | Command::Finish { .. }))
             .count() as u64;
-        let unwound = shown
-            .iter()
-            .any(|c| matches!(c, Command::Finish { ending, .. } if *ending != Ending::Completed));
         self.stops += stops;
         self.ended |= shown.iter().any(|c| matches!(c, Command::Finish { .. }));
-        if unwound {
+        if unwound(shown) {
             self.metadata
                 .push(("outcome".to_owned(), json!("compensated")));
         }
@@ -189,14 +171,6 @@ impl Drop for Exit {
     fn drop(&mut self) {
         self.0.exited.send_replace(true);
     }
-}
-
-/// What a saga's task shows about the saga in its metadata, read from the saga's journal
-/// header: the one source for a new saga and a resumed one, so that what a client sees
-/// does not depend on whether the process died in between. (`outcome` joins it when the
-/// saga ends other than completed, with the report of that end.)
-pub fn saga_metadata(header: &SagaHeader) -> Vec<(String, Value)> {
-    vec![("sagaId".to_owned(), json!(header.saga_id))]
 }
 
 /// Puts `metadata` on `task`, merged into what it has (its `owner` stays). A task that
@@ -413,60 +387,6 @@ fn log_stops(shown: &[Command], saga: &Saga, task_id: &str) {
             _ => {}
         }
     }
-}
-
-/// The task state and message a command shows (`saga`: as it stands after it). A pause
-/// carries what it waits for as a data part (`Saga::awaiting`): for an approval, the
-/// arguments and the `argsSha256` an approval must name.
-fn status_of(command: &Command, saga: &Saga) -> Option<(TaskState, Option<Message>)> {
-    let (state, text) = match command {
-        Command::Report { step, what } => (TaskState::Working, format!("{step}: {what}")),
-        Command::Pause { reason } => {
-            let awaiting = saga.awaiting();
-            let how = if awaiting
-                .as_ref()
-                .is_some_and(|a| a.get("approval").is_some())
-            {
-                "An approver answers with a data part {\"resolution\": \"approve\", \"approval\": {\"sagaId\", \"stepId\", \"argsSha256\", \"expiresAt\"}} naming the step and arguments in this status's data part, or {\"resolution\": \"compensate\"}".to_owned()
-            } else {
-                // The answers the pause takes (past the point of no return, no unwinding).
-                let choices: Vec<String> = awaiting
-                    .as_ref()
-                    .and_then(|a| {
-                        a.as_object()?
-                            .values()
-                            .next()?
-                            .get("resolutions")?
-                            .as_array()
-                            .cloned()
-                    })
-                    .unwrap_or_default()
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(|r| format!("\"{r}\""))
-                    .collect();
-                format!(
-                    "An approver answers with a data part {{\"resolution\": {}}}",
-                    choices.join(" | ")
-                )
-            };
-            let text = format!("{reason}. {how}");
-            return Some((
-                TaskState::InputRequired,
-                Some(agent_message(text, awaiting)),
-            ));
-        }
-        Command::Finish { ending, reason } => {
-            let state = match ending {
-                Ending::Completed => TaskState::Completed,
-                Ending::Compensated => TaskState::Failed,
-                Ending::Canceled => TaskState::Canceled,
-            };
-            (state, reason.clone())
-        }
-        _ => return None,
-    };
-    Some((state, Some(agent_message(text, None))))
 }
 
 /// Tries of one write before its statuses are given up (the ledger is then sent whole

@@ -13,6 +13,7 @@ use tokio::sync::{Semaphore, mpsc};
 
 use super::*;
 use crate::journal::SagaLog;
+use crate::saga::Ending;
 use crate::saga::tests::supplier;
 use crate::saga::{CallOutcome, Event, Invocation, Target};
 

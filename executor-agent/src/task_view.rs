@@ -1,0 +1,207 @@
+//! A saga's A2A task as a view of its journal: the task as the accepting write created it
+//! (the plan's message, and why it waits for a slot), then, for each journaled event in
+//! order, the answer a person gave (a `resolve`) and the statuses the engine showed
+//! stepping it; the ledger and the saga's metadata from the saga as replayed.
+//!
+//! The same journal always yields the same task: a derived message's id comes from the
+//! task's id and the place of its event in the journal, a status's time from its event.
+//! A person's answer is shown in the one form the contract publishes for it (its
+//! resolution, and an approval's four members), not as the message it came in.
+//!
+//! The reports on the task (`report/`) still write these statuses as the saga goes, and
+//! the executor serves what they wrote; `tests/task_views.rs` and this module's property
+//! test hold this view equal to it, on the way to serving the tasks from here.
+
+use agent_host::agent_message;
+use agent_host::sdk::{Artifact, Message, Part, Role, Task, TaskState, TaskStatus};
+use chrono::DateTime;
+use serde_json::{Value, json};
+
+use crate::error::{Error, Result};
+use crate::journal::{Entry, SagaHeader};
+use crate::saga::{Command, Decider, Ending, Event, Resolution, Saga};
+
+/// The id (and name) of the ledger artifact.
+pub const LEDGER: &str = "saga-ledger";
+
+/// The `saga-ledger` artifact the executor keeps on each saga's task.
+pub fn ledger_artifact(ledger: Value) -> Artifact {
+    Artifact {
+        artifact_id: LEDGER.into(),
+        name: Some(LEDGER.into()),
+        description: Some("Per step: idempotency key, attempts, outcome, undo".into()),
+        parts: vec![Part::data(ledger)],
+        metadata: None,
+        extensions: None,
+    }
+}
+
+/// What a saga's task shows about the saga in its metadata, read from the saga's journal
+/// header: the one source for a new saga and a resumed one, so that what a client sees
+/// does not depend on whether the process died in between. (`outcome` joins it when the
+/// saga ends other than completed, with the report of that end.)
+pub fn saga_metadata(header: &SagaHeader) -> Vec<(String, Value)> {
+    vec![("sagaId".to_owned(), json!(header.saga_id))]
+}
+
+/// Whether a step of the engine that showed `shown` ended the saga other than completed:
+/// its task's metadata then says `outcome: compensated`.
+pub fn unwound(shown: &[Command]) -> bool {
+    shown
+        .iter()
+        .any(|c| matches!(c, Command::Finish { ending, .. } if *ending != Ending::Completed))
+}
+
+/// The task state and message a command shows (`saga`: as it stands after it). A pause
+/// carries what it waits for as a data part (`Saga::awaiting`): for an approval, the
+/// arguments and the `argsSha256` an approval must name.
+pub fn status_of(command: &Command, saga: &Saga) -> Option<(TaskState, Option<Message>)> {
+    let (state, text) = match command {
+        Command::Report { step, what } => (TaskState::Working, format!("{step}: {what}")),
+        Command::Pause { reason } => {
+            let awaiting = saga.awaiting();
+            let how = if awaiting
+                .as_ref()
+                .is_some_and(|a| a.get("approval").is_some())
+            {
+                "An approver answers with a data part {\"resolution\": \"approve\", \"approval\": {\"sagaId\", \"stepId\", \"argsSha256\", \"expiresAt\"}} naming the step and arguments in this status's data part, or {\"resolution\": \"compensate\"}".to_owned()
+            } else {
+                // The answers the pause takes (past the point of no return, no unwinding).
+                let choices: Vec<String> = awaiting
+                    .as_ref()
+                    .and_then(|a| {
+                        a.as_object()?
+                            .values()
+                            .next()?
+                            .get("resolutions")?
+                            .as_array()
+                            .cloned()
+                    })
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(|r| format!("\"{r}\""))
+                    .collect();
+                format!(
+                    "An approver answers with a data part {{\"resolution\": {}}}",
+                    choices.join(" | ")
+                )
+            };
+            let text = format!("{reason}. {how}");
+            return Some((
+                TaskState::InputRequired,
+                Some(agent_message(text, awaiting)),
+            ));
+        }
+        Command::Finish { ending, reason } => {
+            let state = match ending {
+                Ending::Completed => TaskState::Completed,
+                Ending::Compensated => TaskState::Failed,
+                Ending::Canceled => TaskState::Canceled,
+            };
+            (state, reason.clone())
+        }
+        _ => return None,
+    };
+    Some((state, Some(agent_message(text, None))))
+}
+
+/// The task of the saga `header` names, from `created` (its task as the accepting write
+/// stored it) and the saga's journal `entries`, in order. A journal whose events name a
+/// step the saga does not have is refused (`Error::Journal`).
+pub fn saga_task(created: &Task, header: &SagaHeader, entries: &[Entry]) -> Result<Task> {
+    let mut task = created.clone();
+    let mut saga = Saga::new(header.spec.clone());
+    let history = task.history.get_or_insert_with(Vec::new);
+    let mut status = None;
+    let mut outcome = false;
+    for (seq, entry) in entries.iter().enumerate() {
+        let Entry::Event(event) = entry else { continue };
+        if let Some(why) = saga.unknown_step(event) {
+            return Err(Error::Journal(format!(
+                "saga {}: entry {} ({}): {why}",
+                header.saga_id,
+                seq + 1,
+                event.kind()
+            )));
+        }
+        let mut ids = (0u32..).map(|n| derived_message_id(&header.task_id, seq, n));
+        if let Event::Resolve {
+            resolution,
+            decider: Some(decider),
+            ..
+        } = event
+        {
+            let mut message = answer_message(*resolution, decider);
+            message.message_id = ids.next().unwrap_or_default();
+            message.task_id = Some(header.task_id.clone());
+            history.push(message);
+        }
+        let at = DateTime::from_timestamp_millis(event.now_ms());
+        let shown = saga.step(event.clone());
+        outcome |= unwound(&shown);
+        for (state, message) in shown.iter().filter_map(|c| status_of(c, &saga)) {
+            let message = message.map(|mut m| {
+                m.message_id = ids.next().unwrap_or_default();
+                m.task_id = Some(header.task_id.clone());
+                m.context_id = Some(header.context_id.clone());
+                m
+            });
+            history.extend(message.clone());
+            status = Some(TaskStatus {
+                state,
+                message,
+                timestamp: at,
+            });
+        }
+    }
+    if let Some(status) = status {
+        task.status = status;
+        task.artifacts = Some(vec![ledger_artifact(saga.ledger())]);
+    }
+    let metadata = task.metadata.get_or_insert_with(Default::default);
+    let mut members = saga_metadata(header);
+    if outcome {
+        members.push(("outcome".to_owned(), json!("compensated")));
+    }
+    metadata.extend(members);
+    Ok(task)
+}
+
+/// The id of the `n`th message derived from the journal entry at `seq` of `task_id`'s
+/// saga: the same wherever and whenever the journal is read.
+fn derived_message_id(task_id: &str, seq: usize, n: u32) -> String {
+    uuid::Uuid::new_v5(
+        &uuid::Uuid::NAMESPACE_URL,
+        format!("sagaplane:task/{task_id}/entry/{seq}/message/{n}").as_bytes(),
+    )
+    .to_string()
+}
+
+/// A person's answer as the contract publishes it (`spec/schemas/answer.schema.json`).
+fn answer_message(resolution: Resolution, decider: &Decider) -> Message {
+    let mut answer = json!({ "resolution": resolution });
+    if let Some(approval) = &decider.approval {
+        let expires_at = DateTime::from_timestamp_millis(approval.expires_at_ms)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true));
+        answer["approval"] = json!({
+            "sagaId": approval.saga_id,
+            "stepId": approval.step_id,
+            "argsSha256": approval.args_sha256,
+            "expiresAt": expires_at,
+        });
+    }
+    Message {
+        message_id: String::new(),
+        context_id: None,
+        task_id: None,
+        role: Role::User,
+        parts: vec![Part::data(answer)],
+        metadata: None,
+        extensions: None,
+        reference_task_ids: None,
+    }
+}
+
+#[cfg(test)]
+mod tests;
