@@ -10,6 +10,7 @@ use agent_host::sdk::{A2AError, ListTasksRequest, StreamResponse, Task, TaskStat
 use agent_host::{AgentClient, OutboundCall};
 use common::served::*;
 use common::{Harness, data_message, ledger_of};
+use executor_agent::http::RegistrationHosts;
 use executor_agent::journal::SagaLog;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -546,6 +547,96 @@ async fn an_answer_the_pause_does_not_offer_or_an_approval_for_years_is_refused_
         "{:?}",
         approved.status
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_planner_cannot_cancel_or_read_a_plan_waiting_for_a_saga_slot() {
+    // One slot, taken by planner-1's first saga, whose sandbox answer is held.
+    let held = [("sandbox.provision", common::Fault::ApplyThenHold(1))];
+    let served = serve_timed(RegistrationHosts::any(), &held, 30_000, |settings| {
+        settings.max_running_sagas = 1;
+    })
+    .await;
+    let as_planner = || call(planner_jwt(&served, "executor"));
+    let at_once = |plan| common::answered_at_once(data_message(plan, None));
+    let started = |response| match response {
+        Ok(agent_host::sdk::SendMessageResponse::Task(task)) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    let first = started(
+        client(&served)
+            .send(
+                &as_planner(),
+                &at_once(supplier_plan(&served, "sg_slot_holder")),
+            )
+            .await,
+    );
+    let sandbox = served.logs["sandbox"].clone();
+    let applied = sandbox.lock().unwrap().applied.clone();
+    while sandbox.lock().unwrap().effects.is_empty() {
+        applied.notified().await;
+    }
+    let waiting = started(
+        client(&served)
+            .send(
+                &as_planner(),
+                &at_once(supplier_plan(&served, "sg_slot_waiter")),
+            )
+            .await,
+    );
+    assert_eq!(
+        waiting.status.state,
+        TaskState::Submitted,
+        "{:?}",
+        waiting.status
+    );
+    let calls = calls_seen(&served);
+
+    // Planner-2 is told there is no such task, by every route; nothing moves.
+    let other = || call(other_planner_jwt(&served));
+    assert!(is_not_found(
+        client(&served).cancel_task(&other(), &waiting.id).await
+    ));
+    assert!(is_not_found(
+        client(&served).get_task(&other(), &waiting.id).await
+    ));
+    let on_task = client(&served)
+        .send(
+            &other(),
+            &data_message(json!({"resolution": "compensate"}), Some(&waiting.id)),
+        )
+        .await;
+    assert!(is_not_found(on_task));
+    let still = client(&served)
+        .get_task(&as_planner(), &waiting.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        still.status.state,
+        TaskState::Submitted,
+        "{:?}",
+        still.status
+    );
+    assert_eq!(calls_seen(&served), calls, "no call was made meanwhile");
+
+    // Once the slot is free, the plan runs as accepted.
+    sandbox.lock().unwrap().release.notify_one();
+    for task in [&first, &waiting] {
+        // Followed to its end (refused when it has ended already).
+        if let Ok(mut events) = client(&served).subscribe(&as_planner(), &task.id).await {
+            while events.next().await.is_some() {}
+        }
+        let ended = client(&served)
+            .get_task(&as_planner(), &task.id)
+            .await
+            .unwrap();
+        assert_eq!(
+            ended.status.state,
+            TaskState::Completed,
+            "{:?}",
+            ended.status
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

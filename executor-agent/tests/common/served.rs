@@ -15,7 +15,7 @@ use agent_host::sdk::{SendMessageResponse, Task};
 use agent_host::{AgentClient, OutboundCall, mint_jwt};
 use serde_json::{Value, json};
 
-use super::{AGENTS, Fault, TOOL_TOKEN, ToolLog, data_message, read, start_tools};
+use super::{AGENTS, Fault, TOOL_TOKEN, ToolLog, data_message, read, start_tools_timed};
 
 pub const ADMIN_TOKEN: &str = "admin-token-for-security-tests";
 
@@ -91,6 +91,17 @@ pub async fn serve_configured(
     faults: &[(&str, Fault)],
     configure: impl FnOnce(&mut Settings),
 ) -> Served {
+    serve_timed(hosts, faults, 300, configure).await
+}
+
+/// `serve_configured`, with every skill's timeout set to `timeout_ms` (a call held by a
+/// fault then waits that long before it counts as unanswered).
+pub async fn serve_timed(
+    hosts: RegistrationHosts,
+    faults: &[(&str, Fault)],
+    timeout_ms: u64,
+    configure: impl FnOnce(&mut Settings),
+) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let platform = SigningIdentity::from_seed([41; 32], Some("platform".into()));
     let planner = SigningIdentity::from_seed([42; 32], Some("planner-1".into()));
@@ -98,7 +109,7 @@ pub async fn serve_configured(
     let approver = SigningIdentity::from_seed([44; 32], Some("approver-1".into()));
     let mut platform_keys = TrustStore::new();
     platform_keys.add_jwk(&platform.public_jwk()).unwrap();
-    let (cards, logs) = start_tools(faults, &platform).await;
+    let (cards, logs) = start_tools_timed(faults, &platform, timeout_ms).await;
     // With an allow-list, the six tools registered below are on it (by host and port).
     let hosts = hosts.and(cards.iter().filter_map(|card| {
         let url = card.pointer("/supportedInterfaces/0/url")?.as_str()?;
