@@ -11,8 +11,8 @@ use shared_types::expr::{self, EvalContext};
 
 use super::deadline::UndoDeadline;
 use super::model::{
-    CallOutcome, Cause, Command, Decider, Ending, Event, FailureClass, Forward, Invocation,
-    PauseOn, Phase, Resolution, StepRecord, Target, Timer, Undo,
+    CallOutcome, Cause, Command, Ending, Event, FailureClass, Forward, Invocation, PauseOn, Phase,
+    StepRecord, Target, Timer, Undo,
 };
 use super::spec::{CallSpec, SagaSpec};
 
@@ -268,7 +268,7 @@ pub(super) fn response_of<'a>(
 
 impl Saga {
     /// Runs forward from step `from`.
-    fn advance(&mut self, from: usize, now_ms: i64, out: &mut Vec<Command>) {
+    pub(super) fn advance(&mut self, from: usize, now_ms: i64, out: &mut Vec<Command>) {
         if let Some(cause) = self.pending_unwind.take()
             && !self.past_no_return()
         {
@@ -304,7 +304,13 @@ impl Saga {
     }
 
     /// Binds the arguments and emits the invocation.
-    fn invoke(&mut self, target: Target, attempt: u32, now_ms: i64, out: &mut Vec<Command>) {
+    pub(super) fn invoke(
+        &mut self,
+        target: Target,
+        attempt: u32,
+        now_ms: i64,
+        out: &mut Vec<Command>,
+    ) {
         let spec = &self.spec;
         let (i, forward) = match target {
             Target::Forward(i) => (i, true),
@@ -605,7 +611,7 @@ impl Saga {
     }
 
     /// Compensates the latest step that still needs it; finishes when none is left.
-    fn continue_unwind(&mut self, now_ms: i64, out: &mut Vec<Command>) {
+    pub(super) fn continue_unwind(&mut self, now_ms: i64, out: &mut Vec<Command>) {
         let Phase::Unwinding { cause } = self.phase else {
             return;
         };
@@ -719,134 +725,7 @@ impl Saga {
         }
     }
 
-    fn on_cancel(&mut self, now_ms: i64, out: &mut Vec<Command>) {
-        match self.phase {
-            Phase::Done { .. } => out.push(Command::RefuseCancel {
-                reason: "the saga has already ended".into(),
-            }),
-            // Accepted, waiting for a slot: it made no call.
-            Phase::NotStarted => self.finish(
-                out,
-                Ending::Canceled,
-                "canceled before it started: nothing ran",
-            ),
-            _ if self.past_no_return() => out.push(Command::RefuseCancel {
-                reason: "the saga is past its pivot; it can no longer be unwound".into(),
-            }),
-            Phase::Unwinding { .. } => out.push(Command::Ignored {
-                event: "cancel".into(),
-                why: "the saga unwinds already".into(),
-            }),
-            _ => self.request_unwind(Cause::Canceled, now_ms, out),
-        }
-    }
-
-    fn on_resolution(
-        &mut self,
-        resolution: Resolution,
-        decider: Option<&Decider>,
-        now_ms: i64,
-        out: &mut Vec<Command>,
-    ) {
-        let Phase::Paused { on, .. } = self.phase else {
-            out.push(Command::Ignored {
-                event: "resolve".into(),
-                why: "the saga does not wait for a person".into(),
-            });
-            return;
-        };
-        match (on, resolution) {
-            (PauseOn::Approval { step }, Resolution::Approve) => {
-                if let Err(why) = self.approval_applies(step, decider, now_ms) {
-                    out.push(Command::Pause {
-                        reason: format!(
-                            "{} (the approval was not applied: {why})",
-                            self.pause_reason()
-                        ),
-                    });
-                    return;
-                }
-                self.decided(step, resolution, decider, now_ms);
-                self.phase = Phase::Forward { step };
-                self.invoke(Target::Forward(step), 1, now_ms, out);
-            }
-            (PauseOn::Approval { step }, Resolution::Compensate) => {
-                self.decided(step, resolution, decider, now_ms);
-                self.request_unwind(Cause::Failure, now_ms, out)
-            }
-            (PauseOn::Forward { step }, Resolution::Retry) if !self.retry_offered(step) => {
-                out.push(Command::Pause {
-                    reason: format!(
-                        "{} (a retry does not apply here: the saga was told to unwind, and no \
-                         attempt of this step may start again)",
-                        self.pause_reason()
-                    ),
-                });
-            }
-            (PauseOn::Forward { step }, Resolution::Retry) => {
-                self.decided(step, resolution, decider, now_ms);
-                self.phase = Phase::Forward { step };
-                self.invoke(
-                    Target::Forward(step),
-                    self.records[step].attempts + 1,
-                    now_ms,
-                    out,
-                );
-            }
-            (PauseOn::Forward { step }, Resolution::ResolvedManually) => {
-                self.decided(step, resolution, decider, now_ms);
-                self.records[step].forward = Forward::ResolvedManually;
-                if self.records[step].undo == Undo::Pending {
-                    self.records[step].undo = Undo::NothingToUndo;
-                }
-                self.advance(step + 1, now_ms, out);
-            }
-            (PauseOn::Forward { step }, Resolution::Compensate) => {
-                // Allowed only where unwinding is: before the point of no return, or at it
-                // when a person confirms the pivot did not happen.
-                let allowed = self.spec.point_of_no_return.is_none_or(|p| step <= p);
-                if allowed {
-                    self.decided(step, resolution, decider, now_ms);
-                    if step == self.spec.point_of_no_return.unwrap_or(usize::MAX) {
-                        self.records[step].forward = Forward::Failed {
-                            reason: "confirmed not done by a person".into(),
-                        };
-                        self.records[step].undo = Undo::NothingToUndo;
-                    }
-                    let cause = self.pending_unwind.take().unwrap_or(Cause::Failure);
-                    self.unwind(cause, now_ms, out);
-                } else {
-                    out.push(Command::Report {
-                        step: self.spec.steps[step].id.clone(),
-                        what: "cannot compensate past the pivot".into(),
-                    });
-                    out.push(Command::Pause {
-                        reason: self.pause_reason(),
-                    });
-                }
-            }
-            (PauseOn::Compensation { step, cause }, Resolution::Retry) => {
-                self.decided(step, resolution, decider, now_ms);
-                self.phase = Phase::Unwinding { cause };
-                self.records[step].undo = Undo::Pending;
-                self.invoke(Target::Compensation(step), 1, now_ms, out);
-            }
-            (PauseOn::Compensation { step, cause }, Resolution::ResolvedManually) => {
-                self.decided(step, resolution, decider, now_ms);
-                self.records[step].undo = Undo::ResolvedManually;
-                self.phase = Phase::Unwinding { cause };
-                self.continue_unwind(now_ms, out);
-            }
-            _ => out.push(Command::Pause {
-                reason: format!(
-                    "{} (resolution {resolution:?} does not apply here)",
-                    self.pause_reason()
-                ),
-            }),
-        }
-    }
-
-    fn finish(&mut self, out: &mut Vec<Command>, ending: Ending, reason: &str) {
+    pub(super) fn finish(&mut self, out: &mut Vec<Command>, ending: Ending, reason: &str) {
         self.phase = Phase::Done { ending };
         out.push(Command::Finish {
             ending,

@@ -4,6 +4,7 @@
 mod approval;
 mod authority;
 pub mod deadline;
+mod decisions;
 pub mod engine;
 pub mod model;
 pub mod spec;
