@@ -439,6 +439,7 @@ impl Agent for ExecutorAgent {
             let decider = Decider {
                 by: ctx.caller,
                 approval: answer.approval,
+                message_id: Some(message.message_id.clone()),
             };
             self.record_if_driven_here(&task, &message).await;
             // `accept` refused an answer for a saga not driven here, unless another

@@ -196,6 +196,7 @@ pub fn check(
     Ok(Decider {
         by: caller.to_owned(),
         approval: answer.approval,
+        message_id: None,
     })
 }
 

@@ -248,10 +248,8 @@ impl Driver {
                     .await;
             }
             Start::Resumed(recovered, _) => {
+                // What it showed before is on its task already (`Executor::recover`).
                 saga = recovered.saga;
-                if let Some(shown) = &recovered.last_shown {
-                    reporter.report(shown, &saga).await;
-                }
                 for invocation in recovered.to_invoke {
                     out = Some((invocation.target, invocation.attempt));
                     ctx.call(&saga, invocation, &mut running).await?;

@@ -28,8 +28,9 @@ pub struct Recovered {
     pub lost: Vec<Event>,
     /// Timers to arm again, with their deadlines (ms since the epoch).
     pub timers: Vec<(Timer, i64)>,
-    /// The last progress report, pause or end the engine emitted: the crash may have come
-    /// before it reached the saga's task, so the driver shows it again.
+    /// The last progress report, pause or end the engine emitted: for a saga whose end
+    /// the journal holds but which was never marked finished, the end its finishing
+    /// write shows.
     pub last_shown: Option<Command>,
 }
 

@@ -3,17 +3,21 @@
 //! order, the answer a person gave (a `resolve`) and the statuses the engine showed
 //! stepping it; the ledger and the saga's metadata from the saga as replayed.
 //!
-//! The same journal always yields the same task: a derived message's id comes from the
-//! task's id and the place of its event in the journal, a status's time from its event.
-//! A person's answer is shown in the one form the contract publishes for it (its
-//! resolution, and an approval's four members), not as the message it came in.
+//! The same journal always yields the same task: a status's message id comes from the
+//! task's id and the place of its event among the saga's events (the reports name it so
+//! too), its time from the event. A person's answer is shown under the id of the message
+//! it came in, in the one form the contract publishes for it (its resolution, and an
+//! approval's four members).
 //!
 //! The reports on the task (`report/`) still write these statuses as the saga goes, and
 //! the executor serves what they wrote; `tests/task_views.rs` and this module's property
 //! test hold this view equal to it, on the way to serving the tasks from here.
 
+use std::collections::HashSet;
+
 use agent_host::agent_message;
 use agent_host::sdk::{Artifact, Message, Part, Role, Task, TaskState, TaskStatus};
+use agent_host::tasks::put_artifact;
 use chrono::DateTime;
 use serde_json::{Value, json};
 
@@ -106,11 +110,32 @@ pub fn status_of(command: &Command, saga: &Saga) -> Option<(TaskState, Option<Me
     Some((state, Some(agent_message(text, None))))
 }
 
-/// The task of the saga `header` names, from `created` (its task as the accepting write
-/// stored it) and the saga's journal `entries`, in order. A journal whose events name a
-/// step the saga does not have is refused (`Error::Journal`).
-pub fn saga_task(created: &Task, header: &SagaHeader, entries: &[Entry]) -> Result<Task> {
-    let mut task = created.clone();
+/// The task of the saga `header` names, from `snapshot` (its task as the accepting write
+/// created it, or as it was written since) and the saga's journal `entries`, in order:
+/// what the journal shows that the snapshot lacks is added to it, in journal order (each
+/// message is known by its id). A journal whose events name a step the saga does not have
+/// is refused (`Error::Journal`).
+pub fn saga_task(snapshot: &Task, header: &SagaHeader, entries: &[Entry]) -> Result<Task> {
+    Ok(view(snapshot, header, entries)?.task)
+}
+
+/// A saga's task as its journal shows it, and the statuses it shows that the snapshot it
+/// was derived from lacked, in order.
+pub struct View {
+    pub task: Task,
+    pub added: Vec<(TaskState, Option<Message>)>,
+}
+
+/// `saga_task`, with the statuses it added to `snapshot`.
+pub fn view(snapshot: &Task, header: &SagaHeader, entries: &[Entry]) -> Result<View> {
+    let mut task = snapshot.clone();
+    let mut added = Vec::new();
+    let shown: HashSet<String> = snapshot
+        .history
+        .iter()
+        .flatten()
+        .map(|m| m.message_id.clone())
+        .collect();
     let mut saga = Saga::new(header.spec.clone());
     let history = task.history.get_or_insert_with(Vec::new);
     let mut status = None;
@@ -125,7 +150,7 @@ pub fn saga_task(created: &Task, header: &SagaHeader, entries: &[Entry]) -> Resu
                 event.kind()
             )));
         }
-        let mut ids = (0u32..).map(|n| derived_message_id(&header.task_id, seq, n));
+        let index = saga.events;
         if let Event::Resolve {
             resolution,
             decider: Some(decider),
@@ -133,21 +158,33 @@ pub fn saga_task(created: &Task, header: &SagaHeader, entries: &[Entry]) -> Resu
         } = event
         {
             let mut message = answer_message(*resolution, decider);
-            message.message_id = ids.next().unwrap_or_default();
+            message.message_id = decider
+                .message_id
+                .clone()
+                .unwrap_or_else(|| message_id(&header.task_id, index, "answer", 0));
             message.task_id = Some(header.task_id.clone());
-            history.push(message);
+            if !shown.contains(&message.message_id) {
+                history.push(message);
+            }
         }
         let at = DateTime::from_timestamp_millis(event.now_ms());
-        let shown = saga.step(event.clone());
-        outcome |= unwound(&shown);
-        for (state, message) in shown.iter().filter_map(|c| status_of(c, &saga)) {
+        let commands = saga.step(event.clone());
+        outcome |= unwound(&commands);
+        let statuses = commands.iter().filter_map(|c| status_of(c, &saga));
+        for (n, (state, message)) in statuses.enumerate() {
             let message = message.map(|mut m| {
-                m.message_id = ids.next().unwrap_or_default();
+                m.message_id = status_message_id(&header.task_id, index, n);
                 m.task_id = Some(header.task_id.clone());
                 m.context_id = Some(header.context_id.clone());
                 m
             });
-            history.extend(message.clone());
+            if message
+                .as_ref()
+                .is_some_and(|m| !shown.contains(&m.message_id))
+            {
+                history.extend(message.clone());
+                added.push((state.clone(), message.clone()));
+            }
             status = Some(TaskStatus {
                 state,
                 message,
@@ -157,7 +194,7 @@ pub fn saga_task(created: &Task, header: &SagaHeader, entries: &[Entry]) -> Resu
     }
     if let Some(status) = status {
         task.status = status;
-        task.artifacts = Some(vec![ledger_artifact(saga.ledger())]);
+        put_artifact(&mut task, ledger_artifact(saga.ledger()));
     }
     let metadata = task.metadata.get_or_insert_with(Default::default);
     let mut members = saga_metadata(header);
@@ -165,15 +202,20 @@ pub fn saga_task(created: &Task, header: &SagaHeader, entries: &[Entry]) -> Resu
         members.push(("outcome".to_owned(), json!("compensated")));
     }
     metadata.extend(members);
-    Ok(task)
+    Ok(View { task, added })
 }
 
-/// The id of the `n`th message derived from the journal entry at `seq` of `task_id`'s
-/// saga: the same wherever and whenever the journal is read.
-fn derived_message_id(task_id: &str, seq: usize, n: u32) -> String {
+/// The id of the `n`th status shown on task `task_id` by the `event`th event its saga
+/// stepped (counted from 0, as `Saga::events` counts them): the same wherever and whenever
+/// the journal is read, and whoever reports it, so that a status shown again is known.
+pub fn status_message_id(task_id: &str, event: u64, n: usize) -> String {
+    message_id(task_id, event, "status", n)
+}
+
+fn message_id(task_id: &str, event: u64, kind: &str, n: usize) -> String {
     uuid::Uuid::new_v5(
         &uuid::Uuid::NAMESPACE_URL,
-        format!("sagaplane:task/{task_id}/entry/{seq}/message/{n}").as_bytes(),
+        format!("sagaplane:task/{task_id}/event/{event}/{kind}/{n}").as_bytes(),
     )
     .to_string()
 }

@@ -211,8 +211,8 @@ fn creation_of(task: &Task) -> Task {
 }
 
 /// The task derived from its saga's journal (`task_view::saga_task`, from its creation)
-/// reads as the task GetTask returned, ids and times aside: the view the executor is to
-/// serve its tasks from.
+/// reads as the task GetTask returned, times aside: the view the executor is to serve its
+/// tasks from.
 async fn derived_holds(setup: &Harness, task: &Task) {
     let (saga_id, _) = setup
         .journal
@@ -233,6 +233,15 @@ async fn derived_holds(setup: &Harness, task: &Task) {
     if let Some(difference) = first_difference("", &normalized(task), &normalized(&derived)) {
         panic!("the task derived from the journal is not GetTask's: {difference}");
     }
+    // Ids too: a status is named by its event, an answer by the message it came in.
+    let ids = |task: &Task| {
+        task.history
+            .iter()
+            .flatten()
+            .map(|m| m.message_id.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&derived), ids(task), "message ids");
 }
 
 /// Sends `plan` on a stream as the planner and reads every event to the stream's end;

@@ -4,6 +4,7 @@
 //! an earlier release left `SUBMITTED` without a saga is ended at the start.
 
 use super::*;
+use crate::journal::Entry;
 
 /// At most this many sagas are claimed in one write, at a start or a takeover.
 const TAKEOVER_BATCH: usize = 256;
@@ -122,16 +123,22 @@ impl Executor {
                 .tasks
                 .resumed(&header.task_id, &header.context_id)
                 .await;
-            resumed.push((task, saga_metadata(&header), recovered, epoch));
+            resumed.push((task, header, entries, recovered, epoch));
         }
         // On the tasks before anyone can read them (the executor serves once this returns),
-        // in writes that share commits: a saga may have died before its first report.
+        // in writes that share commits: what the journal shows and the reports had not
+        // written when the process died.
         futures::future::join_all(
             resumed
                 .iter()
-                .map(|(task, metadata, _, _)| show_saga(task, metadata)),
+                .map(|(task, header, entries, _, _)| catch_up(task, header, entries)),
         )
         .await;
+        let resumed = resumed
+            .into_iter()
+            .map(|(task, header, _, recovered, epoch)| {
+                (task, saga_metadata(&header), recovered, epoch)
+            });
         for (task, metadata, mut recovered, epoch) in resumed {
             // A revocation recorded before the saga heard of it (the process stopped in
             // between) is told again, before the saga makes any call.
@@ -214,5 +221,61 @@ impl Executor {
             );
         }
         Ok(())
+    }
+}
+
+/// Shows on a resumed saga's task what its journal holds and the task lacks (reports
+/// gather, and the process may have died before writing them): the statuses in order,
+/// the ledger, the saga's metadata, in one write announced as reports are. Each status is
+/// known by its message's id, so one the task shows already is not shown again. A task
+/// that cannot be read or written now keeps what it shows; the saga's next report brings
+/// its ledger and metadata.
+async fn catch_up(task: &TaskHandle, header: &SagaHeader, entries: &[Entry]) {
+    let shown = match task.snapshot().await {
+        Ok(shown) if !shown.status.state.is_terminal() => shown,
+        Ok(_) => return,
+        Err(e) => {
+            tracing::warn!(task = task.id(), error = %e, "cannot read the resumed saga's task");
+            return;
+        }
+    };
+    let view = match crate::task_view::view(&shown, header, entries) {
+        Ok(view) => view,
+        Err(e) => {
+            tracing::warn!(task = task.id(), error = %e.chain(), "cannot show the resumed saga on its task");
+            return;
+        }
+    };
+    let metadata: Vec<(String, Value)> = view
+        .task
+        .metadata
+        .iter()
+        .flatten()
+        .filter(|(key, value)| shown.metadata.as_ref().and_then(|m| m.get(*key)) != Some(value))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    if view.added.is_empty() {
+        show_saga(task, &metadata).await;
+        return;
+    }
+    let ledger = view
+        .task
+        .artifacts
+        .iter()
+        .flatten()
+        .find(|a| a.artifact_id == crate::task_view::LEDGER)
+        .cloned();
+    let shown = task
+        .change_with_statuses(
+            |task| {
+                let members = task.metadata.get_or_insert_with(Default::default);
+                members.extend(metadata);
+                Ok(ledger.map(|ledger| agent_host::tasks::put_artifact(task, ledger)))
+            },
+            view.added,
+        )
+        .await;
+    if let Err(e) = shown {
+        tracing::warn!(task = task.id(), error = %e, "cannot show on the resumed saga's task what its journal holds");
     }
 }

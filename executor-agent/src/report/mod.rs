@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::saga::model::StepRecord;
 use crate::saga::{Command, Saga};
 use crate::sync;
-use crate::task_view::{LEDGER, ledger_artifact, status_of, unwound};
+use crate::task_view::{LEDGER, ledger_artifact, status_message_id, status_of, unwound};
 
 /// How the ledger on the task is brought up to date.
 #[derive(Debug, Clone, PartialEq)]
@@ -129,10 +129,11 @@ impl Pending {
         self
     }
 
-    /// Adds what people see of one step of the engine (`shown`, with the saga as it
-    /// stands after it, and `ledger`, how the ledger changed): each status, the pauses
-    /// and the end among them, and `outcome` when the saga unwound.
-    fn add(&mut self, shown: &[Command], saga: &Saga, ledger: LedgerChange) {
+    /// Adds what people see of one step of the engine on task `task_id` (`shown`, with the
+    /// saga as it stands after it, and `ledger`, how the ledger changed): each status
+    /// (its message named as the journal's view names it), the pauses and the end among
+    /// them, and `outcome` when the saga unwound.
+    fn add(&mut self, task_id: &str, shown: &[Command], saga: &Saga, ledger: LedgerChange) {
         let stops = shown
             .iter()
             .filter(|c| matches!(c, Command::Pause { .. } | Command::Finish { .. }))
@@ -143,8 +144,16 @@ impl Pending {
             self.metadata
                 .push(("outcome".to_owned(), json!("compensated")));
         }
+        let event = saga.events.saturating_sub(1);
+        let statuses = shown.iter().filter_map(|c| status_of(c, saga));
         self.statuses
-            .extend(shown.iter().filter_map(|c| status_of(c, saga)));
+            .extend(statuses.enumerate().map(|(n, (state, message))| {
+                let message = message.map(|mut m| {
+                    m.message_id = status_message_id(task_id, event, n);
+                    m
+                });
+                (state, message)
+            }));
         self.ledger = Some(match self.ledger.take() {
             Some(older) => older.then(ledger),
             None => ledger,
@@ -318,7 +327,8 @@ impl Reporter for TaskReporter {
         }
         log_stops(shown, saga, self.task.id());
         let ledger = self.ledger_change(saga);
-        self.with_pending(|pending| pending.add(shown, saga, ledger));
+        let task_id = self.task.id();
+        self.with_pending(|pending| pending.add(task_id, shown, saga, ledger));
     }
 
     /// The end, with what waits to be written before it, in the journal's ending write
@@ -334,7 +344,7 @@ impl Reporter for TaskReporter {
             .await;
         let waiting = std::mem::take(&mut *sync::lock(&self.shared.pending));
         let mut batch = waiting.clone();
-        batch.add(shown, saga, self.ledger_change(saga));
+        batch.add(self.task.id(), shown, saga, self.ledger_change(saga));
         let written = if self.carried {
             let statuses = batch.statuses.clone();
             self.task

@@ -29,6 +29,10 @@ pub struct Saga {
     /// they are, with the journaled arguments and key, never with the derived ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pinned: Vec<Invocation>,
+    /// How many events it has stepped: the place, among the saga's journaled events, of
+    /// the next one (what it shows is named by it: `task_view::status_message_id`).
+    #[serde(default)]
+    pub events: u64,
 }
 
 impl Saga {
@@ -59,6 +63,7 @@ impl Saga {
             records,
             pending_unwind: None,
             pinned: Vec::new(),
+            events: 0,
         }
     }
 
@@ -76,6 +81,7 @@ impl Saga {
     /// The engine's one entry point. An event that does not apply to the saga as it
     /// stands changes nothing and is answered with `Command::Ignored`, saying why.
     pub fn step(&mut self, event: Event) -> Vec<Command> {
+        self.events += 1;
         let kind = event.kind();
         let ignored = |why: &str| Command::Ignored {
             event: kind.to_owned(),

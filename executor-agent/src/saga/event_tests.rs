@@ -16,9 +16,13 @@ fn ignored(commands: &[Command]) -> Option<&str> {
     }
 }
 
-/// The saga's whole state, to compare.
-fn state(saga: &Saga) -> Saga {
-    saga.clone()
+/// The saga's whole state, to compare: all of it but the count of events stepped, which
+/// every event moves, one that does not apply too.
+pub(super) fn state(saga: &Saga) -> Saga {
+    Saga {
+        events: 0,
+        ..saga.clone()
+    }
 }
 
 fn first_call(saga: &mut Saga) -> Invocation {

@@ -67,6 +67,10 @@ pub struct Decider {
     /// For `approve`: the step and arguments approved, and until when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,
+    /// The id of the A2A message the answer came in (absent in journals written before
+    /// it was kept): the saga's task shows the answer under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
 }
 
 /// What an approval approves: one step of one saga, with exactly these arguments.

@@ -71,6 +71,7 @@ fn header(saga: &Saga) -> SagaHeader {
 fn created(header: &SagaHeader) -> Task {
     let mut plan = agent_message("", Some(header.plan.clone()));
     plan.role = Role::User;
+    plan.message_id = "the-plans-message".into();
     plan.task_id = Some(header.task_id.clone());
     plan.context_id = Some(header.context_id.clone());
     Task {
@@ -148,12 +149,21 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
             // A person answers what the task shows.
             answered = true;
             stops_written.wait_for(|n| *n >= stops_shown).await.unwrap();
+            let mut answer = answer_message(
+                resolution,
+                &Decider {
+                    by: "approver".into(),
+                    approval: None,
+                    message_id: None,
+                },
+            );
+            answer.message_id = agent_host::sdk::new_message_id();
+            answer.task_id = Some(header.task_id.clone());
             let decider = Decider {
                 by: "approver".into(),
                 approval: None,
+                message_id: Some(answer.message_id.clone()),
             };
-            let mut answer = answer_message(resolution, &decider);
-            answer.task_id = Some(header.task_id.clone());
             task.record_message(answer).await.unwrap();
             events.push_back(Event::Resolve {
                 resolution,
@@ -177,7 +187,7 @@ fn result(invocation: &Invocation, answer: Outcome, now_ms: i64) -> Event {
     }
 }
 
-/// What a caller reads of a task, message ids and times aside.
+/// What a caller reads of a task, times aside.
 fn seen(task: &Task) -> Value {
     let message = |m: &Message| {
         let parts: Vec<Value> = m
@@ -189,7 +199,7 @@ fn seen(task: &Task) -> Value {
                 _ => json!("other"),
             })
             .collect();
-        json!({"role": format!("{:?}", m.role), "parts": parts, "taskId": m.task_id, "contextId": m.context_id})
+        json!({"id": m.message_id, "role": format!("{:?}", m.role), "parts": parts, "taskId": m.task_id, "contextId": m.context_id})
     };
     json!({
         "state": format!("{:?}", task.status.state),
