@@ -135,6 +135,14 @@ pub trait Agent: Send + Sync + 'static {
         false
     }
 
+    /// The task as callers read it (GetTask, ListTasks, the task a SubscribeToTask or a
+    /// message continuing it starts from), from `stored`, the task as the store holds it:
+    /// an agent whose tasks are views of a record of its own (the executor's journal)
+    /// brings them up to date here. The default: as stored.
+    async fn shown(&self, stored: Task) -> Task {
+        stored
+    }
+
     /// Cancels a task that is not terminal. The default marks it canceled at once.
     async fn cancel(&self, task: TaskHandle) -> Result<Task, A2AError> {
         task.set_status(TaskState::Canceled, None)

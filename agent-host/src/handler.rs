@@ -207,24 +207,22 @@ impl<A: Agent> HostHandler<A> {
         })
     }
 
-    async fn get(&self, id: &str) -> Result<Task, A2AError> {
-        self.tasks
+    /// The task as callers read it (`Agent::shown`), if `caller` may see it: when the
+    /// agent scopes tasks to their callers, another caller's task is not found, exactly
+    /// as a task that does not exist (unless the agent lets `caller` see every task), and
+    /// nothing of it is read beyond its stored owner.
+    async fn get_for(&self, caller: &str, id: &str) -> Result<Task, A2AError> {
+        let stored = self
+            .tasks
             .store()
             .get(id)
             .await
             .map_err(crate::Error::into_a2a)?
-            .ok_or_else(|| A2AError::task_not_found(id))
-    }
-
-    /// The task, if `caller` may see it: when the agent scopes tasks to their callers,
-    /// another caller's task is not found, exactly as a task that does not exist (unless
-    /// the agent lets `caller` see every task).
-    async fn get_for(&self, caller: &str, id: &str) -> Result<Task, A2AError> {
-        let task = self.get(id).await?;
-        if self.scoped_for(caller) && owner_of(&task) != Some(caller) {
+            .ok_or_else(|| A2AError::task_not_found(id))?;
+        if self.scoped_for(caller) && owner_of(&stored) != Some(caller) {
             return Err(A2AError::task_not_found(id));
         }
-        Ok(task)
+        Ok(self.agent.shown(stored).await)
     }
 
     /// Whether `caller` sees only its own tasks.
@@ -524,8 +522,11 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
             .await
             .map_err(crate::Error::into_a2a)?;
         let include_artifacts = req.include_artifacts.unwrap_or(false);
-        let tasks: Vec<Task> = page
-            .tasks
+        let mut shown = Vec::with_capacity(page.tasks.len());
+        for stored in page.tasks {
+            shown.push(self.agent.shown(stored).await);
+        }
+        let tasks: Vec<Task> = shown
             .into_iter()
             .map(|mut t| {
                 if !include_artifacts {

@@ -479,6 +479,13 @@ impl Agent for ExecutorAgent {
         }
     }
 
+    /// A saga's task brought up to date from its journal: what the reports have not
+    /// written yet (they gather progress) is shown all the same. A task whose saga ended
+    /// shows what its finishing write stored; one without a saga, as stored.
+    async fn shown(&self, stored: Task) -> Task {
+        self.0.shown(stored).await
+    }
+
     async fn cancel(&self, task: TaskHandle) -> Result<Task, A2AError> {
         match self.cancel_here(&task).await {
             Some(done) => done,
@@ -506,6 +513,41 @@ impl Agent for ExecutorAgent {
 }
 
 impl Executor {
+    /// A saga's task brought up to date from its journal: what the reports have not
+    /// written yet (they gather progress) is shown all the same. A task whose saga ended
+    /// shows what its finishing write stored; one without a saga, as stored.
+    pub(crate) async fn shown(&self, stored: Task) -> Task {
+        if stored.status.state.is_terminal() {
+            return stored;
+        }
+        match self.journal_view(&stored).await {
+            Ok(Some(view)) => view,
+            Ok(None) => stored,
+            Err(e) => {
+                // The stored task is what the reports wrote: behind, never wrong.
+                tracing::debug!(task = %stored.id, error = %e.chain(), "the task is shown as stored");
+                stored
+            }
+        }
+    }
+
+    /// `stored`, the task of an unfinished saga, with what the saga's journal shows and
+    /// it lacks; `None` for a task without one, or whose saga the journal marks finished
+    /// (its finishing write stored the task as it ended), or journaled in another format.
+    async fn journal_view(&self, stored: &Task) -> Result<Option<Task>> {
+        let journal = &self.config.journal;
+        let Some((saga_id, false)) = journal.saga_of_task(&stored.id).await? else {
+            return Ok(None);
+        };
+        let Some((header, entries)) = journal.load(&saga_id).await? else {
+            return Ok(None);
+        };
+        if header.format != JOURNAL_FORMAT || header.task_id != stored.id {
+            return Ok(None);
+        }
+        crate::task_view::saga_task(stored, &header, &entries).map(Some)
+    }
+
     /// Cancels the saga of `task` if this process drives it (or it never began, or waits
     /// for a slot here); `None` when its saga is unfinished and another process drives it.
     async fn cancel_here(&self, task: &TaskHandle) -> Option<Result<Task, A2AError>> {

@@ -442,6 +442,81 @@ async fn a_saga_that_waited_for_a_slot_reads_as_recorded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_sagas_task_reads_as_far_as_its_journal_whatever_its_reports_wrote() {
+    // Progress gathers for a minute: the reports write nothing of it meanwhile.
+    let held = [("sandbox.provision", Fault::ApplyThenHold(1))];
+    let setup = Harness::start_gathering(
+        &held,
+        HELD.as_millis() as u64,
+        executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS,
+        std::time::Duration::from_secs(60),
+    )
+    .await;
+    let plan = setup.signed("examples/plans/supplier-onboarding.json");
+    let request = answered_at_once(data_message(plan, None));
+    let task = match setup.client.send(&setup.as_planner(), &request).await {
+        Ok(agent_host::sdk::SendMessageResponse::Task(task)) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    let applied = setup.log("sandbox").applied.clone();
+    while setup.log("sandbox").effects.is_empty() {
+        applied.notified().await;
+    }
+    let texts = |task: &Task| -> Vec<String> {
+        task.history
+            .iter()
+            .flatten()
+            .filter_map(|m| match &m.parts[0].content {
+                PartContent::Text(text) => Some(text.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let (read, listed) = read_back(&setup, &task.id, || setup.as_planner()).await;
+    let mut events = setup
+        .client
+        .subscribe(&setup.as_planner(), &task.id)
+        .await
+        .unwrap();
+    let Some(Ok(StreamResponse::Task(followed))) = events.next().await else {
+        panic!("a subscription begins with the task");
+    };
+    for shown in [&read, &listed, &followed] {
+        assert_eq!(shown.status.state, TaskState::Working, "{:?}", shown.status);
+        assert_eq!(
+            texts(shown)[..],
+            [
+                "s0: started (attempt 1)",
+                "s0: succeeded",
+                "s1: started (attempt 1)",
+                "s1: succeeded",
+                "s2: started (attempt 1)"
+            ],
+        );
+        let ledger = ledger_of(shown);
+        assert_eq!(
+            ledger["steps"][1]["forward"]["state"],
+            json!("succeeded"),
+            "{ledger}"
+        );
+    }
+    setup.log("sandbox").release.notify_one();
+    while events.next().await.is_some() {}
+    let ended = setup
+        .client
+        .get_task(&setup.as_planner(), &task.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        ended.status.state,
+        TaskState::Completed,
+        "{:?}",
+        ended.status
+    );
+    derived_holds(&setup, &ended).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saga_resumed_after_sigkill_reads_as_recorded() {
     use common::process;
     let world = process::World::new();

@@ -366,16 +366,21 @@ fn shown_window(window: std::time::Duration) -> String {
     }
 }
 
-/// The task of saga (or task) `id`: a task id first, else the journal's saga.
+/// The task of saga (or task) `id`, as callers read it (`Executor::shown`): a task id
+/// first, else the journal's saga.
 pub async fn find_task(executor: &Executor, id: &str) -> Result<Option<Task>> {
     let store = executor.tasks().store();
-    if let Some(task) = store.get(id).await? {
-        return Ok(Some(task));
-    }
-    match executor.config().journal.header(id).await? {
-        Some(header) => Ok(store.get(&header.task_id).await?),
-        None => Ok(None),
-    }
+    let stored = match store.get(id).await? {
+        Some(task) => Some(task),
+        None => match executor.config().journal.header(id).await? {
+            Some(header) => store.get(&header.task_id).await?,
+            None => None,
+        },
+    };
+    Ok(match stored {
+        Some(task) => Some(executor.shown(task).await),
+        None => None,
+    })
 }
 
 /// One saga: its task, its plan as an audit record, its timeline, its ledger.
