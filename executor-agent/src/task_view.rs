@@ -9,9 +9,11 @@
 //! it came in, in the one form the contract publishes for it (its resolution, and an
 //! approval's four members).
 //!
-//! The reports on the task (`report/`) still write these statuses as the saga goes, and
-//! the executor serves what they wrote; `tests/task_views.rs` and this module's property
-//! test hold this view equal to it, on the way to serving the tasks from here.
+//! The reports on the task (`report/`) still write these statuses as the saga goes,
+//! gathered; what a caller reads of an unfinished saga's task is the stored task brought
+//! up to date here (`Executor::shown`), and recovery writes what a crash left unwritten.
+//! `tests/task_views.rs` and this module's property test hold the view equal to what the
+//! reports write.
 
 use std::collections::HashSet;
 
