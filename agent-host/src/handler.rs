@@ -252,6 +252,7 @@ impl<A: Agent> HostHandler<A> {
             run,
             done: false,
             tasks,
+            agent: self.agent.clone(),
             id,
             shutdown: self.shutdown.clone(),
         };
@@ -294,6 +295,7 @@ struct Follow {
     run: Option<tokio::task::JoinHandle<()>>,
     done: bool,
     tasks: Arc<TaskManager>,
+    agent: Arc<dyn Agent>,
     id: String,
 }
 
@@ -315,7 +317,8 @@ impl Follow {
         }
     }
 
-    /// The next event; after a lag, the stored task stands in for what was missed.
+    /// The next event; after a lag, the task as callers read it stands in for what was
+    /// missed.
     /// Events come before the end of the run (`biased`), so nothing the run published
     /// is lost when it ends.
     async fn next(&mut self) -> Option<StreamResponse> {
@@ -339,7 +342,7 @@ impl Follow {
                 Ok(event) => return Some(event),
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     if let Ok(Some(task)) = self.tasks.store().get(&self.id).await {
-                        return Some(StreamResponse::Task(task));
+                        return Some(StreamResponse::Task(self.agent.shown(task).await));
                     }
                 }
                 Err(broadcast::error::RecvError::Closed) => return None,
@@ -426,10 +429,14 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
                     let mut stream = self.follow(*first, events, Some(run));
                     while stream.next().await.is_some() {}
                 }
-                // The task as it ended, when the stream saw it end; else as it stands.
+                // The task as it ended, when the stream saw it end; else as it stands,
+                // as callers read it.
                 let task = match ended.get() {
                     Some(task) => task.clone(),
-                    None => handle.snapshot().await.map_err(crate::Error::into_a2a)?,
+                    None => {
+                        let stored = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
+                        self.agent.shown(stored).await
+                    }
                 };
                 Ok(SendMessageResponse::Task(trim_history(
                     task,

@@ -372,7 +372,7 @@ impl TaskHandle {
     pub async fn set_status(&self, state: TaskState, message: Option<Message>) -> Result<Task> {
         self.change_status(
             |_| Ok(None),
-            vec![(state, message)],
+            Statuses::new(vec![(state, message)]),
             false,
             Task::clone,
             ToStore,
@@ -396,7 +396,8 @@ impl TaskHandle {
             }
             Ok(None)
         };
-        self.change_status(edit, vec![(state, message)], true, Task::clone, ToStore)
+        let statuses = Statuses::new(vec![(state, message)]);
+        self.change_status(edit, statuses, true, Task::clone, ToStore)
             .await
     }
 
@@ -409,21 +410,27 @@ impl TaskHandle {
         statuses: Vec<(TaskState, Option<Message>)>,
     ) -> Result<()> {
         let put = |task: &mut Task| Ok(artifact.map(|artifact| put_artifact(task, artifact)));
-        self.change_with_statuses(put, statuses).await
+        self.change_with_statuses(put, statuses, 0).await
     }
 
     /// The general form of the one above: `change` edits the task (its artifacts with
     /// `put_artifact`, or `edit_artifact` for a large one that changes a little at a time;
     /// its metadata) and names the artifact it changed, if any, for the event that shows
-    /// it; then come the statuses; all in one durable write. Nothing is written if
-    /// `change` fails.
+    /// it; then come the statuses, of which the first `announced` were announced already
+    /// (`announce`) and get no event again; all in one durable write. Nothing is written
+    /// if `change` fails.
     pub async fn change_with_statuses(
         &self,
         change: impl FnOnce(&mut Task) -> std::result::Result<Option<String>, String>,
         statuses: Vec<(TaskState, Option<Message>)>,
+        announced: usize,
     ) -> Result<()> {
         let change = |task: &mut Task| {
             change(task).map_err(|why| A2AError::internal(format!("cannot change the task: {why}")))
+        };
+        let statuses = Statuses {
+            all: statuses,
+            announced,
         };
         self.change_status(change, statuses, false, |_| (), ToStore)
             .await
@@ -438,6 +445,7 @@ impl TaskHandle {
         &self,
         change: impl FnOnce(&mut Task) -> std::result::Result<Option<String>, String>,
         statuses: Vec<(TaskState, Option<Message>)>,
+        announced: usize,
         write: impl FnOnce(TaskWrite) -> Fut,
     ) -> std::result::Result<(), E>
     where
@@ -447,18 +455,23 @@ impl TaskHandle {
         let change = |task: &mut Task| {
             change(task).map_err(|why| A2AError::internal(format!("cannot change the task: {why}")))
         };
+        let statuses = Statuses {
+            all: statuses,
+            announced,
+        };
         self.change_status(change, statuses, false, |_| (), CarriedBy(write))
             .await
     }
 
     /// Stores the task, when it is prepared and not stored yet (`TaskManager::prepare`),
-    /// in the durable write `write` makes, which carries the task's creation
-    /// (`TaskWrite`) in its own transaction on the database the task store keeps its
-    /// tables in; a task stored already gives `write` nothing to carry. The task as
-    /// prepared is what it shows once stored: no event is announced. When `write` fails,
-    /// the task stays prepared.
+    /// changed by `change`, in the durable write `write` makes, which carries the task's
+    /// creation (`TaskWrite`) in its own transaction on the database the task store keeps
+    /// its tables in; a task stored already gives `write` nothing to carry (and is not
+    /// changed). The task as created is what it shows once stored: no event is announced.
+    /// When `write` fails, the task stays prepared, unchanged.
     pub async fn create_written_by<T, E, Fut>(
         &self,
+        change: impl FnOnce(&mut Task),
         write: impl FnOnce(Option<TaskWrite>) -> Fut,
     ) -> std::result::Result<T, E>
     where
@@ -467,32 +480,92 @@ impl TaskHandle {
     {
         let lock = self.manager.write_lock(&self.id)?;
         let mut written = lock.lock().await;
-        let creation = match written.as_ref() {
-            Some((NOT_STORED, task)) => Some(TaskWrite::of(task, Expected::Absent)?),
+        let created = match written.as_ref() {
+            Some((NOT_STORED, task)) => {
+                let mut task = task.clone();
+                change(&mut task);
+                let creation = TaskWrite::of(&task, Expected::Absent)?;
+                Some((task, creation))
+            }
             _ => None,
         };
-        let creates = creation.is_some();
+        let (created, creation) = created.unzip();
         let done = write(creation).await?;
-        if creates {
-            if let Some((version, _)) = written.as_mut() {
-                *version = 1;
-            }
+        if let Some(task) = created {
+            *written = Some((1, task));
             self.manager.stored(&self.id);
         }
         Ok(done)
     }
 
-    /// Stores the task with a write of its own, when it is prepared and not stored yet.
-    pub async fn create_if_prepared(&self) -> Result<()> {
+    /// Stores the task, changed by `change`, with a write of its own, when it is prepared
+    /// and not stored yet.
+    pub async fn create_if_prepared(&self, change: impl FnOnce(&mut Task)) -> Result<()> {
         let lock = self.manager.write_lock(&self.id)?;
         let mut written = lock.lock().await;
         if let Some((version, task)) = written.as_mut()
             && *version == NOT_STORED
         {
-            *version = self.manager.store.put(task, Expected::Absent).await?;
+            let mut created = task.clone();
+            change(&mut created);
+            *version = self.manager.store.put(&created, Expected::Absent).await?;
+            *task = created;
             self.manager.stored(&self.id);
         }
         Ok(())
+    }
+
+    /// Announces statuses the store does not hold, and `artifact` as it stands, to the
+    /// task's subscribers, without a write: for an agent whose tasks are views of a
+    /// durable record of its own (the executor's journal), which has made them durable
+    /// there and shows them on every read (`Agent::shown`). Events are built only for
+    /// someone listening; one waiting for the end alone hears only an interrupting or
+    /// ending last status.
+    pub fn announce(&self, artifact: Option<Artifact>, statuses: &[(TaskState, Option<Message>)]) {
+        let Some(watch) = self.manager.feed.watched(&self.id) else {
+            return;
+        };
+        let Some((last, _)) = statuses.last() else {
+            return;
+        };
+        let statuses = match watch {
+            Watch::Everything => statuses,
+            Watch::End if is_terminal(last) || is_interrupted(last) => {
+                &statuses[statuses.len() - 1..]
+            }
+            Watch::End => return,
+        };
+        let now = Some(Utc::now());
+        let mut events: Vec<StreamResponse> = Vec::with_capacity(statuses.len() + 1);
+        if watch == Watch::Everything
+            && let Some(artifact) = artifact
+        {
+            events.push(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                task_id: self.id.clone(),
+                context_id: self.context_id.clone(),
+                artifact,
+                append: Some(false),
+                last_chunk: Some(true),
+                metadata: None,
+            }));
+        }
+        events.extend(statuses.iter().map(|(state, message)| {
+            StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                task_id: self.id.clone(),
+                context_id: self.context_id.clone(),
+                status: TaskStatus {
+                    state: state.clone(),
+                    message: message.clone().map(|mut m| {
+                        m.task_id = Some(self.id.clone());
+                        m.context_id = Some(self.context_id.clone());
+                        m
+                    }),
+                    timestamp: now,
+                },
+                metadata: None,
+            })
+        }));
+        self.manager.feed.publish(&self.id, events, None);
     }
 
     /// Applies `artifact` (which names the artifact it changed, if any) and the statuses
@@ -501,11 +574,15 @@ impl TaskHandle {
     async fn change_status<T, P: Put>(
         &self,
         artifact: impl FnOnce(&mut Task) -> std::result::Result<Option<String>, A2AError>,
-        statuses: Vec<(TaskState, Option<Message>)>,
+        statuses: Statuses,
         announce_edit: bool,
         answer: impl FnOnce(&Task) -> T,
         put: P,
     ) -> std::result::Result<T, P::Error> {
+        let Statuses {
+            all: statuses,
+            announced,
+        } = statuses;
         if statuses.is_empty() {
             return Err(Error::Protocol(A2AError::invalid_params(
                 "a status change needs a status",
@@ -573,17 +650,25 @@ impl TaskHandle {
                     let history = task.history.as_deref().unwrap_or_default();
                     let with_message = shape.iter().filter(|(_, has)| *has).count();
                     let mut messages = history[history.len().saturating_sub(with_message)..].iter();
-                    events.extend(shape.into_iter().map(|(state, has_message)| {
+                    let unannounced =
+                        shape
+                            .into_iter()
+                            .enumerate()
+                            .filter_map(|(i, (state, has_message))| {
+                                let message = if has_message {
+                                    messages.next().cloned()
+                                } else {
+                                    None
+                                };
+                                (i >= announced).then_some((state, message))
+                            });
+                    events.extend(unannounced.map(|(state, message)| {
                         StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
                             task_id: task.id.clone(),
                             context_id: task.context_id.clone(),
                             status: TaskStatus {
                                 state,
-                                message: if has_message {
-                                    messages.next().cloned()
-                                } else {
-                                    None
-                                },
+                                message,
                                 timestamp: Some(now),
                             },
                             metadata: None,
@@ -647,6 +732,18 @@ impl TaskHandle {
                 |task| StreamResponse::Task(task.clone()),
             )
             .await
+    }
+}
+
+/// Statuses for one write, of which the first `announced` were announced already.
+struct Statuses {
+    all: Vec<(TaskState, Option<Message>)>,
+    announced: usize,
+}
+
+impl Statuses {
+    fn new(all: Vec<(TaskState, Option<Message>)>) -> Self {
+        Self { all, announced: 0 }
     }
 }
 

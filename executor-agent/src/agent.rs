@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_host::cpu;
-use agent_host::sdk::{A2AError, Message, PartContent, Task, TaskState};
+use agent_host::sdk::{A2AError, Message, PartContent, Task, TaskState, TaskStatus};
 use agent_host::store::TaskQuery;
 use agent_host::{
     Agent, AgentClient, Reply, RequestContext, TaskHandle, TaskManager, agent_message,
@@ -31,10 +31,10 @@ use crate::journal::{Claim, Epoch, JOURNAL_FORMAT, Journal, SagaHeader};
 use crate::mandates::{MandateBook, Revoked};
 use crate::mcp::invoker::McpInvoker;
 use crate::metrics::{CountedInvoker, MeteredReporter, Metrics, Now};
+use crate::progress::TaskProgress;
 use crate::recovery::replay;
 use crate::registry::AgentKind;
 use crate::registry::Registry;
-use crate::report::{TaskReporter, show_saga};
 use crate::saga::model::Phase;
 use crate::saga::spec::MandateHold;
 use crate::saga::{Decider, MandateEndEffect, Saga, SagaSpec};
@@ -78,9 +78,6 @@ pub struct ExecutorConfig {
     pub credentials: HashMap<String, String>,
     /// Sessions with registered MCP servers (holding the same credentials).
     pub mcp: Arc<McpInvoker>,
-    /// How long a saga's progress gathers before its task write (`report::GATHER_PROGRESS`
-    /// by default).
-    pub gather_progress: Duration,
     /// How many sagas may make progress at once (`DEFAULT_MAX_RUNNING_SAGAS` by
     /// default); the others wait for a slot (see `slots`).
     pub max_running_sagas: usize,

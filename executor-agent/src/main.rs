@@ -12,7 +12,6 @@ use clap::Parser;
 use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
 use executor_agent::http::RegistrationHosts;
 use executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN;
-use executor_agent::report::{GATHER_PROGRESS, MAX_GATHER};
 use executor_agent::service::{Replica, Settings, Store, build_with};
 
 /// See the dependency's note in Cargo.toml: the hot path allocates a lot, briefly.
@@ -121,13 +120,6 @@ struct Args {
     /// of theirs, and answer the sagas that wait for a person.
     #[arg(long)]
     operator_token_file: Option<PathBuf>,
-    /// How long (ms) a saga's step progress gathers before it is written to its task, so
-    /// that a busy executor writes each task a few times rather than at every step.
-    /// Pauses and ends are written at once; 0 writes progress at every step; at most
-    /// 60000.
-    #[arg(long, default_value_t = GATHER_PROGRESS.as_millis() as u64, value_name = "MS",
-          value_parser = clap::value_parser!(u64).range(0..=MAX_GATHER.as_millis() as u64))]
-    gather_progress_ms: u64,
     /// On Ctrl-C or SIGTERM, how long (s) to wait for the tool calls out to answer, so that
     /// their answers are journaled and the next start goes on from there. A call still out
     /// then is treated at the next start as after a crash: repeated under the same key if
@@ -340,7 +332,6 @@ async fn main() -> anyhow::Result<()> {
             otlp_endpoint: args.otlp_endpoint,
             credentials,
             pause_after_journal_writes: args.pause_after_journal_writes,
-            gather_progress: Duration::from_millis(args.gather_progress_ms),
             max_running_sagas: args.max_running_sagas,
             registration_hosts: if args.allow_registration_hosts.is_empty() {
                 RegistrationHosts::any()

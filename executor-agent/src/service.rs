@@ -59,9 +59,6 @@ pub struct Settings {
     /// Fault injection for crash tests: stop (without returning) after this many durable
     /// journal writes, so the process can be killed at exactly that point.
     pub pause_after_journal_writes: Option<u64>,
-    /// How long a saga's progress gathers before it is written to its task (a pause or
-    /// the end is written at once); zero writes it at every step.
-    pub gather_progress: Duration,
     /// How many sagas may act at once (`agent::DEFAULT_MAX_RUNNING_SAGAS` by default).
     pub max_running_sagas: usize,
     /// The hosts a registration may make the executor fetch a card or a tool list from.
@@ -321,7 +318,6 @@ pub async fn build_with(
             tasks_beside_journal: true,
             credentials: settings.credentials,
             mcp: mcp.clone(),
-            gather_progress: settings.gather_progress,
             max_running_sagas: settings.max_running_sagas,
             undo_expiring_within: settings.undo_expiring_within,
             forwarding,

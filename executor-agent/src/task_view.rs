@@ -9,11 +9,11 @@
 //! it came in, in the one form the contract publishes for it (its resolution, and an
 //! approval's four members).
 //!
-//! The reports on the task (`report/`) still write these statuses as the saga goes,
-//! gathered; what a caller reads of an unfinished saga's task is the stored task brought
-//! up to date here (`Executor::shown`), and recovery writes what a crash left unwritten.
-//! `tests/task_views.rs` and this module's property test hold the view equal to what the
-//! reports write.
+//! The task's stored row is written only when its state changes (`progress`): what a
+//! caller reads of an unfinished saga's task is the stored task brought up to date here
+//! (`Executor::shown`); a finished saga's task is what its finishing write stored.
+//! `tests/task_views.rs` and this module's property test hold the view equal to the task
+//! a saga's finishing write stores.
 
 use std::collections::HashSet;
 
@@ -110,6 +110,29 @@ pub fn status_of(command: &Command, saga: &Saga) -> Option<(TaskState, Option<Me
         _ => return None,
     };
     Some((state, Some(agent_message(text, None))))
+}
+
+/// The statuses one step of the engine showed on task `task_id` (`shown`, with the saga
+/// as it stands after it), each message named as the view names it: by the step's event
+/// (`Saga::events` counts it already) and its place among the statuses.
+pub fn shown_statuses(
+    task_id: &str,
+    shown: &[Command],
+    saga: &Saga,
+) -> Vec<(TaskState, Option<Message>)> {
+    let event = saga.events.saturating_sub(1);
+    shown
+        .iter()
+        .filter_map(|c| status_of(c, saga))
+        .enumerate()
+        .map(|(n, (state, message))| {
+            let message = message.map(|mut m| {
+                m.message_id = status_message_id(task_id, event, n);
+                m
+            });
+            (state, message)
+        })
+        .collect()
 }
 
 /// The task of the saga `header` names, from `snapshot` (its task as the accepting write

@@ -463,11 +463,11 @@ fn metadata_of(task: &Task, key: &str) -> Option<Value> {
     task.metadata.as_ref().and_then(|m| m.get(key).cloned())
 }
 
-/// Issue 25, finding 1: killed once a saga's start is in the journal but before its first
-/// report reached its task (still SUBMITTED, without `sagaId`), the executor resumes the
-/// saga at the restart, and its task shows the saga's id from then on, as a task whose
-/// executor never died does: at the first read after the restart, and at its end (with
-/// the outcome, for a saga that unwound).
+/// Issue 25, finding 1: killed once a saga's start is in the journal and before its first
+/// step was reported, the executor resumes the saga at the restart, and its task shows
+/// the saga's id, as a task whose executor never died does: in the state file (the begin
+/// creates the task working, with the id, in the same write), at the first read after the
+/// restart, and at its end (with the outcome, for a saga that unwound).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saga_killed_before_its_first_report_shows_its_id_from_the_restart_on() {
     let world = World::new();
@@ -489,8 +489,17 @@ async fn a_saga_killed_before_its_first_report_shows_its_id_from_the_restart_on(
         executor.kill();
 
         let left = the_only_task(data.path()).await;
-        assert_eq!(left.status.state, TaskState::Submitted, "{:?}", left.status);
-        assert_eq!(metadata_of(&left, "sagaId"), None, "the kill came too late");
+        assert_eq!(left.status.state, TaskState::Working, "{:?}", left.status);
+        assert_eq!(
+            left.history.as_deref().map_or(0, <[_]>::len),
+            1,
+            "the plan alone"
+        );
+        assert_eq!(
+            metadata_of(&left, "sagaId"),
+            Some(json!("sg_demo_supplier_onboarding")),
+            "the begin's write carries the saga's id"
+        );
 
         let executor = Executor::start(&world, data.path(), None);
         let first_read = executor

@@ -372,10 +372,8 @@ async fn a_subscriber_on_another_replica_sees_every_status_the_owner_shows_in_or
     let held = [(HELD_SKILL, Fault::ApplyThenGate(1))];
     let (cards, logs) =
         start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
-    // `--gather-progress-ms 0`: every step's progress is a status of its own.
-    let gathering = ["--gather-progress-ms", "0"];
-    let owner = Executor::replica(&world, &url, "warn", &gathering);
-    let other = Executor::replica(&world, &url, "warn", &gathering);
+    let owner = Executor::replica(&world, &url, "warn", &[]);
+    let other = Executor::replica(&world, &url, "warn", &[]);
     register(&owner, &cards).await;
     let task = send_plan(&world, &owner, 0).await;
     tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))

@@ -17,7 +17,6 @@ use agent_host::store::TaskStore;
 use agent_host::{Agent, AgentClient, SqliteTaskStore, TaskManager};
 use common::*;
 use executor_agent::agent::{Executor, ExecutorAgent, ExecutorConfig};
-use executor_agent::report::GATHER_PROGRESS;
 use serde_json::{Value, json};
 use shared_types::TrustStore;
 
@@ -390,7 +389,8 @@ async fn a_plans_task_is_given_out_only_once_its_begin_is_durable_and_a_cancel_t
         Ok(agent_host::sdk::SendMessageResponse::Task(task)) => task,
         other => panic!("expected a task, got {other:?}"),
     };
-    assert_eq!(task.status.state, TaskState::Submitted);
+    // Its saga has begun: the task is created working.
+    assert_eq!(task.status.state, TaskState::Working);
     assert!(store.get(&task.id).await.unwrap().is_some(), "stored");
 
     let applied = setup.log("sandbox").applied.clone();
@@ -450,7 +450,6 @@ fn restart(setup: &Harness) -> (Arc<Executor>, Arc<TaskManager>) {
             tasks_beside_journal: true,
             credentials,
             mcp: setup.mcp.clone(),
-            gather_progress: GATHER_PROGRESS,
             max_running_sagas: 1,
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             forwarding: None,

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use agent_host::OutboundCall;
 use agent_host::sdk::{ListTasksRequest, PartContent, StreamResponse, Task, TaskState, TaskStatus};
+use agent_host::store::TaskStore;
 use common::*;
 use executor_agent::journal::{Headers, SagaLog};
 use executor_agent::task_view::saga_task;
@@ -102,9 +103,9 @@ fn views(task: &Task, listed: &Task, streamed: &[StreamResponse]) -> Value {
     let views = json!({
         "getTask": serde_json::to_value(task).unwrap(),
         "listTasks": serde_json::to_value(listed).unwrap(),
-        // Artifact updates fold as progress gathers (`--gather-progress-ms`), so how many
-        // a stream carries depends on timing: the statuses and tasks are compared, and the
-        // ledger as it ends, in GetTask.
+        // How many artifact updates a stream carries depends on when it subscribed (one
+        // with each step it sees): the statuses and tasks are compared, and the ledger as
+        // it ends, in GetTask.
         "stream": streamed
             .iter()
             .filter(|e| !matches!(e, StreamResponse::ArtifactUpdate(_)))
@@ -443,13 +444,12 @@ async fn a_saga_that_waited_for_a_slot_reads_as_recorded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_sagas_task_reads_as_far_as_its_journal_whatever_its_reports_wrote() {
-    // Progress gathers for a minute: the reports write nothing of it meanwhile.
+    // The task's row is not written while its state stays working.
     let held = [("sandbox.provision", Fault::ApplyThenHold(1))];
-    let setup = Harness::start_gathering(
+    let setup = Harness::start_with(
         &held,
         HELD.as_millis() as u64,
         executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS,
-        std::time::Duration::from_secs(60),
     )
     .await;
     let plan = setup.signed("examples/plans/supplier-onboarding.json");
@@ -500,6 +500,15 @@ async fn a_running_sagas_task_reads_as_far_as_its_journal_whatever_its_reports_w
             "{ledger}"
         );
     }
+    // What they show is the journal's: the stored row has none of the progress.
+    let stored = agent_host::SqliteTaskStore::on(&setup.db)
+        .unwrap()
+        .get(&task.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.status.state, TaskState::Working);
+    assert!(texts(&stored).is_empty(), "{:?}", texts(&stored));
     setup.log("sandbox").release.notify_one();
     while events.next().await.is_some() {}
     let ended = setup
@@ -522,11 +531,7 @@ async fn a_saga_resumed_after_sigkill_reads_as_recorded() {
     let world = process::World::new();
     let data = tempfile::tempdir().unwrap();
     let (cards, _logs) = start_tools(&[], &world.platform).await;
-    // Progress gathers past the kill, so what the task shows before it does not depend
-    // on how fast the machine is.
-    let gather = ["--gather-progress-ms", "60000"];
-    let mut executor =
-        process::Executor::start_logging(&world, data.path(), Some(3), "warn", &gather);
+    let mut executor = process::Executor::start_logging(&world, data.path(), Some(3), "warn", &[]);
     process::register(&executor, &cards).await;
     let client = executor.client();
     let (call, request) = (process::as_planner(&world), process::plan_message(&world));
@@ -537,7 +542,7 @@ async fn a_saga_resumed_after_sigkill_reads_as_recorded() {
     );
     executor.kill();
     let _lost = sent.await;
-    let executor = process::Executor::start_logging(&world, data.path(), None, "warn", &gather);
+    let executor = process::Executor::start_logging(&world, data.path(), None, "warn", &[]);
     // The same plan again: its task, the saga resumed on it.
     let task = process::submit(&world, &executor).await;
     let task = process::settle(&world, &executor, task).await;
@@ -558,14 +563,7 @@ async fn a_saga_taken_over_by_another_replica_reads_as_recorded() {
     // s3's first call is applied and its answer held: its replica dies with it out.
     let held = [("compliance.check", Fault::ApplyThenHold(1))];
     let (cards, logs) = start_tools_timed(&held, &world.platform, HELD.as_millis() as u64).await;
-    let extra = [
-        "--gather-progress-ms",
-        "60000",
-        "--lease-ms",
-        "1000",
-        "--renew-ms",
-        "200",
-    ];
+    let extra = ["--lease-ms", "1000", "--renew-ms", "200"];
     let owner = process::Executor::replica(&world, &url, "warn", &extra);
     let taker = process::Executor::replica(&world, &url, "warn", &extra);
     process::register(&owner, &cards).await;

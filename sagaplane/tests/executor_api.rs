@@ -9,7 +9,6 @@ use std::process::Output;
 
 use common::*;
 use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
-use executor_agent::report::GATHER_PROGRESS;
 use executor_agent::service::{Settings, build};
 use shared_types::{SigningIdentity, TrustStore};
 use tokio_util::sync::CancellationToken;
@@ -51,7 +50,6 @@ async fn executor_with(
             otlp_endpoint: None,
             credentials,
             pause_after_journal_writes: None,
-            gather_progress: GATHER_PROGRESS,
             max_running_sagas: DEFAULT_MAX_RUNNING_SAGAS,
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             registration_hosts: Default::default(),

@@ -55,7 +55,7 @@ async fn edit_ledger(
         edit_artifact(task, "ledger", edit)?;
         Ok(Some("ledger".to_owned()))
     };
-    task.change_with_statuses(change, statuses).await
+    task.change_with_statuses(change, statuses, 0).await
 }
 
 /// The events received so far, one line each.

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use executor_agent::driver::{Control, Driver, Reporter, begin};
 use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker, trace_id};
 use executor_agent::journal::{Around, Call, Entry, SagaHeader, SqliteJournal, Wrapped};
-use executor_agent::report::{GATHER_PROGRESS, TaskReporter};
+use executor_agent::progress::TaskProgress;
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{CallOutcome, Command, Ending, Event, Invocation, Saga, SagaSpec};
 use executor_agent::slots::{SlotHold, Slots};
@@ -233,16 +233,14 @@ impl Executor {
     pub(crate) async fn run_saga(&self, route: Route) -> String {
         let saga_id = self.new_saga_id();
         let (plan, spec) = self.spec(&saga_id);
-        let (reporter, reporting): (Arc<dyn Reporter>, _) = match route {
-            Route::Driver => (Arc::new(Unreported), None),
+        let reporter: Arc<dyn Reporter> = match route {
+            Route::Driver => Arc::new(Unreported),
             Route::DriverAndTasks => {
                 let started = Instant::now();
                 let task = self.new_task(&saga_id).await;
                 Stopwatches::add(&self.stopwatches.task_store_nanos, started);
                 let metadata = vec![("sagaId".to_owned(), json!(saga_id))];
-                let (reporter, reporting) =
-                    TaskReporter::start(task, metadata, gather_progress(), !tasks_in_memory());
-                (reporter, Some(reporting))
+                TaskProgress::start(task, metadata, !tasks_in_memory()).0
             }
         };
         let (task_id, context_id) = match route {
@@ -274,12 +272,6 @@ impl Executor {
         .run(saga, start)
         .await
         .expect("the driver runs");
-        if let Some(reporting) = reporting {
-            // As the executor does: the saga is over once its reports are on its task.
-            let started = Instant::now();
-            reporting.finished().await;
-            Stopwatches::add(&self.stopwatches.task_store_nanos, started);
-        }
         assert_eq!(
             phase,
             Phase::Done {
@@ -289,13 +281,14 @@ impl Executor {
         saga_id
     }
 
-    /// The saga's A2A task as the hosting layer creates it: submitted.
+    /// The saga's A2A task as the executor creates it for a saga that begins at once:
+    /// working.
     pub(crate) async fn new_task(&self, saga_id: &str) -> TaskHandle {
         let task = Task {
             id: format!("task-{saga_id}"),
             context_id: format!("ctx-{saga_id}"),
             status: TaskStatus {
-                state: TaskState::Submitted,
+                state: TaskState::Working,
                 message: None,
                 timestamp: Some(chrono::Utc::now()),
             },
@@ -436,15 +429,6 @@ struct Unreported;
 #[async_trait]
 impl Reporter for Unreported {
     async fn report(&self, _: &Command, _: &Saga) {}
-}
-
-/// How long progress gathers before its task write: the executor's default, or
-/// `SAGA_BENCH_GATHER_MS`.
-pub(crate) fn gather_progress() -> Duration {
-    std::env::var("SAGA_BENCH_GATHER_MS")
-        .ok()
-        .and_then(|ms| ms.parse().ok())
-        .map_or(GATHER_PROGRESS, Duration::from_millis)
 }
 
 /// Whether the sagas' tasks live in memory (`SAGA_BENCH_TASKS=memory`), to tell the task

@@ -14,8 +14,7 @@
 //! per thread from `/proc/self/task/*/stat` and left out of the executor's.
 //! `SAGA_BENCH_SECONDS` sets the length of each throughput run (default 4);
 //! `SAGA_BENCH_ROUTE=driver` or `=tasks` runs one route only (for profiling);
-//! `SAGA_BENCH_GATHER_MS` sets how long progress gathers before a task write (the
-//! executor's default otherwise); `SAGA_BENCH_TASKS=memory` keeps the tasks in memory
+//! `SAGA_BENCH_TASKS=memory` keeps the tasks in memory
 //! instead of the SQLite task store.
 
 /// The executor binary's allocator, so the benchmark measures what it runs.
@@ -39,7 +38,7 @@ use executor_agent::journal::{Entry, SagaHeader};
 use executor_agent::saga::{CallOutcome, Command, Event, Saga};
 
 use crate::cpu::{Commits, CpuUsed, sample_cpu};
-use crate::executor::{Executor, Waited, gather_progress, tasks_in_memory};
+use crate::executor::{Executor, Waited, tasks_in_memory};
 use crate::report::{load_average, ms, per_step, print_alone, print_direct, print_load, quantile};
 use crate::tool_agent::{start_tool_agent, tool_result};
 
@@ -447,9 +446,8 @@ fn main() {
         let finished = executor.run_saga(Route::DriverAndTasks).await;
         let (task_bytes, task_round_trip) = task_json_cost(&executor, &finished).await;
         println!(
-            "  a finished saga's A2A task is {task_bytes} bytes of JSON; one encode + decode of it takes {} (each task write encodes the whole task; progress gathers for {} ms before a write)",
+            "  a finished saga's A2A task is {task_bytes} bytes of JSON; one encode + decode of it takes {} (each task write encodes the whole task; a saga's task is written when its state changes and at its end)",
             ms(task_round_trip),
-            gather_progress().as_millis(),
         );
 
         let only = std::env::var("SAGA_BENCH_ROUTE").ok();

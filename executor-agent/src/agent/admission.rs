@@ -284,8 +284,8 @@ impl Executor {
             None => self.accept_to_wait(task, &header, saga).await,
         };
         match accepted {
-            // The saga's id goes on its task with the first report, in the same write (a
-            // write of its own before it cost every saga one more durable task write).
+            // The saga's id goes on its task with its first write: the begin's for a saga
+            // that starts now, the start's for one that waited for a slot.
             Ok((saga, start)) => Ok(Some(Begun {
                 saga,
                 start,
@@ -321,11 +321,23 @@ impl Executor {
         saga: Saga,
     ) -> Result<(Saga, Start)> {
         let journal = self.config.journal.as_ref();
+        // Created working, with the saga's id: its row shows the state listings filter by
+        // from the start, and is next written when that state changes (`progress`).
+        let working = |task: &mut Task| {
+            task.status = TaskStatus {
+                state: TaskState::Working,
+                message: None,
+                timestamp: Some(chrono::Utc::now()),
+            };
+            task.metadata
+                .get_or_insert_with(Default::default)
+                .extend(saga_metadata(header));
+        };
         if !self.config.tasks_beside_journal {
-            task.create_if_prepared().await?;
+            task.create_if_prepared(working).await?;
             return begin(journal, header, saga).await;
         }
-        task.create_written_by(|creation| async move {
+        task.create_written_by(working, |creation| async move {
             begin_creating(journal, header, saga, creation.as_ref()).await
         })
         .await
@@ -359,7 +371,7 @@ impl Executor {
         let waiting = vec![(TaskState::Submitted, Some(agent_message(text, None)))];
         let journal = self.config.journal.as_ref();
         if !self.config.tasks_beside_journal {
-            task.change_with_statuses(|_| Ok(None), waiting).await?;
+            task.change_with_statuses(|_| Ok(None), waiting, 0).await?;
             let epoch = journal.begin(header, &[]).await?;
             return Ok((saga, Start::Accepted(epoch)));
         }
@@ -368,6 +380,7 @@ impl Executor {
         task.change_written_by(
             |_| Ok(None),
             waiting,
+            0,
             |creation| async move {
                 let begun = journal.begin_creating(header, &[], Some(&creation)).await?;
                 let _ = given.set(begun);

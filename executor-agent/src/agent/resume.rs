@@ -126,8 +126,8 @@ impl Executor {
             resumed.push((task, header, entries, recovered, epoch));
         }
         // On the tasks before anyone can read them (the executor serves once this returns),
-        // in writes that share commits: what the journal shows and the reports had not
-        // written when the process died.
+        // in writes that share commits: what the journal shows and the task's row lacks
+        // (progress is written only at state changes).
         futures::future::join_all(
             resumed
                 .iter()
@@ -224,12 +224,12 @@ impl Executor {
     }
 }
 
-/// Shows on a resumed saga's task what its journal holds and the task lacks (reports
-/// gather, and the process may have died before writing them): the statuses in order,
-/// the ledger, the saga's metadata, in one write announced as reports are. Each status is
-/// known by its message's id, so one the task shows already is not shown again. A task
-/// that cannot be read or written now keeps what it shows; the saga's next report brings
-/// its ledger and metadata.
+/// Writes on a resumed saga's task what its journal holds and the task's row lacks (the
+/// row is written only when the state it shows changes): the statuses in order, the
+/// ledger, the saga's metadata, in one write. Each status is known by its message's id, so
+/// one the task shows already is not shown again. A task that cannot be read or written
+/// now keeps what it shows; every read shows the rest from the journal, and the saga's
+/// next write carries its ledger and metadata.
 async fn catch_up(task: &TaskHandle, header: &SagaHeader, entries: &[Entry]) {
     let shown = match task.snapshot().await {
         Ok(shown) if !shown.status.state.is_terminal() => shown,
@@ -255,7 +255,12 @@ async fn catch_up(task: &TaskHandle, header: &SagaHeader, entries: &[Entry]) {
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect();
     if view.added.is_empty() {
-        show_saga(task, &metadata).await;
+        for (key, value) in metadata {
+            if let Err(e) = task.set_metadata(&key, value).await {
+                tracing::warn!(task = task.id(), error = %e, "cannot show the saga on its resumed task yet");
+                return;
+            }
+        }
         return;
     }
     let ledger = view
@@ -273,6 +278,7 @@ async fn catch_up(task: &TaskHandle, header: &SagaHeader, entries: &[Entry]) {
                 Ok(ledger.map(|ledger| agent_host::tasks::put_artifact(task, ledger)))
             },
             view.added,
+            0,
         )
         .await;
     if let Err(e) = shown {

@@ -64,12 +64,8 @@ impl Executor {
         intake: Option<Intake>,
     ) -> watch::Receiver<u64> {
         let (control, rx) = mpsc::channel(8);
-        let (reporter, reporting) = TaskReporter::start(
-            task.clone(),
-            metadata,
-            self.config.gather_progress,
-            self.config.tasks_beside_journal,
-        );
+        let (reporter, stops) =
+            TaskProgress::start(task.clone(), metadata, self.config.tasks_beside_journal);
         let reporter: Arc<dyn crate::driver::Reporter> =
             Arc::new(MeteredReporter::new(reporter, self.metrics.clone(), &saga));
         let reporter: Arc<dyn crate::driver::Reporter> = match &self.config.traces {
@@ -80,7 +76,6 @@ impl Executor {
             )),
             None => reporter,
         };
-        let stops = reporting.stops();
         let first_stop = stops.clone();
         let mandate = saga
             .spec
@@ -118,9 +113,6 @@ impl Executor {
             }
             .run(saga, start)
             .await;
-            // The saga's own reports reach its task before anything else is said on it,
-            // and before it stops being live (a cancel then finds the task as it ends).
-            reporting.finished().await;
             if let Ok(Phase::Done { ending }) = &driven {
                 me.metrics.saga_ended(*ending);
             }

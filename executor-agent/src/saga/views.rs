@@ -1,7 +1,7 @@
 //! What the saga shows without changing: its ledger (the `saga-ledger` artifact), the
 //! call out, the undo handles still open, the step whose failure started the unwind, and
-//! whether an event can be about it at all. Read by the driver, the reports and the
-//! metrics; the state machine itself is `engine.rs`.
+//! whether an event can be about it at all. Read by the driver, the task's progress and
+//! view, and the metrics; the state machine itself is `engine.rs`.
 
 use serde_json::{Value, json};
 

@@ -1,10 +1,9 @@
-//! The task derived from a journal against the task the reports wrote for the same run,
+//! The task derived from a journal against the task its progress wrote for the same run,
 //! for sagas that complete, unwind, and wait for a person; and what makes the view one
 //! of the journal alone (the same journal, the same task; a journal of another saga
 //! refused).
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use agent_host::sdk::PartContent;
 use agent_host::{MemoryTaskStore, TaskManager};
@@ -13,7 +12,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::driver::Reporter;
 use crate::journal::JOURNAL_FORMAT;
-use crate::report::TaskReporter;
+use crate::progress::TaskProgress;
 use crate::saga::tests::supplier;
 use crate::saga::{CallOutcome, FailureClass, Invocation, Target, Timer};
 
@@ -97,8 +96,8 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
     let header = header(&saga);
     let tasks = TaskManager::new(std::sync::Arc::new(MemoryTaskStore::new()));
     let task = tasks.create(created(&header)).await.unwrap();
-    let (reporter, reporting) =
-        TaskReporter::start(task.clone(), saga_metadata(&header), Duration::ZERO, false);
+    let (reporter, mut stops_written) =
+        TaskProgress::start(task.clone(), saga_metadata(&header), false);
     let mut journal = Vec::new();
     let mut answers = script.answers.iter().copied();
     let mut last = Outcome::Succeeds;
@@ -107,7 +106,6 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
     let mut answered = false;
     // Pauses and ends shown, and how many of them the task shows.
     let mut stops_shown = 0;
-    let mut stops_written = reporting.stops();
     while let Some(event) = events.pop_front() {
         now_ms += 10;
         if script.expires_after == Some(journal.len()) {
@@ -173,7 +171,6 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
         }
     }
     drop(reporter);
-    reporting.finished().await;
     let reported = tasks.store().get("task-1").await.unwrap().unwrap();
     (header, journal, reported)
 }

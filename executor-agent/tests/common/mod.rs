@@ -30,7 +30,6 @@ use executor_agent::agent::{DEFAULT_MAX_RUNNING_SAGAS, Executor, ExecutorAgent, 
 use executor_agent::journal::SqliteJournal;
 use executor_agent::mcp::invoker::McpInvoker;
 use executor_agent::registry::Registry;
-use executor_agent::report::GATHER_PROGRESS;
 use sagaplane_storage::sqlite::Database;
 use serde_json::{Value, json};
 use shared_types::{SigningIdentity, TrustStore};
@@ -652,16 +651,6 @@ impl Harness {
         timeout_ms: u64,
         max_running_sagas: usize,
     ) -> Self {
-        Self::start_gathering(faults, timeout_ms, max_running_sagas, GATHER_PROGRESS).await
-    }
-
-    /// `start_with`, a saga's progress gathering for `gather` before its task write.
-    pub async fn start_gathering(
-        faults: &[(&str, Fault)],
-        timeout_ms: u64,
-        max_running_sagas: usize,
-        gather: std::time::Duration,
-    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let platform = SigningIdentity::from_seed([21; 32], Some("platform".into()));
         let planner = SigningIdentity::from_seed([22; 32], Some("planner".into()));
@@ -694,7 +683,6 @@ impl Harness {
             tasks_beside_journal: true,
             mcp: mcp.clone(),
             credentials,
-            gather_progress: gather,
             max_running_sagas,
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             forwarding: None,

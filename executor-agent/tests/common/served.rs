@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 
 use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
 use executor_agent::http::RegistrationHosts;
-use executor_agent::report::GATHER_PROGRESS;
 use executor_agent::service::{Settings, build};
 use shared_types::{SigningIdentity, TrustStore};
 use tokio_util::sync::CancellationToken;
@@ -63,7 +62,6 @@ pub fn test_settings(data_dir: std::path::PathBuf, public_url: &str) -> Settings
             .map(|a| (a.to_string(), TOOL_TOKEN.to_owned()))
             .collect(),
         pause_after_journal_writes: None,
-        gather_progress: GATHER_PROGRESS,
         max_running_sagas: DEFAULT_MAX_RUNNING_SAGAS,
         undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
         registration_hosts: RegistrationHosts::any(),
