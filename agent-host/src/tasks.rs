@@ -519,9 +519,13 @@ impl TaskHandle {
     /// task's subscribers, without a write: for an agent whose tasks are views of a
     /// durable record of its own (the executor's journal), which has made them durable
     /// there and shows them on every read (`Agent::shown`). Events are built only for
-    /// someone listening; one waiting for the end alone hears only an interrupting or
-    /// ending last status.
-    pub fn announce(&self, artifact: Option<Artifact>, statuses: &[(TaskState, Option<Message>)]) {
+    /// someone listening, and `artifact` is called only for one who hears everything;
+    /// one waiting for the end alone hears only an interrupting or ending last status.
+    pub fn announce(
+        &self,
+        artifact: impl FnOnce() -> Option<Artifact>,
+        statuses: &[(TaskState, Option<Message>)],
+    ) {
         let Some(watch) = self.manager.feed.watched(&self.id) else {
             return;
         };
@@ -538,7 +542,7 @@ impl TaskHandle {
         let now = Some(Utc::now());
         let mut events: Vec<StreamResponse> = Vec::with_capacity(statuses.len() + 1);
         if watch == Watch::Everything
-            && let Some(artifact) = artifact
+            && let Some(artifact) = artifact()
         {
             events.push(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
                 task_id: self.id.clone(),

@@ -143,7 +143,7 @@ impl Reporter for TaskProgress {
         let changes_state = self.stored_state().await.as_ref() != Some(last);
         if !pauses && !changes_state {
             self.task
-                .announce(Some(ledger_artifact(saga.ledger())), &statuses);
+                .announce(|| Some(ledger_artifact(saga.ledger())), &statuses);
             sync::lock(&self.unwritten).statuses.extend(statuses);
             return;
         }
@@ -166,8 +166,10 @@ impl Reporter for TaskProgress {
                 // The journal holds them, and every read shows them: they are announced,
                 // and go with the next write.
                 tracing::warn!(task = self.task.id(), error = %e, "cannot write the saga's task yet; its next write carries what it lacks");
-                self.task
-                    .announce(Some(ledger_artifact(saga.ledger())), &statuses[announced..]);
+                self.task.announce(
+                    || Some(ledger_artifact(saga.ledger())),
+                    &statuses[announced..],
+                );
                 self.put_back(statuses, metadata);
             }
         }

@@ -364,3 +364,32 @@ async fn a_channel_goes_with_its_last_subscriber() {
     drop(newer);
     assert_eq!(channels(&manager), 0);
 }
+
+#[tokio::test]
+async fn an_announcement_builds_its_artifact_only_for_who_hears_everything_and_writes_nothing() {
+    let manager = TaskManager::new(Arc::new(MemoryTaskStore::default()));
+    let task = manager.create(working_task("t1")).await.unwrap();
+    let built = std::sync::atomic::AtomicU32::new(0);
+    let artifact = || {
+        built.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(ledger(2))
+    };
+    let step = [(TaskState::Working, said("s1: succeeded"))];
+    // Nobody listening, then one waiting for the end alone.
+    task.announce(artifact, &step);
+    let mut end = manager.watch("t1", Watch::End).unwrap();
+    task.announce(artifact, &step);
+    task.announce(artifact, &[(TaskState::InputRequired, said("asks"))]);
+    assert_eq!(built.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(received(&mut end), ["InputRequired asks"]);
+
+    let mut everything = manager.subscribe("t1").unwrap();
+    task.announce(artifact, &step);
+    assert_eq!(built.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(
+        received(&mut everything),
+        [r#"artifact ledger {"n":2}"#, "Working s1: succeeded"]
+    );
+    let stored = manager.store().get("t1").await.unwrap().unwrap();
+    assert!(stored.history.is_none(), "announced, not written");
+}
