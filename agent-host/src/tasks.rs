@@ -317,12 +317,11 @@ impl TaskManager {
         let events = match self.feed.watched(task_id) {
             Some(Watch::Everything) => events(&task),
             Some(Watch::End) if last || is_interrupted(&task.status.state) => {
-                vec![StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-                    task_id: task.id.clone(),
-                    context_id: task.context_id.clone(),
-                    status: task.status.clone(),
-                    metadata: None,
-                })]
+                vec![status_event(
+                    &task.id,
+                    &task.context_id,
+                    task.status.clone(),
+                )]
             }
             _ => Vec::new(),
         };
@@ -544,30 +543,25 @@ impl TaskHandle {
         if watch == Watch::Everything
             && let Some(artifact) = artifact()
         {
-            events.push(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                task_id: self.id.clone(),
-                context_id: self.context_id.clone(),
+            events.push(artifact_event(
+                &self.id,
+                &self.context_id,
                 artifact,
-                append: Some(false),
-                last_chunk: Some(true),
-                metadata: None,
-            }));
+                false,
+                true,
+            ));
         }
         events.extend(statuses.iter().map(|(state, message)| {
-            StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-                task_id: self.id.clone(),
-                context_id: self.context_id.clone(),
-                status: TaskStatus {
-                    state: state.clone(),
-                    message: message.clone().map(|mut m| {
-                        m.task_id = Some(self.id.clone());
-                        m.context_id = Some(self.context_id.clone());
-                        m
-                    }),
-                    timestamp: now,
-                },
-                metadata: None,
-            })
+            let status = TaskStatus {
+                state: state.clone(),
+                message: message.clone().map(|mut m| {
+                    m.task_id = Some(self.id.clone());
+                    m.context_id = Some(self.context_id.clone());
+                    m
+                }),
+                timestamp: now,
+            };
+            status_event(&self.id, &self.context_id, status)
         }));
         self.manager.feed.publish(&self.id, events, None);
     }
@@ -649,7 +643,13 @@ impl TaskHandle {
                             .flatten()
                             .find(|a| &a.artifact_id == id)
                     {
-                        events.push(artifact_event(task, artifact.clone(), false, true));
+                        events.push(artifact_event(
+                            &task.id,
+                            &task.context_id,
+                            artifact.clone(),
+                            false,
+                            true,
+                        ));
                     }
                     let history = task.history.as_deref().unwrap_or_default();
                     let with_message = shape.iter().filter(|(_, has)| *has).count();
@@ -659,24 +659,17 @@ impl TaskHandle {
                             .into_iter()
                             .enumerate()
                             .filter_map(|(i, (state, has_message))| {
-                                let message = if has_message {
-                                    messages.next().cloned()
-                                } else {
-                                    None
-                                };
-                                (i >= announced).then_some((state, message))
+                                // Each message is passed, and only an unannounced one cloned.
+                                let message = has_message.then(|| messages.next()).flatten();
+                                (i >= announced).then(|| (state, message.cloned()))
                             });
                     events.extend(unannounced.map(|(state, message)| {
-                        StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-                            task_id: task.id.clone(),
-                            context_id: task.context_id.clone(),
-                            status: TaskStatus {
-                                state,
-                                message,
-                                timestamp: Some(now),
-                            },
-                            metadata: None,
-                        })
+                        let status = TaskStatus {
+                            state,
+                            message,
+                            timestamp: Some(now),
+                        };
+                        status_event(&task.id, &task.context_id, status)
                     }));
                     events
                 },
@@ -702,7 +695,7 @@ impl TaskHandle {
                     task.status.timestamp = Some(Utc::now());
                     Ok(())
                 },
-                |task| artifact_event(task, sent, append, last_chunk),
+                |task| artifact_event(&task.id, &task.context_id, sent, append, last_chunk),
             )
             .await
     }
@@ -786,18 +779,30 @@ fn replace_artifact(task: &mut Task, artifact: Artifact, append: bool) {
     }
 }
 
+/// An artifact's event on the task `task_id` of `context_id`.
 fn artifact_event(
-    task: &Task,
+    task_id: &str,
+    context_id: &str,
     artifact: Artifact,
     append: bool,
     last_chunk: bool,
 ) -> StreamResponse {
     StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-        task_id: task.id.clone(),
-        context_id: task.context_id.clone(),
+        task_id: task_id.to_owned(),
+        context_id: context_id.to_owned(),
         artifact,
         append: Some(append),
         last_chunk: Some(last_chunk),
+        metadata: None,
+    })
+}
+
+/// A status's event on the task `task_id` of `context_id`.
+fn status_event(task_id: &str, context_id: &str, status: TaskStatus) -> StreamResponse {
+    StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+        task_id: task_id.to_owned(),
+        context_id: context_id.to_owned(),
+        status,
         metadata: None,
     })
 }
