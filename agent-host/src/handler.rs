@@ -105,6 +105,11 @@ impl<A: Agent> HostHandler<A> {
                         ),
                         _ => e,
                     })?;
+                // A blocking send answers with it as it stands; a stream follows it.
+                let task = match watch {
+                    Watch::Everything => self.followed(&ctx.caller, task, watch).await?,
+                    Watch::End => task,
+                };
                 return Ok(Started::Existing {
                     task: Box::new(task),
                     events,
@@ -115,6 +120,7 @@ impl<A: Agent> HostHandler<A> {
         };
         // A task the agent's run creates: how the request hears that it was stored.
         let mut prepared = None;
+        let continued = existing.is_some();
         let handle = match existing {
             Some(task) => {
                 let handle = self.tasks.handle(&task.id, &task.context_id);
@@ -173,6 +179,11 @@ impl<A: Agent> HostHandler<A> {
             .tasks
             .watch(handle.id(), watch)
             .map_err(crate::Error::into_a2a)?;
+        if continued {
+            // Its writer may be another process: it announces here before the agent
+            // starts (which may pass the message on to it), and the read below follows.
+            self.tasks.follow_writer(handle.id(), watch).await;
+        }
         // The task as it stands before the agent starts: a stream begins with it, and every
         // change the agent makes then arrives as an event (the subscription is older).
         let first = match &prepared {
@@ -223,6 +234,16 @@ impl<A: Agent> HostHandler<A> {
             return Err(A2AError::task_not_found(id));
         }
         Ok(self.agent.shown(stored).await)
+    }
+
+    /// `task`, which `caller` may see and has just subscribed to, once its writer
+    /// (perhaps another process) announces here: read again when something written
+    /// meanwhile may not have been announced here. An ended task no longer changes.
+    async fn followed(&self, caller: &str, task: Task, watch: Watch) -> Result<Task, A2AError> {
+        if is_terminal(&task.status.state) || !self.tasks.follow_writer(&task.id, watch).await {
+            return Ok(task);
+        }
+        self.get_for(caller, &task.id).await
     }
 
     /// Whether `caller` sees only its own tasks.
@@ -584,6 +605,11 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
                 "task {} is already in a terminal state; use GetTask",
                 req.id
             )));
+        }
+        let task = self.followed(&caller, task, Watch::Everything).await?;
+        if is_terminal(&task.status.state) {
+            // It ended while its writer heard of this subscriber: the stream is its end.
+            return Ok(stream::once(async move { Ok(StreamResponse::Task(task)) }).boxed());
         }
         Ok(self.follow(task, events, None))
     }

@@ -131,6 +131,15 @@ impl TaskManager {
         self.feed.subscribe(task_id, watch)
     }
 
+    /// For a subscription made here (`watch`) to a task that may be written in another
+    /// process: makes sure its writer announces to this process from now on
+    /// (`TaskFeed::follow`). Asked once the caller may see the task, never for an id a
+    /// caller merely names. Returns whether the task must be read again: what was written
+    /// elsewhere before the writer heard of this subscriber was not announced here.
+    pub async fn follow_writer(&self, task_id: &str, watch: Watch) -> bool {
+        self.feed.follow(task_id, watch).await
+    }
+
     /// The task as last written by this manager, when it holds it (a task being worked
     /// on); `None` sends the reader to the store.
     async fn last_written(&self, task_id: &str) -> Option<Task> {
@@ -512,6 +521,12 @@ impl TaskHandle {
             self.manager.stored(&self.id);
         }
         Ok(())
+    }
+
+    /// Says that this process works on the task from now on (it starts, resumes or
+    /// takes it over): a subscriber in another process is then answered by this one.
+    pub fn work_here(&self) {
+        self.manager.feed.writes(&self.id);
     }
 
     /// Announces statuses the store does not hold, and `artifact` as it stands, to the

@@ -63,6 +63,7 @@ impl TaskProgress {
         carried: bool,
     ) -> (Arc<Self>, watch::Receiver<u64>) {
         let (stops, stopped) = watch::channel(0u64);
+        task.work_here();
         let progress = Self {
             task,
             unwritten: Mutex::new(Unwritten {

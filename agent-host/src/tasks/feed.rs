@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use futures::future::BoxFuture;
 use tokio::sync::broadcast;
 
 use crate::error::{Error, Result};
@@ -36,9 +37,23 @@ pub trait TaskFeed: Send + Sync + 'static {
     fn subscribe(&self, task_id: &str, watch: Watch) -> Result<Subscription>;
 
     /// Who listens to the task's events: someone reading every event, only someone
-    /// waiting for its end, or nobody (then no event is built). A feed that cannot know
-    /// (its subscribers are in other processes) answers `Everything`.
+    /// waiting for its end, or nobody (then no event is built). Asked by the task's
+    /// writer before each write and announcement, so a feed across processes also learns
+    /// here which tasks this process writes.
     fn watched(&self, task_id: &str) -> Option<Watch>;
+
+    /// This process writes `task_id` from now on, written or not yet (an agent that
+    /// starts working on it, resumes it or takes it over).
+    fn writes(&self, _task_id: &str) {}
+
+    /// Makes sure that the process writing `task_id`, wherever it runs, announces the
+    /// task's events to this one from now on, for a subscriber here that has just
+    /// subscribed. Returns whether events may have been written elsewhere and not heard
+    /// here before this returned (the caller then reads the task again). A feed whose
+    /// writers are all in this process has nothing to do.
+    fn follow(&self, _task_id: &str, _watch: Watch) -> BoxFuture<'static, bool> {
+        Box::pin(std::future::ready(false))
+    }
 
     /// Announces the events of one durable write, in order. `ended` is the task as the
     /// write ended it, if it did: subscribers find it in `Subscription::ended` before the

@@ -2,21 +2,35 @@
 //! replica follows a task that another writes.
 //!
 //! Each process fans its own writes out to its own subscribers at once (an
-//! `InProcessFeed`), and sends them, in write order, on one connection as notifications
-//! on `CHANNEL` (one per schema: `Postgres::channel`); it listens on another connection
-//! (`Postgres::listen`), and fans out the others' notifications the same way. PostgreSQL delivers one session's notifications in the order it sent
-//! them, so a subscriber sees a task's events in the order they were written. A write
-//! whose events do not fit a notification (`NOTIFY_LIMIT`) is kept in a table for a few
-//! minutes and announced by its row's id: the listening side reads exactly those events,
-//! not the task as it stands by then.
+//! `InProcessFeed`). A task's events go to the other processes only while a subscriber
+//! there follows it: the subscriber's process announces a follow (`Wire::Follow`), every
+//! process notes it, and the one writing the task acknowledges it (`Wire::Ack`) and from
+//! then on sends that task's events, in write order, on one connection as notifications
+//! on `CHANNEL` (one per schema: `Postgres::channel`). The follower reads the task once
+//! acknowledged (or after `FOLLOW_WAIT`, when no process writes it now): what was
+//! written before the writer heard of it is in that read, what comes after arrives as
+//! events. A task nobody follows elsewhere costs no notification. A follow lasts until
+//! the task ends.
+//!
+//! Every process listens on another connection (`Postgres::listen`) and fans out the
+//! others' notifications the same way. PostgreSQL delivers one session's notifications
+//! in the order it sent them, so a subscriber sees a task's events in the order they
+//! were written. A write whose events do not fit a notification (`NOTIFY_LIMIT`) is kept
+//! in a table for a few minutes and announced by its row's id: the listening side reads
+//! exactly those events, not the task as it stands by then.
 //!
 //! A notification sent while the database is away is lost; a subscriber then sees the
 //! next one. The listener reconnects by itself.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
@@ -34,6 +48,12 @@ const NOTIFY_LIMIT: usize = 7_900;
 
 /// How long a write's events too large for a notification are kept for the listeners.
 const KEPT_FOR_MS: i64 = 5 * 60 * 1000;
+
+/// How long a follow waits for the task's writer to acknowledge it. Only a task that no
+/// process works on now (its writer died, and no other has taken it over yet) waits this
+/// long, or one whose writer reads its notifications later than this: the bound on how
+/// late it may hear a follow without a subscriber missing events.
+const FOLLOW_WAIT: Duration = Duration::from_secs(2);
 
 /// The feed's table: the events too large for a notification.
 const MIGRATIONS: &[Migration] = &[
@@ -69,7 +89,8 @@ struct Notice {
     ends: bool,
 }
 
-/// What a notification carries: a notice, or where one too large for it is kept.
+/// What a notification carries: a notice, where one too large for it is kept, a follow,
+/// or a writer's acknowledgement of one.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(untagged)]
 enum Wire {
@@ -80,6 +101,23 @@ enum Wire {
         /// Absent from what an earlier binary sent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         task_id: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        ends: bool,
+    },
+    /// A subscriber in `origin` follows the task `follow`.
+    Follow {
+        origin: String,
+        follow: String,
+        /// Which follow of `origin` the writer acknowledges.
+        nonce: u64,
+        /// Whether it reads every event (else only the end, or an interruption).
+        every: bool,
+    },
+    /// `origin` writes the task of `to`'s follow `ack`, and now announces it there.
+    Ack {
+        origin: String,
+        ack: u64,
+        to: String,
     },
 }
 
@@ -90,14 +128,14 @@ enum Wire {
 struct Head {
     origin: String,
     task_id: Option<String>,
+    #[serde(default)]
+    ends: bool,
 }
 
 /// The feed of a process among several on one database.
 pub struct PostgresFeed {
     local: Arc<InProcessFeed>,
-    origin: String,
-    /// Each write's task id and notification payload, in write order.
-    outbox: mpsc::UnboundedSender<(String, String)>,
+    interest: Arc<Interest>,
     /// The sender and the listener; they end when the feed is dropped.
     _tasks: JoinSet<()>,
 }
@@ -105,8 +143,82 @@ pub struct PostgresFeed {
 impl std::fmt::Debug for PostgresFeed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresFeed")
-            .field("origin", &self.origin)
+            .field("origin", &self.interest.origin)
             .finish_non_exhaustive()
+    }
+}
+
+/// Which tasks are followed across processes, and this process's part in it.
+struct Interest {
+    origin: String,
+    /// Each notification's task id and payload, in the order they are to be sent.
+    outbox: mpsc::UnboundedSender<(String, String)>,
+    /// Tasks a subscriber in another process follows, and what the most demanding of
+    /// them reads. Noted by every process (whichever writes the task next announces it);
+    /// forgotten when the task ends.
+    followed: Mutex<HashMap<String, Watch>>,
+    /// Tasks worked on, written or announced here since this process started, and not
+    /// ended: the follows this process acknowledges.
+    writing: Mutex<HashSet<String>>,
+    /// This process's follows waiting for the writer's acknowledgement.
+    unacknowledged: Mutex<HashMap<u64, oneshot::Sender<()>>>,
+    next_follow: AtomicU64,
+}
+
+impl Interest {
+    fn send(&self, task_id: &str, wire: &Wire) {
+        let payload = serde_json::to_string(wire).unwrap_or_default();
+        // The sender is gone only when the feed is: nobody is left to tell.
+        let _ = self.outbox.send((task_id.to_owned(), payload));
+    }
+
+    fn followed(&self, task_id: &str) -> Option<Watch> {
+        self.followed.lock().ok()?.get(task_id).copied()
+    }
+
+    fn writes(&self, task_id: &str) -> bool {
+        self.writing
+            .lock()
+            .is_ok_and(|writing| writing.contains(task_id))
+    }
+
+    /// This process writes `task_id` (until it ends).
+    fn note_writing(&self, task_id: &str) {
+        if !self.writes(task_id)
+            && let Ok(mut writing) = self.writing.lock()
+        {
+            writing.insert(task_id.to_owned());
+        }
+    }
+
+    /// A subscriber in `origin` follows `task_id`: noted, and acknowledged when this
+    /// process writes the task.
+    fn follow_from(&self, origin: String, task_id: String, nonce: u64, every: bool) {
+        let watch = if every { Watch::Everything } else { Watch::End };
+        if let Ok(mut followed) = self.followed.lock() {
+            let noted = followed.entry(task_id.clone()).or_insert(watch);
+            if watch == Watch::Everything {
+                *noted = Watch::Everything;
+            }
+        }
+        if self.writes(&task_id) {
+            let ack = Wire::Ack {
+                origin: self.origin.clone(),
+                ack: nonce,
+                to: origin,
+            };
+            self.send(&task_id, &ack);
+        }
+    }
+
+    /// The task ended: nobody follows it any more. Returns whether somebody did.
+    fn ended(&self, task_id: &str) -> bool {
+        if let Ok(mut writing) = self.writing.lock() {
+            writing.remove(task_id);
+        }
+        self.followed
+            .lock()
+            .is_ok_and(|mut followed| followed.remove(task_id).is_some())
     }
 }
 
@@ -120,18 +232,25 @@ impl PostgresFeed {
         let local = Arc::new(InProcessFeed::new());
         let origin = uuid::Uuid::new_v4().to_string();
         let (outbox, queued) = mpsc::unbounded_channel();
+        let interest = Arc::new(Interest {
+            origin: origin.clone(),
+            outbox,
+            followed: Mutex::default(),
+            writing: Mutex::default(),
+            unacknowledged: Mutex::default(),
+            next_follow: AtomicU64::new(0),
+        });
         let mut tasks = JoinSet::new();
-        tasks.spawn(send(db.clone(), channel, origin.clone(), queued));
+        tasks.spawn(send(db.clone(), channel, origin, queued));
         tasks.spawn(relay_all(
             listener,
             db.clone(),
-            origin.clone(),
+            interest.clone(),
             local.clone(),
         ));
         Ok(Self {
             local,
-            origin,
-            outbox,
+            interest,
             _tasks: tasks,
         })
     }
@@ -142,37 +261,91 @@ impl TaskFeed for PostgresFeed {
         self.local.subscribe(task_id, watch)
     }
 
-    /// Subscribers in other processes cannot be seen from here: every write's events are
-    /// built.
-    fn watched(&self, _task_id: &str) -> Option<Watch> {
-        Some(Watch::Everything)
+    fn writes(&self, task_id: &str) {
+        self.interest.note_writing(task_id);
     }
 
-    /// Sent to the other processes without the task as it was created or ended: a task
-    /// is followed elsewhere only once it exists (a subscription there reads it first),
-    /// and an ended task no longer changes, so the other side reads it when someone
-    /// there waits for it. What travels is then mostly a status, within a notification.
+    /// Subscribers here, or a follow from another process. Asked by the writer: the
+    /// task is noted as written here, for the follows to come.
+    fn watched(&self, task_id: &str) -> Option<Watch> {
+        self.interest.note_writing(task_id);
+        match (self.local.watched(task_id), self.interest.followed(task_id)) {
+            (Some(Watch::Everything), _) | (_, Some(Watch::Everything)) => Some(Watch::Everything),
+            (here, there) => here.or(there),
+        }
+    }
+
+    /// Announces the follow to every process, and waits (`FOLLOW_WAIT` at most) for the
+    /// one writing the task to acknowledge it. A task written here is announced here
+    /// already: no wait; the others note the follow all the same, should another process
+    /// take the task over.
+    fn follow(&self, task_id: &str, watch: Watch) -> BoxFuture<'static, bool> {
+        let nonce = self.interest.next_follow.fetch_add(1, Ordering::Relaxed);
+        let follow = Wire::Follow {
+            origin: self.interest.origin.clone(),
+            follow: task_id.to_owned(),
+            nonce,
+            every: watch == Watch::Everything,
+        };
+        if self.interest.writes(task_id) {
+            self.interest.send(task_id, &follow);
+            return std::future::ready(false).boxed();
+        }
+        let (acknowledged, heard) = oneshot::channel();
+        if let Ok(mut waiting) = self.interest.unacknowledged.lock() {
+            waiting.insert(nonce, acknowledged);
+        }
+        self.interest.send(task_id, &follow);
+        let interest = self.interest.clone();
+        async move {
+            if tokio::time::timeout(FOLLOW_WAIT, heard).await.is_err() {
+                tracing::debug!(
+                    nonce,
+                    "no process acknowledged a follow: none writes the task now"
+                );
+            }
+            if let Ok(mut waiting) = interest.unacknowledged.lock() {
+                waiting.remove(&nonce);
+            }
+            true
+        }
+        .boxed()
+    }
+
+    /// Sent to the processes that follow the task, without the task as it was created
+    /// or ended: a task is followed elsewhere only once it exists (a subscription there
+    /// reads it first), and an ended task no longer changes, so the other side reads it
+    /// when someone there waits for it. What travels is then mostly a status, within a
+    /// notification.
     fn publish(&self, task_id: &str, events: Vec<StreamResponse>, ended: Option<Task>) {
+        let ends = ended.is_some();
+        let followed = if ends {
+            self.interest.ended(task_id)
+        } else {
+            self.interest.note_writing(task_id);
+            self.interest.followed(task_id).is_some()
+        };
+        if !followed {
+            self.local.publish(task_id, events, ended);
+            return;
+        }
         let remote: Vec<StreamResponse> = events
             .iter()
             .filter(|event| !matches!(event, StreamResponse::Task(_)))
             .cloned()
             .collect();
-        let ends = ended.is_some();
         self.local.publish(task_id, events, ended);
         if remote.is_empty() && !ends {
             return;
         }
         let notice = Notice {
-            origin: self.origin.clone(),
+            origin: self.interest.origin.clone(),
             task_id: task_id.to_owned(),
             events: remote,
             ended: None,
             ends,
         };
-        let payload = serde_json::to_string(&Wire::Whole(Box::new(notice))).unwrap_or_default();
-        // The sender is gone only when the feed is: nobody is left to tell.
-        let _ = self.outbox.send((task_id.to_owned(), payload));
+        self.interest.send(task_id, &Wire::Whole(Box::new(notice)));
     }
 }
 
@@ -252,10 +425,12 @@ async fn send_batch(
             .await
             .map_err(failed)?
             .get(0);
+        let ends = serde_json::from_str::<Head>(&payload).is_ok_and(|head| head.ends);
         let wire = Wire::Kept {
             origin: origin.to_owned(),
             kept,
             task_id: Some(task_id),
+            ends,
         };
         payloads.push(serde_json::to_string(&wire).unwrap_or_default());
     }
@@ -265,30 +440,37 @@ async fn send_batch(
     tx.commit().await.map_err(failed)
 }
 
-/// Fans out every notice from the other processes, for as long as `listener` listens
-/// (it is owned here whole: dropping it stops the listening).
+/// Fans out every notice from the other processes, and takes their follows and
+/// acknowledgements, for as long as `listener` listens (it is owned here whole: dropping
+/// it stops the listening).
 async fn relay_all(
     mut listener: Listener,
     db: Postgres,
-    origin: String,
+    interest: Arc<Interest>,
     local: Arc<InProcessFeed>,
 ) {
     while let Some(payload) = listener.payloads.recv().await {
-        relay(&db, &payload, &origin, &local).await;
+        relay(&db, &payload, &interest, &local).await;
     }
 }
 
-/// Fans one notice from another process out to this one's subscribers. A notice of this
-/// process, or about a task nobody here follows, is left unread: a subscriber that comes
-/// after it reads the task from the store, where the write it announces already is.
-async fn relay(db: &Postgres, payload: &str, origin: &str, local: &InProcessFeed) {
-    if let Ok(head) = serde_json::from_str::<Head>(payload)
-        && (head.origin == origin
-            || head
-                .task_id
-                .is_some_and(|task_id| local.watched(&task_id).is_none()))
-    {
-        return;
+/// Takes one notification from another process. A notice of this process, or about a
+/// task nobody here follows, is left unread: a subscriber that comes after it reads the
+/// task from the store, where the write it announces already is.
+async fn relay(db: &Postgres, payload: &str, interest: &Interest, local: &InProcessFeed) {
+    let origin = interest.origin.as_str();
+    if let Ok(head) = serde_json::from_str::<Head>(payload) {
+        if head.origin == origin {
+            return;
+        }
+        if let Some(task_id) = head.task_id {
+            if head.ends {
+                interest.ended(&task_id);
+            }
+            if local.watched(&task_id).is_none() {
+                return;
+            }
+        }
     }
     let notice = match serde_json::from_str::<Wire>(payload) {
         Ok(Wire::Whole(notice)) => *notice,
@@ -301,6 +483,27 @@ async fn relay(db: &Postgres, payload: &str, origin: &str, local: &InProcessFeed
                 return;
             }
         },
+        Ok(Wire::Follow {
+            origin: from,
+            follow,
+            nonce,
+            every,
+        }) => {
+            interest.follow_from(from, follow, nonce, every);
+            return;
+        }
+        Ok(Wire::Ack { ack, to, .. }) => {
+            if to == origin
+                && let Some(waiting) = interest
+                    .unacknowledged
+                    .lock()
+                    .ok()
+                    .and_then(|mut waiting| waiting.remove(&ack))
+            {
+                let _ = waiting.send(());
+            }
+            return;
+        }
         Err(_) => {
             tracing::warn!(
                 bytes = payload.len(),
@@ -382,6 +585,7 @@ mod tests {
         let handle = writer.create(task).await.unwrap();
         // Followed elsewhere once it exists, as a subscription there reads it first.
         let mut events = follower.subscribe("t1").unwrap();
+        assert!(follower.follow_writer("t1", Watch::Everything).await);
         handle.set_status(TaskState::Working, None).await.unwrap();
         // Too large for a notification: kept in the table, announced by its id.
         let large = crate::agent::agent_message("x".repeat(20_000), None);
@@ -409,6 +613,30 @@ mod tests {
         assert_eq!(
             ended.get().map(|task| task.status.state.clone()),
             Some(TaskState::Completed)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_nobody_follows_elsewhere_is_not_sent_there() {
+        const TEST: &str = "a_task_nobody_follows_elsewhere_is_not_sent_there";
+        let Some(url) = testing::scratch_database(TEST).await else {
+            return;
+        };
+        let writer = replica(&url).await;
+        let follower = replica(&url).await;
+        let task = crate::store::conformance::task("t2", "c2", TaskState::Submitted, 0);
+        let handle = writer.create(task).await.unwrap();
+        // Subscribed there, but not followed: the writer does not send this status.
+        let mut events = follower.subscribe("t2").unwrap();
+        handle.set_status(TaskState::Working, None).await.unwrap();
+        // Followed from now on: the writer acknowledges, then sends what comes next.
+        assert!(follower.follow_writer("t2", Watch::Everything).await);
+        handle.set_status(TaskState::Completed, None).await.unwrap();
+        let first = events.recv().await.unwrap();
+        assert_eq!(
+            state_of(&first),
+            TaskState::Completed,
+            "the status written before the follow was not sent: {first:?}"
         );
     }
 }
