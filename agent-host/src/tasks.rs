@@ -529,6 +529,16 @@ impl TaskHandle {
         self.manager.feed.writes(&self.id);
     }
 
+    /// Says that the task goes on in another process, which took it over: this one no
+    /// longer answers for it to subscribers elsewhere, and reads it from the store (what
+    /// it last wrote itself is behind).
+    pub fn left_to_another(&self) {
+        self.manager.feed.no_longer_writes(&self.id);
+        if let Ok(mut locks) = self.manager.write_locks.lock() {
+            locks.remove(&self.id);
+        }
+    }
+
     /// Announces statuses the store does not hold, and `artifact` as it stands, to the
     /// task's subscribers, without a write: for an agent whose tasks are views of a
     /// durable record of its own (the executor's journal), which has made them durable

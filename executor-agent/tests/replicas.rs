@@ -274,9 +274,19 @@ async fn a_replica_paused_past_its_lease_is_fenced_out_and_makes_no_further_call
         .collect();
     register(&paused, &cards).await;
     let mut tasks = Vec::new();
-    for n in 0..PAUSED_SAGAS {
+    for n in 0..PAUSED_SAGAS - 1 {
         tasks.push(send_plan(&world, &paused, n).await);
     }
+    // The last plan's sender waits for its end on the replica that will be paused: it
+    // is answered with the end shown by the replica that takes the saga over.
+    let waiting = {
+        let (client, mut call) = (paused.client(), as_planner(&world));
+        // It waits through the pause and the takeover.
+        call.timeout = PATIENCE;
+        let mut request = plan_request(&world, PAUSED_SAGAS - 1);
+        request.configuration = None;
+        tokio::spawn(async move { client.send(&call, &request).await })
+    };
     tokio::time::timeout(
         PATIENCE,
         until_applied(&logs, "compliance-registry", PAUSED_SAGAS),
@@ -315,6 +325,17 @@ async fn a_replica_paused_past_its_lease_is_fenced_out_and_makes_no_further_call
         .unwrap_or_else(|_| panic!("only {n} sagas were fenced out"))
         .expect("the paused replica still runs");
         assert!(line.contains("refused a write"), "{line}");
+    }
+    let answered = tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .expect("the blocking send is answered")
+        .unwrap()
+        .unwrap();
+    match answered {
+        SendMessageResponse::Task(task) => {
+            assert_eq!(task.status.state, TaskState::Completed, "{:?}", task.status)
+        }
+        other => panic!("expected a task, got {other:?}"),
     }
     // It is alive and serves; nothing more reached a tool.
     let task = paused

@@ -46,6 +46,10 @@ pub trait TaskFeed: Send + Sync + 'static {
     /// starts working on it, resumes it or takes it over).
     fn writes(&self, _task_id: &str) {}
 
+    /// This process no longer writes `task_id`, which goes on elsewhere (another
+    /// process took it over).
+    fn no_longer_writes(&self, _task_id: &str) {}
+
     /// Makes sure that the process writing `task_id`, wherever it runs, announces the
     /// task's events to this one from now on, for a subscriber here that has just
     /// subscribed. Returns whether events may have been written elsewhere and not heard

@@ -3,6 +3,7 @@
 //! journal when it is not live here, never assumed.
 
 use super::*;
+use agent_host::Watch;
 
 /// Said to a caller whose cancel or answer names a saga that is journaled, unfinished and
 /// not driven by this process (its driver stopped on a journal it could not write).
@@ -48,8 +49,35 @@ impl Executor {
         permit: Option<Permit>,
         intake: Option<Intake>,
     ) {
-        let mut first_stop = self.start_driver(task, saga, start, metadata, permit, intake);
-        let _ = first_stop.changed().await;
+        let mut first_stop = self.start_driver(task.clone(), saga, start, metadata, permit, intake);
+        if first_stop.changed().await.is_err() {
+            self.until_stopped_elsewhere(&task).await;
+        }
+    }
+
+    /// The driver ended before the saga showed a pause or its end: another replica took
+    /// it over (or this one stops). Whoever waits here for the plan's answer waits for
+    /// the pause or the end that the replica driving it now shows.
+    async fn until_stopped_elsewhere(&self, task: &TaskHandle) {
+        let stopped = |state: &TaskState| {
+            state.is_terminal()
+                || matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
+        };
+        task.left_to_another();
+        let Ok(mut events) = self.tasks.watch(task.id(), Watch::End) else {
+            return;
+        };
+        self.tasks.follow_writer(task.id(), Watch::End).await;
+        // Read from the store: what this process last wrote of the task is behind.
+        if let Ok(Some(stored)) = self.tasks.store().get(task.id()).await
+            && stopped(&self.shown(stored).await.status.state)
+        {
+            return;
+        }
+        tokio::select! {
+            _ = events.recv() => {}
+            () = self.config.shutdown.cancelled() => {}
+        }
     }
 
     /// Registers `saga` as live here and spawns its driver; returns the saga's stops. Once
@@ -92,11 +120,12 @@ impl Executor {
         );
         // A cancel that waited for the saga to start finds it live now.
         drop(intake);
-        let (journal, invoker, me, task_id) = (
+        let (journal, invoker, me, task_id, reported_task) = (
             self.config.journal.clone(),
             self.invoker(),
             self.clone(),
             task.id().to_owned(),
+            task.clone(),
         );
         let saga_id = saga.spec.saga_id.clone();
         let stop = self.config.shutdown.clone();
@@ -119,6 +148,7 @@ impl Executor {
             if let Err(e @ Error::Fenced { .. }) = &driven {
                 // Its lease lapsed (this process was paused or cut off) and another
                 // replica drives it now: nothing more is done for it here.
+                reported_task.left_to_another();
                 tracing::warn!(
                     task = %task_id, error = %e,
                     "another replica took the saga over; this one stops driving it"

@@ -265,6 +265,12 @@ impl TaskFeed for PostgresFeed {
         self.interest.note_writing(task_id);
     }
 
+    fn no_longer_writes(&self, task_id: &str) {
+        if let Ok(mut writing) = self.interest.writing.lock() {
+            writing.remove(task_id);
+        }
+    }
+
     /// Subscribers here, or a follow from another process. Asked by the writer: the
     /// task is noted as written here, for the follows to come.
     fn watched(&self, task_id: &str) -> Option<Watch> {
