@@ -25,5 +25,5 @@ pub use reversibility::{
     Compensation, FailureClass, REVERSIBILITY_EXTENSION_URI, RetryPolicy, ReversibilityClass,
     SkillDeclaration,
 };
-pub use signing::{Jwk, JwsSignature, SigningIdentity, TrustStore};
+pub use signing::{Jwk, JwsSignature, SigningIdentity, TrustStore, VerifiedSignatures};
 pub use validate::{PlanValidator, Report, Violation, ViolationCode};

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::expr::is_valid_id;
 use crate::money::Money;
-use crate::signing::{self, JwsSignature, SigningIdentity, TrustStore};
+use crate::signing::{self, JwsSignature, SigningIdentity, TrustStore, VerifiedSignatures};
 use crate::strict;
 
 /// A principal's grant: a budget across sagas, a validity window, and the agents and
@@ -177,10 +177,25 @@ pub fn verify_grant(
     principals: &TrustStore,
     planner_keys: &TrustStore,
 ) -> std::result::Result<String, String> {
+    verify_grant_remembering(mandate, principals, planner_keys, None)
+}
+
+/// `verify_grant`, skipping the Ed25519 check of a principal's signature verified
+/// already (`seen`): one mandate comes with every plan under it.
+pub fn verify_grant_remembering(
+    mandate: &Value,
+    principals: &TrustStore,
+    planner_keys: &TrustStore,
+    seen: Option<&VerifiedSignatures>,
+) -> std::result::Result<String, String> {
     if planner_keys.verify(mandate).is_ok() {
         return Err("it is signed by a planner key; only a principal grants a mandate".into());
     }
-    principals.verify(mandate).map_err(|e| match e {
+    let by_principal = match seen {
+        Some(seen) => principals.verify_remembering(mandate, seen),
+        None => principals.verify(mandate),
+    };
+    by_principal.map_err(|e| match e {
         Error::SignerUntrusted { kids } => {
             format!("it is signed by {kids}, which is not a trusted principal")
         }

@@ -237,6 +237,41 @@ fn not_an_object() -> Error {
     Error::json("only a JSON object can be signed")
 }
 
+/// Signatures verified already, each as the SHA-256 of its key id, signing input and
+/// signature: an Ed25519 verification is a pure function of the three. At most
+/// `VerifiedSignatures::AT_MOST` are held; past that, the set starts again empty.
+#[derive(Debug, Default)]
+pub struct VerifiedSignatures {
+    seen: std::sync::Mutex<std::collections::HashSet<[u8; 32]>>,
+}
+
+impl VerifiedSignatures {
+    pub const AT_MOST: usize = 4_096;
+
+    fn digest(&self, kid: &str, input: &str, signature: &[u8; 64]) -> [u8; 32] {
+        let mut hash = Sha256::new();
+        // Lengths first, so that no two triples hash the same bytes.
+        for part in [kid.as_bytes(), input.as_bytes(), signature.as_slice()] {
+            hash.update((part.len() as u64).to_be_bytes());
+            hash.update(part);
+        }
+        hash.finalize().into()
+    }
+
+    fn holds(&self, digest: &[u8; 32]) -> bool {
+        self.seen.lock().is_ok_and(|seen| seen.contains(digest))
+    }
+
+    fn remember(&self, digest: [u8; 32]) {
+        if let Ok(mut seen) = self.seen.lock() {
+            if seen.len() >= Self::AT_MOST {
+                seen.clear();
+            }
+            seen.insert(digest);
+        }
+    }
+}
+
 /// Public keys that this party trusts, by key id.
 #[derive(Debug, Clone, Default)]
 pub struct TrustStore {
@@ -269,6 +304,17 @@ impl TrustStore {
     ///
     /// Every signature by a trusted key must verify; at least one must exist.
     pub fn verify(&self, object: &Value) -> Result<String> {
+        self.verify_with(object, None)
+    }
+
+    /// `verify`, skipping the Ed25519 check of a signature that `seen` holds as verified
+    /// already: the same key over the same bytes with the same signature (a principal's
+    /// mandate carried by every plan under it). What is checked is unchanged.
+    pub fn verify_remembering(&self, object: &Value, seen: &VerifiedSignatures) -> Result<String> {
+        self.verify_with(object, Some(seen))
+    }
+
+    fn verify_with(&self, object: &Value, seen: Option<&VerifiedSignatures>) -> Result<String> {
         let signatures = match object.get(SIGNATURES_MEMBER) {
             None => return Err(Error::SignatureInvalid("it carries no signature".into())),
             Some(Value::Array(items)) if items.is_empty() => {
@@ -294,12 +340,18 @@ impl TrustStore {
                 .try_into()
                 .map_err(|_| malformed(format!("signature by {kid} is not 64 bytes")))?;
             let input = format!("{}.{payload}", sig.protected);
-            key.verify(input.as_bytes(), &Signature::from_bytes(&bytes))
-                .map_err(|_| {
-                    Error::SignatureInvalid(format!(
-                        "the signature by {kid} does not match the content"
-                    ))
-                })?;
+            let remembered = seen.map(|seen| seen.digest(&kid, &input, &bytes));
+            if !remembered.is_some_and(|digest| seen.is_some_and(|seen| seen.holds(&digest))) {
+                key.verify(input.as_bytes(), &Signature::from_bytes(&bytes))
+                    .map_err(|_| {
+                        Error::SignatureInvalid(format!(
+                            "the signature by {kid} does not match the content"
+                        ))
+                    })?;
+                if let (Some(seen), Some(digest)) = (seen, remembered) {
+                    seen.remember(digest);
+                }
+            }
             trusted_signer.get_or_insert(kid);
         }
         trusted_signer.ok_or_else(|| Error::SignerUntrusted {
@@ -371,6 +423,36 @@ mod tests {
             store.add_jwk(&id.public_jwk()).unwrap();
         }
         store
+    }
+
+    #[test]
+    fn a_remembered_signature_still_refuses_other_content() {
+        let signer = identity(1);
+        let store = trust(&[&signer]);
+        let seen = VerifiedSignatures::default();
+        let mut doc = json!({"budget": 100});
+        signer.sign_in_place(&mut doc).unwrap();
+        assert_eq!(store.verify_remembering(&doc, &seen).unwrap(), "key-1");
+        assert_eq!(store.verify_remembering(&doc, &seen).unwrap(), "key-1");
+        assert_eq!(seen.seen.lock().unwrap().len(), 1, "remembered once");
+        // The same signature over other content is checked, and refused.
+        let mut raised = doc.clone();
+        raised["budget"] = json!(1_000_000);
+        assert!(matches!(
+            store.verify_remembering(&raised, &seen),
+            Err(Error::SignatureInvalid(_))
+        ));
+        // Nor does another key's trust carry over: an untrusted signer stays untrusted.
+        let stranger = trust(&[&identity(2)]);
+        assert!(matches!(
+            stranger.verify_remembering(&doc, &seen),
+            Err(Error::SignerUntrusted { .. })
+        ));
+        assert_eq!(
+            seen.seen.lock().unwrap().len(),
+            1,
+            "a refusal is not remembered"
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::expr::{self, EvalContext, Source};
 use crate::money::Money;
 use crate::plan::{Plan, Step, idempotency_key};
 use crate::reversibility::{ReversibilityClass, SkillDeclaration, SpendDeclaration};
-use crate::signing::{TrustStore, signer_kids, signing_payload};
+use crate::signing::{TrustStore, VerifiedSignatures, signer_kids, signing_payload};
 
 /// The stable violation codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -138,6 +138,8 @@ pub struct PlanValidator {
     principal_keys: TrustStore,
     /// Compiled input schemas by agent, then skill.
     input_schemas: HashMap<String, HashMap<String, jsonschema::Validator>>,
+    /// The principals' mandate signatures verified already.
+    verified_mandates: VerifiedSignatures,
 }
 
 impl fmt::Debug for PlanValidator {
@@ -176,6 +178,7 @@ impl PlanValidator {
             planner_keys,
             principal_keys: TrustStore::new(),
             input_schemas,
+            verified_mandates: VerifiedSignatures::default(),
         })
     }
 
@@ -292,7 +295,12 @@ impl PlanValidator {
             message,
         };
         let mandate = mandate.ok_or_else(|| untrusted("the plan carries no mandate".into()))?;
-        let signer = crate::mandate::verify_grant(mandate, &self.principal_keys, &self.planner_keys)
+        let signer = crate::mandate::verify_grant_remembering(
+            mandate,
+            &self.principal_keys,
+            &self.planner_keys,
+            Some(&self.verified_mandates),
+        )
             .map_err(|why| {
                 untrusted(format!(
                     "the mandate is not a principal's grant: {why}; ask the principal for a signed mandate"

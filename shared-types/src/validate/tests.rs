@@ -328,6 +328,9 @@ fn a_mandate_grants_only_what_its_principal_signed_to_whom_it_names() {
             violations[0].message
         );
     };
+    // Accepted first, the principal's signature remembered by this validator: the same
+    // signature over changed content is still checked, below.
+    assert!(v.validate(&signed(example()), now()).is_valid());
     // The budget raised after the principal signed.
     let mut raised = example();
     raised["mandate"]["perSaga"]["amountMinor"] = json!(9_000_000);
