@@ -59,10 +59,8 @@ impl Executor {
     /// it over (or this one stops). Whoever waits here for the plan's answer waits for
     /// the pause or the end that the replica driving it now shows.
     async fn until_stopped_elsewhere(&self, task: &TaskHandle) {
-        let stopped = |state: &TaskState| {
-            state.is_terminal()
-                || matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
-        };
+        let stopped =
+            |state: &TaskState| state.is_terminal() || agent_host::sdk::is_interrupted(state);
         task.left_to_another();
         let Ok(mut events) = self.tasks.watch(task.id(), Watch::End) else {
             return;
