@@ -50,14 +50,15 @@ impl Executor {
         intake: Option<Intake>,
     ) {
         let mut first_stop = self.start_driver(task.clone(), saga, start, metadata, permit, intake);
-        if first_stop.changed().await.is_err() {
+        // At a stop, the sender is answered with what stands: the process is going.
+        if first_stop.changed().await.is_err() && !self.config.shutdown.is_cancelled() {
             self.until_stopped_elsewhere(&task).await;
         }
     }
 
-    /// The driver ended before the saga showed a pause or its end: another replica took
-    /// it over (or this one stops). Whoever waits here for the plan's answer waits for
-    /// the pause or the end that the replica driving it now shows.
+    /// The driver ended before the saga showed a pause or its end, and this process is
+    /// not stopping: another replica took the saga over. Whoever waits here for the
+    /// plan's answer waits for the pause or the end that the replica driving it now shows.
     async fn until_stopped_elsewhere(&self, task: &TaskHandle) {
         let stopped =
             |state: &TaskState| state.is_terminal() || agent_host::sdk::is_interrupted(state);

@@ -645,4 +645,33 @@ mod tests {
             "the status written before the follow was not sent: {first:?}"
         );
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_follow_nobody_acknowledges_reaches_whichever_process_writes_the_task_next() {
+        const TEST: &str =
+            "a_follow_nobody_acknowledges_reaches_whichever_process_writes_the_task_next";
+        let Some(url) = testing::scratch_database(TEST).await else {
+            return;
+        };
+        let first = replica(&url).await;
+        let follower = replica(&url).await;
+        let successor = replica(&url).await;
+        let task = crate::store::conformance::task("t3", "c3", TaskState::Working, 0);
+        first.create(task).await.unwrap().left_to_another();
+        // Nobody works on the task now: no acknowledgement; the follow still returns.
+        let mut events = follower.subscribe("t3").unwrap();
+        assert!(follower.follow_writer("t3", Watch::Everything).await);
+        // The process that takes the task up next noted the follow meanwhile.
+        let taken_up = successor.handle("t3", "c3");
+        taken_up.work_here();
+        taken_up
+            .set_status(TaskState::Completed, None)
+            .await
+            .unwrap();
+        let event = tokio::time::timeout(std::time::Duration::from_secs(30), events.recv())
+            .await
+            .expect("the process that took the task up sends its events here")
+            .unwrap();
+        assert_eq!(state_of(&event), TaskState::Completed, "{event:?}");
+    }
 }
