@@ -248,7 +248,7 @@ pub struct VerifiedSignatures {
 impl VerifiedSignatures {
     pub const AT_MOST: usize = 4_096;
 
-    fn digest(&self, kid: &str, input: &str, signature: &[u8; 64]) -> [u8; 32] {
+    fn digest(kid: &str, input: &str, signature: &[u8; 64]) -> [u8; 32] {
         let mut hash = Sha256::new();
         // Lengths first, so that no two triples hash the same bytes.
         for part in [kid.as_bytes(), input.as_bytes(), signature.as_slice()] {
@@ -340,15 +340,19 @@ impl TrustStore {
                 .try_into()
                 .map_err(|_| malformed(format!("signature by {kid} is not 64 bytes")))?;
             let input = format!("{}.{payload}", sig.protected);
-            let remembered = seen.map(|seen| seen.digest(&kid, &input, &bytes));
-            if !remembered.is_some_and(|digest| seen.is_some_and(|seen| seen.holds(&digest))) {
+            let remembered =
+                seen.map(|seen| (seen, VerifiedSignatures::digest(&kid, &input, &bytes)));
+            if !remembered
+                .as_ref()
+                .is_some_and(|(seen, digest)| seen.holds(digest))
+            {
                 key.verify(input.as_bytes(), &Signature::from_bytes(&bytes))
                     .map_err(|_| {
                         Error::SignatureInvalid(format!(
                             "the signature by {kid} does not match the content"
                         ))
                     })?;
-                if let (Some(seen), Some(digest)) = (seen, remembered) {
+                if let Some((seen, digest)) = remembered {
                     seen.remember(digest);
                 }
             }

@@ -571,6 +571,19 @@ mod tests {
         TaskManager::with_feed(store, Arc::new(feed))
     }
 
+    /// On a scratch database of its own (`None` without a test server): a task created
+    /// by one process, and another process on the same database.
+    async fn written_and_watched(
+        test: &str,
+        task_id: &str,
+    ) -> Option<(crate::tasks::TaskHandle, Arc<TaskManager>)> {
+        let url = testing::scratch_database(test).await?;
+        let writer = replica(&url).await;
+        let follower = replica(&url).await;
+        let task = crate::store::conformance::task(task_id, "c", TaskState::Submitted, 0);
+        Some((writer.create(task).await.unwrap(), follower))
+    }
+
     fn state_of(event: &StreamResponse) -> TaskState {
         match event {
             StreamResponse::Task(task) => task.status.state.clone(),
@@ -582,13 +595,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_subscriber_on_one_process_sees_every_status_another_writes_in_order() {
         const TEST: &str = "a_subscriber_on_one_process_sees_every_status_another_writes_in_order";
-        let Some(url) = testing::scratch_database(TEST).await else {
+        let Some((handle, follower)) = written_and_watched(TEST, "t1").await else {
             return;
         };
-        let writer = replica(&url).await;
-        let follower = replica(&url).await;
-        let task = crate::store::conformance::task("t1", "c1", TaskState::Submitted, 0);
-        let handle = writer.create(task).await.unwrap();
         // Followed elsewhere once it exists, as a subscription there reads it first.
         let mut events = follower.subscribe("t1").unwrap();
         assert!(follower.follow_writer("t1", Watch::Everything).await);
@@ -625,13 +634,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_task_nobody_follows_elsewhere_is_not_sent_there() {
         const TEST: &str = "a_task_nobody_follows_elsewhere_is_not_sent_there";
-        let Some(url) = testing::scratch_database(TEST).await else {
+        let Some((handle, follower)) = written_and_watched(TEST, "t2").await else {
             return;
         };
-        let writer = replica(&url).await;
-        let follower = replica(&url).await;
-        let task = crate::store::conformance::task("t2", "c2", TaskState::Submitted, 0);
-        let handle = writer.create(task).await.unwrap();
         // Subscribed there, but not followed: the writer does not send this status.
         let mut events = follower.subscribe("t2").unwrap();
         handle.set_status(TaskState::Working, None).await.unwrap();
