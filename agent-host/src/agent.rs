@@ -95,7 +95,9 @@ pub enum Reply {
     /// write of the agent's own that carries it (`TaskHandle::create_written_by`), or
     /// any change of the task. The request is answered once the task exists; a run
     /// that ends before it does answers the request with an error, and nothing was
-    /// promised. For a message that continues a task, the same as `Task`.
+    /// promised; a run that finds the same work under way on another task answers the
+    /// request with that task instead (`TaskHandle::answered_by`), as `Existing` does. For
+    /// a message that continues a task, the same as `Task`.
     CreatedByRun,
     /// The message repeats one already handled: answer with that task, start nothing.
     Existing { task_id: String },

@@ -20,7 +20,7 @@ use crate::sdk::{
     new_context_id, new_task_id,
 };
 use crate::store::{PageKey, TaskQuery, owner_of};
-use crate::tasks::Watch;
+use crate::tasks::{Prepared, Watch};
 use crate::tasks::{Subscription, TaskHandle, TaskManager};
 
 const DEFAULT_PAGE_SIZE: usize = 50;
@@ -89,31 +89,7 @@ impl<A: Agent> HostHandler<A> {
         let record = match reply {
             Reply::Message(reply) => return Ok(Started::Message(reply)),
             Reply::Existing { task_id } => {
-                // Subscribed before reading: a change after the read is then an event,
-                // never lost between the two.
-                let events = self
-                    .tasks
-                    .watch(&task_id, watch)
-                    .map_err(crate::Error::into_a2a)?;
-                // An agent's match with a task this caller cannot see never names it.
-                let task = self
-                    .get_for(&ctx.caller, &task_id)
-                    .await
-                    .map_err(|e| match e.code {
-                        crate::sdk::error_code::TASK_NOT_FOUND => A2AError::invalid_params(
-                            "the message repeats work on a task this caller cannot see; nothing was started",
-                        ),
-                        _ => e,
-                    })?;
-                // A blocking send answers with it as it stands; a stream follows it.
-                let task = match watch {
-                    Watch::Everything => self.followed(&ctx.caller, task, watch).await?,
-                    Watch::End => task,
-                };
-                return Ok(Started::Existing {
-                    task: Box::new(task),
-                    events,
-                });
+                return self.existing(&ctx.caller, &task_id, watch).await;
             }
             Reply::Task | Reply::CreatedByRun => true,
             Reply::Unrecorded => false,
@@ -190,6 +166,7 @@ impl<A: Agent> HostHandler<A> {
             Some((task, _)) => task.clone(),
             None => handle.snapshot().await.map_err(crate::Error::into_a2a)?,
         };
+        let caller = ctx.caller.clone();
         let agent = self.agent.clone();
         let run_handle = handle.clone();
         let mut run = tokio::spawn(cpu::measured(Phase::Intake, async move {
@@ -198,12 +175,17 @@ impl<A: Agent> HostHandler<A> {
         if let Some((_, mut stored)) = prepared {
             // Answered once the task exists: a task id given out is a task stored.
             // A run ends after its task's first write, whose announcement comes first.
-            let was_stored = tokio::select! {
+            let heard = tokio::select! {
                 biased;
-                heard = &mut stored => heard.is_ok(),
-                _ = &mut run => false,
+                heard = &mut stored => heard.ok(),
+                _ = &mut run => None,
             };
-            if !was_stored {
+            if let Some(Prepared::Existing { task_id }) = heard {
+                // The same work runs on that task: the prepared one was never stored.
+                drop(events);
+                return self.existing(&caller, &task_id, watch).await;
+            }
+            if heard.is_none() {
                 self.tasks.drop_prepared(handle.id()).await;
                 return Err(A2AError::internal(
                     "the work could not be recorded, and nothing was started; send the message again",
@@ -215,6 +197,40 @@ impl<A: Agent> HostHandler<A> {
             first: Box::new(first),
             events,
             run,
+        })
+    }
+
+    /// The request answered with `task_id`, on which the same work runs already: a
+    /// blocking send gets it as it stands, a stream follows it.
+    async fn existing(
+        &self,
+        caller: &str,
+        task_id: &str,
+        watch: Watch,
+    ) -> Result<Started, A2AError> {
+        // Subscribed before reading: a change after the read is then an event, never
+        // lost between the two.
+        let events = self
+            .tasks
+            .watch(task_id, watch)
+            .map_err(crate::Error::into_a2a)?;
+        // An agent's match with a task this caller cannot see never names it.
+        let task = self
+            .get_for(caller, task_id)
+            .await
+            .map_err(|e| match e.code {
+                crate::sdk::error_code::TASK_NOT_FOUND => A2AError::invalid_params(
+                    "the message repeats work on a task this caller cannot see; nothing was started",
+                ),
+                _ => e,
+            })?;
+        let task = match watch {
+            Watch::Everything => self.followed(caller, task, watch).await?,
+            Watch::End => task,
+        };
+        Ok(Started::Existing {
+            task: Box::new(task),
+            events,
         })
     }
 

@@ -36,4 +36,4 @@ pub use client::{
 pub use error::{Error, Result};
 pub use server::{ConnectionLimits, HostConfig, Serving, app, app_with, serve, serve_with};
 pub use store::{MemoryTaskStore, SqliteTaskStore, TaskStore};
-pub use tasks::{Subscription, TaskHandle, TaskManager, Watch};
+pub use tasks::{Prepared, Subscription, TaskHandle, TaskManager, Watch};

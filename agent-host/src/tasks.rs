@@ -28,6 +28,17 @@ type WriteLock = Arc<tokio::sync::Mutex<Option<(Version, Task)>>>;
 /// write creates it.
 const NOT_STORED: Version = 0;
 
+/// How the request that prepared a task (`TaskManager::prepare`) is answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prepared {
+    /// The task was stored: the request is answered with it.
+    Stored,
+    /// The agent found the work already under way on another task (the same work sent
+    /// again): the prepared task is dropped, never stored, and the request is answered
+    /// with that task, as `Reply::Existing` would be.
+    Existing { task_id: String },
+}
+
 /// What a write of a task held at `version` expects the store to hold.
 fn expecting(version: Version) -> Expected {
     match version {
@@ -92,7 +103,7 @@ pub struct TaskManager {
     /// failed write (the next update reads the store).
     write_locks: Mutex<HashMap<String, WriteLock>>,
     /// Who waits for each prepared task to be stored (the request that created it).
-    prepared: Mutex<HashMap<String, tokio::sync::oneshot::Sender<()>>>,
+    prepared: Mutex<HashMap<String, tokio::sync::oneshot::Sender<Prepared>>>,
 }
 
 impl std::fmt::Debug for TaskManager {
@@ -175,7 +186,7 @@ impl TaskManager {
     pub async fn prepare(
         self: &Arc<Self>,
         task: Task,
-    ) -> Result<(TaskHandle, tokio::sync::oneshot::Receiver<()>)> {
+    ) -> Result<(TaskHandle, tokio::sync::oneshot::Receiver<Prepared>)> {
         let (stored, heard) = tokio::sync::oneshot::channel();
         self.prepared
             .lock()
@@ -216,7 +227,7 @@ impl TaskManager {
             .ok()
             .and_then(|mut prepared| prepared.remove(task_id));
         if let Some(waiting) = waiting {
-            let _ = waiting.send(());
+            let _ = waiting.send(Prepared::Stored);
         }
     }
 
@@ -521,6 +532,39 @@ impl TaskHandle {
             self.manager.stored(&self.id);
         }
         Ok(())
+    }
+
+    /// Answers the request that prepared this task, not stored yet, with the task
+    /// `existing` instead (the same work runs there): this one is dropped and never
+    /// stored. `false` when it is stored already, or its request no longer waits: it is
+    /// then answered like any task.
+    pub async fn answered_by(&self, existing: &str) -> bool {
+        let lock = match self.manager.write_lock(&self.id) {
+            Ok(lock) => lock,
+            Err(_) => return false,
+        };
+        let written = lock.lock().await;
+        if !matches!(written.as_ref(), Some((NOT_STORED, _))) {
+            return false;
+        }
+        let waiting = self
+            .manager
+            .prepared
+            .lock()
+            .ok()
+            .and_then(|mut prepared| prepared.remove(&self.id));
+        let Some(waiting) = waiting else {
+            return false;
+        };
+        let sent = waiting
+            .send(Prepared::Existing {
+                task_id: existing.to_owned(),
+            })
+            .is_ok();
+        if sent && let Ok(mut locks) = self.manager.write_locks.lock() {
+            locks.remove(&self.id);
+        }
+        sent
     }
 
     /// Says that this process works on the task from now on (it starts, resumes or

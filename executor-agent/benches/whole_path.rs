@@ -780,7 +780,12 @@ async fn run_round(
                 let request = agent_host::user_request(None, Some(json!({ "plan": plan })), None);
                 let ended = match mode {
                     Mode::Blocking => match agent.send(&call, &request).await {
-                        Ok(SendMessageResponse::Task(task)) => Some(task.status.state),
+                        Ok(SendMessageResponse::Task(task)) => {
+                            if task.status.state != TaskState::Completed {
+                                panic!("saga {saga} did not complete: {:?}", task.status);
+                            }
+                            Some(task.status.state)
+                        }
                         other => panic!("saga {saga}: {other:?}"),
                     },
                     Mode::Streaming => {

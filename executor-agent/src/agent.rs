@@ -49,7 +49,7 @@ mod resume;
 mod retention;
 mod running;
 
-use admission::{Admission, TakenPlan};
+use admission::TakenPlan;
 use forwarded::Forwarded;
 pub use running::RevocationHeard;
 use running::{Driven, Live, NOT_DRIVEN_HERE};
@@ -402,32 +402,23 @@ impl Agent for ExecutorAgent {
             ));
         };
         // Read and verified here, once; `run` takes it from the context.
-        let mut taken = self.read_plan(plan.clone());
-        // An existing task is answered only to a plan a trusted planner signed; anything
-        // else gets a task of its own, which validation then refuses.
-        let Ok(signer) = taken.signature.clone() else {
-            ctx.accepted.keep(taken);
-            return Ok(Reply::CreatedByRun);
-        };
-        if let Some(own) = self.config.planner_key_ids.get(&ctx.caller)
-            && *own != signer
+        let taken = self.read_plan(plan.clone());
+        if let Ok(signer) = &taken.signature
+            && let Some(own) = self.config.planner_key_ids.get(&ctx.caller)
+            && own != signer
         {
             tracing::info!(caller = ?ctx.caller, signer = ?signer, "a plan signed by another planner was refused");
             return Err(A2AError::invalid_params(format!(
                 "PLANNER_MISMATCH: the plan is signed by planner key {signer:?}, not by the caller's; a planner submits only the plans it signed"
             )));
         }
-        // The same plan sent again: its task (begun, or waiting for a slot). A conflict,
-        // or a journal that cannot be read now, is answered on a task of its own.
-        match self.admission(&taken.saga_id, &taken.plan).await {
-            Ok(Admission::Existing { task_id, .. }) => Ok(Reply::Existing { task_id }),
-            // The task is created by the write that begins its saga, or answers its plan.
-            admitted => {
-                taken.admitted = matches!(admitted, Ok(Admission::Admit));
-                ctx.accepted.keep(taken);
-                Ok(Reply::CreatedByRun)
-            }
-        }
+        // Nothing is read before the plan is taken in: the same plan sent again finds its
+        // saga id taken by the accepting write (the journal's one key), and the request is
+        // then answered with the task the plan runs on (`Executor::point_to`). A plan no
+        // trusted planner signed is compared with no saga: it gets a task of its own,
+        // which validation then refuses.
+        ctx.accepted.keep(taken);
+        Ok(Reply::CreatedByRun)
     }
 
     async fn run(&self, ctx: RequestContext, task: TaskHandle, message: Message) {

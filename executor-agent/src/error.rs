@@ -47,6 +47,12 @@ pub enum Error {
     /// A plan could not become a saga.
     #[error("{0}")]
     Spec(#[from] crate::saga::SpecError),
+    /// The accepting write was refused: a card or MCP server was registered (on another
+    /// replica) after the plan was validated, which is then validated again.
+    #[error(
+        "cards or MCP servers were registered again and again while the plan was checked; send it again"
+    )]
+    RegistryChanged,
     /// The journal refused a write for a saga this journal's owner no longer drives
     /// (another owner claimed it, at a later epoch): the driver stops at once.
     #[error(
@@ -63,10 +69,13 @@ impl From<sagaplane_storage::Error> for Error {
 }
 
 impl Error {
-    /// Whether the cause is the caller's (a refusal, with its reason for them) rather
-    /// than the executor's.
+    /// Whether the cause is the caller's (a refusal, with its reason for them), or one
+    /// they can act on (send the plan again), rather than the executor's.
     pub fn is_callers(&self) -> bool {
-        matches!(self, Self::Refused(_) | Self::Mandate(_) | Self::Spec(_))
+        matches!(
+            self,
+            Self::Refused(_) | Self::Mandate(_) | Self::Spec(_) | Self::RegistryChanged
+        )
     }
 
     /// Whether a store failed (a database that cannot be reached, a state file that

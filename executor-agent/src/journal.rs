@@ -56,6 +56,12 @@ pub struct SagaHeader {
     /// The signed plan as received (to recognise a resubmission).
     pub plan: serde_json::Value,
     pub spec: SagaSpec,
+    /// On a registry replicas share, the newest registration the plan was validated
+    /// against (`Registry::registrations_read`): the accepting write is refused when the
+    /// database holds a newer one (`Error::RegistryChanged`), and the plan is validated
+    /// again. `None` where the executor's registry is its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registrations_read: Option<i64>,
 }
 
 /// Which claim on a saga a write is made under. Every claim of a saga gives a higher

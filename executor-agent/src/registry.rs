@@ -407,6 +407,17 @@ impl Registry {
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// On a database replicas share, the newest registration (by its sequence number in
+    /// the history) these entries were read with: what is validated against them now
+    /// knows every registration up to it, and a newer one in the database means they may
+    /// be stale (`refresh`). `None` where this registry alone writes its entries.
+    pub fn registrations_read(&self) -> Option<i64> {
+        match &self.place {
+            Place::Postgres { seen, .. } => Some(seen.load(Ordering::SeqCst)),
+            Place::Sqlite(_) => None,
+        }
+    }
+
     /// How many registrations this registry has seen (it only grows).
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)

@@ -6,7 +6,7 @@
 
 mod common;
 
-use agent_host::sdk::{A2AError, ListTasksRequest, StreamResponse, Task, TaskState};
+use agent_host::sdk::{A2AError, StreamResponse, Task, TaskState};
 use agent_host::{AgentClient, OutboundCall};
 use common::served::*;
 use common::{Harness, data_message, ledger_of};
@@ -260,18 +260,8 @@ async fn an_approval_for_other_arguments_another_step_or_expired_is_refused() {
 
 /// `ListTasks` as `bearer`: the ids of every task listed.
 async fn listed(served: &Served, bearer: Option<String>, state: Option<TaskState>) -> Vec<String> {
-    let request = ListTasksRequest {
-        context_id: None,
-        status: state,
-        page_size: Some(100),
-        page_token: None,
-        history_length: Some(0),
-        status_timestamp_after: None,
-        include_artifacts: Some(false),
-        tenant: None,
-    };
     client(served)
-        .list_tasks(&call(bearer), &request)
+        .list_tasks(&call(bearer), &common::first_hundred(state))
         .await
         .unwrap()
         .tasks

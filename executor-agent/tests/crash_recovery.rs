@@ -207,6 +207,7 @@ fn header(saga_id: &str) -> SagaHeader {
         context_id: format!("ctx-{saga_id}"),
         plan: json!({}),
         spec: spec(),
+        registrations_read: None,
     }
 }
 

@@ -124,6 +124,7 @@ async fn launch(
         context_id: "c".into(),
         plan: json!({}),
         spec: spec.clone(),
+        registrations_read: None,
     };
     let (saga, start) = begin(journal.as_ref(), &header, Saga::new(spec))
         .await

@@ -52,19 +52,57 @@ async fn a_valid_plan_runs_to_completion_and_a_resubmission_returns_the_same_tas
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_plan_is_admitted_once_where_it_enters() {
+async fn a_new_plan_is_taken_in_with_no_read_and_the_same_plan_again_finds_its_task() {
     use std::sync::atomic::Ordering;
     let setup = Harness::start(&[]).await;
     let plan = setup.signed("examples/plans/supplier-onboarding.json");
     let task = setup.send(plan.clone(), None).await;
     assert_eq!(task.status.state, TaskState::Completed, "{task:?}");
-    // One lookup of the saga id (the A2A adapter's, before the task exists), not a
-    // second one when the plan is validated: the accepting write is the arbiter after it.
-    assert_eq!(setup.journal.headers_read.load(Ordering::SeqCst), 1);
-    // The same plan sent again is found by that one lookup, and gets its task.
+    // No lookup of the saga id: the accepting write's key is the arbiter.
+    assert_eq!(setup.journal.headers_read.load(Ordering::SeqCst), 0);
+    // The same plan sent again is refused by that key, then looked up once, and the
+    // request is answered with the task it ran on; no other task is stored.
     let again = setup.send(plan, None).await;
     assert_eq!(again.id, task.id);
-    assert_eq!(setup.journal.headers_read.load(Ordering::SeqCst), 2);
+    assert_eq!(again.status.state, TaskState::Completed);
+    assert_eq!(setup.journal.headers_read.load(Ordering::SeqCst), 1);
+    assert_eq!(applied(&setup), 6, "and runs nothing again");
+    let listed = listed(&setup).await;
+    assert_eq!(listed.len(), 1, "one task: {listed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_plan_sent_eight_times_at_once_runs_once_and_each_request_gets_its_task() {
+    let setup = Harness::start(&[]).await;
+    let plan = setup.signed("examples/plans/supplier-onboarding.json");
+    let sent = futures::future::join_all((0..8).map(|_| setup.send(plan.clone(), None))).await;
+    let first = &sent[0].id;
+    assert!(
+        sent.iter().all(|task| &task.id == first),
+        "every request answered with the one task: {:?}",
+        sent.iter()
+            .map(|t| (&t.id, &t.status.state))
+            .collect::<Vec<_>>()
+    );
+    // The request whose plan began waits for the end; the others get the task as it
+    // stands when their accepting write is refused.
+    assert!(
+        sent.iter()
+            .any(|task| task.status.state == TaskState::Completed)
+    );
+    assert_eq!(applied(&setup), 6, "each step applied once");
+    let listed = listed(&setup).await;
+    assert_eq!(listed.len(), 1, "no other task was stored: {listed:?}");
+}
+
+/// Every task the planner may list.
+async fn listed(setup: &Harness) -> Vec<agent_host::sdk::Task> {
+    setup
+        .client
+        .list_tasks(&setup.as_planner(), &first_hundred(None))
+        .await
+        .unwrap()
+        .tasks
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -551,6 +551,7 @@ async fn a_saga_journaled_in_a_format_this_executor_does_not_know_is_refused_not
         context_id: "c_newer".into(),
         plan: json!({}),
         spec,
+        registrations_read: None,
     };
     setup.journal.begin(&header, &[]).await.unwrap();
     setup.shutdown.cancel();

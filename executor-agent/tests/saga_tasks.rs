@@ -67,6 +67,7 @@ async fn begun(journal: &MemoryJournal, saga_id: &str) -> (Saga, Start) {
         context_id: "c".into(),
         plan: json!({}),
         spec: spec.clone(),
+        registrations_read: None,
     };
     begin(journal, &header, Saga::new(spec)).await.unwrap()
 }

@@ -255,6 +255,7 @@ impl Executor {
             context_id,
             plan,
             spec: spec.clone(),
+            registrations_read: None,
         };
         let (saga, start) = begin(self.journal.as_ref(), &header, Saga::new(spec))
             .await
@@ -344,6 +345,7 @@ impl Executor {
             context_id: "c".into(),
             plan,
             spec,
+            registrations_read: None,
         }
     }
 

@@ -320,6 +320,7 @@ fn pure_work(executor: &Executor, sagas: u64) -> PureWork {
             context_id: "c".into(),
             plan,
             spec: spec.clone(),
+            registrations_read: None,
         };
         let started = Instant::now();
         std::hint::black_box(serde_json::to_string(&header).expect("header JSON"));

@@ -3,12 +3,14 @@
 //! journals the saga and creates its task: with its first step when a saga slot is free,
 //! else with no entries, the saga then waiting for a slot (`Start::Accepted`).
 //!
-//! The rule "a saga id has one task" is decided in one place, `admission`: it reads the
-//! journal's header of the saga id (a plan waiting for a slot is journaled too), and says
-//! whether the plan may begin, has a task already, or conflicts with the plan that has
-//! the id. It is asked before the task exists (the A2A adapter answers with the existing
-//! task), when the plan is validated if it was not asked where the plan entered, and when
-//! the accepting write fails (another task may have begun the saga meanwhile).
+//! The rule "a saga id has one task" is kept by the journal, whose one key is the saga id:
+//! a plan is taken in with nothing read first, and its accepting write is refused when
+//! the id is taken. Only then, or when the plan cannot begin for another reason
+//! (validation or its mandate refused it: the same plan sent again may be refused so),
+//! does `admission` read the journal's header of the saga id (a plan waiting for a slot
+//! is journaled too), and say whether the plan has a task already (the request is then
+//! answered with that task), conflicts with the plan that has the id, or was refused on
+//! its own.
 
 use super::*;
 
@@ -33,22 +35,20 @@ const MAX_STORE_RETRY: Duration = Duration::from_secs(5);
 /// the reason: about 3 s of attempts. Attempts while the store says it cannot write (a
 /// database away, a state file that cannot be written) are not counted.
 const ATTEMPTS_WHILE_THE_STORE_ANSWERS: u32 = 6;
+/// How many times a plan is validated again because other replicas registered cards or
+/// MCP servers while it was taken in, before its task fails (send it again).
+const REGISTRY_CHANGES_AT_MOST: u32 = 3;
 
 /// A new plan as taken in: integers read as integers (A2A data parts carry numbers as
 /// doubles), its saga id, and what its planner signature said. Read once, where the plan
-/// enters (`Executor::read_plan`): the A2A adapter's `accept` hands it to `run`, and the
-/// checks before and after a wait for a slot reuse its signature's verdict.
+/// enters (`Executor::read_plan`): the A2A adapter's `accept` hands it to `run`, and every
+/// attempt at taking it in reuses its signature's verdict.
 #[derive(Debug, Clone)]
 pub(crate) struct TakenPlan {
     pub(crate) plan: Value,
     pub(crate) saga_id: String,
     /// The trusted planner key id that signed it, or why none did.
     pub(crate) signature: std::result::Result<String, shared_types::Error>,
-    /// Whether `admission` already let it begin, where it entered: it is not asked
-    /// again. Should another plan take the saga id meanwhile, the accepting write finds
-    /// it (the id is unique in the journal) and admission then decides, as after any
-    /// refused begin.
-    pub(crate) admitted: bool,
 }
 
 /// A plan's saga, journaled, and what its driver starts with: a slot, or none yet (the
@@ -78,7 +78,6 @@ impl Executor {
             plan,
             saga_id,
             signature,
-            admitted: false,
         }
     }
 
@@ -169,6 +168,7 @@ impl Executor {
         let intake = self.taking_in.start(task.id());
         let mut wait = FIRST_STORE_RETRY;
         let mut refused_while_answering = 0;
+        let mut registry_changes = 0;
         loop {
             let failure = match self.begin_plan(&plan, &task).await {
                 Ok(Some(begun)) => {
@@ -185,6 +185,11 @@ impl Executor {
                 }
                 Ok(None) => return Ok(()),
                 Err(e) if e.is_store_failure() => e,
+                Err(Error::RegistryChanged) if registry_changes < REGISTRY_CHANGES_AT_MOST => {
+                    registry_changes += 1;
+                    self.refresh_registry().await?;
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             if self.tasks.store().write_failure().is_none() {
@@ -265,7 +270,7 @@ impl Executor {
         task: &TaskHandle,
     ) -> Result<Option<Begun>> {
         let saga_id = plan.saga_id.as_str();
-        let Some((typed, spec)) = self.checked(plan, task).await? else {
+        let Some((typed, spec, registrations_read)) = self.checked(plan, task).await? else {
             return Ok(None);
         };
         let header = SagaHeader {
@@ -276,6 +281,7 @@ impl Executor {
             context_id: task.context_id().to_owned(),
             plan: plan.plan.clone(),
             spec: spec.clone(),
+            registrations_read,
         };
         let saga = Saga::new(spec);
         let permit = self.slots.try_take();
@@ -292,14 +298,11 @@ impl Executor {
                 metadata: saga_metadata(&header),
                 permit,
             })),
-            // Its mandate cannot cover it, or was revoked: nothing was written.
-            Err(Error::Mandate(violation)) => {
-                self.reject(task, &[violation]).await;
-                Ok(None)
-            }
-            // The same plan, sent again, may have begun on another task meanwhile.
+            // Validated against a registry another replica has changed since: again.
+            Err(Error::RegistryChanged) => Err(Error::RegistryChanged),
+            // Nothing was written. The same plan sent again finds its saga id taken (or
+            // its mandate spent by the saga it began): it runs on the task it has.
             Err(e) => match self.admission(saga_id, &header.plan).await? {
-                Admission::Admit => Err(e),
                 Admission::Existing { task_id, how } => {
                     self.point_to(task, &task_id, how).await;
                     Ok(None)
@@ -308,6 +311,14 @@ impl Executor {
                     self.reject(task, &[violation]).await;
                     Ok(None)
                 }
+                // Its mandate cannot cover it, or was revoked.
+                Admission::Admit => match e {
+                    Error::Mandate(violation) => {
+                        self.reject(task, &[violation]).await;
+                        Ok(None)
+                    }
+                    e => Err(e),
+                },
             },
         }
     }
@@ -395,25 +406,46 @@ impl Executor {
         Ok((saga, Start::Accepted(epoch)))
     }
 
-    /// The plan, typed, and its saga's spec, when it may run; `None` once `task` has been
-    /// answered instead: refused with every violation, or pointed at the task on which
-    /// the same plan already runs.
+    /// The plan, typed, its saga's spec, and the registrations it was validated against
+    /// on a shared registry (`Registry::registrations_read`), when it may run; `None` once
+    /// `task` has been answered instead: refused with every violation, or pointed at the
+    /// task on which the same plan already runs.
+    ///
+    /// On a registry replicas share, nothing is read for a plan that is valid: its
+    /// accepting write is refused if a registration was made since the registry here was
+    /// read (`Error::RegistryChanged`). A plan refused is validated again once what other
+    /// replicas registered is read, when they registered anything.
     pub(super) async fn checked(
         &self,
         taken: &TakenPlan,
         task: &TaskHandle,
-    ) -> Result<Option<(Plan, SagaSpec)>> {
+    ) -> Result<Option<(Plan, SagaSpec, Option<i64>)>> {
         let (saga_id, plan) = (taken.saga_id.as_str(), &taken.plan);
-        self.refresh_registry().await?;
-        let validator = self.validator()?;
-        let report = cpu::measure(cpu::Phase::Validation, || {
-            validator.validate_verified(plan, taken.signature.clone(), chrono::Utc::now())
-        });
+        let validate = || -> Result<_> {
+            // Read before the validator: it knows every registration up to this one.
+            let registrations = self.config.registry.registrations_read();
+            let validator = self.validator()?;
+            let report = cpu::measure(cpu::Phase::Validation, || {
+                validator.validate_verified(plan, taken.signature.clone(), chrono::Utc::now())
+            });
+            Ok((registrations, validator, report))
+        };
+        let (mut registrations, mut validator, mut report) = validate()?;
+        if !report.violations.is_empty() && registrations.is_some() {
+            // Read by this refresh or by another plan's meanwhile: validated again when
+            // there is anything newer than what the plan was validated against.
+            self.refresh_registry().await?;
+            if self.config.registry.registrations_read() != registrations {
+                (registrations, validator, report) = validate()?;
+            }
+        }
         let mut violations = report.violations;
-        // Only a plan a trusted planner signed is compared with the sagas there are: an
-        // unverified one learns nothing of them, and gets no task but its own. One
-        // admitted where it entered is not asked again.
-        if report.plan_signer.is_some() && !taken.admitted {
+        // A refused plan may be one sent again whose task stands (its mandate has expired
+        // since, say): it gets that task. Only a plan a trusted planner signed is compared
+        // with the sagas there are: an unverified one learns nothing of them, and gets no
+        // task but its own. A valid plan is compared only if its accepting write is
+        // refused.
+        if report.plan_signer.is_some() && !violations.is_empty() {
             match self.admission(saga_id, plan).await? {
                 Admission::Admit => {}
                 Admission::Conflict(v) => violations.push(v),
@@ -434,7 +466,7 @@ impl Executor {
             let spends = validator.step_spends(&typed);
             spec.mandate = Some(MandateHold::of(&typed, raw, &principal_key, spends));
         }
-        Ok(Some((typed, spec)))
+        Ok(Some((typed, spec, registrations)))
     }
 
     /// Whether `plan` may begin under `saga_id`, has a task already, or conflicts with
@@ -469,6 +501,10 @@ impl Executor {
                 task = task.id(),
                 "this plan's saga was journaled though its accepting write answered an error; it resumes when its sagas are next taken over (the next start, or another replica once its lease lapses)"
             );
+            return;
+        }
+        // The request still waits for this task, which was never stored: it gets that one.
+        if task.answered_by(existing).await {
             return;
         }
         let text = format!("the same plan {how} as task {existing}: follow that task");

@@ -30,6 +30,7 @@ pub(crate) fn header(saga_id: &str) -> SagaHeader {
             expires_at_ms: 0,
             mandate: None,
         },
+        registrations_read: None,
     }
 }
 

@@ -21,7 +21,10 @@ use crate::saga::spec::MandateHold;
 
 mod sql;
 use agent_host::store::{Expected, TaskWrite};
-use sql::{APPEND, BEGIN_UNDER_MANDATE, CREATE_TASK, END, END_WITH_TASK, MANDATE_IF_NEW};
+use sql::{
+    APPEND, BEGIN_IF_CURRENT, BEGIN_UNDER_MANDATE, BEGIN_UNDER_MANDATE_IF_CURRENT, CREATE_TASK,
+    END, END_WITH_TASK, MANDATE_IF_NEW,
+};
 
 /// The journal's schema in PostgreSQL, in order; the count is its version.
 const MIGRATIONS: &[Migration] = &[
@@ -229,8 +232,31 @@ impl SagaLog for PostgresJournal {
                 returns_rows: false,
             })
         };
+        let registrations = header.registrations_read;
         let Some(hold) = &header.spec.mandate else {
             let at_ms = chrono::Utc::now().timestamp_millis();
+            if let Some(seen) = registrations {
+                let mut params =
+                    saga_params(header, body, at_ms, &self.owner, self.lease_until(at_ms));
+                params.push(Box::new(seen));
+                params.push(Box::new(first));
+                let mut statements = vec![Statement {
+                    sql: BEGIN_IF_CURRENT,
+                    params,
+                    returns_rows: true,
+                }];
+                statements.extend(create_task());
+                let done = self.db.write_together(None, statements).await?;
+                let Some(Done::Rows(rows)) = done.first() else {
+                    return Err(Error::Journal("a begin answered no row".into()));
+                };
+                let written = rows.first().is_some_and(|row| row.get::<_, bool>(0));
+                return if written {
+                    Ok(1)
+                } else {
+                    Err(Error::RegistryChanged)
+                };
+            }
             let mut statements = vec![Statement {
                 sql: "INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms,
                                          owner, epoch, lease_until_ms)
@@ -261,6 +287,9 @@ impl SagaLog for PostgresJournal {
             );
             params.extend(budget_params(hold));
             params.push(Box::new(first.clone()));
+            if let Some(seen) = registrations {
+                params.push(Box::new(seen));
+            }
             let known = attempt == 0 && crate::sync::lock(&self.known_mandates).contains(&mandate);
             let mut statements = Vec::with_capacity(2);
             if !known {
@@ -271,7 +300,10 @@ impl SagaLog for PostgresJournal {
                 });
             }
             statements.push(Statement {
-                sql: BEGIN_UNDER_MANDATE,
+                sql: match registrations {
+                    Some(_) => BEGIN_UNDER_MANDATE_IF_CURRENT,
+                    None => BEGIN_UNDER_MANDATE,
+                },
                 params,
                 returns_rows: true,
             });
@@ -289,7 +321,11 @@ impl SagaLog for PostgresJournal {
             let Some(row) = rows.first() else {
                 return Err(Error::Journal("a begin answered no row".into()));
             };
-            let (taken, revoked): (bool, bool) = (row.get(0), row.get(1));
+            let (taken, revoked, current): (bool, bool, bool) =
+                (row.get(0), row.get(1), row.get(2));
+            if !current {
+                return Err(Error::RegistryChanged);
+            }
             if taken {
                 let mut known = crate::sync::lock(&self.known_mandates);
                 // Bounded: forgetting them costs only the creating statement again.
@@ -708,3 +744,6 @@ impl PostgresJournal {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests;

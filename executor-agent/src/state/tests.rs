@@ -24,6 +24,7 @@ fn header(saga_id: &str) -> SagaHeader {
             expires_at_ms: 0,
             mandate: None,
         },
+        registrations_read: None,
     }
 }
 

@@ -63,6 +63,7 @@ fn header(saga: &Saga) -> SagaHeader {
         context_id: "ctx-1".into(),
         plan: json!({"sagaId": saga.spec.saga_id}),
         spec: saga.spec.clone(),
+        registrations_read: None,
     }
 }
 

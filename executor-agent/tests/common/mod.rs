@@ -598,6 +598,23 @@ pub fn data_message(data: Value, task_id: Option<&str>) -> SendMessageRequest {
     agent_host::user_request(None, Some(data), task_id)
 }
 
+/// A `ListTasks` request for the first 100 tasks (in `status`, when given), without
+/// their history or artifacts.
+pub fn first_hundred(
+    status: Option<agent_host::sdk::TaskState>,
+) -> agent_host::sdk::ListTasksRequest {
+    agent_host::sdk::ListTasksRequest {
+        context_id: None,
+        status,
+        page_size: Some(100),
+        page_token: None,
+        history_length: Some(0),
+        status_timestamp_after: None,
+        include_artifacts: Some(false),
+        tenant: None,
+    }
+}
+
 /// `request`, answered as soon as its task exists (`returnImmediately`), not at the
 /// saga's end.
 pub fn answered_at_once(mut request: SendMessageRequest) -> SendMessageRequest {

@@ -31,31 +31,79 @@ pub(super) const MANDATE_IF_NEW: &str = "INSERT INTO mandates
 
 /// A saga begun under a mandate, in one statement: the budget taken by a conditional
 /// update of the mandate's row (the rules of `mandates::refusal_for`, and no revocation),
-/// and the saga's rows written only if it was. Answers whether the budget was taken, and
-/// whether the mandate was revoked.
-pub(super) const BEGIN_UNDER_MANDATE: &str = "WITH revoked AS (
-         SELECT 1 FROM mandate_revocations WHERE principal_key = $8::TEXT AND mandate_id = $9::TEXT
-     ), taken AS (
-         UPDATE mandates SET used_minor = used_minor + $10::BIGINT, sagas = sagas + 1
-         WHERE principal_key = $8 AND mandate_id = $9 AND document_sha256 = $11::TEXT
-           AND $10 <= GREATEST($12::BIGINT - used_minor, 0)
-           AND ($13::BIGINT IS NULL OR sagas < $13)
-           AND NOT EXISTS (SELECT 1 FROM revoked)
-         RETURNING 1
-     ), reservation AS (
-         INSERT INTO mandate_reservations
-             (saga_id, principal_key, mandate_id, reserved_minor, spent_minor, at_ms)
-         SELECT $1::TEXT, $8, $9, $10, NULL, $4::BIGINT FROM taken
-     ), saga AS (
+/// and the saga's rows written only if it was. `$current` decides whether the registry the
+/// plan was validated against is current. Answers whether the budget was taken, whether
+/// the mandate was revoked, and whether the registry was current.
+macro_rules! begin_under_mandate {
+    ($current:expr) => {
+        concat!(
+            "WITH current AS (SELECT 1 WHERE ",
+            $current,
+            "), revoked AS (
+                 SELECT 1 FROM mandate_revocations WHERE principal_key = $8::TEXT AND mandate_id = $9::TEXT
+             ), taken AS (
+                 UPDATE mandates SET used_minor = used_minor + $10::BIGINT, sagas = sagas + 1
+                 WHERE principal_key = $8 AND mandate_id = $9 AND document_sha256 = $11::TEXT
+                   AND $10 <= GREATEST($12::BIGINT - used_minor, 0)
+                   AND ($13::BIGINT IS NULL OR sagas < $13)
+                   AND NOT EXISTS (SELECT 1 FROM revoked) AND EXISTS (SELECT 1 FROM current)
+                 RETURNING 1
+             ), reservation AS (
+                 INSERT INTO mandate_reservations
+                     (saga_id, principal_key, mandate_id, reserved_minor, spent_minor, at_ms)
+                 SELECT $1::TEXT, $8, $9, $10, NULL, $4::BIGINT FROM taken
+             ), saga AS (
+                 INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms, owner,
+                                    epoch, lease_until_ms)
+                 SELECT $1, $2::TEXT, $3::TEXT, $4, $5::BIGINT, $6::TEXT, 1, $7::BIGINT FROM taken
+                 RETURNING saga_id
+             ), entry AS (
+                 INSERT INTO entries (saga_id, body)
+                 SELECT saga_id, $14::TEXT FROM saga WHERE $14 IS NOT NULL
+             )
+             SELECT EXISTS (SELECT 1 FROM taken), EXISTS (SELECT 1 FROM revoked),
+                    EXISTS (SELECT 1 FROM current)"
+        )
+    };
+}
+
+/// Whether no registration newer than `$15` is in the registry's history (the registry
+/// the plan was validated against is current).
+macro_rules! registry_current {
+    ($seen:literal) => {
+        concat!(
+            "(SELECT COALESCE(MAX(seq), 0) FROM registry_history) <= ",
+            $seen,
+            "::BIGINT"
+        )
+    };
+}
+
+/// A saga begun under a mandate (`begin_under_mandate`), the registry not asked.
+pub(super) const BEGIN_UNDER_MANDATE: &str = begin_under_mandate!("TRUE");
+
+/// A saga begun under a mandate only if no registration newer than `$15` was made.
+pub(super) const BEGIN_UNDER_MANDATE_IF_CURRENT: &str =
+    begin_under_mandate!(registry_current!("$15"));
+
+/// A saga begun with no mandate only if no registration newer than `$8` was made: its row
+/// (`$1`-`$7`, as a begin's) and its first entries (`$9`, when given). Answers whether it
+/// was written. (Unasked, the registry's history is not read: a begin is a plain insert.)
+pub(super) const BEGIN_IF_CURRENT: &str = concat!(
+    "WITH saga AS (
          INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms, owner,
                             epoch, lease_until_ms)
-         SELECT $1, $2::TEXT, $3::TEXT, $4, $5::BIGINT, $6::TEXT, 1, $7::BIGINT FROM taken
+         SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::BIGINT, $5::BIGINT, $6::TEXT, 1, $7::BIGINT
+         WHERE ",
+    registry_current!("$8"),
+    "
          RETURNING saga_id
      ), entry AS (
          INSERT INTO entries (saga_id, body)
-         SELECT saga_id, $14::TEXT FROM saga WHERE $14 IS NOT NULL
+         SELECT saga_id, $9::TEXT FROM saga WHERE $9 IS NOT NULL
      )
-     SELECT EXISTS (SELECT 1 FROM taken), EXISTS (SELECT 1 FROM revoked)";
+     SELECT EXISTS (SELECT 1 FROM saga)"
+);
 
 /// A saga's end in one statement, all of it or none: under the fence of its row (saga
 /// `$1`, epoch `$2`, owner `$3`, as an append), and given `$task` what else it waits for
