@@ -250,11 +250,14 @@ impl SagaLog for PostgresJournal {
                 let Some(Done::Rows(rows)) = done.first() else {
                     return Err(Error::Journal("a begin answered no row".into()));
                 };
-                let written = rows.first().is_some_and(|row| row.get::<_, bool>(0));
-                return if written {
-                    Ok(1)
-                } else {
-                    Err(Error::RegistryChanged)
+                let Some(row) = rows.first() else {
+                    return Err(Error::Journal("a begin answered no row".into()));
+                };
+                let (written, current): (bool, bool) = (row.get(0), row.get(1));
+                return match (written, current) {
+                    (true, _) => Ok(1),
+                    (false, false) => Err(Error::RegistryChanged),
+                    (false, true) => Err(begun_already(header)),
                 };
             }
             let mut statements = vec![Statement {
@@ -321,10 +324,13 @@ impl SagaLog for PostgresJournal {
             let Some(row) = rows.first() else {
                 return Err(Error::Journal("a begin answered no row".into()));
             };
-            let (taken, revoked, current): (bool, bool, bool) =
-                (row.get(0), row.get(1), row.get(2));
+            let (taken, revoked, current, begun): (bool, bool, bool, bool) =
+                (row.get(0), row.get(1), row.get(2), row.get(3));
             if !current {
                 return Err(Error::RegistryChanged);
+            }
+            if begun {
+                return Err(begun_already(header));
             }
             if taken {
                 let mut known = crate::sync::lock(&self.known_mandates);
@@ -665,6 +671,12 @@ impl Headers for PostgresJournal {
             .map_err(store("cannot read the saga of a task"))?;
         Ok(row.map(|row| (row.get(0), row.get(1))))
     }
+}
+
+/// A begin refused because its saga id was begun already (the same plan sent again, or
+/// another plan under its id: admission tells which).
+fn begun_already(header: &SagaHeader) -> Error {
+    Error::Journal(format!("saga {} is begun already", header.saga_id))
 }
 
 /// The parameters `$1`–`$7` of a begin: the saga's row.

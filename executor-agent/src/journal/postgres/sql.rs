@@ -33,13 +33,18 @@ pub(super) const MANDATE_IF_NEW: &str = "INSERT INTO mandates
 /// update of the mandate's row (the rules of `mandates::refusal_for`, and no revocation),
 /// and the saga's rows written only if it was. `$current` decides whether the registry the
 /// plan was validated against is current. Answers whether the budget was taken, whether
-/// the mandate was revoked, and whether the registry was current.
+/// the mandate was revoked, whether the registry was current, and whether the saga id was
+/// begun already (the same plan sent again: nothing is written, and the transaction the
+/// begins of the moment share goes on; a saga begun by a transaction not committed yet
+/// is found by the keys of its row and its reservation, and fails this one).
 macro_rules! begin_under_mandate {
     ($current:expr) => {
         concat!(
             "WITH current AS (SELECT 1 WHERE ",
             $current,
-            "), revoked AS (
+            "), fresh AS (
+                 SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM sagas WHERE saga_id = $1::TEXT)
+             ), revoked AS (
                  SELECT 1 FROM mandate_revocations WHERE principal_key = $8::TEXT AND mandate_id = $9::TEXT
              ), taken AS (
                  UPDATE mandates SET used_minor = used_minor + $10::BIGINT, sagas = sagas + 1
@@ -47,6 +52,7 @@ macro_rules! begin_under_mandate {
                    AND $10 <= GREATEST($12::BIGINT - used_minor, 0)
                    AND ($13::BIGINT IS NULL OR sagas < $13)
                    AND NOT EXISTS (SELECT 1 FROM revoked) AND EXISTS (SELECT 1 FROM current)
+                   AND EXISTS (SELECT 1 FROM fresh)
                  RETURNING 1
              ), reservation AS (
                  INSERT INTO mandate_reservations
@@ -62,7 +68,7 @@ macro_rules! begin_under_mandate {
                  SELECT saga_id, $14::TEXT FROM saga WHERE $14 IS NOT NULL
              )
              SELECT EXISTS (SELECT 1 FROM taken), EXISTS (SELECT 1 FROM revoked),
-                    EXISTS (SELECT 1 FROM current)"
+                    EXISTS (SELECT 1 FROM current), NOT EXISTS (SELECT 1 FROM fresh)"
         )
     };
 }
@@ -87,22 +93,25 @@ pub(super) const BEGIN_UNDER_MANDATE_IF_CURRENT: &str =
     begin_under_mandate!(registry_current!("$15"));
 
 /// A saga begun with no mandate only if no registration newer than `$8` was made: its row
-/// (`$1`-`$7`, as a begin's) and its first entries (`$9`, when given). Answers whether it
-/// was written. (Unasked, the registry's history is not read: a begin is a plain insert.)
+/// (`$1`-`$7`, as a begin's) and its first entries (`$9`, when given). A saga id begun
+/// already is not begun again, and fails nothing else of the transaction. Answers whether
+/// it was written, and whether the registry was current. (Unasked, the registry's history
+/// is not read: a begin is a plain insert.)
 pub(super) const BEGIN_IF_CURRENT: &str = concat!(
-    "WITH saga AS (
+    "WITH current AS (SELECT 1 WHERE ",
+    registry_current!("$8"),
+    "), saga AS (
          INSERT INTO sagas (saga_id, task_id, header, finished_ms, mandate_ends_ms, owner,
                             epoch, lease_until_ms)
          SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::BIGINT, $5::BIGINT, $6::TEXT, 1, $7::BIGINT
-         WHERE ",
-    registry_current!("$8"),
-    "
+         FROM current
+         ON CONFLICT (saga_id) DO NOTHING
          RETURNING saga_id
      ), entry AS (
          INSERT INTO entries (saga_id, body)
          SELECT saga_id, $9::TEXT FROM saga WHERE $9 IS NOT NULL
      )
-     SELECT EXISTS (SELECT 1 FROM saga)"
+     SELECT EXISTS (SELECT 1 FROM saga), EXISTS (SELECT 1 FROM current)"
 );
 
 /// A saga's end in one statement, all of it or none: under the fence of its row (saga

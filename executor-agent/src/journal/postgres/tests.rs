@@ -83,3 +83,25 @@ async fn an_accepting_write_validated_before_another_replicas_registration_write
     }
     assert_eq!(reservations(&db).await, 1);
 }
+
+#[tokio::test]
+async fn a_saga_id_begun_already_is_refused_without_failing_the_transaction_or_taking_budget() {
+    const TEST: &str = "journal_begin_a_saga_id_twice";
+    let Some(url) = testing::scratch_database(TEST).await else {
+        return;
+    };
+    let db = Postgres::connect(&url, 4).unwrap();
+    let journal = PostgresJournal::on(&db).await.unwrap();
+    let registry = Registry::on_postgres(&db, TrustStore::new()).await.unwrap();
+    let read = registry.registrations_read().unwrap();
+    for under_mandate in [true, false] {
+        let header = header(&format!("twice_{under_mandate}"), under_mandate, read);
+        assert_eq!(journal.begin(&header, &[]).await.unwrap(), 1);
+        let again = journal.begin(&header, &[]).await;
+        assert!(
+            matches!(&again, Err(Error::Journal(why)) if why.contains("begun already")),
+            "under a mandate: {under_mandate}: {again:?}"
+        );
+    }
+    assert_eq!(reservations(&db).await, 1, "the budget taken once");
+}
