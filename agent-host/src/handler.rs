@@ -137,12 +137,18 @@ impl<A: Agent> HostHandler<A> {
                     }),
                 };
                 if created_by_run {
+                    // A blocking send shows the end alone: its stream starts from the
+                    // task's outline, not from a copy of the message it holds.
+                    let first = match watch {
+                        Watch::Everything => task.clone(),
+                        Watch::End => outline(&task),
+                    };
                     let (handle, stored) = self
                         .tasks
-                        .prepare(task.clone())
+                        .prepare(task)
                         .await
                         .map_err(crate::Error::into_a2a)?;
-                    prepared = Some((task, stored));
+                    prepared = Some((first, stored));
                     handle
                 } else {
                     cpu::measured(Phase::TaskCreation, self.tasks.create(task))
@@ -162,9 +168,12 @@ impl<A: Agent> HostHandler<A> {
         }
         // The task as it stands before the agent starts: a stream begins with it, and every
         // change the agent makes then arrives as an event (the subscription is older).
-        let first = match &prepared {
-            Some((task, _)) => task.clone(),
-            None => handle.snapshot().await.map_err(crate::Error::into_a2a)?,
+        let (first, stored) = match prepared {
+            Some((first, stored)) => (first, Some(stored)),
+            None => (
+                handle.snapshot().await.map_err(crate::Error::into_a2a)?,
+                None,
+            ),
         };
         let caller = ctx.caller.clone();
         let agent = self.agent.clone();
@@ -172,7 +181,7 @@ impl<A: Agent> HostHandler<A> {
         let mut run = tokio::spawn(cpu::measured(Phase::Intake, async move {
             agent.run(ctx, run_handle, message).await
         }));
-        if let Some((_, mut stored)) = prepared {
+        if let Some(mut stored) = stored {
             // Answered once the task exists: a task id given out is a task stored.
             // A run ends after its task's first write, whose announcement comes first.
             let heard = tokio::select! {
@@ -424,6 +433,19 @@ fn validate_message(message: Message) -> Result<Message, A2AError> {
     Ok(message)
 }
 
+/// `task` without its history and artifacts: what a stream that shows only the end needs
+/// of the task it starts with.
+fn outline(task: &Task) -> Task {
+    Task {
+        id: task.id.clone(),
+        context_id: task.context_id.clone(),
+        status: task.status.clone(),
+        artifacts: None,
+        history: None,
+        metadata: None,
+    }
+}
+
 /// Keeps the last `length` messages of the history (`None` keeps all; 0 drops it).
 fn trim_history(mut task: Task, length: Option<i32>) -> Task {
     if let (Some(length), Some(history)) = (length, task.history.as_mut()) {
@@ -468,8 +490,13 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
                 }
                 // The task as it ended, when the stream saw it end; else as it stands,
                 // as callers read it.
-                let task = match ended.get() {
-                    Some(task) => task.clone(),
+                // Taken, not copied, once the stream that set it is gone.
+                let ended = match Arc::try_unwrap(ended) {
+                    Ok(cell) => cell.into_inner(),
+                    Err(shared) => shared.get().cloned(),
+                };
+                let task = match ended {
+                    Some(task) => task,
                     None => {
                         let stored = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
                         self.agent.shown(stored).await
