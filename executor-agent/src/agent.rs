@@ -125,7 +125,7 @@ impl std::fmt::Debug for Executor {
 }
 
 /// The plan in a message: a data part that is the plan, or `{"plan": …}`.
-fn plan_in(message: &Message) -> Option<&Value> {
+pub(crate) fn plan_in(message: &Message) -> Option<&Value> {
     message.parts.iter().find_map(|p| match &p.content {
         PartContent::Data(v) if v.get("plan").is_some() => v.get("plan"),
         PartContent::Data(v) if v.get("sagaId").is_some() => Some(v),

@@ -71,12 +71,7 @@ pub fn is_final(state: &str) -> bool {
 
 /// The signed plan a saga's task was created with.
 pub fn plan_of(task: &Task) -> Option<&Value> {
-    let first = task.history.as_deref()?.first()?;
-    first.parts.iter().find_map(|p| match &p.content {
-        PartContent::Data(v) if v.get("plan").is_some() => v.get("plan"),
-        PartContent::Data(v) if v.get("sagaId").is_some() => Some(v),
-        _ => None,
-    })
+    crate::agent::plan_in(task.history.as_deref()?.first()?)
 }
 
 fn str_of<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
