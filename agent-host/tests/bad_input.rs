@@ -218,3 +218,46 @@ async fn static_bearer_token() {
     assert_eq!(status, 200);
     agent.shutdown.cancel();
 }
+
+/// `SendMessage` is read with serde only in the form every official client sends; any
+/// other form still reaches the SDK's reading, which takes or refuses it as it always did.
+#[tokio::test]
+async fn a_send_in_a_form_official_clients_do_not_send_is_read_or_refused_by_the_sdk() {
+    let agent = start(InboundAuth::Open).await;
+    let url = agent.url.as_str();
+    let mut message = user_message("complete");
+    // The proto's own name for contextId: the SDK reads it, serde alone would not.
+    message["message"]["context_id"] = json!("ctx-snake");
+    let (_, body) = rpc(url, "SendMessage", message, None).await;
+    assert_eq!(
+        body.pointer("/result/task/contextId"),
+        Some(&json!("ctx-snake")),
+        "{body}"
+    );
+
+    // A part with two contents: serde alone would take the text; the SDK refuses it.
+    let mut two_contents = user_message("complete");
+    two_contents["message"]["parts"][0]["data"] = json!({"also": 1});
+    let before = task_count(url, None).await;
+    let (_, body) = rpc(url, "SendMessage", two_contents, None).await;
+    assert_eq!(error_code(&body), -32602, "{body}");
+    assert_eq!(
+        task_count(url, None).await,
+        before,
+        "a refused send creates nothing"
+    );
+
+    // Forms the SDK takes: a member it does not know, a role by its number.
+    let mut unknown = user_message("complete");
+    unknown["message"]["colour"] = json!("red");
+    let mut numbered_role = user_message("complete");
+    numbered_role["message"]["role"] = json!(1);
+    for params in [unknown, numbered_role] {
+        let (_, body) = rpc(url, "SendMessage", params, None).await;
+        assert_eq!(
+            body.pointer("/result/task/status/state"),
+            Some(&json!("TASK_STATE_COMPLETED")),
+            "{body}"
+        );
+    }
+}

@@ -1,9 +1,10 @@
-//! `SendMessage` over JSON-RPC, the call every plan and every saga step makes, answered
-//! from the SDK's types with serde. The SDK reads the request as it always does
-//! (`protojson_conv`, the same checks and refusals); only the answer skips the SDK's
-//! trip through protobuf and a `serde_json::Value` tree, which measured as the largest
-//! single cost of the executor's serving path (`protojson_conv::to_value`, about 9% of
-//! its CPU on the whole path). Our types' serde form is the wire's (the tests hold the
+//! `SendMessage` over JSON-RPC, the call every plan and every saga step makes, read and
+//! answered from the SDK's types with serde. A request in the form every official client
+//! sends is read with serde (`read`); any other the SDK reads as it always does
+//! (`protojson_conv`, the same checks and refusals). The answer skips the SDK's trip
+//! through protobuf and a `serde_json::Value` tree, which measured as the largest single
+//! cost of the executor's serving path (`protojson_conv::to_value`, about 9% of its CPU on
+//! the whole path). Our types' serde form is the wire's (the tests hold the
 //! two writings equal, numbers aside: the SDK writes every number in a data part as a
 //! double, serde as it is held). Any request this path does not take (another method,
 //! a version or an envelope the SDK refuses, parameters it cannot read) goes to the
@@ -62,8 +63,11 @@ async fn send_message<H: RequestHandler>(
     if call.jsonrpc != "2.0" || call.method != methods::SEND_MESSAGE || !supported(headers) {
         return None;
     }
-    let request: SendMessageRequest =
-        protojson_conv::from_value(call.params.unwrap_or(serde_json::Value::Null)).ok()?;
+    let params = call.params.unwrap_or(serde_json::Value::Null);
+    let request: SendMessageRequest = match read::send_message(&params) {
+        Some(request) => request,
+        None => protojson_conv::from_value(params).ok()?,
+    };
     let answer = handler
         .send_message(&service_params(headers), request)
         .await;
@@ -133,5 +137,6 @@ fn write(id: &JsonRpcId, answer: Result<SendMessageResponse, a2a::A2AError>) -> 
     }
 }
 
+mod read;
 #[cfg(test)]
 mod tests;

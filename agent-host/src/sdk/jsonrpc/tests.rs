@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::sdk::{
-    A2AError, Artifact, Message, Part, Role, Task, TaskState, TaskStatus, error_code,
+    A2AError, Artifact, Message, Part, PartContent, Role, Task, TaskState, TaskStatus, error_code,
     numbers_as_doubles,
 };
 
@@ -182,5 +182,160 @@ proptest! {
             .unwrap()
             .block_on(we_write(&JsonRpcId::Number(1), answer));
         prop_assert_eq!(comparable(&ours), comparable(&sdk));
+    }
+}
+
+/// The request both ways: read here with serde, and by the SDK (`protojson_conv`), ours
+/// with its numbers made doubles as the SDK's reading holds them.
+fn both_readings(params: &Value) -> (Option<SendMessageRequest>, Option<SendMessageRequest>) {
+    let doubles = |map: &mut Option<HashMap<String, Value>>| {
+        for value in map.iter_mut().flat_map(|m| m.values_mut()) {
+            *value = numbers_as_doubles(value);
+        }
+    };
+    let ours = read::send_message(params).map(|mut request| {
+        doubles(&mut request.metadata);
+        doubles(&mut request.message.metadata);
+        for part in &mut request.message.parts {
+            doubles(&mut part.metadata);
+            if let PartContent::Data(data) = &mut part.content {
+                *data = numbers_as_doubles(data);
+            }
+        }
+        request
+    });
+    let sdk = protojson_conv::from_value::<SendMessageRequest>(params.clone()).ok();
+    (ours, sdk)
+}
+
+/// A plan's `SendMessage` as a planner sends it.
+fn plan_request() -> Value {
+    json!({
+        "message": {
+            "messageId": "m-1", "role": "ROLE_USER", "contextId": "ctx-1",
+            "parts": [{"data": {"plan": {"sagaId": "sg_1", "amountMinor": 25000, "rate": 2.5,
+                "steps": [{"id": "s0", "args": {"n": [1, null, true, {}]}}]}},
+                "mediaType": "application/json"}],
+            "metadata": {"k": {"v": 1}},
+            "extensions": ["https://example.test/ext"],
+            "referenceTaskIds": ["t-0"]
+        },
+        "configuration": {"acceptedOutputModes": ["application/json"], "historyLength": 0,
+            "returnImmediately": false},
+        "metadata": {"trace": "x"},
+        "tenant": "t"
+    })
+}
+
+#[test]
+fn a_request_in_the_wire_form_is_read_as_the_sdk_reads_it_with_its_integers_kept() {
+    let params = plan_request();
+    let (ours, sdk) = both_readings(&params);
+    assert!(ours.is_some(), "the wire form is read here");
+    assert_eq!(ours, sdk);
+    let read = read::send_message(&params).unwrap();
+    let PartContent::Data(data) = &read.message.parts[0].content else {
+        panic!("a data part");
+    };
+    // Sent as an integer, held as one (the SDK's reading makes it 25000.0).
+    assert!(data["plan"]["amountMinor"].is_u64());
+}
+
+#[test]
+fn a_request_in_any_other_form_is_left_to_the_sdk() {
+    type Alteration = (&'static str, fn(&mut Value));
+    let altered: [Alteration; 12] = [
+        ("a snake_case name", |p| {
+            let id = p["message"]["contextId"].take();
+            p["message"].as_object_mut().unwrap().remove("contextId");
+            p["message"]["context_id"] = id;
+        }),
+        ("an unknown member", |p| {
+            p["message"]["colour"] = json!("red")
+        }),
+        ("a part with two contents", |p| {
+            p["message"]["parts"][0]["text"] = json!("and text")
+        }),
+        ("a part with no content", |p| {
+            p["message"]["parts"][0]
+                .as_object_mut()
+                .unwrap()
+                .remove("data");
+        }),
+        ("a null data part", |p| {
+            p["message"]["parts"][0]["data"] = Value::Null
+        }),
+        ("raw bytes", |p| {
+            p["message"]["parts"] = json!([{"raw": "aGk="}])
+        }),
+        ("a role by number", |p| p["message"]["role"] = json!(1)),
+        ("a role by another name", |p| {
+            p["message"]["role"] = json!("user")
+        }),
+        ("a history length as a string", |p| {
+            p["configuration"]["historyLength"] = json!("5")
+        }),
+        ("a push notification config", |p| {
+            p["configuration"]["taskPushNotificationConfig"] = json!({"url": "http://127.0.0.1:1/"})
+        }),
+        ("a null context id", |p| {
+            p["message"]["contextId"] = Value::Null
+        }),
+        ("metadata that is not an object", |p| {
+            p["metadata"] = json!([1])
+        }),
+    ];
+    for (what, alter) in altered {
+        let mut params = plan_request();
+        alter(&mut params);
+        assert!(read::send_message(&params).is_none(), "{what}: read here");
+    }
+    for params in [json!(null), json!([]), json!({}), json!({"message": "m"})] {
+        assert!(read::send_message(&params).is_none(), "{params}: read here");
+    }
+}
+
+proptest! {
+    #[test]
+    fn any_request_read_here_is_read_as_the_sdk_reads_it(
+        key in "[a-zA-Z_]{1,8}",
+        text in "\\PC{0,24}",
+        n in -1_000_000_000i64..1_000_000_000,
+        x in -1.0e9f64..1.0e9,
+        history in proptest::option::of(-5i32..100),
+        immediately in proptest::option::of(any::<bool>()),
+        agent in any::<bool>(),
+        with_text in any::<bool>(),
+        empty in any::<bool>(),
+    ) {
+        let mut parts = vec![Part::data(json!({key.clone(): [text.clone(), n, x, {"deep": [n]}]}))];
+        if with_text {
+            let mut part = Part::text(text.clone());
+            part.filename = Some(text.clone());
+            part.media_type = Some(key.clone());
+            part.metadata = Some(HashMap::new());
+            parts.push(part);
+        }
+        let role = if agent { Role::Agent } else { Role::User };
+        let mut message = message(&text, role, parts);
+        message.context_id = Some(text.clone());
+        message.extensions = Some(if empty { vec![] } else { vec![key.clone()] });
+        message.reference_task_ids = Some(if empty { vec![] } else { vec![text.clone()] });
+        message.metadata = Some(if empty { HashMap::new() } else { HashMap::from([(key.clone(), json!([x]))]) });
+        let request = SendMessageRequest {
+            message,
+            configuration: Some(crate::sdk::SendMessageConfiguration {
+                accepted_output_modes: Some(if empty { vec![] } else { vec![key.clone()] }),
+                task_push_notification_config: None,
+                history_length: history,
+                return_immediately: immediately,
+            }),
+            metadata: Some(HashMap::from([(key.clone(), json!(n))])),
+            tenant: Some(if empty { String::new() } else { key.clone() }),
+        };
+        let params = serde_json::to_value(&request).unwrap();
+        let (ours, sdk) = both_readings(&params);
+        prop_assert!(ours.is_some());
+        prop_assert_eq!(ours, sdk);
     }
 }
