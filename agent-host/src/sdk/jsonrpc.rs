@@ -24,6 +24,8 @@ use tower::ServiceExt;
 
 use super::{RequestHandler, SendMessageRequest, SendMessageResponse, ServiceParams, methods};
 
+mod read;
+
 /// The SDK's router, with `SendMessage`'s answer written here.
 pub(super) fn router<H: RequestHandler>(handler: Arc<H>) -> Router {
     let sdk = a2a_server::jsonrpc::jsonrpc_router(handler.clone());
@@ -137,6 +139,5 @@ fn write(id: &JsonRpcId, answer: Result<SendMessageResponse, a2a::A2AError>) -> 
     }
 }
 
-mod read;
 #[cfg(test)]
 mod tests;

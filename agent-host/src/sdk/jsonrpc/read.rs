@@ -5,13 +5,13 @@
 //! doubles).
 //!
 //! The two readings agree only on the form every official client sends: the wire's
-//! camelCase names, one content per part, enum values by name, no raw bytes. The SDK's reading takes
-//! more (the proto's snake_case names, numbers as strings, enum numbers) and refuses what
-//! our types' serde forgives (a part with two contents, an unknown member), so this
-//! reader takes a request only when every member it holds is one both read alike, and
-//! leaves any other to the SDK, which reads, answers and refuses it as before. What a data
-//! part or a metadata map holds is the sender's JSON either way; here its numbers stay as
-//! they were sent.
+//! camelCase names, one content per part, enum values by name, no raw bytes. The SDK's
+//! reading takes more (the proto's snake_case names, numbers as strings, enum numbers)
+//! and refuses what our types' serde forgives (a part with two contents), so this reader
+//! takes a request only when every member it holds is one both read alike, and leaves any
+//! other to the SDK, which reads, answers and refuses it as before. What a data part or a
+//! metadata map holds is the sender's JSON either way; here its numbers stay as they were
+//! sent.
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -32,51 +32,26 @@ pub(super) fn send_message(params: &Value) -> Option<SendMessageRequest> {
 /// list where the proto has a plain field, `returnImmediately: false`, empty metadata on
 /// a part (the proto cannot tell these from a member not sent).
 fn as_the_sdk_holds(mut request: SendMessageRequest) -> SendMessageRequest {
-    fn present<T: IsEmpty>(field: &mut Option<T>) {
-        if field.as_ref().is_some_and(IsEmpty::is_empty) {
-            *field = None;
-        }
-    }
     let message = &mut request.message;
-    present(&mut message.context_id);
-    present(&mut message.task_id);
-    present(&mut message.extensions);
-    present(&mut message.reference_task_ids);
+    message.context_id.take_if(|id| id.is_empty());
+    message.task_id.take_if(|id| id.is_empty());
+    message.extensions.take_if(|uris| uris.is_empty());
+    message.reference_task_ids.take_if(|ids| ids.is_empty());
     for part in &mut message.parts {
-        present(&mut part.filename);
-        present(&mut part.media_type);
-        present(&mut part.metadata);
+        part.filename.take_if(|name| name.is_empty());
+        part.media_type.take_if(|media_type| media_type.is_empty());
+        part.metadata.take_if(|metadata| metadata.is_empty());
     }
     if let Some(configuration) = request.configuration.as_mut() {
-        present(&mut configuration.accepted_output_modes);
-        if configuration.return_immediately == Some(false) {
-            configuration.return_immediately = None;
-        }
+        configuration
+            .accepted_output_modes
+            .take_if(|modes| modes.is_empty());
+        configuration
+            .return_immediately
+            .take_if(|immediately| !*immediately);
     }
-    present(&mut request.tenant);
+    request.tenant.take_if(|tenant| tenant.is_empty());
     request
-}
-
-trait IsEmpty {
-    fn is_empty(&self) -> bool;
-}
-
-impl IsEmpty for String {
-    fn is_empty(&self) -> bool {
-        String::is_empty(self)
-    }
-}
-
-impl<T> IsEmpty for Vec<T> {
-    fn is_empty(&self) -> bool {
-        Vec::is_empty(self)
-    }
-}
-
-impl<K, V> IsEmpty for std::collections::HashMap<K, V> {
-    fn is_empty(&self) -> bool {
-        std::collections::HashMap::is_empty(self)
-    }
 }
 
 /// A member's name and what its value must be.
