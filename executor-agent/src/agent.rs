@@ -31,7 +31,7 @@ use crate::journal::{Claim, Epoch, JOURNAL_FORMAT, Journal, SagaHeader};
 use crate::mandates::{MandateBook, Revoked};
 use crate::mcp::invoker::McpInvoker;
 use crate::metrics::{CountedInvoker, MeteredReporter, Metrics, Now};
-use crate::progress::TaskProgress;
+use crate::progress::{TaskProgress, Unwritten};
 use crate::recovery::replay;
 use crate::registry::AgentKind;
 use crate::registry::Registry;

@@ -49,35 +49,54 @@ pub trait Reporter: Send + Sync + 'static {
         }
     }
 
-    /// Shows the saga's end (`shown`: what people see of the step that ended it) and
-    /// makes it durable through `end`, the journal's ending write, which a reporter
-    /// keeping a durable view has carry that view's last write. A failure is returned
-    /// as is, and `end` called again with the same end. By default (a reporter keeping
-    /// nothing durable) the ending write, then the report.
-    async fn end(&self, shown: &[Command], saga: &Saga, end: &EndWrite<'_>) -> Result<()> {
-        end.write(None).await?;
-        self.report_all(shown, saga).await;
+    /// Makes a step durable through `write` (its append, or the saga's end) and shows
+    /// what people see of it (`shown`, in order, with the saga as it stands after it): a
+    /// reporter keeping a durable view has `write` carry that view's write when the step
+    /// changes it, so the view never shows what the journal lacks. A failure is returned
+    /// as is, and `written` called again with the same step. By default (a reporter
+    /// keeping nothing durable) the write, then the report.
+    async fn written(&self, shown: &[Command], saga: &Saga, write: &StepWrite<'_>) -> Result<()> {
+        write.write(None).await?;
+        if !shown.is_empty() {
+            self.report_all(shown, saga).await;
+        }
         Ok(())
     }
 }
 
-/// A saga's end, to be made durable in one journal write (`SagaLog::end`): the entries
-/// of the step that ended it, its finish mark, its mandate settled.
-pub struct EndWrite<'a> {
+/// A step of a saga, to be made durable in one journal write: its entries appended
+/// (`SagaLog::append_carrying`) or, for the step that ended the saga, its end
+/// (`SagaLog::end`: the entries, its finish mark, its mandate settled).
+pub struct StepWrite<'a> {
     pub(crate) journal: &'a dyn Journal,
     pub(crate) saga_id: &'a str,
     pub(crate) epoch: Epoch,
     pub(crate) entries: &'a [Entry],
-    pub(crate) ending: Ending,
+    /// How the saga ended, for the step that ended it.
+    pub(crate) ending: Option<Ending>,
 }
 
-impl EndWrite<'_> {
-    /// Makes the ending write, carrying `task`'s last write when given (the task store
-    /// keeps its tables in the journal's database); all of it or none.
+impl StepWrite<'_> {
+    /// Whether this step ends the saga.
+    pub fn ends(&self) -> bool {
+        self.ending.is_some()
+    }
+
+    /// Makes the write, carrying `task`'s write when given (the task store keeps its
+    /// tables in the journal's database); all of it or none.
     pub async fn write(&self, task: Option<&agent_host::store::TaskWrite>) -> Result<()> {
-        self.journal
-            .end(self.saga_id, self.epoch, self.entries, &self.ending, task)
-            .await
+        match &self.ending {
+            Some(ending) => {
+                self.journal
+                    .end(self.saga_id, self.epoch, self.entries, ending, task)
+                    .await
+            }
+            None => {
+                self.journal
+                    .append_carrying(self.saga_id, self.epoch, self.entries, task)
+                    .await
+            }
+        }
     }
 }
 
@@ -231,20 +250,25 @@ impl Driver {
         match start {
             Start::Accepted(_) => {}
             Start::Begun(commands, _) if ends(&commands) => {
-                return ctx.end(&saga, &[], commands, reporter.as_ref()).await;
+                let shown = ctx.shown(commands);
+                return ctx.end(&saga, &[], &shown, reporter.as_ref()).await;
             }
             Start::Begun(commands, _) => {
-                out = ctx
-                    .perform(&saga, commands, reporter.as_ref(), &mut running)
-                    .await;
+                // Journaled by the begin, which created the task.
+                let (shown, acts): (Vec<Command>, Vec<Command>) =
+                    commands.into_iter().partition(Command::is_shown);
+                out = ctx.perform(&saga, acts, &mut running);
+                if !shown.is_empty() {
+                    reporter.report_all(&shown, &saga).await;
+                }
             }
             Start::Resumed(recovered, _) if matches!(recovered.saga.phase, Phase::Done { .. }) => {
                 // Ended in the journal, not marked finished: journaled by a release that
                 // marked a saga finished in a write of its own, after its task showed the
                 // end. Its end is shown, and marked, now.
-                let shown = recovered.last_shown.into_iter().collect();
+                let shown: Vec<Command> = recovered.last_shown.into_iter().collect();
                 return ctx
-                    .end(&recovered.saga, &[], shown, reporter.as_ref())
+                    .end(&recovered.saga, &[], &shown, reporter.as_ref())
                     .await;
             }
             Start::Resumed(recovered, _) => {
@@ -351,9 +375,8 @@ impl Driver {
                 // (told to stop, too: an end makes no call).
                 let refused = refusal(&commands);
                 let entries = entries_of(event, &commands);
-                let phase = ctx
-                    .end(&saga, &entries, commands, reporter.as_ref())
-                    .await?;
+                let shown = ctx.shown(commands);
+                let phase = ctx.end(&saga, &entries, &shown, reporter.as_ref()).await?;
                 if is_cancel && let Some(reply) = pending_cancel.take() {
                     let _ = reply.send(refused.map_or(Ok(()), Err));
                 }
@@ -365,28 +388,27 @@ impl Driver {
             if stopping {
                 // The event alone: the calls it led to stay decided but not journaled as
                 // made, and recovery makes them; timers come back from the journal too.
-                // What people should see is shown now.
-                ctx.journal(&[Entry::Event(event)]).await?;
+                // What people should see is shown with it.
+                let shown = ctx.shown(commands);
+                ctx.step(&saga, &[Entry::Event(event)], &shown, reporter.as_ref())
+                    .await?;
                 if let Some(reply) = pending_revocation.take() {
                     let _ = reply.send(saga.mandate_end_effect());
                 }
-                let shown: Vec<Command> = commands.into_iter().filter(Command::is_shown).collect();
-                if !shown.is_empty() {
-                    reporter.report_all(&shown, &saga).await;
-                }
                 continue;
             }
-            ctx.journal(&entries_of(event, &commands)).await?;
+            let entries = entries_of(event, &commands);
+            let refused = refusal(&commands);
+            let (shown, acts): (Vec<Command>, Vec<Command>) =
+                commands.into_iter().partition(Command::is_shown);
+            ctx.step(&saga, &entries, &shown, reporter.as_ref()).await?;
             if is_cancel && let Some(reply) = pending_cancel.take() {
-                let _ = reply.send(refusal(&commands).map_or(Ok(()), Err));
+                let _ = reply.send(refused.map_or(Ok(()), Err));
             }
             if let Some(reply) = pending_revocation.take() {
                 let _ = reply.send(saga.mandate_end_effect());
             }
-            if let Some(made) = ctx
-                .perform(&saga, commands, reporter.as_ref(), &mut running)
-                .await
-            {
+            if let Some(made) = ctx.perform(&saga, acts, &mut running) {
                 out = Some(made);
             }
         }
@@ -418,15 +440,9 @@ impl Ctx {
             .await
     }
 
-    /// Ends the saga: what people see of its end, and the end, in one durable write
-    /// (`Reporter::end`), tried again as `journal` is. The phase it ended in.
-    async fn end(
-        &self,
-        saga: &Saga,
-        entries: &[Entry],
-        commands: Vec<Command>,
-        reporter: &dyn Reporter,
-    ) -> Result<Phase> {
+    /// The commands people see among `commands`, in order; an event that did not apply
+    /// is logged.
+    fn shown(&self, commands: Vec<Command>) -> Vec<Command> {
         let mut shown = Vec::new();
         for command in commands {
             match command {
@@ -437,17 +453,51 @@ impl Ctx {
                 _ => {}
             }
         }
-        let end = EndWrite {
+        shown
+    }
+
+    /// Journals a step that does not end the saga (`entries`), and shows what people see
+    /// of it (`shown`), in one durable write (`Reporter::written`), tried again as
+    /// `journal` is.
+    async fn step(
+        &self,
+        saga: &Saga,
+        entries: &[Entry],
+        shown: &[Command],
+        reporter: &dyn Reporter,
+    ) -> Result<()> {
+        let write = StepWrite {
             journal: self.journal.as_ref(),
             saga_id: &self.saga_id,
             epoch: self.epoch,
             entries,
-            ending: Ending {
+            ending: None,
+        };
+        self.retrying(|| reporter.written(shown, saga, &write))
+            .await
+    }
+
+    /// Ends the saga: what people see of its end (`shown`), and the end, in one durable
+    /// write (`Reporter::written`), tried again as `journal` is. The phase it ended in.
+    async fn end(
+        &self,
+        saga: &Saga,
+        entries: &[Entry],
+        shown: &[Command],
+        reporter: &dyn Reporter,
+    ) -> Result<Phase> {
+        let end = StepWrite {
+            journal: self.journal.as_ref(),
+            saga_id: &self.saga_id,
+            epoch: self.epoch,
+            entries,
+            ending: Some(Ending {
                 mandate: saga.spec.mandate.clone(),
                 spent_minor: saga.spent_minor(),
-            },
+            }),
         };
-        self.retrying(|| reporter.end(&shown, saga, &end)).await?;
+        self.retrying(|| reporter.written(shown, saga, &end))
+            .await?;
         Ok(saga.phase.clone())
     }
 
@@ -480,16 +530,14 @@ impl Ctx {
         }
     }
 
-    /// Performs the commands of a step, once they are journaled: calls and timers start,
-    /// then what people should see is reported, in order. Returns the call it made, if any.
-    async fn perform(
+    /// Performs the commands of a step, once it is journaled and shown: calls and timers
+    /// start. Returns the call it made, if any.
+    fn perform(
         &self,
         saga: &Saga,
         commands: Vec<Command>,
-        reporter: &dyn Reporter,
         running: &mut JoinSet<Event>,
     ) -> Option<(Target, u32)> {
-        let mut shown = Vec::new();
         let mut made = None;
         for command in commands {
             match command {
@@ -498,17 +546,14 @@ impl Ctx {
                     self.spawn_call(saga, invocation, running);
                 }
                 Command::StartTimer { timer, after_ms } => arm(running, timer, after_ms),
-                Command::RefuseCancel { .. } => {}
                 Command::Ignored { event, why } => {
                     tracing::debug!(saga = %self.saga_id, event, why, "an event did not apply");
                 }
-                Command::Report { .. } | Command::Pause { .. } | Command::Finish { .. } => {
-                    shown.push(command);
-                }
+                Command::RefuseCancel { .. }
+                | Command::Report { .. }
+                | Command::Pause { .. }
+                | Command::Finish { .. } => {}
             }
-        }
-        if !shown.is_empty() {
-            reporter.report_all(&shown, saga).await;
         }
         made
     }
@@ -589,7 +634,7 @@ fn refusal(commands: &[Command]) -> Option<String> {
     })
 }
 
-/// Whether people see the command (progress, a pause, the end).
+/// A random share of `up_to`, from 0 to all of it.
 fn jitter(up_to: u64) -> u64 {
     if up_to == 0 {
         return 0;

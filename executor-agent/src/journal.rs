@@ -119,7 +119,22 @@ pub trait SagaLog: Send + Sync + 'static {
     /// Appends entries, in order, as one durable write: all of them or none, under
     /// `epoch` (`Error::Fenced`, and nothing written, when the saga was claimed since).
     /// Durable when it returns; concurrent appends share an fsync.
-    async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()>;
+    async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()> {
+        self.append_carrying(saga_id, epoch, entries, None).await
+    }
+    /// `append`, carrying the write of the saga's task in the same write, all of it or
+    /// none, when given (a step that changes the state its task shows): a journal keeping
+    /// its tables in the task store's database writes it
+    /// (`ExecutorConfig::tasks_beside_journal`). A task store that holds another version
+    /// of the task than `task` expects refuses it (`agent_host::Error::Conflict`, nothing
+    /// written).
+    async fn append_carrying(
+        &self,
+        saga_id: &str,
+        epoch: Epoch,
+        entries: &[Entry],
+        task: Option<&agent_host::store::TaskWrite>,
+    ) -> Result<()>;
     /// Ends a saga in one durable write, all of it or none: `entries` (the step that
     /// ended it; none when the end was journaled before, by a process that died before
     /// marking it), its finish mark (it needs no recovery), its mandate's reservation

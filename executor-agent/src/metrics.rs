@@ -634,14 +634,16 @@ impl Reporter for MeteredReporter {
         self.inner.report_all(shown, saga).await;
     }
 
-    async fn end(
+    async fn written(
         &self,
         shown: &[Command],
         saga: &Saga,
-        end: &crate::driver::EndWrite<'_>,
+        write: &crate::driver::StepWrite<'_>,
     ) -> crate::error::Result<()> {
-        self.observe(saga);
-        self.inner.end(shown, saga, end).await
+        if !shown.is_empty() {
+            self.observe(saga);
+        }
+        self.inner.written(shown, saga, write).await
     }
 }
 

@@ -1,10 +1,12 @@
 //! A saga's progress on its A2A task. The journal holds every step the driver takes; the
-//! task's stored row is written only when the state it shows changes (a saga that waited
-//! for a slot starts, a pause, the saga going on after one) and at the end, in the
-//! journal's ending write, so that listings filter and order by state. The statuses in
-//! between are announced to the task's subscribers as they are journaled, and not written:
-//! every read of an unfinished saga's task brings the stored row up to date from the
-//! journal (`task_view`, `Executor::shown`), and the next write carries them.
+//! task's stored row changes only with the state it shows (a saga that waited for a slot
+//! starts, a pause, the saga going on after one) and at the end, and then in the journal's
+//! own write of that step (`StepWrite`, carrying the task store's `TaskWrite`), so that
+//! listings filter and order by state and the row never shows what the journal lacks.
+//! The statuses in between are announced to the task's subscribers as they are journaled,
+//! and not written: every read of an unfinished saga's task brings the stored row up to
+//! date from the journal (`task_view`, `Executor::shown`), and the next write carries
+//! them.
 
 use std::sync::{Arc, Mutex};
 
@@ -15,7 +17,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::driver::{EndWrite, Reporter};
+use crate::driver::{Reporter, StepWrite};
 use crate::error::{Error, Result};
 use crate::saga::{Command, Saga};
 use crate::sync;
@@ -28,7 +30,7 @@ type Members = Vec<(String, Value)>;
 
 /// What the stored task lacks of what the saga showed.
 #[derive(Default)]
-struct Unwritten {
+pub struct Unwritten {
     /// The state the stored task shows; `None` until it is read, at the first report.
     stored: Option<TaskState>,
     /// The statuses shown since the task was last written, in order.
@@ -36,6 +38,26 @@ struct Unwritten {
     /// Members of the task's metadata to set with the next write (the saga's id;
     /// `outcome` when the saga ended other than completed).
     metadata: Members,
+}
+
+impl Unwritten {
+    /// A task that lacks nothing but the members `metadata` of its metadata.
+    pub fn metadata(metadata: Members) -> Self {
+        Self {
+            metadata,
+            ..Self::default()
+        }
+    }
+
+    /// A resumed saga's task, whose row shows `stored` and lacks `statuses` and the
+    /// members `metadata` of what its journal shows: the next write carries them.
+    pub fn behind(stored: TaskState, statuses: Statuses, metadata: Members) -> Self {
+        Self {
+            stored: Some(stored),
+            statuses,
+            metadata,
+        }
+    }
 }
 
 /// Shows a saga's progress on its A2A task: announced at once, written when the task's
@@ -52,24 +74,22 @@ pub struct TaskProgress {
 }
 
 impl TaskProgress {
-    /// Progress on `task`; `metadata` goes on the task with its next write. `carried`: the
-    /// journal's ending write carries the task's (the task store keeps its tables in the
-    /// journal's database); otherwise (a benchmark's tasks in memory) the task is written
-    /// after it, and a crash in between leaves a finished saga whose task does not show
-    /// its end. Returns a signal that changes each time a pause or the end is shown.
+    /// Progress on `task`, which lacks `unwritten`: its next write carries it.
+    /// `carried`: the journal's writes carry the task's (the task store keeps its tables
+    /// in the journal's database); otherwise (a benchmark's tasks in memory) the task is
+    /// written after the journal, and a crash in between leaves a saga whose task does not
+    /// show how far it went. Returns a signal that changes each time a pause or the end is
+    /// shown.
     pub fn start(
         task: TaskHandle,
-        metadata: Vec<(String, Value)>,
+        unwritten: Unwritten,
         carried: bool,
     ) -> (Arc<Self>, watch::Receiver<u64>) {
         let (stops, stopped) = watch::channel(0u64);
         task.work_here();
         let progress = Self {
             task,
-            unwritten: Mutex::new(Unwritten {
-                metadata,
-                ..Unwritten::default()
-            }),
+            unwritten: Mutex::new(unwritten),
             stops,
             carried,
         };
@@ -128,63 +148,41 @@ fn change_of<'a>(
     }
 }
 
-#[async_trait]
-impl Reporter for TaskProgress {
-    async fn report(&self, command: &Command, saga: &Saga) {
-        self.report_all(std::slice::from_ref(command), saga).await;
-    }
-
-    async fn report_all(&self, shown: &[Command], saga: &Saga) {
-        let statuses = shown_statuses(self.task.id(), shown, saga);
+impl TaskProgress {
+    /// Whether showing `statuses` (of `shown`) changes the state the stored task shows,
+    /// and so is written: a pause always is (what it waits for is in its status).
+    async fn changes_state(&self, shown: &[Command], statuses: &Statuses) -> bool {
         let Some((last, _)) = statuses.last() else {
-            return;
+            return false;
         };
-        log_stops(shown, saga, self.task.id());
-        let pauses = shown.iter().any(|c| matches!(c, Command::Pause { .. }));
-        let changes_state = self.stored_state().await.as_ref() != Some(last);
-        if !pauses && !changes_state {
-            self.task
-                .announce(|| Some(ledger_artifact(saga.ledger())), &statuses);
-            sync::lock(&self.unwritten).statuses.extend(statuses);
-            return;
-        }
-        let last = last.clone();
-        // What waits to be written was announced when it was shown.
-        let (mut waited, mut metadata) = self.take();
-        let announced = waited.len();
-        waited.extend(statuses);
-        let statuses = waited;
-        if unwound(shown) {
-            metadata.push(("outcome".to_owned(), json!("compensated")));
-        }
-        let written = self
-            .task
-            .change_with_statuses(change_of(&metadata, saga), statuses.clone(), announced)
-            .await;
-        match written {
-            Ok(()) => sync::lock(&self.unwritten).stored = Some(last),
-            Err(e) => {
-                // The journal holds them, and every read shows them: they are announced,
-                // and go with the next write.
-                tracing::warn!(task = self.task.id(), error = %e, "cannot write the saga's task yet; its next write carries what it lacks");
-                self.task.announce(
-                    || Some(ledger_artifact(saga.ledger())),
-                    &statuses[announced..],
-                );
-                self.put_back(statuses, metadata);
-            }
-        }
-        self.stopped(shown);
+        shown.iter().any(|c| matches!(c, Command::Pause { .. }))
+            || self.stored_state().await.as_ref() != Some(last)
     }
 
-    /// The end, with what waits to be written before it, in the journal's ending write
-    /// (`carried`): the task shows its end exactly when the journal holds it, and the
-    /// saga is marked finished in the same write.
-    async fn end(&self, shown: &[Command], saga: &Saga, end: &EndWrite<'_>) -> Result<()> {
-        let (mut statuses, mut metadata) = self.take();
-        // What waited, should the write fail.
-        let waited = (statuses.len(), metadata.len());
-        statuses.extend(shown_statuses(self.task.id(), shown, saga));
+    /// Statuses shown without a write: announced, and kept for the next write.
+    fn announce(&self, shown: &[Command], saga: &Saga, statuses: Statuses) {
+        log_stops(shown, saga, self.task.id());
+        self.task
+            .announce(|| Some(ledger_artifact(saga.ledger())), &statuses);
+        sync::lock(&self.unwritten).statuses.extend(statuses);
+    }
+
+    /// Writes on the task what waited and `statuses` (of `shown`), with the ledger and
+    /// the metadata waiting, in `write`, the durable write of the step that showed them
+    /// (`carried`), or after it. An error is the step's write failing: nothing was
+    /// written, and what waited waits again.
+    async fn write_with(
+        &self,
+        shown: &[Command],
+        saga: &Saga,
+        statuses: Statuses,
+        write: &StepWrite<'_>,
+    ) -> Result<()> {
+        let last = statuses.last().map(|(state, _)| state.clone());
+        let (mut all, mut metadata) = self.take();
+        // What waited, should the write fail; it was announced when it was shown.
+        let waited = (all.len(), metadata.len());
+        all.extend(statuses);
         if unwound(shown) {
             metadata.push(("outcome".to_owned(), json!("compensated")));
         }
@@ -192,42 +190,107 @@ impl Reporter for TaskProgress {
             self.task
                 .change_written_by(
                     change_of(&metadata, saga),
-                    statuses.clone(),
+                    all.clone(),
                     waited.0,
-                    |task| async move { end.write(Some(&task)).await },
+                    |task| async move { write.write(Some(&task)).await },
                 )
                 .await
         } else {
-            let journaled = end.write(None).await;
-            if journaled.is_ok()
-                && let Err(e) = self
-                    .task
-                    .change_with_statuses(change_of(&metadata, saga), statuses.clone(), waited.0)
-                    .await
-            {
-                tracing::error!(task = self.task.id(), error = %e, "the saga's end was not shown on its task");
+            write.write(None).await?;
+            let shown_too = self
+                .task
+                .change_with_statuses(change_of(&metadata, saga), all.clone(), waited.0)
+                .await;
+            if let Err(e) = shown_too {
+                // The journal holds them, and every read shows them: they are announced,
+                // and go with the next write.
+                tracing::warn!(task = self.task.id(), error = %e, "cannot write the saga's task yet; its next write carries what it lacks");
+                self.task
+                    .announce(|| Some(ledger_artifact(saga.ledger())), &all[waited.0..]);
+                self.put_back(all, metadata);
+                return Ok(());
             }
-            journaled
+            Ok(())
         };
         let written = match written {
             // The task cannot take it (it ended already: shown before the saga was
             // marked finished, by a release that marked it in a write of its own).
             Err(Error::Storage(agent_host::Error::Protocol(why))) => {
                 tracing::debug!(task = self.task.id(), error = %why.message, "the task has ended already");
-                end.write(None).await
+                write.write(None).await
             }
             other => other,
         };
         if let Err(e) = written {
-            // Tried again with the same end: what waited goes back.
-            let (mut statuses, mut metadata) = (statuses, metadata);
-            statuses.truncate(waited.0);
+            // Tried again with the same step: what waited goes back.
+            all.truncate(waited.0);
             metadata.truncate(waited.1);
-            self.put_back(statuses, metadata);
+            self.put_back(all, metadata);
             return Err(e);
+        }
+        if let Some(last) = last {
+            sync::lock(&self.unwritten).stored = Some(last);
         }
         log_stops(shown, saga, self.task.id());
         self.stopped(shown);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Reporter for TaskProgress {
+    async fn report(&self, command: &Command, saga: &Saga) {
+        self.report_all(std::slice::from_ref(command), saga).await;
+    }
+
+    /// What a step journaled already shows (a new saga's first step, which its begin
+    /// created the task for): announced, or, when the state changes, written alone.
+    async fn report_all(&self, shown: &[Command], saga: &Saga) {
+        let statuses = shown_statuses(self.task.id(), shown, saga);
+        if !self.changes_state(shown, &statuses).await {
+            if !statuses.is_empty() {
+                self.announce(shown, saga, statuses);
+            }
+            return;
+        }
+        log_stops(shown, saga, self.task.id());
+        let (mut all, mut metadata) = self.take();
+        let announced = all.len();
+        all.extend(statuses);
+        if unwound(shown) {
+            metadata.push(("outcome".to_owned(), json!("compensated")));
+        }
+        let written = self
+            .task
+            .change_with_statuses(change_of(&metadata, saga), all.clone(), announced)
+            .await;
+        match written {
+            Ok(()) => {
+                sync::lock(&self.unwritten).stored = all.last().map(|(state, _)| state.clone());
+            }
+            Err(e) => {
+                tracing::warn!(task = self.task.id(), error = %e, "cannot write the saga's task yet; its next write carries what it lacks");
+                self.task
+                    .announce(|| Some(ledger_artifact(saga.ledger())), &all[announced..]);
+                self.put_back(all, metadata);
+            }
+        }
+        self.stopped(shown);
+    }
+
+    /// A step, and what it shows: announced after its journal write when the task's state
+    /// stays, carried by that write when it changes (a pause, going on, the end), so the
+    /// task shows a state exactly when the journal holds it; the end's write also marks
+    /// the saga finished.
+    async fn written(&self, shown: &[Command], saga: &Saga, write: &StepWrite<'_>) -> Result<()> {
+        let statuses = shown_statuses(self.task.id(), shown, saga);
+        if write.ends() || self.changes_state(shown, &statuses).await {
+            return self.write_with(shown, saga, statuses, write).await;
+        }
+        write.write(None).await?;
+        if !statuses.is_empty() {
+            self.announce(shown, saga, statuses);
+        }
         Ok(())
     }
 }

@@ -9,9 +9,10 @@
 //! it came in, in the one form the contract publishes for it (its resolution, and an
 //! approval's four members).
 //!
-//! The task's stored row is written only when its state changes (`progress`): what a
-//! caller reads of an unfinished saga's task is the stored task brought up to date here
-//! (`Executor::shown`); a finished saga's task is what its finishing write stored.
+//! The task's stored row is written only when its state changes, by the journal's write
+//! of the step that changed it (`progress`): what a caller reads of an unfinished saga's
+//! task is the stored task brought up to date here (`Executor::shown`); a finished saga's
+//! task is what its finishing write stored.
 //! `tests/task_views.rs` and this module's property test hold the view equal to the task
 //! a saga's finishing write stores.
 

@@ -201,13 +201,13 @@ impl Reporter for TracedReporter {
         self.inner.report_all(shown, saga).await;
     }
 
-    async fn end(
+    async fn written(
         &self,
         shown: &[Command],
         saga: &Saga,
-        end: &crate::driver::EndWrite<'_>,
+        write: &crate::driver::StepWrite<'_>,
     ) -> crate::error::Result<()> {
-        self.inner.end(shown, saga, end).await?;
+        self.inner.written(shown, saga, write).await?;
         self.span_ended(shown, saga);
         Ok(())
     }

@@ -26,24 +26,6 @@ fn client(served: &Served) -> AgentClient {
     AgentClient::new(&served.url).unwrap()
 }
 
-/// Sends `data` on task `id` with `bearer`; the refusal, or the task.
-async fn answer(
-    served: &Served,
-    bearer: Option<String>,
-    id: &str,
-    data: Value,
-) -> Result<Task, A2AError> {
-    match client(served)
-        .send(&call(bearer), &data_message(data, Some(id)))
-        .await
-    {
-        Ok(agent_host::sdk::SendMessageResponse::Task(task)) => Ok(task),
-        Ok(other) => panic!("expected a task, got {other:?}"),
-        Err(agent_host::Error::Protocol(e)) => Err(e),
-        Err(other) => panic!("expected an A2A answer, got {other:?}"),
-    }
-}
-
 /// The task as the approver reads it.
 async fn task_now(served: &Served, id: &str) -> Task {
     client(served)
@@ -61,26 +43,6 @@ fn journal_entries(served: &Served) -> i64 {
     .unwrap();
     db.query_row("SELECT count(*) FROM entries", [], |row| row.get(0))
         .unwrap()
-}
-
-/// What the paused task shows it waits for approval of.
-fn awaiting(task: &Task) -> Value {
-    executor_agent::answers::awaiting_approval(task)
-        .cloned()
-        .expect("the task's status carries what it waits for approval of")
-}
-
-/// An approval of what `task` waits for, expiring at `expires_at`.
-fn approval(task: &Task, expires_at: chrono::DateTime<chrono::Utc>) -> Value {
-    let shown = awaiting(task);
-    json!({"resolution": "approve", "approval": {
-        "sagaId": shown["sagaId"], "stepId": shown["stepId"], "argsSha256": shown["argsSha256"],
-        "expiresAt": expires_at.to_rfc3339(),
-    }})
-}
-
-fn in_five_minutes() -> chrono::DateTime<chrono::Utc> {
-    chrono::Utc::now() + chrono::Duration::minutes(5)
 }
 
 /// What must not change when an answer is refused.

@@ -1,18 +1,24 @@
 //! What a saga costs in durable writes on the executor's state file: its begin (which
 //! creates its task), one write per step after the first, and its end (which carries the
-//! last step, the finish mark and the task's last state). Counted on the state file's commits,
-//! which are the process's: this file runs one saga in a process of its own.
+//! last step, the finish mark and the task's last state); a step that changes the state its
+//! task shows carries the task's write. Counted on the state file's commits, which are the
+//! process's: the tests of this file run one saga at a time.
 
 mod common;
 
 use agent_host::sdk::TaskState;
+use common::served::*;
 use common::{Harness, plan_as};
 use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
 use executor_agent::state::STATE_FILE_NAME;
 use sagaplane_storage::sqlite::commits;
 
+/// Held while a test counts commits: the counter is the process's.
+static ONE_SAGA_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_six_step_saga_alone_makes_seven_durable_writes() {
+    let _alone = ONE_SAGA_AT_A_TIME.lock().await;
     // Progress is not written while the task's state stays working: the end carries it.
     let setup = Harness::start_with(&[], 300, DEFAULT_MAX_RUNNING_SAGAS).await;
     let before = commits(STATE_FILE_NAME);
@@ -23,4 +29,27 @@ async fn a_six_step_saga_alone_makes_seven_durable_writes() {
     // reservation), five appends (a step's result with the next call's intent), and the
     // end (the sixth result, the finish mark, the settlement and the task's last state).
     assert_eq!(commits(STATE_FILE_NAME) - before, 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_and_going_on_after_it_each_ride_their_step_s_append() {
+    let _alone = ONE_SAGA_AT_A_TIME.lock().await;
+    let served = serve().await;
+    let before = commits(STATE_FILE_NAME);
+    // Seven steps, the second waiting for an approval.
+    let task = paused_for_approval(&served, "sg_paused_writes").await;
+    // The begin, and s0's result with the pause, which writes the task INPUT_REQUIRED.
+    assert_eq!(commits(STATE_FILE_NAME) - before, 2);
+    let done = answer(
+        &served,
+        approver_jwt(&served),
+        &task.id,
+        approval(&task, in_five_minutes()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.status.state, TaskState::Completed, "{:?}", done.status);
+    // The answer's message on the task; the answer with the review's intent, which writes
+    // the task WORKING again; five appends; the end.
+    assert_eq!(commits(STATE_FILE_NAME) - before, 2 + 1 + 1 + 5 + 1);
 }

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use executor_agent::driver::{Control, Driver, Reporter, begin};
 use executor_agent::invoke::{A2aInvoker, CallContext, Endpoint, Invoker, trace_id};
 use executor_agent::journal::{Around, Call, Entry, SagaHeader, SqliteJournal, Wrapped};
-use executor_agent::progress::TaskProgress;
+use executor_agent::progress::{TaskProgress, Unwritten};
 use executor_agent::saga::model::Phase;
 use executor_agent::saga::{CallOutcome, Command, Ending, Event, Invocation, Saga, SagaSpec};
 use executor_agent::slots::{SlotHold, Slots};
@@ -240,7 +240,7 @@ impl Executor {
                 let task = self.new_task(&saga_id).await;
                 Stopwatches::add(&self.stopwatches.task_store_nanos, started);
                 let metadata = vec![("sagaId".to_owned(), json!(saga_id))];
-                TaskProgress::start(task, metadata, !tasks_in_memory()).0
+                TaskProgress::start(task, Unwritten::metadata(metadata), !tasks_in_memory()).0
             }
         };
         let (task_id, context_id) = match route {

@@ -125,21 +125,20 @@ impl Executor {
                 .await;
             resumed.push((task, header, entries, recovered, epoch));
         }
-        // On the tasks before anyone can read them (the executor serves once this returns),
-        // in writes that share commits: what the journal shows and the task's row lacks
-        // (progress is written only at state changes).
-        futures::future::join_all(
+        // What the journal shows and each task's row lacks (progress is written only at
+        // state changes), for the saga's next write to carry; read before anyone can read
+        // the tasks (the executor serves once this returns).
+        let behind = futures::future::join_all(
             resumed
                 .iter()
-                .map(|(task, header, entries, _, _)| catch_up(task, header, entries)),
+                .map(|(task, header, entries, _, _)| behind(task, header, entries)),
         )
         .await;
         let resumed = resumed
             .into_iter()
-            .map(|(task, header, _, recovered, epoch)| {
-                (task, saga_metadata(&header), recovered, epoch)
-            });
-        for (task, metadata, mut recovered, epoch) in resumed {
+            .zip(behind)
+            .map(|((task, _, _, recovered, epoch), unwritten)| (task, unwritten, recovered, epoch));
+        for (task, unwritten, mut recovered, epoch) in resumed {
             // A revocation recorded before the saga heard of it (the process stopped in
             // between) is told again, before the saga makes any call.
             let revoked = match &recovered.saga.spec.mandate {
@@ -162,7 +161,7 @@ impl Executor {
                 task,
                 saga,
                 Start::Resumed(Box::new(recovered), epoch),
-                metadata,
+                unwritten,
                 None,
                 None,
             );
@@ -224,26 +223,28 @@ impl Executor {
     }
 }
 
-/// Writes on a resumed saga's task what its journal holds and the task's row lacks (the
-/// row is written only when the state it shows changes): the statuses in order, the
-/// ledger, the saga's metadata, in one write. Each status is known by its message's id, so
-/// one the task shows already is not shown again. A task that cannot be read or written
-/// now keeps what it shows; every read shows the rest from the journal, and the saga's
-/// next write carries its ledger and metadata.
-async fn catch_up(task: &TaskHandle, header: &SagaHeader, entries: &[Entry]) {
-    let shown = match task.snapshot().await {
-        Ok(shown) if !shown.status.state.is_terminal() => shown,
-        Ok(_) => return,
+/// What a resumed saga's task lacks of what its journal shows: the statuses in order,
+/// and the members of the saga's metadata; the saga's next write carries them with its
+/// ledger. Each status is known by its message's id, so one the task shows already is not
+/// shown again. A row that shows another state than its journal (an earlier release wrote
+/// a pause after journaling it, and a crash came between) is written at once, since
+/// listings filter by it. A task that cannot be read now lacks the saga's metadata alone:
+/// every read shows the rest from the journal.
+async fn behind(task: &TaskHandle, header: &SagaHeader, entries: &[Entry]) -> Unwritten {
+    let lacking_all = || Unwritten::metadata(saga_metadata(header));
+    let stored = match task.snapshot().await {
+        Ok(stored) if !stored.status.state.is_terminal() => stored,
+        Ok(_) => return lacking_all(),
         Err(e) => {
             tracing::warn!(task = task.id(), error = %e, "cannot read the resumed saga's task");
-            return;
+            return lacking_all();
         }
     };
-    let view = match crate::task_view::view(&shown, header, entries) {
+    let view = match crate::task_view::view(&stored, header, entries) {
         Ok(view) => view,
         Err(e) => {
             tracing::warn!(task = task.id(), error = %e.chain(), "cannot show the resumed saga on its task");
-            return;
+            return lacking_all();
         }
     };
     let metadata: Vec<(String, Value)> = view
@@ -251,17 +252,11 @@ async fn catch_up(task: &TaskHandle, header: &SagaHeader, entries: &[Entry]) {
         .metadata
         .iter()
         .flatten()
-        .filter(|(key, value)| shown.metadata.as_ref().and_then(|m| m.get(*key)) != Some(value))
+        .filter(|(key, value)| stored.metadata.as_ref().and_then(|m| m.get(*key)) != Some(value))
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect();
-    if view.added.is_empty() {
-        for (key, value) in metadata {
-            if let Err(e) = task.set_metadata(&key, value).await {
-                tracing::warn!(task = task.id(), error = %e, "cannot show the saga on its resumed task yet");
-                return;
-            }
-        }
-        return;
+    if view.task.status.state == stored.status.state {
+        return Unwritten::behind(stored.status.state, view.added, metadata);
     }
     let ledger = view
         .task
@@ -270,18 +265,22 @@ async fn catch_up(task: &TaskHandle, header: &SagaHeader, entries: &[Entry]) {
         .flatten()
         .find(|a| a.artifact_id == crate::task_view::LEDGER)
         .cloned();
-    let shown = task
+    let written = task
         .change_with_statuses(
             |task| {
                 let members = task.metadata.get_or_insert_with(Default::default);
-                members.extend(metadata);
+                members.extend(metadata.clone());
                 Ok(ledger.map(|ledger| agent_host::tasks::put_artifact(task, ledger)))
             },
-            view.added,
+            view.added.clone(),
             0,
         )
         .await;
-    if let Err(e) = shown {
-        tracing::warn!(task = task.id(), error = %e, "cannot show on the resumed saga's task what its journal holds");
+    match written {
+        Ok(()) => Unwritten::behind(view.task.status.state, Vec::new(), Vec::new()),
+        Err(e) => {
+            tracing::warn!(task = task.id(), error = %e, "cannot show on the resumed saga's task what its journal holds");
+            Unwritten::behind(stored.status.state, view.added, metadata)
+        }
     }
 }

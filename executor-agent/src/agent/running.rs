@@ -37,8 +37,8 @@ impl Executor {
         self.config.journal.renew(now_ms).await
     }
 
-    /// Starts a driver for `saga` reporting on `task` (`metadata` goes with the first
-    /// report, again for a resumed saga), holding `permit` or waiting for a slot; returns
+    /// Starts a driver for `saga` reporting on `task` (`metadata` goes with the task's
+    /// next write), holding `permit` or waiting for a slot; returns
     /// once the saga first stops. `intake`, for a new plan, ends once the saga is live.
     pub(super) async fn launch(
         self: &Arc<Self>,
@@ -49,7 +49,9 @@ impl Executor {
         permit: Option<Permit>,
         intake: Option<Intake>,
     ) {
-        let mut first_stop = self.start_driver(task.clone(), saga, start, metadata, permit, intake);
+        let unwritten = Unwritten::metadata(metadata);
+        let mut first_stop =
+            self.start_driver(task.clone(), saga, start, unwritten, permit, intake);
         // At a stop, the sender is answered with what stands: the process is going.
         if first_stop.changed().await.is_err() && !self.config.shutdown.is_cancelled() {
             self.until_stopped_elsewhere(&task).await;
@@ -79,20 +81,21 @@ impl Executor {
         }
     }
 
-    /// Registers `saga` as live here and spawns its driver; returns the saga's stops. Once
+    /// Registers `saga` as live here and spawns its driver, reporting on `task`, which
+    /// lacks `unwritten`; returns the saga's stops. Once
     /// this returns, a cancel or an answer for the saga reaches its driver.
     pub(super) fn start_driver(
         self: &Arc<Self>,
         task: TaskHandle,
         saga: Saga,
         start: Start,
-        metadata: Vec<(String, Value)>,
+        unwritten: Unwritten,
         permit: Option<Permit>,
         intake: Option<Intake>,
     ) -> watch::Receiver<u64> {
         let (control, rx) = mpsc::channel(8);
         let (reporter, stops) =
-            TaskProgress::start(task.clone(), metadata, self.config.tasks_beside_journal);
+            TaskProgress::start(task.clone(), unwritten, self.config.tasks_beside_journal);
         let reporter: Arc<dyn crate::driver::Reporter> =
             Arc::new(MeteredReporter::new(reporter, self.metrics.clone(), &saga));
         let reporter: Arc<dyn crate::driver::Reporter> = match &self.config.traces {

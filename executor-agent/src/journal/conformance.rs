@@ -220,14 +220,29 @@ pub async fn a_begin_creates_its_task_all_or_nothing(
 }
 
 /// A journal keeping its tables beside `tasks` (one state file, one database): a saga's
-/// end carries its task's last write, and both land or neither does.
-pub async fn an_end_carries_its_tasks_last_write_all_or_nothing(
+/// append that changes the state its task shows, and its end, carry the task's write, and
+/// both land or neither does.
+pub async fn a_step_carries_its_tasks_write_all_or_nothing(
     first: &dyn Journal,
     second: &dyn Journal,
     tasks: &dyn agent_host::TaskStore,
 ) {
+    for ends in [false, true] {
+        a_write_carries_its_tasks_all_or_nothing(first, second, tasks, ends).await;
+    }
+}
+
+/// One case of the above: by an append, or by the saga's end (`ends`).
+async fn a_write_carries_its_tasks_all_or_nothing(
+    first: &dyn Journal,
+    second: &dyn Journal,
+    tasks: &dyn agent_host::TaskStore,
+    ends: bool,
+) {
     use agent_host::sdk::{Task, TaskState, TaskStatus};
     use agent_host::store::{Expected, TaskWrite};
+    let how = if ends { "end" } else { "append" };
+    let id = |case: &str| format!("{case}-by-{how}");
     let task = |saga_id: &str, state| Task {
         id: format!("task-{saga_id}"),
         context_id: format!("ctx-{saga_id}"),
@@ -240,7 +255,25 @@ pub async fn an_end_carries_its_tasks_last_write_all_or_nothing(
         history: None,
         metadata: None,
     };
-    let ending = super::Ending::default();
+    let shown = if ends {
+        TaskState::Completed
+    } else {
+        TaskState::InputRequired
+    };
+    let write = async |journal: &dyn Journal, saga_id: &str, version: u64| {
+        let write =
+            TaskWrite::of(&task(saga_id, shown.clone()), Expected::Version(version)).unwrap();
+        if ends {
+            let ending = super::Ending::default();
+            journal
+                .end(saga_id, 1, &[event(1)], &ending, Some(&write))
+                .await
+        } else {
+            journal
+                .append_carrying(saga_id, 1, &[event(1)], Some(&write))
+                .await
+        }
+    };
     let state = async |saga_id: &str| {
         let stored = tasks
             .read(&format!("task-{saga_id}"))
@@ -249,69 +282,56 @@ pub async fn an_end_carries_its_tasks_last_write_all_or_nothing(
             .unwrap();
         (stored.task.status.state, stored.version)
     };
-    for saga_id in ["carried", "conflict", "fenced"] {
+    for saga_id in [id("carried"), id("conflict"), id("fenced")] {
         tasks
-            .put(&task(saga_id, TaskState::Working), Expected::Absent)
+            .put(&task(&saga_id, TaskState::Working), Expected::Absent)
             .await
             .unwrap();
-        first.begin(&header(saga_id), &[event(0)]).await.unwrap();
+        first.begin(&header(&saga_id), &[event(0)]).await.unwrap();
     }
     // Both land.
-    let write =
-        TaskWrite::of(&task("carried", TaskState::Completed), Expected::Version(1)).unwrap();
-    first
-        .end("carried", 1, &[event(1)], &ending, Some(&write))
-        .await
-        .unwrap();
-    assert_eq!(state("carried").await, (TaskState::Completed, 2));
+    let carried = id("carried");
+    write(first, &carried, 1).await.unwrap();
+    assert_eq!(state(&carried).await, (shown.clone(), 2), "{how}");
     assert_eq!(
-        first.load("carried").await.unwrap().unwrap().1,
+        first.load(&carried).await.unwrap().unwrap().1,
         [event(0), event(1)]
     );
     assert_eq!(
-        first.saga_of_task("task-carried").await.unwrap(),
-        Some(("carried".to_owned(), true))
+        first
+            .saga_of_task(&format!("task-{carried}"))
+            .await
+            .unwrap(),
+        Some((carried.clone(), ends)),
+        "{how}"
     );
     // The task at another version: neither lands.
-    let write = TaskWrite::of(
-        &task("conflict", TaskState::Completed),
-        Expected::Version(7),
-    )
-    .unwrap();
-    let refused = first
-        .end("conflict", 1, &[event(1)], &ending, Some(&write))
-        .await;
+    let conflict = id("conflict");
+    let refused = write(first, &conflict, 7).await;
     assert!(
         matches!(
             refused,
             Err(Error::Storage(agent_host::Error::Conflict { .. }))
         ),
-        "{refused:?}"
+        "{how}: {refused:?}"
     );
-    assert_eq!(state("conflict").await, (TaskState::Working, 1));
-    assert_eq!(first.load("conflict").await.unwrap().unwrap().1, [event(0)]);
-    assert!(
-        first
-            .unfinished()
-            .await
-            .unwrap()
-            .contains(&"conflict".into())
-    );
+    assert_eq!(state(&conflict).await, (TaskState::Working, 1));
+    assert_eq!(first.load(&conflict).await.unwrap().unwrap().1, [event(0)]);
+    assert!(first.unfinished().await.unwrap().contains(&conflict));
     // A stale owner: neither lands.
+    let fenced = id("fenced");
     second
-        .claim("fenced", now(), Claim::TakeOver)
+        .claim(&fenced, now(), Claim::TakeOver)
         .await
         .unwrap()
         .expect("taken over");
-    let write = TaskWrite::of(&task("fenced", TaskState::Completed), Expected::Version(1)).unwrap();
-    assert!(matches!(
-        first
-            .end("fenced", 1, &[event(1)], &ending, Some(&write))
-            .await,
-        Err(Error::Fenced { .. })
-    ));
-    assert_eq!(state("fenced").await, (TaskState::Working, 1));
-    assert_eq!(first.load("fenced").await.unwrap().unwrap().1, [event(0)]);
+    let refused = write(first, &fenced, 1).await;
+    assert!(
+        matches!(refused, Err(Error::Fenced { .. })),
+        "{how}: {refused:?}"
+    );
+    assert_eq!(state(&fenced).await, (TaskState::Working, 1));
+    assert_eq!(first.load(&fenced).await.unwrap().unwrap().1, [event(0)]);
 }
 
 pub async fn a_claim_takes_a_saga_only_when_its_lease_lapsed_or_it_is_free(
@@ -614,19 +634,19 @@ async fn the_sqlite_journal_conforms() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sqlite_journal_carries_its_tasks_first_and_last_writes() {
+async fn the_sqlite_journal_carries_its_tasks_writes() {
     let dir = tempfile::tempdir().unwrap();
     let db =
         sagaplane_storage::sqlite::Database::open(&dir.path().join("state.db"), "state").unwrap();
     let journal = super::SqliteJournal::on(&db).unwrap().with_lease(LEASE);
     let tasks = agent_host::SqliteTaskStore::on(&db).unwrap();
     a_begin_creates_its_task_all_or_nothing(&journal, &tasks).await;
-    an_end_carries_its_tasks_last_write_all_or_nothing(&journal, &journal.as_other_owner(), &tasks)
+    a_step_carries_its_tasks_write_all_or_nothing(&journal, &journal.as_other_owner(), &tasks)
         .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_postgres_journal_carries_its_tasks_first_and_last_writes() {
+async fn the_postgres_journal_carries_its_tasks_writes() {
     use sagaplane_storage::postgres::{Postgres, testing};
     let Some(url) = testing::scratch_database("postgres_end_carries_task").await else {
         return;
@@ -640,7 +660,7 @@ async fn the_postgres_journal_carries_its_tasks_first_and_last_writes() {
         .await
         .unwrap();
     a_begin_creates_its_task_all_or_nothing(&journal, &tasks).await;
-    an_end_carries_its_tasks_last_write_all_or_nothing(&journal, &journal.as_other_owner(), &tasks)
+    a_step_carries_its_tasks_write_all_or_nothing(&journal, &journal.as_other_owner(), &tasks)
         .await;
 }
 

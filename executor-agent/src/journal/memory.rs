@@ -121,7 +121,19 @@ impl SagaLog for MemoryJournal {
         Ok(1)
     }
 
-    async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()> {
+    async fn append_carrying(
+        &self,
+        saga_id: &str,
+        epoch: Epoch,
+        entries: &[Entry],
+        task: Option<&agent_host::store::TaskWrite>,
+    ) -> Result<()> {
+        if task.is_some() {
+            return Err(Error::Journal(
+                "a journal in memory keeps no tasks: write the saga's task with the task store"
+                    .into(),
+            ));
+        }
         let mut state = sync::lock(&self.state);
         match state.sagas.get_mut(saga_id) {
             Some(stored) if self.held_here(stored, epoch) => {

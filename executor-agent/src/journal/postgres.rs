@@ -22,8 +22,8 @@ use crate::saga::spec::MandateHold;
 mod sql;
 use agent_host::store::{Expected, TaskWrite};
 use sql::{
-    APPEND, BEGIN_IF_CURRENT, BEGIN_UNDER_MANDATE, BEGIN_UNDER_MANDATE_IF_CURRENT, CREATE_TASK,
-    END, END_WITH_TASK, MANDATE_IF_NEW,
+    APPEND, APPEND_WITH_TASK, BEGIN_IF_CURRENT, BEGIN_UNDER_MANDATE,
+    BEGIN_UNDER_MANDATE_IF_CURRENT, CREATE_TASK, END, END_WITH_TASK, MANDATE_IF_NEW,
 };
 
 /// The journal's schema in PostgreSQL, in order; the count is its version.
@@ -164,6 +164,79 @@ impl PostgresJournal {
     async fn connection(&self) -> Result<Connection> {
         Ok(self.db.connection().await?)
     }
+
+    /// An append carrying its task's write: one statement, in a transaction of its own
+    /// (it is rare: a step that changes the state its task shows).
+    async fn append_with_task(
+        &self,
+        saga_id: &str,
+        epoch: Epoch,
+        body: String,
+        task: &TaskWrite,
+    ) -> Result<()> {
+        let mut params: Vec<Param> = vec![
+            Box::new(saga_id.to_owned()),
+            Box::new(to_i64(epoch)),
+            Box::new(self.owner.clone()),
+            Box::new(body),
+        ];
+        params.extend(task_params(task)?);
+        let statement = Statement {
+            sql: APPEND_WITH_TASK,
+            params,
+            returns_rows: true,
+        };
+        let done = self.db.write_together(None, vec![statement]).await?;
+        fenced_outcome(&done, saga_id, epoch, Some(task), "an append")
+    }
+}
+
+/// The parameters a task's write takes in a fenced write, after the saga's: the task, the
+/// columns of the task store's row, and the version it must replace.
+fn task_params(task: &TaskWrite) -> Result<[Param; 7]> {
+    let Expected::Version(version) = task.expected else {
+        return Err(Error::Journal(
+            "a saga's step writes its task, which exists already".into(),
+        ));
+    };
+    Ok([
+        Box::new(task.id.clone()),
+        Box::new(task.context_id.clone()),
+        Box::new(task.state.clone()),
+        Box::new(task.owner.clone()),
+        Box::new(task.updated_ms),
+        Box::new(task.body.clone()),
+        Box::new(to_i64(version)),
+    ])
+}
+
+/// What a fenced write (`what`) answered: whether the fence held, and whether it wrote.
+fn fenced_outcome(
+    done: &[Done],
+    saga_id: &str,
+    epoch: Epoch,
+    task: Option<&TaskWrite>,
+    what: &str,
+) -> Result<()> {
+    let Some(row) = done.last().and_then(|done| match done {
+        Done::Rows(rows) => rows.first(),
+        _ => None,
+    }) else {
+        return Err(Error::Journal(format!("{what} answered no row")));
+    };
+    let (held, written): (bool, bool) = (row.get(0), row.get(1));
+    if !held {
+        return Err(Error::Fenced {
+            saga_id: saga_id.to_owned(),
+            epoch,
+        });
+    }
+    if !written {
+        return Err(Error::Storage(agent_host::Error::Conflict {
+            task_id: task.map(|t| t.id.clone()).unwrap_or_default(),
+        }));
+    }
+    Ok(())
 }
 
 fn encode<T: Serialize>(value: &T) -> Result<String> {
@@ -355,8 +428,17 @@ impl SagaLog for PostgresJournal {
         )))
     }
 
-    async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()> {
+    async fn append_carrying(
+        &self,
+        saga_id: &str,
+        epoch: Epoch,
+        entries: &[Entry],
+        task: Option<&TaskWrite>,
+    ) -> Result<()> {
         let body = encode(&entries)?;
+        if let Some(task) = task {
+            return self.append_with_task(saga_id, epoch, body, task).await;
+        }
         // Group-committed with the other writes waiting at this moment (the database's
         // `write_row`): each append is fenced as if alone.
         let written = self
@@ -404,20 +486,7 @@ impl SagaLog for PostgresJournal {
         let sql = match task {
             None => END,
             Some(task) => {
-                let Expected::Version(version) = task.expected else {
-                    return Err(Error::Journal(
-                        "a saga's end writes its task, which exists already".into(),
-                    ));
-                };
-                params.extend::<[Param; 7]>([
-                    Box::new(task.id.clone()),
-                    Box::new(task.context_id.clone()),
-                    Box::new(task.state.clone()),
-                    Box::new(task.owner.clone()),
-                    Box::new(task.updated_ms),
-                    Box::new(task.body.clone()),
-                    Box::new(to_i64(version)),
-                ]);
+                params.extend(task_params(task)?);
                 END_WITH_TASK
             }
         };
@@ -430,25 +499,7 @@ impl SagaLog for PostgresJournal {
         // transaction that locks its row), as `finish` is.
         let group = ending.mandate.as_ref().map(mandate_group);
         let done = self.db.write_together(group, vec![statement]).await?;
-        let Some(Done::Rows(rows)) = done.last() else {
-            return Err(Error::Journal("a saga's end answered no row".into()));
-        };
-        let Some(row) = rows.first() else {
-            return Err(Error::Journal("a saga's end answered no row".into()));
-        };
-        let (held, written): (bool, bool) = (row.get(0), row.get(1));
-        if !held {
-            return Err(Error::Fenced {
-                saga_id: saga_id.to_owned(),
-                epoch,
-            });
-        }
-        if !written {
-            return Err(Error::Storage(agent_host::Error::Conflict {
-                task_id: task.map(|t| t.id.clone()).unwrap_or_default(),
-            }));
-        }
-        Ok(())
+        fenced_outcome(&done, saga_id, epoch, task, "a saga's end")
     }
 
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {

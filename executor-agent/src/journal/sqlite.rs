@@ -39,14 +39,16 @@ enum Write {
         /// Set when the task exists already (then nothing was written).
         task_exists: Arc<AtomicBool>,
     },
-    /// The entries of one append, as one row: a JSON array, under `owner` at `epoch`.
+    /// The entries of one append, as one row: a JSON array, under `owner` at `epoch`,
+    /// and the task's write when given, all or nothing.
     Append {
         saga_id: String,
         body: String,
         owner: Arc<str>,
         epoch: Epoch,
-        /// Set when the saga's epoch or owner is another (then nothing was written).
-        fenced: Arc<AtomicBool>,
+        task: Option<TaskWrite>,
+        /// What the write found: written, or refused (then nothing was written).
+        outcome: Arc<Mutex<Outcome>>,
     },
     Claim {
         saga_id: String,
@@ -84,15 +86,15 @@ enum Write {
         spent_minor: u64,
         task: Option<TaskWrite>,
         /// What the write found: written, or refused (then nothing was written).
-        outcome: Arc<Mutex<EndOutcome>>,
+        outcome: Arc<Mutex<Outcome>>,
     },
     /// Sagas forgotten: their entries and headers.
     Forget { saga_ids: Vec<String> },
 }
 
-/// What an ending write found.
+/// What a fenced write carrying a task's write (an append, an end) found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-enum EndOutcome {
+enum Outcome {
     #[default]
     Written,
     /// The saga's epoch or owner is another.
@@ -105,6 +107,45 @@ enum EndOutcome {
 fn holds(tx: &Transaction<'_>, saga_id: &str, epoch: Epoch, owner: &str) -> rusqlite::Result<bool> {
     tx.prepare_cached("SELECT 1 FROM sagas WHERE saga_id = ?1 AND epoch = ?2 AND owner = ?3")?
         .exists(params![saga_id, epoch, owner])
+}
+
+/// The fence, then the task's write when given, in the transaction of a write: whether
+/// both held, said in `outcome` too. Run again alone when a write it shared a transaction
+/// with failed, so what the last run found is what holds; nothing is written unless both
+/// pass.
+fn fenced_write(
+    tx: &Transaction<'_>,
+    saga_id: &str,
+    epoch: Epoch,
+    owner: &str,
+    task: Option<&TaskWrite>,
+    outcome: &Mutex<Outcome>,
+) -> rusqlite::Result<bool> {
+    let found = if !holds(tx, saga_id, epoch, owner)? {
+        Outcome::Fenced
+    } else if let Some(task) = task
+        && !agent_host::store::write_task_sqlite(tx, task)?
+    {
+        Outcome::TaskConflict
+    } else {
+        Outcome::Written
+    };
+    *sync::lock(outcome) = found;
+    Ok(found == Outcome::Written)
+}
+
+/// A fenced write's outcome as the journal answers it.
+fn found(outcome: Outcome, saga_id: &str, epoch: Epoch, task: Option<&TaskWrite>) -> Result<()> {
+    match outcome {
+        Outcome::Written => Ok(()),
+        Outcome::Fenced => Err(Error::Fenced {
+            saga_id: saga_id.to_owned(),
+            epoch,
+        }),
+        Outcome::TaskConflict => Err(Error::Storage(agent_host::Error::Conflict {
+            task_id: task.map(|t| t.id.clone()).unwrap_or_default(),
+        })),
+    }
 }
 
 fn finish(
@@ -189,11 +230,10 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
             body,
             owner,
             epoch,
-            fenced,
+            task,
+            outcome,
         } => {
-            let current = holds(tx, saga_id, *epoch, owner)?;
-            fenced.store(!current, Ordering::SeqCst);
-            if !current {
+            if !fenced_write(tx, saga_id, *epoch, owner, task.as_ref(), outcome)? {
                 return Ok(());
             }
             tx.prepare_cached("INSERT INTO entries (saga_id, body) VALUES (?1, ?2)")?
@@ -292,19 +332,7 @@ fn apply(tx: &Transaction<'_>, write: &Write) -> rusqlite::Result<()> {
             task,
             outcome,
         } => {
-            // Run again alone when a write it shared a transaction with failed: what the
-            // last run found is what holds. Nothing is written before both checks pass.
-            let found = if !holds(tx, saga_id, *epoch, owner)? {
-                EndOutcome::Fenced
-            } else if let Some(task) = task
-                && !agent_host::store::write_task_sqlite(tx, task)?
-            {
-                EndOutcome::TaskConflict
-            } else {
-                EndOutcome::Written
-            };
-            *sync::lock(outcome) = found;
-            if found != EndOutcome::Written {
+            if !fenced_write(tx, saga_id, *epoch, owner, task.as_ref(), outcome)? {
                 return Ok(());
             }
             if let Some(body) = body {
@@ -555,25 +583,26 @@ impl SagaLog for SqliteJournal {
         }
     }
 
-    async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()> {
+    async fn append_carrying(
+        &self,
+        saga_id: &str,
+        epoch: Epoch,
+        entries: &[Entry],
+        task: Option<&TaskWrite>,
+    ) -> Result<()> {
         // One row per append: the entries of a step are written and read together.
         let body = encode(&entries)?;
-        let fenced = Arc::new(AtomicBool::new(false));
+        let outcome = Arc::new(Mutex::new(Outcome::Written));
         self.submit(Write::Append {
             saga_id: saga_id.to_owned(),
             body,
             owner: self.owner.clone(),
             epoch,
-            fenced: fenced.clone(),
+            task: task.cloned(),
+            outcome: outcome.clone(),
         })
         .await?;
-        if fenced.load(Ordering::SeqCst) {
-            return Err(Error::Fenced {
-                saga_id: saga_id.to_owned(),
-                epoch,
-            });
-        }
-        Ok(())
+        found(*sync::lock(&outcome), saga_id, epoch, task)
     }
 
     async fn end(
@@ -589,7 +618,7 @@ impl SagaLog for SqliteJournal {
         } else {
             Some(encode(&entries)?)
         };
-        let outcome = Arc::new(Mutex::new(EndOutcome::Written));
+        let outcome = Arc::new(Mutex::new(Outcome::Written));
         self.submit(Write::End {
             saga_id: saga_id.to_owned(),
             body,
@@ -601,17 +630,7 @@ impl SagaLog for SqliteJournal {
             outcome: outcome.clone(),
         })
         .await?;
-        let found = *sync::lock(&outcome);
-        match found {
-            EndOutcome::Written => Ok(()),
-            EndOutcome::Fenced => Err(Error::Fenced {
-                saga_id: saga_id.to_owned(),
-                epoch,
-            }),
-            EndOutcome::TaskConflict => Err(Error::Storage(agent_host::Error::Conflict {
-                task_id: task.map(|t| t.id.clone()).unwrap_or_default(),
-            })),
-        }
+        found(*sync::lock(&outcome), saga_id, epoch, task)
     }
 
     async fn load(&self, saga_id: &str) -> Result<Option<(SagaHeader, Vec<Entry>)>> {

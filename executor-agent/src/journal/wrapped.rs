@@ -126,8 +126,14 @@ impl<J: Journal, A: Around> SagaLog for Wrapped<J, A> {
             .await
     }
 
-    async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()> {
-        let call = self.inner.append(saga_id, epoch, entries);
+    async fn append_carrying(
+        &self,
+        saga_id: &str,
+        epoch: Epoch,
+        entries: &[Entry],
+        task: Option<&TaskWrite>,
+    ) -> Result<()> {
+        let call = self.inner.append_carrying(saga_id, epoch, entries, task);
         let what = Call::Append {
             saga_id,
             epoch,

@@ -1,7 +1,8 @@
 //! Progress against a real task manager and feed: statuses between state changes reach
 //! subscribers and not the store; a change of state writes everything that waited, in
 //! order, with the ledger; a write that fails is announced and carried by the next; the
-//! end is one write with the journal's last entries and finish mark.
+//! end is one write with the journal's last entries and finish mark, a change of state one
+//! with its step's entries.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -151,7 +152,7 @@ async fn progress_in_the_same_state_is_announced_and_not_written() {
     let f = Fixture::new(TaskState::Working).await;
     let mut events = f.tasks.subscribe("task-1").unwrap();
     let writes = f.writes();
-    let (progress, stops) = TaskProgress::start(f.task.clone(), Vec::new(), false);
+    let (progress, stops) = TaskProgress::start(f.task.clone(), Unwritten::default(), false);
     progress
         .report_all(
             &[report("s0", "started"), report("s0", "succeeded")],
@@ -194,7 +195,8 @@ async fn progress_in_the_same_state_is_announced_and_not_written() {
 async fn a_pause_writes_what_waited_in_order_and_is_signalled_once_written() {
     let f = Fixture::new(TaskState::Working).await;
     let metadata = vec![("sagaId".to_owned(), json!("sg_1"))];
-    let (progress, mut stops) = TaskProgress::start(f.task.clone(), metadata, false);
+    let (progress, mut stops) =
+        TaskProgress::start(f.task.clone(), Unwritten::metadata(metadata), false);
     progress
         .report_all(&[report("s0", "started")], &f.saga)
         .await;
@@ -230,7 +232,7 @@ async fn a_pause_writes_what_waited_in_order_and_is_signalled_once_written() {
 async fn a_saga_that_waited_for_a_slot_is_written_working_when_it_starts() {
     let f = Fixture::new(TaskState::Submitted).await;
     let writes = f.writes();
-    let (progress, _stops) = TaskProgress::start(f.task.clone(), Vec::new(), false);
+    let (progress, _stops) = TaskProgress::start(f.task.clone(), Unwritten::default(), false);
     progress
         .report_all(&[report("s0", "started")], &f.saga)
         .await;
@@ -244,7 +246,7 @@ async fn a_saga_that_waited_for_a_slot_is_written_working_when_it_starts() {
 async fn a_pause_that_cannot_be_written_is_announced_and_the_next_write_carries_it() {
     let f = Fixture::new(TaskState::Working).await;
     let mut waiting = f.tasks.watch("task-1", Watch::End).unwrap();
-    let (progress, stops) = TaskProgress::start(f.task.clone(), Vec::new(), false);
+    let (progress, stops) = TaskProgress::start(f.task.clone(), Unwritten::default(), false);
     progress
         .report_all(&[report("s0", "started")], &f.saga)
         .await;
@@ -283,7 +285,7 @@ async fn commands_that_show_nothing_write_and_announce_nothing() {
     let f = Fixture::new(TaskState::Working).await;
     let mut events = f.tasks.subscribe("task-1").unwrap();
     let writes = f.writes();
-    let (progress, _stops) = TaskProgress::start(f.task.clone(), Vec::new(), false);
+    let (progress, _stops) = TaskProgress::start(f.task.clone(), Unwritten::default(), false);
     let refused = Command::RefuseCancel {
         reason: "past the pivot".into(),
     };
@@ -293,28 +295,30 @@ async fn commands_that_show_nothing_write_and_announce_nothing() {
 }
 
 /// A saga's journal and its task's store in one state file, as the executor keeps them,
-/// the journal failing its first `failing` ending writes.
+/// the journal failing its first `failing` writes of the saga's steps (appends, ends).
 struct Beside {
-    journal: crate::journal::Wrapped<crate::journal::SqliteJournal, FailingEnds>,
+    journal: crate::journal::Wrapped<crate::journal::SqliteJournal, FailingSteps>,
     tasks: Arc<TaskManager>,
     task: TaskHandle,
     store: agent_host::SqliteTaskStore,
     _dir: tempfile::TempDir,
 }
 
-struct FailingEnds(AtomicU32);
+struct FailingSteps(AtomicU32);
 
-impl crate::journal::Around for FailingEnds {
+impl crate::journal::Around for FailingSteps {
     fn around<'a, T: Send + 'a>(
         &'a self,
         what: crate::journal::Call<'a>,
         call: futures::future::BoxFuture<'a, Result<T>>,
     ) -> futures::future::BoxFuture<'a, Result<T>> {
-        let fail = matches!(what, crate::journal::Call::End { .. })
-            && self
-                .0
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok();
+        let fail = matches!(
+            what,
+            crate::journal::Call::End { .. } | crate::journal::Call::Append { .. }
+        ) && self
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
         Box::pin(async move {
             if fail {
                 return Err(Error::Journal("database or disk is full".into()));
@@ -333,7 +337,7 @@ impl Beside {
             sagaplane_storage::sqlite::Database::open(&dir.path().join("state.db"), what).unwrap();
         let journal = crate::journal::Wrapped {
             inner: Arc::new(crate::journal::SqliteJournal::on(&db).unwrap()),
-            around: FailingEnds(AtomicU32::new(failing)),
+            around: FailingSteps(AtomicU32::new(failing)),
         };
         let store = agent_host::SqliteTaskStore::on(&db).unwrap();
         let header = crate::journal::conformance::header("sg");
@@ -352,14 +356,29 @@ impl Beside {
         }
     }
 
-    fn end_of(&self, entries: &'static [crate::journal::Entry]) -> EndWrite<'_> {
-        EndWrite {
+    /// The saga's end, with `entries`.
+    fn end_of(&self, entries: &'static [crate::journal::Entry]) -> StepWrite<'_> {
+        StepWrite {
+            ending: Some(crate::journal::Ending::default()),
+            ..self.step_of(entries)
+        }
+    }
+
+    /// An append of the saga's, `entries`.
+    fn step_of(&self, entries: &'static [crate::journal::Entry]) -> StepWrite<'_> {
+        StepWrite {
             journal: &self.journal,
             saga_id: "sg",
             epoch: 1,
             entries,
-            ending: crate::journal::Ending::default(),
+            ending: None,
         }
+    }
+
+    /// The entries the saga's journal holds.
+    async fn entries(&self) -> Vec<crate::journal::Entry> {
+        use crate::journal::SagaLog;
+        self.journal.load("sg").await.unwrap().unwrap().1
     }
 
     async fn stored(&self) -> Task {
@@ -374,18 +393,107 @@ impl Beside {
 
 static LAST_STEP: [crate::journal::Entry; 1] =
     [crate::journal::Entry::Event(Event::Cancel { now_ms: 1 })];
+static A_STEP: [crate::journal::Entry; 1] =
+    [crate::journal::Entry::Event(Event::Start { now_ms: 1 })];
+
+#[tokio::test]
+async fn a_change_of_state_is_carried_by_its_step_s_append_and_progress_is_not() {
+    let f = Beside::new(0, "progress-carried-test").await;
+    let saga = supplier();
+    let (progress, stops) = TaskProgress::start(f.task.clone(), Unwritten::default(), true);
+    progress
+        .written(&[report("s0", "started")], &saga, &f.step_of(&A_STEP))
+        .await
+        .unwrap();
+    assert!(history(&f.stored().await).is_empty(), "progress: announced");
+    let commits = sagaplane_storage::sqlite::commits("progress-carried-test");
+    progress
+        .written(&[pause()], &saga, &f.step_of(&A_STEP))
+        .await
+        .unwrap();
+    assert_eq!(
+        sagaplane_storage::sqlite::commits("progress-carried-test") - commits,
+        1,
+        "the pause, what waited and the step's entries: one commit"
+    );
+    let task = f.stored().await;
+    assert_eq!(task.status.state, TaskState::InputRequired);
+    assert_eq!(history(&task).len(), 2);
+    assert_eq!(history(&task)[0], "s0: started");
+    assert!(has_ledger(&task));
+    assert_eq!(f.entries().await.len(), 2);
+    assert_eq!(*stops.borrow(), 1, "the pause is signalled once written");
+    // Going on: carried again; then progress in the same state: the entries alone.
+    progress
+        .written(&[report("s4", "started")], &saga, &f.step_of(&A_STEP))
+        .await
+        .unwrap();
+    assert_eq!(f.stored().await.status.state, TaskState::Working);
+    progress
+        .written(&[report("s4", "succeeded")], &saga, &f.step_of(&A_STEP))
+        .await
+        .unwrap();
+    assert_eq!(history(&f.stored().await).len(), 3, "not written");
+    assert_eq!(f.entries().await.len(), 4);
+}
+
+#[tokio::test]
+async fn a_pause_whose_append_failed_is_not_shown_and_is_written_again_whole_and_once() {
+    let f = Beside::new(1, "progress-failed-pause-test").await;
+    let saga = supplier();
+    let mut waiting = f.tasks.watch(f.task.id(), Watch::End).unwrap();
+    let (progress, stops) = TaskProgress::start(f.task.clone(), Unwritten::default(), true);
+    progress.report_all(&[report("s0", "started")], &saga).await;
+    let step = f.step_of(&A_STEP);
+    assert!(progress.written(&[pause()], &saga, &step).await.is_err());
+    assert_eq!(f.stored().await.status.state, TaskState::Working);
+    assert!(
+        f.entries().await.is_empty(),
+        "nothing of the step is written"
+    );
+    assert_eq!(*stops.borrow(), 0);
+    assert!(waiting.try_recv().is_err(), "nothing announced");
+    progress.written(&[pause()], &saga, &step).await.unwrap();
+    let task = f.stored().await;
+    assert_eq!(task.status.state, TaskState::InputRequired);
+    assert_eq!(history(&task).len(), 2, "{:?}", history(&task));
+    assert_eq!(f.entries().await, A_STEP);
+    assert_eq!(*stops.borrow(), 1);
+}
+
+#[tokio::test]
+async fn a_resumed_saga_s_next_write_carries_what_its_task_lacked() {
+    let f = Beside::new(0, "progress-resumed-test").await;
+    let saga = supplier();
+    let lacked = agent_host::agent_message("s0: succeeded", None);
+    let unwritten = Unwritten::behind(
+        TaskState::Working,
+        vec![(TaskState::Working, Some(lacked))],
+        vec![("sagaId".into(), json!("sg"))],
+    );
+    let (progress, _stops) = TaskProgress::start(f.task.clone(), unwritten, true);
+    progress
+        .written(&[pause()], &saga, &f.step_of(&A_STEP))
+        .await
+        .unwrap();
+    let task = f.stored().await;
+    assert_eq!(task.status.state, TaskState::InputRequired);
+    assert_eq!(history(&task)[0], "s0: succeeded");
+    assert_eq!(history(&task).len(), 2);
+    assert_eq!(task.metadata.unwrap()["sagaId"], json!("sg"));
+}
 
 #[tokio::test]
 async fn the_end_carries_what_waits_and_is_one_write_with_the_saga_s_last_entries_and_mark() {
     use crate::journal::SagaLog;
     let f = Beside::new(0, "progress-end-test").await;
     let saga = supplier();
-    let (progress, stops) =
-        TaskProgress::start(f.task.clone(), vec![("sagaId".into(), json!("sg"))], true);
+    let metadata = Unwritten::metadata(vec![("sagaId".into(), json!("sg"))]);
+    let (progress, stops) = TaskProgress::start(f.task.clone(), metadata, true);
     progress.report_all(&[report("s0", "started")], &saga).await;
     let commits = sagaplane_storage::sqlite::commits("progress-end-test");
     progress
-        .end(&[finish(Ending::Completed)], &saga, &f.end_of(&LAST_STEP))
+        .written(&[finish(Ending::Completed)], &saga, &f.end_of(&LAST_STEP))
         .await
         .unwrap();
     assert_eq!(
@@ -408,15 +516,15 @@ async fn the_end_carries_what_waits_and_is_one_write_with_the_saga_s_last_entrie
 async fn an_end_whose_write_failed_is_written_again_whole_and_once() {
     let f = Beside::new(1, "progress-failed-end-test").await;
     let saga = supplier();
-    let (progress, stops) = TaskProgress::start(f.task.clone(), Vec::new(), true);
+    let (progress, stops) = TaskProgress::start(f.task.clone(), Unwritten::default(), true);
     progress.report_all(&[report("s0", "started")], &saga).await;
     let end = f.end_of(&LAST_STEP);
     let shown = [finish(Ending::Compensated)];
-    assert!(progress.end(&shown, &saga, &end).await.is_err());
+    assert!(progress.written(&shown, &saga, &end).await.is_err());
     assert_eq!(f.stored().await.status.state, TaskState::Working);
     assert!(!f.finished().await, "nothing of a failed end is written");
     assert_eq!(*stops.borrow(), 0);
-    progress.end(&shown, &saga, &end).await.unwrap();
+    progress.written(&shown, &saga, &end).await.unwrap();
     let task = f.stored().await;
     assert_eq!(task.status.state, TaskState::Failed);
     assert_eq!(history(&task), ["s0: started", "the end"]);
@@ -430,9 +538,9 @@ async fn an_end_on_a_task_that_ended_already_is_journaled_and_marked_alone() {
     let f = Beside::new(0, "progress-ended-task-test").await;
     let saga = supplier();
     f.task.set_status(TaskState::Completed, None).await.unwrap();
-    let (progress, _stops) = TaskProgress::start(f.task.clone(), Vec::new(), true);
+    let (progress, _stops) = TaskProgress::start(f.task.clone(), Unwritten::default(), true);
     progress
-        .end(&[finish(Ending::Completed)], &saga, &f.end_of(&[]))
+        .written(&[finish(Ending::Completed)], &saga, &f.end_of(&[]))
         .await
         .unwrap();
     assert!(f.finished().await);
@@ -446,15 +554,16 @@ async fn a_subscriber_hears_each_status_once_though_writes_carry_what_was_announ
     let f = Beside::new(0, "progress-heard-once-test").await;
     let mut events = f.tasks.subscribe(f.task.id()).unwrap();
     let saga = supplier();
-    let (progress, _stops) = TaskProgress::start(f.task.clone(), Vec::new(), true);
+    let (progress, _stops) = TaskProgress::start(f.task.clone(), Unwritten::default(), true);
     progress.report_all(&[report("s0", "started")], &saga).await;
-    progress.report_all(&[pause()], &saga).await;
-    progress.report_all(&[report("s4", "started")], &saga).await;
+    for shown in [pause(), report("s4", "started"), report("s4", "succeeded")] {
+        progress
+            .written(&[shown], &saga, &f.step_of(&A_STEP))
+            .await
+            .unwrap();
+    }
     progress
-        .report_all(&[report("s4", "succeeded")], &saga)
-        .await;
-    progress
-        .end(&[finish(Ending::Completed)], &saga, &f.end_of(&LAST_STEP))
+        .written(&[finish(Ending::Completed)], &saga, &f.end_of(&LAST_STEP))
         .await
         .unwrap();
     let mut heard = Vec::new();

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::driver::Reporter;
 use crate::journal::JOURNAL_FORMAT;
-use crate::progress::TaskProgress;
+use crate::progress::{TaskProgress, Unwritten};
 use crate::saga::tests::supplier;
 use crate::saga::{CallOutcome, FailureClass, Invocation, Target, Timer};
 
@@ -97,8 +97,11 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
     let header = header(&saga);
     let tasks = TaskManager::new(std::sync::Arc::new(MemoryTaskStore::new()));
     let task = tasks.create(created(&header)).await.unwrap();
-    let (reporter, mut stops_written) =
-        TaskProgress::start(task.clone(), saga_metadata(&header), false);
+    let (reporter, mut stops_written) = TaskProgress::start(
+        task.clone(),
+        Unwritten::metadata(saga_metadata(&header)),
+        false,
+    );
     let mut journal = Vec::new();
     let mut answers = script.answers.iter().copied();
     let mut last = Outcome::Succeeds;

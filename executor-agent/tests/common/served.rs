@@ -187,15 +187,59 @@ pub async fn send(
     bearer: Option<String>,
     plan: Value,
 ) -> agent_host::Result<Task> {
+    send_on(served, bearer, plan, None).await
+}
+
+/// Sends `data` with `bearer`, on task `task_id` when given; the task it answers with.
+async fn send_on(
+    served: &Served,
+    bearer: Option<String>,
+    data: Value,
+    task_id: Option<&str>,
+) -> agent_host::Result<Task> {
     let call = OutboundCall {
         bearer,
         ..OutboundCall::default()
     };
     let client = AgentClient::new(&served.url).unwrap();
-    match client.send(&call, &data_message(plan, None)).await? {
+    match client.send(&call, &data_message(data, task_id)).await? {
         SendMessageResponse::Task(task) => Ok(task),
         other => panic!("expected a task, got {other:?}"),
     }
+}
+
+/// Sends `data` on task `id` with `bearer`; the refusal, or the task.
+pub async fn answer(
+    served: &Served,
+    bearer: Option<String>,
+    id: &str,
+    data: Value,
+) -> Result<Task, agent_host::sdk::A2AError> {
+    match send_on(served, bearer, data, Some(id)).await {
+        Ok(task) => Ok(task),
+        Err(agent_host::Error::Protocol(e)) => Err(e),
+        Err(other) => panic!("expected an A2A answer, got {other:?}"),
+    }
+}
+
+/// What the paused task shows it waits for approval of.
+pub fn awaiting(task: &Task) -> Value {
+    executor_agent::answers::awaiting_approval(task)
+        .cloned()
+        .expect("the task's status carries what it waits for approval of")
+}
+
+/// An approval of what `task` waits for, expiring at `expires_at`.
+pub fn approval(task: &Task, expires_at: chrono::DateTime<chrono::Utc>) -> Value {
+    let shown = awaiting(task);
+    json!({"resolution": "approve", "approval": {
+        "sagaId": shown["sagaId"], "stepId": shown["stepId"], "argsSha256": shown["argsSha256"],
+        "expiresAt": expires_at.to_rfc3339(),
+    }})
+}
+
+pub fn in_five_minutes() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now() + chrono::Duration::minutes(5)
 }
 
 /// The reason of a request refused as unauthenticated (HTTP 401).

@@ -21,6 +21,23 @@ pub(super) const APPEND: &str = "WITH r AS (
      )
      SELECT n FROM fenced";
 
+/// An append with its task's write, in one statement, all of it or none: under the fence
+/// of the saga's row (saga `$1`, epoch `$2`, owner `$3`), task `$5` at version `$11`
+/// written with the columns of the task store's row (`$6`-`$10`), and the entries `$4`
+/// only if both held. Answers whether the fence held and whether it wrote.
+pub(super) const APPEND_WITH_TASK: &str = "WITH fence AS (
+         SELECT saga_id FROM sagas WHERE saga_id = $1 AND epoch = $2 AND owner = $3
+         FOR KEY SHARE
+     ), task AS (
+         UPDATE tasks SET context_id = $6, state = $7, owner = $8, updated_ms = $9,
+                          body = $10, version = tasks.version + 1
+         WHERE id = $5 AND version = $11 AND EXISTS (SELECT 1 FROM fence)
+         RETURNING 1
+     ), written AS (
+         INSERT INTO entries (saga_id, body) SELECT $1::TEXT, $4::TEXT FROM task
+     )
+     SELECT EXISTS (SELECT 1 FROM fence), EXISTS (SELECT 1 FROM task)";
+
 /// The mandate's row, the first time a plan under it is accepted. An existing row is
 /// seen without waiting for a transaction that holds it (`ON CONFLICT` alone would wait).
 pub(super) const MANDATE_IF_NEW: &str = "INSERT INTO mandates
