@@ -87,10 +87,11 @@ pub enum Reply {
     /// Work on a task (new, or the one the message continues); `Agent::run` follows.
     Task,
     /// Work on the task the message continues, without recording the message on it
-    /// here: the agent has it recorded by the process that writes the task (another
-    /// replica), so that two processes never write the task at once. `Agent::run`
-    /// follows. For a message that starts a task, the same as `Task`.
-    Unrecorded,
+    /// here: the agent's run records it, with the write that takes it in (the executor:
+    /// the journal write of the saga's step that takes a person's answer, by whichever
+    /// replica drives the saga). `Agent::run` follows. For a message that starts a task,
+    /// the same as `Task`.
+    RecordedByRun,
     /// Work on a new task that `Agent::run` creates with its first durable write: a
     /// write of the agent's own that carries it (`TaskHandle::create_written_by`), or
     /// any change of the task. The request is answered once the task exists; a run

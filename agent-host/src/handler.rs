@@ -92,7 +92,7 @@ impl<A: Agent> HostHandler<A> {
                 return self.existing(&ctx.caller, &task_id, watch).await;
             }
             Reply::Task | Reply::CreatedByRun => true,
-            Reply::Unrecorded => false,
+            Reply::RecordedByRun => false,
         };
         // A task the agent's run creates: how the request hears that it was stored.
         let mut prepared = None;

@@ -378,11 +378,11 @@ impl Agent for ExecutorAgent {
         if let Some(task) = task {
             self.decider(ctx, message, task)?;
             let handle = self.tasks.handle(&task.id, &task.context_id);
+            // The answer's message joins the task in the saga's journal write that takes
+            // it, by the saga's driver (`run`; forwarded to the replica that drives it).
             return match self.driven(&handle).await? {
-                Driven::Here(..) => Ok(Reply::Task),
-                // Forwarded to the replica that drives it (`run`), which records the
-                // answer on the task: one process writes a task at a time.
-                Driven::Elsewhere if self.forwards() => Ok(Reply::Unrecorded),
+                Driven::Here(..) => Ok(Reply::RecordedByRun),
+                Driven::Elsewhere if self.forwards() => Ok(Reply::RecordedByRun),
                 _ => Err(A2AError::internal(format!(
                     "task {}: {NOT_DRIVEN_HERE}; the answer was not given to it",
                     task.id
@@ -429,11 +429,15 @@ impl Agent for ExecutorAgent {
                 approval: answer.approval,
                 message_id: Some(message.message_id.clone()),
             };
-            self.record_if_driven_here(&task, &message).await;
             // `accept` refused an answer for a saga not driven here, unless another
             // replica drives it; one that ended since shows its end.
             if !self
-                .resolve_here(task.id(), answer.resolution, decider.clone())
+                .resolve_here(
+                    task.id(),
+                    answer.resolution,
+                    decider.clone(),
+                    message.clone(),
+                )
                 .await
                 && self.forwards()
             {

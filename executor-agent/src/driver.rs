@@ -74,6 +74,9 @@ pub struct StepWrite<'a> {
     pub(crate) entries: &'a [Entry],
     /// How the saga ended, for the step that ended it.
     pub(crate) ending: Option<Ending>,
+    /// The message of the person's answer the step took, as it came: it joins the
+    /// saga's task with the step (`Reporter::written`).
+    pub(crate) answer: Option<&'a agent_host::sdk::Message>,
 }
 
 impl StepWrite<'_> {
@@ -103,8 +106,13 @@ impl StepWrite<'_> {
 /// Requests from outside the saga: a person's answer, or a cancel.
 #[derive(Debug)]
 pub enum Control {
-    /// A person's answer, and who gave it (for an approval, what it approves).
-    Resolve(Resolution, Option<Decider>),
+    /// A person's answer, who gave it (for an approval, what it approves), and the A2A
+    /// message it came in, which the saga's task shows once the answer is journaled.
+    Resolve {
+        resolution: Resolution,
+        decider: Option<Decider>,
+        message: Option<Box<agent_host::sdk::Message>>,
+    },
     /// Answered with `Err(reason)` when the saga can no longer be canceled.
     Cancel(oneshot::Sender<std::result::Result<(), String>>),
     /// The principal revoked the saga's mandate. Answered once the saga's journal holds
@@ -251,7 +259,7 @@ impl Driver {
             Start::Accepted(_) => {}
             Start::Begun(commands, _) if ends(&commands) => {
                 let shown = ctx.shown(commands);
-                return ctx.end(&saga, &[], &shown, reporter.as_ref()).await;
+                return ctx.end(&saga, &[], &shown, None, reporter.as_ref()).await;
             }
             Start::Begun(commands, _) => {
                 // Journaled by the begin, which created the task.
@@ -268,7 +276,7 @@ impl Driver {
                 // end. Its end is shown, and marked, now.
                 let shown: Vec<Command> = recovered.last_shown.into_iter().collect();
                 return ctx
-                    .end(&recovered.saga, &[], &shown, reporter.as_ref())
+                    .end(&recovered.saga, &[], &shown, None, reporter.as_ref())
                     .await;
             }
             Start::Resumed(recovered, _) => {
@@ -291,6 +299,8 @@ impl Driver {
         let mut pending_cancel: Option<oneshot::Sender<std::result::Result<(), String>>> = None;
         let mut pending_revocation: Option<oneshot::Sender<MandateEndEffect>> = None;
         let mut stopping = false;
+        // The message of the answer the step being taken took.
+        let mut answer: Option<Box<agent_host::sdk::Message>> = None;
         // One wait for the whole saga: the token is shared by every saga, and a wait made
         // anew at each step would take its lock twice per step.
         let stop = stop.cancelled_owned();
@@ -328,11 +338,14 @@ impl Driver {
                     }
                 },
                 Some(request) = control.recv(), if !stopping => match request {
-                    Control::Resolve(resolution, decider) => Event::Resolve {
-                        resolution,
-                        now_ms: now_ms(),
-                        decider,
-                    },
+                    Control::Resolve { resolution, decider, message } => {
+                        answer = message;
+                        Event::Resolve {
+                            resolution,
+                            now_ms: now_ms(),
+                            decider,
+                        }
+                    }
                     Control::Cancel(reply) => {
                         pending_cancel = Some(reply);
                         Event::Cancel { now_ms: now_ms() }
@@ -360,6 +373,7 @@ impl Driver {
                 }
             }
             let is_cancel = matches!(event, Event::Cancel { .. });
+            let answered = answer.take();
             if let Event::Result {
                 target, attempt, ..
             } = &event
@@ -376,7 +390,15 @@ impl Driver {
                 let refused = refusal(&commands);
                 let entries = entries_of(event, &commands);
                 let shown = ctx.shown(commands);
-                let phase = ctx.end(&saga, &entries, &shown, reporter.as_ref()).await?;
+                let phase = ctx
+                    .end(
+                        &saga,
+                        &entries,
+                        &shown,
+                        answered.as_deref(),
+                        reporter.as_ref(),
+                    )
+                    .await?;
                 if is_cancel && let Some(reply) = pending_cancel.take() {
                     let _ = reply.send(refused.map_or(Ok(()), Err));
                 }
@@ -390,8 +412,15 @@ impl Driver {
                 // made, and recovery makes them; timers come back from the journal too.
                 // What people should see is shown with it.
                 let shown = ctx.shown(commands);
-                ctx.step(&saga, &[Entry::Event(event)], &shown, reporter.as_ref())
-                    .await?;
+                let entries = [Entry::Event(event)];
+                ctx.step(
+                    &saga,
+                    &entries,
+                    &shown,
+                    answered.as_deref(),
+                    reporter.as_ref(),
+                )
+                .await?;
                 if let Some(reply) = pending_revocation.take() {
                     let _ = reply.send(saga.mandate_end_effect());
                 }
@@ -401,7 +430,14 @@ impl Driver {
             let refused = refusal(&commands);
             let (shown, acts): (Vec<Command>, Vec<Command>) =
                 commands.into_iter().partition(Command::is_shown);
-            ctx.step(&saga, &entries, &shown, reporter.as_ref()).await?;
+            ctx.step(
+                &saga,
+                &entries,
+                &shown,
+                answered.as_deref(),
+                reporter.as_ref(),
+            )
+            .await?;
             if is_cancel && let Some(reply) = pending_cancel.take() {
                 let _ = reply.send(refused.map_or(Ok(()), Err));
             }
@@ -464,6 +500,7 @@ impl Ctx {
         saga: &Saga,
         entries: &[Entry],
         shown: &[Command],
+        answer: Option<&agent_host::sdk::Message>,
         reporter: &dyn Reporter,
     ) -> Result<()> {
         let write = StepWrite {
@@ -472,6 +509,7 @@ impl Ctx {
             epoch: self.epoch,
             entries,
             ending: None,
+            answer,
         };
         self.retrying(|| reporter.written(shown, saga, &write))
             .await
@@ -484,9 +522,11 @@ impl Ctx {
         saga: &Saga,
         entries: &[Entry],
         shown: &[Command],
+        answer: Option<&agent_host::sdk::Message>,
         reporter: &dyn Reporter,
     ) -> Result<Phase> {
         let end = StepWrite {
+            answer,
             journal: self.journal.as_ref(),
             saga_id: &self.saga_id,
             epoch: self.epoch,

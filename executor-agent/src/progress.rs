@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex};
 
 use agent_host::TaskHandle;
-use agent_host::sdk::{Message, Task, TaskState};
+use agent_host::sdk::{Artifact, Message, Task, TaskState};
 use agent_host::tasks::put_artifact;
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -21,7 +21,7 @@ use crate::driver::{Reporter, StepWrite};
 use crate::error::{Error, Result};
 use crate::saga::{Command, Saga};
 use crate::sync;
-use crate::task_view::{ledger_artifact, shown_statuses, unwound};
+use crate::task_view::{Shown, ledger_artifact, shown_statuses, unwound};
 
 /// Statuses to show, each a state and its message.
 type Statuses = Vec<(TaskState, Option<Message>)>;
@@ -33,8 +33,9 @@ type Members = Vec<(String, Value)>;
 pub struct Unwritten {
     /// The state the stored task shows; `None` until it is read, at the first report.
     stored: Option<TaskState>,
-    /// The statuses shown since the task was last written, in order.
-    statuses: Statuses,
+    /// What was shown since the task was last written, in order: statuses (announced
+    /// already) and people's answers.
+    shown: Vec<Shown>,
     /// Members of the task's metadata to set with the next write (the saga's id;
     /// `outcome` when the saga ended other than completed).
     metadata: Members,
@@ -49,13 +50,45 @@ impl Unwritten {
         }
     }
 
-    /// A resumed saga's task, whose row shows `stored` and lacks `statuses` and the
-    /// members `metadata` of what its journal shows: the next write carries them.
-    pub fn behind(stored: TaskState, statuses: Statuses, metadata: Members) -> Self {
+    /// A resumed saga's task, whose row shows `stored` and lacks `shown` and the members
+    /// `metadata` of what its journal shows: the next write carries them.
+    pub fn behind(stored: TaskState, shown: Vec<Shown>, metadata: Members) -> Self {
         Self {
             stored: Some(stored),
-            statuses,
+            shown,
             metadata,
+        }
+    }
+
+    /// Writes what `task` lacks on it now, with the saga's `ledger`: for a row that shows
+    /// another state than its journal (left so by an earlier release, which wrote a
+    /// pause after journaling it), since listings filter by it. What is still unwritten:
+    /// nothing, or all of it when the write failed.
+    pub async fn write_now(self, task: &TaskHandle, ledger: Option<Artifact>) -> Self {
+        let (history, statuses, _) = assemble(task, &self.shown, 0);
+        let Some((state, _)) = statuses.last() else {
+            return self;
+        };
+        let state = state.clone();
+        let metadata = self.metadata.clone();
+        let written = task
+            .change_with_statuses(
+                |task| {
+                    task.history.get_or_insert_with(Vec::new).extend(history);
+                    let members = task.metadata.get_or_insert_with(Default::default);
+                    members.extend(metadata);
+                    Ok(ledger.map(|ledger| put_artifact(task, ledger)))
+                },
+                statuses,
+                0,
+            )
+            .await;
+        match written {
+            Ok(()) => Self::behind(state, Vec::new(), Vec::new()),
+            Err(e) => {
+                tracing::warn!(task = task.id(), error = %e, "cannot show on the resumed saga's task what its journal holds");
+                self
+            }
         }
     }
 }
@@ -107,19 +140,19 @@ impl TaskProgress {
     }
 
     /// Everything unwritten, taken out.
-    fn take(&self) -> (Statuses, Members) {
+    fn take(&self) -> (Vec<Shown>, Members) {
         let mut unwritten = sync::lock(&self.unwritten);
         (
-            std::mem::take(&mut unwritten.statuses),
+            std::mem::take(&mut unwritten.shown),
             std::mem::take(&mut unwritten.metadata),
         )
     }
 
     /// What failed to be written waits for the next write, before what came since.
-    fn put_back(&self, statuses: Statuses, metadata: Members) {
+    fn put_back(&self, shown: Vec<Shown>, metadata: Members) {
         let mut unwritten = sync::lock(&self.unwritten);
-        let newer = std::mem::replace(&mut unwritten.statuses, statuses);
-        unwritten.statuses.extend(newer);
+        let newer = std::mem::replace(&mut unwritten.shown, shown);
+        unwritten.shown.extend(newer);
         let newer = std::mem::replace(&mut unwritten.metadata, metadata);
         unwritten.metadata.extend(newer);
     }
@@ -135,17 +168,65 @@ impl TaskProgress {
     }
 }
 
-/// What a write changes on the task besides its statuses: its metadata, and the ledger
-/// as the saga stands.
+/// What a write changes on the task besides its statuses: the messages that join its
+/// history first, its metadata, and the ledger as the saga stands.
 fn change_of<'a>(
+    history: Vec<Message>,
     metadata: &'a [(String, Value)],
     saga: &'a Saga,
 ) -> impl FnOnce(&mut Task) -> Result<Option<String>, String> + 'a {
     move |task: &mut Task| {
+        task.history.get_or_insert_with(Vec::new).extend(history);
         let members = task.metadata.get_or_insert_with(Default::default);
         members.extend(metadata.iter().cloned());
         Ok(Some(put_artifact(task, ledger_artifact(saga.ledger()))))
     }
+}
+
+/// One write of what the task lacks (`shown`, of which the first `announced` were
+/// announced): the messages up to the last answer join the history as they are (their
+/// statuses were announced; an answer has no event), and the statuses after it are the
+/// write's, of which the first `.2` were announced.
+fn assemble(
+    task: &TaskHandle,
+    shown: &[Shown],
+    announced: usize,
+) -> (Vec<Message>, Statuses, usize) {
+    let split = shown
+        .iter()
+        .rposition(|s| matches!(s, Shown::Answer(_)))
+        .map_or(0, |last| last + 1);
+    let history = shown[..split]
+        .iter()
+        .filter_map(|s| match s {
+            Shown::Answer(message) => Some(message.clone()),
+            Shown::Status(_, message) => message.clone().map(|mut m| {
+                m.task_id = Some(task.id().to_owned());
+                m.context_id = Some(task.context_id().to_owned());
+                m
+            }),
+        })
+        .collect();
+    let statuses = shown[split..]
+        .iter()
+        .filter_map(|s| match s {
+            Shown::Status(state, message) => Some((state.clone(), message.clone())),
+            Shown::Answer(_) => None,
+        })
+        .collect();
+    (history, statuses, announced.saturating_sub(split))
+}
+
+/// How a write of the task is made durable.
+#[derive(Clone, Copy)]
+enum Durable<'a> {
+    /// In the journal write of its step (the task store keeps its tables in the
+    /// journal's database).
+    CarriedBy(&'a StepWrite<'a>),
+    /// After the journal write of its step (a benchmark's tasks in memory).
+    After(&'a StepWrite<'a>),
+    /// Alone: its step was journaled already (a new saga's first step, by its begin).
+    Alone,
 }
 
 impl TaskProgress {
@@ -159,67 +240,96 @@ impl TaskProgress {
             || self.stored_state().await.as_ref() != Some(last)
     }
 
-    /// Statuses shown without a write: announced, and kept for the next write.
-    fn announce(&self, shown: &[Command], saga: &Saga, statuses: Statuses) {
+    /// A step shown without a write: its statuses announced, and kept for the next write
+    /// after its answer, if it took one.
+    fn announce(
+        &self,
+        shown: &[Command],
+        saga: &Saga,
+        answer: Option<&Message>,
+        statuses: Statuses,
+    ) {
         log_stops(shown, saga, self.task.id());
-        self.task
-            .announce(|| Some(ledger_artifact(saga.ledger())), &statuses);
-        sync::lock(&self.unwritten).statuses.extend(statuses);
+        if !statuses.is_empty() {
+            self.task
+                .announce(|| Some(ledger_artifact(saga.ledger())), &statuses);
+        }
+        let mut unwritten = sync::lock(&self.unwritten);
+        unwritten.shown.extend(answer.cloned().map(Shown::Answer));
+        unwritten.shown.extend(
+            statuses
+                .into_iter()
+                .map(|(state, m)| Shown::Status(state, m)),
+        );
     }
 
-    /// Writes on the task what waited and `statuses` (of `shown`), with the ledger and
-    /// the metadata waiting, in `write`, the durable write of the step that showed them
-    /// (`carried`), or after it. An error is the step's write failing: nothing was
-    /// written, and what waited waits again.
+    /// Writes on the task what waited, the step's answer and `statuses` (of `shown`),
+    /// with the ledger and the metadata waiting, as `durable` says. An error is the
+    /// step's journal write failing: nothing was written, and what waited waits again. A
+    /// task's write that fails after its step was journaled is announced instead, and
+    /// the next write carries it.
     async fn write_with(
         &self,
         shown: &[Command],
         saga: &Saga,
+        answer: Option<&Message>,
         statuses: Statuses,
-        write: &StepWrite<'_>,
+        durable: Durable<'_>,
     ) -> Result<()> {
         let last = statuses.last().map(|(state, _)| state.clone());
         let (mut all, mut metadata) = self.take();
-        // What waited, should the write fail; it was announced when it was shown.
+        // What waited, should the write fail; its statuses were announced when shown.
         let waited = (all.len(), metadata.len());
-        all.extend(statuses);
+        all.extend(answer.cloned().map(Shown::Answer));
+        all.extend(
+            statuses
+                .into_iter()
+                .map(|(state, m)| Shown::Status(state, m)),
+        );
         if unwound(shown) {
             metadata.push(("outcome".to_owned(), json!("compensated")));
         }
-        let written = if self.carried {
-            self.task
-                .change_written_by(
-                    change_of(&metadata, saga),
-                    all.clone(),
-                    waited.0,
-                    |task| async move { write.write(Some(&task)).await },
-                )
-                .await
-        } else {
-            write.write(None).await?;
-            let shown_too = self
-                .task
-                .change_with_statuses(change_of(&metadata, saga), all.clone(), waited.0)
-                .await;
-            if let Err(e) = shown_too {
-                // The journal holds them, and every read shows them: they are announced,
-                // and go with the next write.
-                tracing::warn!(task = self.task.id(), error = %e, "cannot write the saga's task yet; its next write carries what it lacks");
+        let (history, to_write, announced) = assemble(&self.task, &all, waited.0);
+        let change = change_of(history, &metadata, saga);
+        let written = match durable {
+            Durable::CarriedBy(write) => {
                 self.task
-                    .announce(|| Some(ledger_artifact(saga.ledger())), &all[waited.0..]);
-                self.put_back(all, metadata);
-                return Ok(());
+                    .change_written_by(change, to_write, announced, |task| async move {
+                        write.write(Some(&task)).await
+                    })
+                    .await
             }
-            Ok(())
+            Durable::After(_) | Durable::Alone => {
+                if let Durable::After(write) = durable {
+                    write.write(None).await?;
+                }
+                let shown_too = self
+                    .task
+                    .change_with_statuses(change, to_write.clone(), announced)
+                    .await;
+                if let Err(e) = shown_too {
+                    // The journal holds them, and every read shows them: they are
+                    // announced, and go with the next write.
+                    tracing::warn!(task = self.task.id(), error = %e, "cannot write the saga's task yet; its next write carries what it lacks");
+                    self.task.announce(
+                        || Some(ledger_artifact(saga.ledger())),
+                        &to_write[announced..],
+                    );
+                    self.put_back(all, metadata);
+                    self.stopped(shown);
+                    return Ok(());
+                }
+                Ok(())
+            }
         };
-        let written = match written {
+        let written = match (written, durable) {
             // The task cannot take it (it ended already: shown before the saga was
             // marked finished, by a release that marked it in a write of its own).
-            Err(Error::Storage(agent_host::Error::Protocol(why))) => {
+            (Err(Error::Storage(agent_host::Error::Protocol(why))), Durable::CarriedBy(write)) => {
                 tracing::debug!(task = self.task.id(), error = %why.message, "the task has ended already");
                 write.write(None).await
             }
-            other => other,
+            (other, _) => other,
         };
         if let Err(e) = written {
             // Tried again with the same step: what waited goes back.
@@ -248,49 +358,34 @@ impl Reporter for TaskProgress {
     async fn report_all(&self, shown: &[Command], saga: &Saga) {
         let statuses = shown_statuses(self.task.id(), shown, saga);
         if !self.changes_state(shown, &statuses).await {
-            if !statuses.is_empty() {
-                self.announce(shown, saga, statuses);
-            }
+            self.announce(shown, saga, None, statuses);
             return;
         }
-        log_stops(shown, saga, self.task.id());
-        let (mut all, mut metadata) = self.take();
-        let announced = all.len();
-        all.extend(statuses);
-        if unwound(shown) {
-            metadata.push(("outcome".to_owned(), json!("compensated")));
-        }
-        let written = self
-            .task
-            .change_with_statuses(change_of(&metadata, saga), all.clone(), announced)
+        // Alone, a failed write is announced and kept: this cannot fail.
+        let _ = self
+            .write_with(shown, saga, None, statuses, Durable::Alone)
             .await;
-        match written {
-            Ok(()) => {
-                sync::lock(&self.unwritten).stored = all.last().map(|(state, _)| state.clone());
-            }
-            Err(e) => {
-                tracing::warn!(task = self.task.id(), error = %e, "cannot write the saga's task yet; its next write carries what it lacks");
-                self.task
-                    .announce(|| Some(ledger_artifact(saga.ledger())), &all[announced..]);
-                self.put_back(all, metadata);
-            }
-        }
-        self.stopped(shown);
     }
 
     /// A step, and what it shows: announced after its journal write when the task's state
     /// stays, carried by that write when it changes (a pause, going on, the end), so the
     /// task shows a state exactly when the journal holds it; the end's write also marks
-    /// the saga finished.
+    /// the saga finished. A person's answer the step took joins the task's history with
+    /// the step's write that changes the state, or the next one.
     async fn written(&self, shown: &[Command], saga: &Saga, write: &StepWrite<'_>) -> Result<()> {
         let statuses = shown_statuses(self.task.id(), shown, saga);
         if write.ends() || self.changes_state(shown, &statuses).await {
-            return self.write_with(shown, saga, statuses, write).await;
+            let durable = if self.carried {
+                Durable::CarriedBy(write)
+            } else {
+                Durable::After(write)
+            };
+            return self
+                .write_with(shown, saga, write.answer, statuses, durable)
+                .await;
         }
         write.write(None).await?;
-        if !statuses.is_empty() {
-            self.announce(shown, saga, statuses);
-        }
+        self.announce(shown, saga, write.answer, statuses);
         Ok(())
     }
 }

@@ -145,14 +145,22 @@ pub fn saga_task(snapshot: &Task, header: &SagaHeader, entries: &[Entry]) -> Res
     Ok(view(snapshot, header, entries)?.task)
 }
 
-/// A saga's task as its journal shows it, and the statuses it shows that the snapshot it
-/// was derived from lacked, in order.
-pub struct View {
-    pub task: Task,
-    pub added: Vec<(TaskState, Option<Message>)>,
+/// What a saga shows on its task's history, in order: a status the engine showed, or a
+/// person's answer (as it came, or as the journal holds it).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shown {
+    Status(TaskState, Option<Message>),
+    Answer(Message),
 }
 
-/// `saga_task`, with the statuses it added to `snapshot`.
+/// A saga's task as its journal shows it, and what it shows that the snapshot it was
+/// derived from lacked, in order.
+pub struct View {
+    pub task: Task,
+    pub added: Vec<Shown>,
+}
+
+/// `saga_task`, with what it added to `snapshot`.
 pub fn view(snapshot: &Task, header: &SagaHeader, entries: &[Entry]) -> Result<View> {
     let mut task = snapshot.clone();
     let mut added = Vec::new();
@@ -190,7 +198,8 @@ pub fn view(snapshot: &Task, header: &SagaHeader, entries: &[Entry]) -> Result<V
                 .unwrap_or_else(|| message_id(&header.task_id, index, "answer", 0));
             message.task_id = Some(header.task_id.clone());
             if !shown.contains(&message.message_id) {
-                history.push(message);
+                history.push(message.clone());
+                added.push(Shown::Answer(message));
             }
         }
         let at = DateTime::from_timestamp_millis(event.now_ms());
@@ -209,7 +218,7 @@ pub fn view(snapshot: &Task, header: &SagaHeader, entries: &[Entry]) -> Result<V
                 .is_some_and(|m| !shown.contains(&m.message_id))
             {
                 history.extend(message.clone());
-                added.push((state.clone(), message.clone()));
+                added.push(Shown::Status(state.clone(), message.clone()));
             }
             status = Some(TaskStatus {
                 state,

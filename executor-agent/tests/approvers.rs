@@ -119,15 +119,31 @@ async fn a_planners_resolution_is_refused_and_the_saga_does_not_move() {
 
     // The approver's answer moves it: the review runs with the arguments shown, and the
     // ledger says who approved which arguments.
-    let done = answer(
-        &served,
-        approver_jwt(&served),
-        &task.id,
-        approval(&task, in_five_minutes()),
-    )
-    .await
-    .unwrap();
+    let approved = approval(&task, in_five_minutes());
+    let done = answer(&served, approver_jwt(&served), &task.id, approved.clone())
+        .await
+        .unwrap();
     assert_eq!(done.status.state, TaskState::Completed, "{:?}", done.status);
+    // On the task's history once, as it came, right after the pause it answered; none of
+    // the refused answers is.
+    let history = done.history.clone().unwrap_or_default();
+    let answers: Vec<usize> = history
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.role == agent_host::sdk::Role::User)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(answers.len(), 2, "the plan and the approval: {history:?}");
+    let recorded = &history[answers[1]];
+    assert_eq!(
+        recorded.parts[0].content,
+        agent_host::sdk::PartContent::Data(approved),
+    );
+    assert_eq!(
+        history[answers[1] - 1].message_id,
+        task.status.message.as_ref().unwrap().message_id,
+        "after the pause"
+    );
     let sent = served.logs["compliance-registry"].lock().unwrap().results["sg_planner_answers:s0r"]
         .0
         .clone();

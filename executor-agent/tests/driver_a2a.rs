@@ -311,10 +311,11 @@ async fn a_declined_capture_unwinds_and_a_hanging_email_escalates() {
     assert!(refused.await.unwrap().is_err(), "no cancel past the pivot");
     stopped
         .control
-        .send(Control::Resolve(
-            executor_agent::saga::Resolution::ResolvedManually,
-            None,
-        ))
+        .send(Control::Resolve {
+            resolution: executor_agent::saga::Resolution::ResolvedManually,
+            decider: None,
+            message: None,
+        })
         .await
         .unwrap();
     assert!(matches!(

@@ -49,7 +49,7 @@ async fn a_pause_and_going_on_after_it_each_ride_their_step_s_append() {
     .await
     .unwrap();
     assert_eq!(done.status.state, TaskState::Completed, "{:?}", done.status);
-    // The answer's message on the task; the answer with the review's intent, which writes
-    // the task WORKING again; five appends; the end.
-    assert_eq!(commits(STATE_FILE_NAME) - before, 2 + 1 + 1 + 5 + 1);
+    // The answer with the review's intent, which writes the task WORKING again with the
+    // answer's message; five appends; the end.
+    assert_eq!(commits(STATE_FILE_NAME) - before, 2 + 1 + 5 + 1);
 }

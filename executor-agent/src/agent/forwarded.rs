@@ -133,8 +133,8 @@ impl Executor {
         }
     }
 
-    /// A forwarded answer: recorded on the task (as the replica that received it would
-    /// have), then given to the saga; `None` if it is not driven here.
+    /// A forwarded answer, given to the saga as if it was sent here; `None` if it is not
+    /// driven here (the replica driving it now gets the request).
     async fn resolve_forwarded(
         &self,
         task: &TaskHandle,
@@ -142,43 +142,32 @@ impl Executor {
         decider: Decider,
         message: Message,
     ) -> Option<Answer> {
-        self.live_control(task.id())?;
-        if let Err(e) = record_once(task, message).await {
-            return Some(Err(Refusal::from(e.into_a2a())));
-        }
-        // Recorded: if the saga stopped being driven here since, the answer is kept on
-        // the task, and the replica driving it now gets the request.
-        self.resolve_here(task.id(), resolution, decider)
+        self.resolve_here(task.id(), resolution, decider, message)
             .await
             .then_some(Ok(()))
     }
 
-    /// Records an answer that `accept` left unrecorded, for the replica driving its saga,
-    /// when that is this one now: it took the saga over between `accept` and `run`, and
-    /// no other replica will record it.
-    pub(super) async fn record_if_driven_here(&self, task: &TaskHandle, message: &Message) {
-        if self.live_control(task.id()).is_none() {
-            return;
-        }
-        if let Err(e) = record_once(task, message.clone()).await {
-            tracing::warn!(task = %task.id(), error = %e, "cannot record an answer on its task");
-        }
-    }
-
-    /// Gives a person's answer to the saga of `task_id` if it is driven here, and waits
-    /// for its next stop; whether it was driven here.
+    /// Gives a person's answer, which came in `message`, to the saga of `task_id` if it
+    /// is driven here, and waits for its next stop; whether it was driven here. The saga's
+    /// task shows the message once the saga journaled the answer, in the same write: its
+    /// driver is the one writer of its task, on whichever replica the answer came to.
     pub(super) async fn resolve_here(
         &self,
         task_id: &str,
         resolution: crate::saga::Resolution,
         decider: Decider,
+        message: Message,
     ) -> bool {
         let Some((control, mut stops)) = self.live_control(task_id) else {
             return false;
         };
         stops.borrow_and_update();
         if control
-            .send(Control::Resolve(resolution, Some(decider)))
+            .send(Control::Resolve {
+                resolution,
+                decider: Some(decider),
+                message: Some(Box::new(message)),
+            })
             .await
             .is_ok()
         {
@@ -248,20 +237,4 @@ impl Drop for ForgetOnDrop<'_> {
     fn drop(&mut self) {
         self.0.forget(self.1);
     }
-}
-
-/// Records `message` on `task` unless its history holds it already: recorded by the
-/// replica that received it, or by an earlier attempt at the same request. Only the
-/// replica driving the saga writes its task, so nothing records it in between.
-async fn record_once(task: &TaskHandle, message: Message) -> agent_host::Result<()> {
-    let shown = task.snapshot().await?;
-    let recorded = shown
-        .history
-        .iter()
-        .flatten()
-        .any(|earlier| earlier.message_id == message.message_id);
-    if !recorded {
-        task.record_message(message).await?;
-    }
-    Ok(())
 }

@@ -223,10 +223,10 @@ impl Executor {
     }
 }
 
-/// What a resumed saga's task lacks of what its journal shows: the statuses in order,
-/// and the members of the saga's metadata; the saga's next write carries them with its
-/// ledger. Each status is known by its message's id, so one the task shows already is not
-/// shown again. A row that shows another state than its journal (an earlier release wrote
+/// What a resumed saga's task lacks of what its journal shows: the statuses and people's
+/// answers in order, and the members of the saga's metadata; the saga's next write carries
+/// them with its ledger. Each is known by its message's id, so one the task shows already
+/// is not shown again. A row that shows another state than its journal (an earlier release wrote
 /// a pause after journaling it, and a crash came between) is written at once, since
 /// listings filter by it. A task that cannot be read now lacks the saga's metadata alone:
 /// every read shows the rest from the journal.
@@ -255,8 +255,9 @@ async fn behind(task: &TaskHandle, header: &SagaHeader, entries: &[Entry]) -> Un
         .filter(|(key, value)| stored.metadata.as_ref().and_then(|m| m.get(*key)) != Some(value))
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect();
+    let unwritten = Unwritten::behind(stored.status.state.clone(), view.added, metadata);
     if view.task.status.state == stored.status.state {
-        return Unwritten::behind(stored.status.state, view.added, metadata);
+        return unwritten;
     }
     let ledger = view
         .task
@@ -265,22 +266,5 @@ async fn behind(task: &TaskHandle, header: &SagaHeader, entries: &[Entry]) -> Un
         .flatten()
         .find(|a| a.artifact_id == crate::task_view::LEDGER)
         .cloned();
-    let written = task
-        .change_with_statuses(
-            |task| {
-                let members = task.metadata.get_or_insert_with(Default::default);
-                members.extend(metadata.clone());
-                Ok(ledger.map(|ledger| agent_host::tasks::put_artifact(task, ledger)))
-            },
-            view.added.clone(),
-            0,
-        )
-        .await;
-    match written {
-        Ok(()) => Unwritten::behind(view.task.status.state, Vec::new(), Vec::new()),
-        Err(e) => {
-            tracing::warn!(task = task.id(), error = %e, "cannot show on the resumed saga's task what its journal holds");
-            Unwritten::behind(stored.status.state, view.added, metadata)
-        }
-    }
+    unwritten.write_now(task, ledger).await
 }

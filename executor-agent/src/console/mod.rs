@@ -462,19 +462,15 @@ async fn answer(
         extensions: None,
         accepted: Default::default(),
     };
-    // The A2A path's steps, in its order: the agent checks the answer, the task records
-    // it, the agent gives it to the saga.
+    // The A2A path's steps, in its order: the agent checks the answer, then gives it to
+    // the saga, whose journal write that takes it records it on the task.
     let agent = ExecutorAgent(console.executor.clone());
-    let record = match agent.accept(&ctx, &message, Some(&task)).await {
-        Ok(Reply::Task) => true,
-        Ok(Reply::Unrecorded) => false,
+    match agent.accept(&ctx, &message, Some(&task)).await {
+        Ok(Reply::RecordedByRun) => {}
         Ok(_) => return refusal(StatusCode::CONFLICT, "the task took no answer"),
         Err(refused) => return refusal(StatusCode::UNPROCESSABLE_ENTITY, &refused.message),
-    };
-    let handle = console.executor.tasks().handle(&task.id, &task.context_id);
-    if record && let Err(e) = handle.record_message(message.clone()).await {
-        return unreadable(e.into());
     }
+    let handle = console.executor.tasks().handle(&task.id, &task.context_id);
     tracing::info!(task = %task.id, who = ?session.name, resolution = ?resolution, "an approver answered from the console");
     agent.run(ctx, handle.clone(), message).await;
     let state = match handle.snapshot().await {

@@ -17,7 +17,7 @@ use super::*;
 use crate::saga::Ending;
 use crate::saga::tests::supplier;
 use crate::saga::{Event, Saga};
-use crate::task_view::{LEDGER, status_message_id};
+use crate::task_view::{LEDGER, Shown, status_message_id};
 
 /// A memory store that counts its writes, and fails the next `failing` of them.
 #[derive(Default)]
@@ -372,6 +372,7 @@ impl Beside {
             epoch: 1,
             entries,
             ending: None,
+            answer: None,
         }
     }
 
@@ -468,7 +469,7 @@ async fn a_resumed_saga_s_next_write_carries_what_its_task_lacked() {
     let lacked = agent_host::agent_message("s0: succeeded", None);
     let unwritten = Unwritten::behind(
         TaskState::Working,
-        vec![(TaskState::Working, Some(lacked))],
+        vec![Shown::Status(TaskState::Working, Some(lacked))],
         vec![("sagaId".into(), json!("sg"))],
     );
     let (progress, _stops) = TaskProgress::start(f.task.clone(), unwritten, true);
@@ -547,6 +548,73 @@ async fn an_end_on_a_task_that_ended_already_is_journaled_and_marked_alone() {
     let task = f.stored().await;
     assert_eq!(task.status.state, TaskState::Completed);
     assert!(history(&task).is_empty(), "the task kept what it showed");
+}
+
+/// A person's answer, as it came.
+fn answer_message(text: &str) -> agent_host::sdk::Message {
+    let mut message = agent_host::agent_message(text, None);
+    message.role = agent_host::sdk::Role::User;
+    message
+}
+
+#[tokio::test]
+async fn a_person_s_answer_joins_the_history_with_its_step_s_write_in_the_order_shown() {
+    let f = Beside::new(0, "progress-answer-test").await;
+    let saga = supplier();
+    let (progress, _stops) = TaskProgress::start(f.task.clone(), Unwritten::default(), true);
+    progress
+        .written(&[pause()], &saga, &f.step_of(&A_STEP))
+        .await
+        .unwrap();
+    // The answer that moves the saga on: one write with the status it leads to.
+    let approve = answer_message("approve");
+    let step = StepWrite {
+        answer: Some(&approve),
+        ..f.step_of(&A_STEP)
+    };
+    let commits = sagaplane_storage::sqlite::commits("progress-answer-test");
+    progress
+        .written(&[report("s4", "started")], &saga, &step)
+        .await
+        .unwrap();
+    assert_eq!(
+        sagaplane_storage::sqlite::commits("progress-answer-test") - commits,
+        1
+    );
+    let task = f.stored().await;
+    assert_eq!(task.status.state, TaskState::Working);
+    let shown = history(&task);
+    assert_eq!(shown[1..], ["approve", "s4: started"], "{shown:?}");
+    let recorded = &task.history.as_ref().unwrap()[1];
+    assert_eq!(recorded.message_id, approve.message_id, "as it came");
+    assert_eq!(recorded.role, agent_host::sdk::Role::User);
+    // An answer the saga took without changing state (it did not apply): kept, in order,
+    // for the next write, which is the end.
+    progress
+        .written(&[report("s4", "succeeded")], &saga, &f.step_of(&A_STEP))
+        .await
+        .unwrap();
+    let late = answer_message("late");
+    let step = StepWrite {
+        answer: Some(&late),
+        ..f.step_of(&A_STEP)
+    };
+    progress.written(&[], &saga, &step).await.unwrap();
+    progress
+        .written(&[report("s5", "started")], &saga, &f.step_of(&A_STEP))
+        .await
+        .unwrap();
+    assert_eq!(history(&f.stored().await).len(), 3, "not written yet");
+    progress
+        .written(&[finish(Ending::Completed)], &saga, &f.end_of(&LAST_STEP))
+        .await
+        .unwrap();
+    let shown = history(&f.stored().await);
+    assert_eq!(
+        shown[3..],
+        ["s4: succeeded", "late", "s5: started", "the end"],
+        "{shown:?}"
+    );
 }
 
 #[tokio::test]

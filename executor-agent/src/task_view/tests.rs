@@ -89,10 +89,11 @@ fn created(header: &SagaHeader) -> Task {
 }
 
 /// Runs the supplier saga by `script`, journaling every event and intent as the driver
-/// does and reporting what each step shows on a task as the driver's reports do; the
-/// journal and the task the reports wrote. A person's answer is recorded on the task
-/// before the saga hears it, as the A2A handler records it.
+/// does, each step through its progress (`Reporter::written`, on a journal in memory, the
+/// task written after it); the journal and the task the progress wrote. A person's answer
+/// comes with the step that takes it, as the driver gives it.
 async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
+    use crate::journal::SagaLog;
     let mut saga = supplier();
     let header = header(&saga);
     let tasks = TaskManager::new(std::sync::Arc::new(MemoryTaskStore::new()));
@@ -102,6 +103,10 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
         Unwritten::metadata(saga_metadata(&header)),
         false,
     );
+    let memory = crate::journal::MemoryJournal::new();
+    memory.begin(&header, &[]).await.unwrap();
+    // The message of the answer the next step takes.
+    let mut answer: Option<Message> = None;
     let mut journal = Vec::new();
     let mut answers = script.answers.iter().copied();
     let mut last = Outcome::Succeeds;
@@ -118,6 +123,11 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
                 now_ms,
             });
         }
+        let first = journal.len();
+        let taken = match event {
+            Event::Resolve { .. } => answer.take(),
+            _ => None,
+        };
         journal.push(Entry::Event(event.clone()));
         let commands = saga.step(event);
         for command in &commands {
@@ -143,7 +153,18 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
             .iter()
             .filter(|c| matches!(c, Command::Pause { .. } | Command::Finish { .. }))
             .count() as u64;
-        reporter.report_all(&shown, &saga).await;
+        let write = crate::driver::StepWrite {
+            journal: &memory,
+            saga_id: &header.saga_id,
+            epoch: 1,
+            entries: &journal[first..],
+            ending: shown
+                .iter()
+                .any(|c| matches!(c, Command::Finish { .. }))
+                .then(crate::journal::Ending::default),
+            answer: taken.as_ref(),
+        };
+        reporter.written(&shown, &saga, &write).await.unwrap();
         if paused
             && !answered
             && let Some(resolution) = script.resolution
@@ -151,7 +172,7 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
             // A person answers what the task shows.
             answered = true;
             stops_written.wait_for(|n| *n >= stops_shown).await.unwrap();
-            let mut answer = answer_message(
+            let mut message = answer_message(
                 resolution,
                 &Decider {
                     by: "approver".into(),
@@ -159,14 +180,14 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
                     message_id: None,
                 },
             );
-            answer.message_id = agent_host::sdk::new_message_id();
-            answer.task_id = Some(header.task_id.clone());
+            message.message_id = agent_host::sdk::new_message_id();
+            message.task_id = Some(header.task_id.clone());
             let decider = Decider {
                 by: "approver".into(),
                 approval: None,
-                message_id: Some(answer.message_id.clone()),
+                message_id: Some(message.message_id.clone()),
             };
-            task.record_message(answer).await.unwrap();
+            answer = Some(message);
             events.push_back(Event::Resolve {
                 resolution,
                 now_ms,
