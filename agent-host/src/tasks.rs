@@ -154,9 +154,18 @@ impl TaskManager {
     /// The task as last written by this manager, when it holds it (a task being worked
     /// on); `None` sends the reader to the store.
     async fn last_written(&self, task_id: &str) -> Option<Task> {
+        self.last_written_with(task_id, Task::clone).await
+    }
+
+    /// `read` of the copy of the task this manager last wrote, when it holds one.
+    async fn last_written_with<T>(
+        &self,
+        task_id: &str,
+        read: impl FnOnce(&Task) -> T,
+    ) -> Option<T> {
         let lock = self.write_locks.lock().ok()?.get(task_id).cloned()?;
         let written = lock.lock().await;
-        written.as_ref().map(|(_, task)| task.clone())
+        written.as_ref().map(|(_, task)| read(task))
     }
 
     fn write_lock(&self, task_id: &str) -> Result<WriteLock> {
@@ -387,6 +396,18 @@ impl TaskHandle {
             .ok_or_else(|| Error::Protocol(A2AError::task_not_found(&self.id)))
     }
 
+    /// The state of the task as stored now: `snapshot`'s, without copying the task.
+    pub async fn state(&self) -> Result<TaskState> {
+        let last = self
+            .manager
+            .last_written_with(&self.id, |task| task.status.state.clone())
+            .await;
+        match last {
+            Some(state) => Ok(state),
+            None => Ok(self.snapshot().await?.status.state),
+        }
+    }
+
     /// Moves the task to `state`, with an optional agent message (kept in the history).
     pub async fn set_status(&self, state: TaskState, message: Option<Message>) -> Result<Task> {
         self.change_status(
@@ -483,11 +504,12 @@ impl TaskHandle {
     }
 
     /// Stores the task, when it is prepared and not stored yet (`TaskManager::prepare`),
-    /// changed by `change`, in the durable write `write` makes, which carries the task's
-    /// creation (`TaskWrite`) in its own transaction on the database the task store keeps
-    /// its tables in; a task stored already gives `write` nothing to carry (and is not
-    /// changed). The task as created is what it shows once stored: no event is announced.
-    /// When `write` fails, the task stays prepared, unchanged.
+    /// changed by `change` (its status and metadata: not its history), in the durable
+    /// write `write` makes, which carries the task's creation (`TaskWrite`) in its own
+    /// transaction on the database the task store keeps its tables in; a task stored
+    /// already gives `write` nothing to carry (and is not changed). The task as created is
+    /// what it shows once stored: no event is announced. When `write` fails, the task
+    /// stays prepared, unchanged.
     pub async fn create_written_by<T, E, Fut>(
         &self,
         change: impl FnOnce(&mut Task),
@@ -499,22 +521,40 @@ impl TaskHandle {
     {
         let lock = self.manager.write_lock(&self.id)?;
         let mut written = lock.lock().await;
-        let created = match written.as_ref() {
+        // The history (the request's message, which may be large) moves to the task
+        // created, and back should the write fail, rather than being copied.
+        let created = match written.as_mut() {
             Some((NOT_STORED, task)) => {
-                let mut task = task.clone();
-                change(&mut task);
-                let creation = TaskWrite::of(&task, Expected::Absent)?;
-                Some((task, creation))
+                let history = task.history.take();
+                let mut created = task.clone();
+                created.history = history;
+                change(&mut created);
+                match TaskWrite::of(&created, Expected::Absent) {
+                    Ok(creation) => Some((created, creation)),
+                    Err(e) => {
+                        task.history = created.history;
+                        return Err(e.into());
+                    }
+                }
             }
             _ => None,
         };
         let (created, creation) = created.unzip();
-        let done = write(creation).await?;
-        if let Some(task) = created {
-            *written = Some((1, task));
-            self.manager.stored(&self.id);
+        match write(creation).await {
+            Ok(done) => {
+                if let Some(task) = created {
+                    *written = Some((1, task));
+                    self.manager.stored(&self.id);
+                }
+                Ok(done)
+            }
+            Err(e) => {
+                if let (Some(created), Some((NOT_STORED, task))) = (created, written.as_mut()) {
+                    task.history = created.history;
+                }
+                Err(e)
+            }
         }
-        Ok(done)
     }
 
     /// Stores the task, changed by `change`, with a write of its own, when it is prepared

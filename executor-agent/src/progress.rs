@@ -134,7 +134,7 @@ impl TaskProgress {
         if let Some(state) = sync::lock(&self.unwritten).stored.clone() {
             return Some(state);
         }
-        let state = self.task.snapshot().await.ok()?.status.state;
+        let state = self.task.state().await.ok()?;
         sync::lock(&self.unwritten).stored = Some(state.clone());
         Some(state)
     }

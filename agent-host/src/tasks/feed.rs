@@ -18,6 +18,11 @@ use crate::sdk::{StreamResponse, Task};
 /// Events a live subscriber may fall behind by before it resynchronises from the store.
 const EVENT_BUFFER: usize = 256;
 
+/// The same, for subscribers waiting for the end alone: they get a status or two, and a
+/// channel's buffer is allocated whole when it is made (each slot the size of an event),
+/// once per waiting request.
+const STOP_BUFFER: usize = 4;
+
 /// The task as it ended, for the subscribers that watched it end (a blocking send
 /// answers with it without reading the store back).
 pub type Ended = Arc<std::sync::OnceLock<Task>>;
@@ -65,13 +70,53 @@ pub trait TaskFeed: Send + Sync + 'static {
     fn publish(&self, task_id: &str, events: Vec<StreamResponse>, ended: Option<Task>);
 }
 
-/// A watched task's fan-out.
+/// A watched task's fan-out, a channel per way of watching, each made for its first
+/// subscriber.
 struct Channel {
-    sender: broadcast::Sender<StreamResponse>,
+    /// Every event, for the subscribers that read them all (a stream).
+    every: Option<broadcast::Sender<StreamResponse>>,
+    /// The status that ends or interrupts the task, for the subscribers that wait only
+    /// for that (a blocking send).
+    stops: Option<broadcast::Sender<StreamResponse>>,
     ended: Ended,
-    /// Subscribers that read every event (a stream); the others (a blocking send) wait
-    /// only for the task to end or be interrupted, and get only that status.
+    /// How many subscribers each has.
     every_event: usize,
+    end_only: usize,
+}
+
+impl Channel {
+    fn sender(&mut self, watch: Watch) -> &broadcast::Sender<StreamResponse> {
+        let (sender, buffer) = match watch {
+            Watch::Everything => (&mut self.every, EVENT_BUFFER),
+            Watch::End => (&mut self.stops, STOP_BUFFER),
+        };
+        sender.get_or_insert_with(|| broadcast::channel(buffer).0)
+    }
+
+    fn count(&mut self, watch: Watch) -> &mut usize {
+        match watch {
+            Watch::Everything => &mut self.every_event,
+            Watch::End => &mut self.end_only,
+        }
+    }
+
+    /// Whether `events` is a receiver of this channel's, for `watch`.
+    fn holds(&self, watch: Watch, events: &broadcast::Receiver<StreamResponse>) -> bool {
+        let sender = match watch {
+            Watch::Everything => &self.every,
+            Watch::End => &self.stops,
+        };
+        sender
+            .as_ref()
+            .is_some_and(|sender| sender.subscribe().same_channel(events))
+    }
+}
+
+/// Whether `event` ends or interrupts its task: all a subscriber of the end reads.
+fn stops(event: &StreamResponse) -> bool {
+    matches!(event, StreamResponse::StatusUpdate(update)
+        if crate::sdk::is_terminal(&update.status.state)
+            || crate::sdk::is_interrupted(&update.status.state))
 }
 
 type Channels = Arc<Mutex<HashMap<String, Channel>>>;
@@ -102,17 +147,18 @@ impl TaskFeed for InProcessFeed {
         let channel = channels
             .entry(task_id.to_owned())
             .or_insert_with(|| Channel {
-                sender: broadcast::channel(EVENT_BUFFER).0,
+                every: None,
+                stops: None,
                 ended: Ended::default(),
                 every_event: 0,
+                end_only: 0,
             });
-        if watch == Watch::Everything {
-            channel.every_event += 1;
-        }
+        *channel.count(watch) += 1;
+        let events = channel.sender(watch).subscribe();
         let left = self.channels.clone();
         let task_id = task_id.to_owned();
         Ok(Subscription {
-            events: channel.sender.subscribe(),
+            events,
             ended: channel.ended.clone(),
             leave: Some(Box::new(move |events| {
                 leave(&left, &task_id, watch, events)
@@ -144,7 +190,20 @@ impl TaskFeed for InProcessFeed {
         }
         for event in events {
             // The last subscriber may have just left: nobody is watching, which is fine.
-            let _ = channel.sender.send(event);
+            let to_stops = channel.stops.as_ref().filter(|_| stops(&event));
+            match (&channel.every, to_stops) {
+                (Some(every), Some(to_stops)) => {
+                    let _ = to_stops.send(event.clone());
+                    let _ = every.send(event);
+                }
+                (Some(every), None) => {
+                    let _ = every.send(event);
+                }
+                (None, Some(to_stops)) => {
+                    let _ = to_stops.send(event);
+                }
+                (None, None) => {}
+            }
         }
         if last {
             channels.remove(task_id);
@@ -162,19 +221,18 @@ fn leave(
     let Ok(mut channels) = channels.lock() else {
         return;
     };
-    if watch == Watch::Everything
-        && let Some(channel) = channels.get_mut(task_id)
-        && channel.sender.subscribe().same_channel(events)
-    {
-        channel.every_event = channel.every_event.saturating_sub(1);
-    }
     // Counted under the lock, so nobody subscribes in between. The task's channel may be a
-    // newer one (the old one went with the task's last event): only ours, with no
-    // receiver but this one, goes.
-    let ours_alone = channels.get(task_id).is_some_and(|channel| {
-        channel.sender.receiver_count() == 1 && channel.sender.subscribe().same_channel(events)
-    });
-    if ours_alone {
+    // newer one (the old one went with the task's last event): only ours is counted down,
+    // and goes once nobody subscribes to it.
+    let Some(channel) = channels.get_mut(task_id) else {
+        return;
+    };
+    if !channel.holds(watch, events) {
+        return;
+    }
+    let count = channel.count(watch);
+    *count = count.saturating_sub(1);
+    if channel.every_event == 0 && channel.end_only == 0 {
         channels.remove(task_id);
     }
 }

@@ -115,11 +115,9 @@ async fn a_watcher_of_the_end_gets_the_ending_status_alone_and_the_task_as_it_en
     task.set_statuses_with_artifact(Some(ledger(3)), vec![(TaskState::Completed, said("done"))])
         .await
         .unwrap();
-    // The progress seen while the stream watched, then the end alone.
-    assert_eq!(
-        received(&mut end).last().map(String::as_str),
-        Some("Completed done")
-    );
+    // The end alone: none of what the stream got while it watched (a channel of its own,
+    // whose buffer holds a few statuses, not a stream's).
+    assert_eq!(received(&mut end), ["Completed done"]);
     let ended = end.ended().get().cloned().expect("the task as it ended");
     assert_eq!(ended.artifacts.unwrap(), [ledger(3)]);
     assert_eq!(ended.status.state, TaskState::Completed);
@@ -342,9 +340,12 @@ async fn a_channel_goes_with_its_last_subscriber() {
     // Subscribers of a task that is never written again (here: one that ended).
     let first = manager.subscribe("t4").unwrap();
     let second = manager.subscribe("t4").unwrap();
+    let waiting = manager.watch("t4", Watch::End).unwrap();
     drop(first);
     assert_eq!(channels(&manager), 1, "a subscriber is left");
     drop(second);
+    assert_eq!(channels(&manager), 1, "one waits for the end");
+    drop(waiting);
     assert_eq!(channels(&manager), 0);
 
     // A subscription whose channel went with the task's last event leaves the newer
@@ -392,4 +393,40 @@ async fn an_announcement_builds_its_artifact_only_for_who_hears_everything_and_w
     );
     let stored = manager.store().get("t1").await.unwrap().unwrap();
     assert!(stored.history.is_none(), "announced, not written");
+}
+
+#[tokio::test]
+async fn a_prepared_task_whose_creation_failed_stays_as_prepared_and_is_created_whole_next() {
+    let manager = TaskManager::new(Arc::new(MemoryTaskStore::new()));
+    let mut task = working_task("t-prepared");
+    task.status.state = TaskState::Submitted;
+    task.history = Some(vec![agent_message("the request".to_owned(), None)]);
+    let (handle, _stored) = manager.prepare(task).await.unwrap();
+    let working = |task: &mut Task| task.status.state = TaskState::Working;
+    let failed: std::result::Result<(), Error> = handle
+        .create_written_by(working, |creation| async move {
+            assert!(creation.is_some(), "a prepared task's creation is carried");
+            Err(Error::store("disk full"))
+        })
+        .await;
+    assert!(failed.is_err());
+    let prepared = handle.snapshot().await.unwrap();
+    assert_eq!(prepared.status.state, TaskState::Submitted, "unchanged");
+    assert_eq!(texts(prepared.history.as_deref().unwrap()), ["the request"]);
+
+    let written = std::sync::Mutex::new(None);
+    handle
+        .create_written_by(working, |creation| async {
+            *written.lock().unwrap() = creation;
+            Ok::<_, Error>(())
+        })
+        .await
+        .unwrap();
+    let creation = written.lock().unwrap().take().unwrap();
+    assert_eq!(creation.state, "TASK_STATE_WORKING");
+    assert!(creation.body.contains("the request"), "{}", creation.body);
+    let created = handle.snapshot().await.unwrap();
+    assert_eq!(created.status.state, TaskState::Working);
+    assert_eq!(texts(created.history.as_deref().unwrap()), ["the request"]);
+    assert_eq!(handle.state().await.unwrap(), TaskState::Working);
 }

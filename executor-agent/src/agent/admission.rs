@@ -56,7 +56,8 @@ pub(crate) struct TakenPlan {
 struct Begun {
     saga: Saga,
     start: Start,
-    metadata: Vec<(String, Value)>,
+    /// What its task, as the accepting write created it, lacks.
+    unwritten: Unwritten,
     permit: Option<Permit>,
 }
 
@@ -176,10 +177,10 @@ impl Executor {
                     let Begun {
                         saga,
                         start,
-                        metadata,
+                        unwritten,
                         permit,
                     } = begun;
-                    self.launch(task, saga, start, metadata, permit, Some(intake))
+                    self.launch(task, saga, start, unwritten, permit, Some(intake))
                         .await;
                     return Ok(());
                 }
@@ -295,7 +296,7 @@ impl Executor {
             Ok((saga, start)) => Ok(Some(Begun {
                 saga,
                 start,
-                metadata: saga_metadata(&header),
+                unwritten: Unwritten::metadata(saga_metadata(&header)),
                 permit,
             })),
             // Validated against a registry another replica has changed since: again.

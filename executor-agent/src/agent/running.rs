@@ -37,19 +37,17 @@ impl Executor {
         self.config.journal.renew(now_ms).await
     }
 
-    /// Starts a driver for `saga` reporting on `task` (`metadata` goes with the task's
-    /// next write), holding `permit` or waiting for a slot; returns
+    /// Starts a driver for `saga` reporting on `task`, which lacks `unwritten`, holding `permit` or waiting for a slot; returns
     /// once the saga first stops. `intake`, for a new plan, ends once the saga is live.
     pub(super) async fn launch(
         self: &Arc<Self>,
         task: TaskHandle,
         saga: Saga,
         start: Start,
-        metadata: Vec<(String, Value)>,
+        unwritten: Unwritten,
         permit: Option<Permit>,
         intake: Option<Intake>,
     ) {
-        let unwritten = Unwritten::metadata(metadata);
         let mut first_stop =
             self.start_driver(task.clone(), saga, start, unwritten, permit, intake);
         // At a stop, the sender is answered with what stands: the process is going.
