@@ -466,6 +466,8 @@ impl Agent for ExecutorAgent {
             .accepted
             .take::<TakenPlan>()
             .or_else(|| plan_of(&message).map(|plan| self.read_plan(plan)));
+        // Not held while the saga runs: its task holds the message, its header the plan.
+        drop(message);
         if let Some(taken) = taken {
             self.take_in(task, Some(taken)).await;
         }

@@ -173,6 +173,8 @@ impl Executor {
         loop {
             let failure = match self.begin_plan(&plan, &task).await {
                 Ok(Some(begun)) => {
+                    // Journaled: not held while the saga runs.
+                    drop(plan);
                     self.metrics.saga_begun();
                     let Begun {
                         saga,
