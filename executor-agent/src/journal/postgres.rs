@@ -19,8 +19,10 @@ use crate::error::{Error, Result};
 use crate::mandates;
 use crate::saga::spec::MandateHold;
 
+mod fenced;
 mod sql;
 use agent_host::store::{Expected, TaskWrite};
+use fenced::{fenced_outcome, task_params};
 use sql::{
     APPEND, APPEND_WITH_TASK, BEGIN_IF_CURRENT, BEGIN_UNDER_MANDATE,
     BEGIN_UNDER_MANDATE_IF_CURRENT, CREATE_TASK, END, END_WITH_TASK, MANDATE_IF_NEW,
@@ -189,54 +191,6 @@ impl PostgresJournal {
         let done = self.db.write_together(None, vec![statement]).await?;
         fenced_outcome(&done, saga_id, epoch, Some(task), "an append")
     }
-}
-
-/// The parameters a task's write takes in a fenced write, after the saga's: the task, the
-/// columns of the task store's row, and the version it must replace.
-fn task_params(task: &TaskWrite) -> Result<[Param; 7]> {
-    let Expected::Version(version) = task.expected else {
-        return Err(Error::Journal(
-            "a saga's step writes its task, which exists already".into(),
-        ));
-    };
-    Ok([
-        Box::new(task.id.clone()),
-        Box::new(task.context_id.clone()),
-        Box::new(task.state.clone()),
-        Box::new(task.owner.clone()),
-        Box::new(task.updated_ms),
-        Box::new(task.body.clone()),
-        Box::new(to_i64(version)),
-    ])
-}
-
-/// What a fenced write (`what`) answered: whether the fence held, and whether it wrote.
-fn fenced_outcome(
-    done: &[Done],
-    saga_id: &str,
-    epoch: Epoch,
-    task: Option<&TaskWrite>,
-    what: &str,
-) -> Result<()> {
-    let Some(row) = done.last().and_then(|done| match done {
-        Done::Rows(rows) => rows.first(),
-        _ => None,
-    }) else {
-        return Err(Error::Journal(format!("{what} answered no row")));
-    };
-    let (held, written): (bool, bool) = (row.get(0), row.get(1));
-    if !held {
-        return Err(Error::Fenced {
-            saga_id: saga_id.to_owned(),
-            epoch,
-        });
-    }
-    if !written {
-        return Err(Error::Storage(agent_host::Error::Conflict {
-            task_id: task.map(|t| t.id.clone()).unwrap_or_default(),
-        }));
-    }
-    Ok(())
 }
 
 fn encode<T: Serialize>(value: &T) -> Result<String> {
