@@ -570,3 +570,83 @@ async fn the_undo_expiring_threshold_is_a_flag_shown_on_the_metrics() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("--undo-expiring-within-secs"), "{stderr}");
 }
+
+/// Rewrites the stopped executor's task `task_id` as an earlier release could leave it
+/// when it stopped after journaling the saga's steps and before writing its task: as the
+/// saga's begin created it, `WORKING`, with the plan's message alone.
+async fn as_created(data: &Path, task_id: &str) {
+    let db = executor_agent::state::open(data).unwrap();
+    let store = SqliteTaskStore::on(&db).unwrap();
+    let stored = store.read(task_id).await.unwrap().unwrap();
+    let mut task = stored.task;
+    task.status = TaskStatus {
+        state: TaskState::Working,
+        message: None,
+        timestamp: Some(chrono::Utc::now()),
+    };
+    task.history.as_mut().unwrap().truncate(1);
+    task.artifacts = None;
+    store
+        .put(&task, agent_host::store::Expected::Version(stored.version))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_saga_whose_task_an_earlier_release_left_working_is_listed_waiting_from_the_restart_on()
+ {
+    let world = World::new();
+    let data = tempfile::tempdir().unwrap();
+    // Past the pivot, the mailer never answers: the saga stops for a person.
+    let (cards, _logs) = start_tools(&[("email.send", Fault::Hang)], &world.platform).await;
+    let executor = Executor::start(&world, data.path(), None);
+    register(&executor, &cards).await;
+    let paused = submit(&world, &executor).await;
+    assert_eq!(paused.status.state, TaskState::InputRequired);
+    executor.kill();
+    as_created(data.path(), &paused.id).await;
+
+    let executor = Executor::start(&world, data.path(), None);
+    let waiting = executor
+        .client()
+        .list_tasks(
+            &as_planner(&world),
+            &agent_host::sdk::ListTasksRequest {
+                context_id: None,
+                status: Some(TaskState::InputRequired),
+                page_size: Some(10),
+                page_token: None,
+                history_length: None,
+                status_timestamp_after: None,
+                include_artifacts: None,
+                tenant: None,
+            },
+        )
+        .await
+        .unwrap();
+    let listed: Vec<&str> = waiting.tasks.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(
+        listed,
+        [paused.id.as_str()],
+        "written waiting at the restart"
+    );
+    // Its row holds what the journal shows, each status once.
+    executor.kill();
+    let db = executor_agent::state::open(data.path()).unwrap();
+    let row = SqliteTaskStore::on(&db)
+        .unwrap()
+        .get(&paused.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.status.state, TaskState::InputRequired);
+    let ids: Vec<&str> = row
+        .history
+        .iter()
+        .flatten()
+        .map(|m| m.message_id.as_str())
+        .collect();
+    let once: std::collections::HashSet<&str> = ids.iter().copied().collect();
+    assert_eq!(once.len(), ids.len(), "no status twice: {ids:?}");
+    assert_eq!(ids.len(), paused.history.as_ref().unwrap().len());
+}
