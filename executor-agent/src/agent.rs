@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::answers::{self, answer_of};
-use crate::driver::{Control, Driver, Start, begin, begin_creating};
+use crate::driver::{Control, Driver, Start, begin_creating, first_step};
 use crate::error::{Error, Result};
 use crate::invoke::{A2aInvoker, Endpoint, Invoker, ToolInvoker};
 use crate::journal::{Claim, Epoch, JOURNAL_FORMAT, Journal, SagaHeader};

@@ -49,6 +49,13 @@ pub trait Reporter: Send + Sync + 'static {
         }
     }
 
+    /// Shows what a new saga's first step shows, journaled by its begin, whose write
+    /// created the saga's task as the step shows it: nothing is written. By default,
+    /// reported.
+    async fn begun(&self, shown: &[Command], saga: &Saga) {
+        self.report_all(shown, saga).await;
+    }
+
     /// Makes a step durable through `write` (its append, or the saga's end) and shows
     /// what people see of it (`shown`, in order, with the saga as it stands after it): a
     /// reporter keeping a durable view has `write` carry that view's write when the step
@@ -149,28 +156,44 @@ fn entries_of(event: Event, commands: &[Command]) -> Vec<Entry> {
     entries
 }
 
+/// A new saga's first step (`Event::Start`), taken before its begin is written (the
+/// engine is pure), so that the write creating its task can show it.
+pub struct FirstStep {
+    event: Event,
+    pub commands: Vec<Command>,
+}
+
+/// Steps `saga` through `Event::Start`.
+pub fn first_step(saga: &mut Saga) -> FirstStep {
+    let event = Event::Start { now_ms: now_ms() };
+    let commands = saga.step(event.clone());
+    FirstStep { event, commands }
+}
+
 /// Starts a new saga: steps it through `Event::Start` and journals its header together
 /// with that first step, in one durable write. The saga is accepted once this returns;
 /// `drive` then performs the commands.
 pub async fn begin(
     journal: &dyn Journal,
     header: &SagaHeader,
-    saga: Saga,
+    mut saga: Saga,
 ) -> Result<(Saga, Start)> {
-    begin_creating(journal, header, saga, None).await
+    let first = first_step(&mut saga);
+    begin_creating(journal, header, saga, first, None).await
 }
 
-/// `begin`, the same write creating the saga's task when given (`SagaLog::begin_creating`).
+/// `begin` of a saga stepped through its `first` step already, the same write creating
+/// the saga's task when given (`SagaLog::begin_creating`).
 pub async fn begin_creating(
     journal: &dyn Journal,
     header: &SagaHeader,
-    mut saga: Saga,
+    saga: Saga,
+    first: FirstStep,
     task: Option<&agent_host::store::TaskWrite>,
 ) -> Result<(Saga, Start)> {
-    let start = Event::Start { now_ms: now_ms() };
-    let commands = saga.step(start.clone());
+    let FirstStep { event, commands } = first;
     let epoch = journal
-        .begin_creating(header, &entries_of(start, &commands), task)
+        .begin_creating(header, &entries_of(event, &commands), task)
         .await?;
     Ok((saga, Start::Begun(commands, epoch)))
 }
@@ -262,13 +285,13 @@ impl Driver {
                 return ctx.end(&saga, &[], &shown, None, reporter.as_ref()).await;
             }
             Start::Begun(commands, _) => {
-                // Journaled by the begin, which created the task.
+                // Journaled by the begin, which created the task as the step shows it.
                 let (shown, acts): (Vec<Command>, Vec<Command>) =
                     commands.into_iter().partition(Command::is_shown);
-                out = ctx.perform(&saga, acts, &mut running);
                 if !shown.is_empty() {
-                    reporter.report_all(&shown, &saga).await;
+                    reporter.begun(&shown, &saga).await;
                 }
+                out = ctx.perform(&saga, acts, &mut running);
             }
             Start::Resumed(recovered, _) if matches!(recovered.saga.phase, Phase::Done { .. }) => {
                 // Ended in the journal, not marked finished: journaled by a release that

@@ -634,6 +634,11 @@ impl Reporter for MeteredReporter {
         self.inner.report_all(shown, saga).await;
     }
 
+    async fn begun(&self, shown: &[Command], saga: &Saga) {
+        self.observe(saga);
+        self.inner.begun(shown, saga).await;
+    }
+
     async fn written(
         &self,
         shown: &[Command],

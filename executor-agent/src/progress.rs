@@ -39,9 +39,21 @@ pub struct Unwritten {
     /// Members of the task's metadata to set with the next write (the saga's id;
     /// `outcome` when the saga ended other than completed).
     metadata: Members,
+    /// Whether the write creating the task showed the saga's first step.
+    first_step_shown: bool,
 }
 
 impl Unwritten {
+    /// A task its saga's begin created showing the saga's first step, in `state`: it
+    /// lacks nothing.
+    pub fn created(state: TaskState) -> Self {
+        Self {
+            stored: Some(state),
+            first_step_shown: true,
+            ..Self::default()
+        }
+    }
+
     /// A task that lacks nothing but the members `metadata` of its metadata.
     pub fn metadata(metadata: Members) -> Self {
         Self {
@@ -57,6 +69,7 @@ impl Unwritten {
             stored: Some(stored),
             shown,
             metadata,
+            first_step_shown: false,
         }
     }
 
@@ -365,6 +378,22 @@ impl Reporter for TaskProgress {
         let _ = self
             .write_with(shown, saga, None, statuses, Durable::Alone)
             .await;
+    }
+
+    /// A new saga's first step: when the task shows it since its creation, announced (a
+    /// request waiting for a pause hears of it), and nothing kept for the next write;
+    /// otherwise (a task created on its own, in a benchmark) reported as any step.
+    async fn begun(&self, shown: &[Command], saga: &Saga) {
+        if !sync::lock(&self.unwritten).first_step_shown {
+            return self.report_all(shown, saga).await;
+        }
+        let statuses = shown_statuses(self.task.id(), shown, saga);
+        log_stops(shown, saga, self.task.id());
+        if !statuses.is_empty() {
+            self.task
+                .announce(|| Some(ledger_artifact(saga.ledger())), &statuses);
+        }
+        self.stopped(shown);
     }
 
     /// A step, and what it shows: announced after its journal write when the task's state

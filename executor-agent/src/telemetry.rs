@@ -201,6 +201,11 @@ impl Reporter for TracedReporter {
         self.inner.report_all(shown, saga).await;
     }
 
+    async fn begun(&self, shown: &[Command], saga: &Saga) {
+        self.span_ended(shown, saga);
+        self.inner.begun(shown, saga).await;
+    }
+
     async fn written(
         &self,
         shown: &[Command],

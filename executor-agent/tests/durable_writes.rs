@@ -53,3 +53,71 @@ async fn a_pause_and_going_on_after_it_each_ride_their_step_s_append() {
     // answer's message; five appends; the end.
     assert_eq!(commits(STATE_FILE_NAME) - before, 2 + 1 + 5 + 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_step_that_waits_for_an_approval_is_shown_by_the_begin_s_write() {
+    let _alone = ONE_SAGA_AT_A_TIME.lock().await;
+    let served = serve().await;
+    let before = commits(STATE_FILE_NAME);
+    let task = send(
+        &served,
+        planner_jwt(&served, "executor"),
+        approval_first_plan(&served, "sg_first_waits"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        task.status.state,
+        TaskState::InputRequired,
+        "{:?}",
+        task.status
+    );
+    // The begin alone: it created the task waiting, with the pause's status.
+    assert_eq!(commits(STATE_FILE_NAME) - before, 1);
+    // Listed by its row's state: waiting.
+    assert_eq!(waiting(&served).await, std::slice::from_ref(&task.id));
+    let done = answer(
+        &served,
+        approver_jwt(&served),
+        &task.id,
+        approval(&task, in_five_minutes()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.status.state, TaskState::Completed, "{:?}", done.status);
+    // The answer with the review's intent; six appends; the end.
+    assert_eq!(commits(STATE_FILE_NAME) - before, 1 + 1 + 6 + 1);
+    let ids: Vec<&str> = done
+        .history
+        .iter()
+        .flatten()
+        .map(|m| m.message_id.as_str())
+        .collect();
+    let once: std::collections::HashSet<&str> = ids.iter().copied().collect();
+    assert_eq!(once.len(), ids.len(), "no message twice: {ids:?}");
+}
+
+/// The tasks listed `INPUT_REQUIRED` (by their rows' state), as an approver lists them.
+async fn waiting(served: &Served) -> Vec<String> {
+    let listed = agent_host::AgentClient::new(&served.url)
+        .unwrap()
+        .list_tasks(
+            &agent_host::OutboundCall {
+                bearer: approver_jwt(served),
+                ..agent_host::OutboundCall::default()
+            },
+            &agent_host::sdk::ListTasksRequest {
+                context_id: None,
+                status: Some(TaskState::InputRequired),
+                page_size: Some(10),
+                page_token: None,
+                history_length: None,
+                status_timestamp_after: None,
+                include_artifacts: None,
+                tenant: None,
+            },
+        )
+        .await
+        .unwrap();
+    listed.tasks.into_iter().map(|t| t.id).collect()
+}

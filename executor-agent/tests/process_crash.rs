@@ -492,8 +492,8 @@ async fn a_saga_killed_before_its_first_report_shows_its_id_from_the_restart_on(
         assert_eq!(left.status.state, TaskState::Working, "{:?}", left.status);
         assert_eq!(
             left.history.as_deref().map_or(0, <[_]>::len),
-            1,
-            "the plan alone"
+            2,
+            "the plan, and what the begin's step shows"
         );
         assert_eq!(
             metadata_of(&left, "sagaId"),

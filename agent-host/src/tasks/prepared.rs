@@ -5,7 +5,7 @@ use super::*;
 
 impl TaskHandle {
     /// Stores the task, when it is prepared and not stored yet (`TaskManager::prepare`),
-    /// changed by `change` (its status and metadata: not its history), in the durable
+    /// changed by `change` (which may add to its history, not alter what it holds), in the durable
     /// write `write` makes, which carries the task's creation (`TaskWrite`) in its own
     /// transaction on the database the task store keeps its tables in; a task stored
     /// already gives `write` nothing to carry (and is not changed). The task as created is
@@ -23,17 +23,19 @@ impl TaskHandle {
         let lock = self.manager.write_lock(&self.id)?;
         let mut written = lock.lock().await;
         // The history (the request's message, which may be large) moves to the task
-        // created, and back should the write fail, rather than being copied.
+        // created, and back as it was should the write fail, rather than being copied.
+        let mut kept = None;
         let created = match written.as_mut() {
             Some((NOT_STORED, task)) => {
                 let history = task.history.take();
+                kept = Some(history.as_ref().map(Vec::len));
                 let mut created = task.clone();
                 created.history = history;
                 change(&mut created);
                 match TaskWrite::of(&created, Expected::Absent) {
                     Ok(creation) => Some((created, creation)),
                     Err(e) => {
-                        task.history = created.history;
+                        task.history = as_it_was(created.history, kept.flatten());
                         return Err(e.into());
                     }
                 }
@@ -51,7 +53,7 @@ impl TaskHandle {
             }
             Err(e) => {
                 if let (Some(created), Some((NOT_STORED, task))) = (created, written.as_mut()) {
-                    task.history = created.history;
+                    task.history = as_it_was(created.history, kept.flatten());
                 }
                 Err(e)
             }
@@ -107,4 +109,13 @@ impl TaskHandle {
         }
         sent
     }
+}
+
+/// A history moved to a task created, given back as it was before `change` added to it
+/// (`len` messages; none when it had none).
+fn as_it_was(history: Option<Vec<Message>>, len: Option<usize>) -> Option<Vec<Message>> {
+    let len = len?;
+    let mut history = history?;
+    history.truncate(len);
+    Some(history)
 }

@@ -402,7 +402,12 @@ async fn a_prepared_task_whose_creation_failed_stays_as_prepared_and_is_created_
     task.status.state = TaskState::Submitted;
     task.history = Some(vec![agent_message("the request".to_owned(), None)]);
     let (handle, _stored) = manager.prepare(task).await.unwrap();
-    let working = |task: &mut Task| task.status.state = TaskState::Working;
+    // A change that adds to the history, as a saga's begin adds its first step's status.
+    let working = |task: &mut Task| {
+        task.status.state = TaskState::Working;
+        let started = agent_message("s0: started".to_owned(), None);
+        task.history.get_or_insert_with(Vec::new).push(started);
+    };
     let failed: std::result::Result<(), Error> = handle
         .create_written_by(working, |creation| async move {
             assert!(creation.is_some(), "a prepared task's creation is carried");
@@ -427,6 +432,10 @@ async fn a_prepared_task_whose_creation_failed_stays_as_prepared_and_is_created_
     assert!(creation.body.contains("the request"), "{}", creation.body);
     let created = handle.snapshot().await.unwrap();
     assert_eq!(created.status.state, TaskState::Working);
-    assert_eq!(texts(created.history.as_deref().unwrap()), ["the request"]);
+    assert_eq!(
+        texts(created.history.as_deref().unwrap()),
+        ["the request", "s0: started"],
+        "what the failed attempt added is not kept"
+    );
     assert_eq!(handle.state().await.unwrap(), TaskState::Working);
 }

@@ -13,6 +13,7 @@
 //! its own.
 
 use super::*;
+use crate::saga::Command;
 
 /// What admission decided for a plan and its saga id.
 #[derive(Debug, Clone, PartialEq)]
@@ -290,15 +291,19 @@ impl Executor {
         let permit = self.slots.try_take();
         let accepted = match permit {
             Some(_) => self.begin_now(task, &header, saga).await,
-            None => self.accept_to_wait(task, &header, saga).await,
+            None => self
+                .accept_to_wait(task, &header, saga)
+                .await
+                .map(|(saga, start)| {
+                    // The saga's id goes on its task with the start's write.
+                    (saga, start, Unwritten::metadata(saga_metadata(&header)))
+                }),
         };
         match accepted {
-            // The saga's id goes on its task with its first write: the begin's for a saga
-            // that starts now, the start's for one that waited for a slot.
-            Ok((saga, start)) => Ok(Some(Begun {
+            Ok((saga, start, unwritten)) => Ok(Some(Begun {
                 saga,
                 start,
-                unwritten: Unwritten::metadata(saga_metadata(&header)),
+                unwritten,
                 permit,
             })),
             // Validated against a registry another replica has changed since: again.
@@ -327,34 +332,76 @@ impl Executor {
     }
 
     /// The accepting write with a slot: the saga's header with its first step, its
-    /// reservation and its task's creation (a task store of its own is written first).
+    /// reservation and its task's creation (a task store of its own is written first),
+    /// the task created as that step shows it. What the task lacks: nothing.
     async fn begin_now(
         &self,
         task: &TaskHandle,
         header: &SagaHeader,
-        saga: Saga,
-    ) -> Result<(Saga, Start)> {
+        mut saga: Saga,
+    ) -> Result<(Saga, Start, Unwritten)> {
         let journal = self.config.journal.as_ref();
-        // Created working, with the saga's id: its row shows the state listings filter by
-        // from the start, and is next written when that state changes (`progress`).
-        let working = |task: &mut Task| {
-            task.status = TaskStatus {
+        let first = first_step(&mut saga);
+        let shown: Vec<Command> = first
+            .commands
+            .iter()
+            .filter(|c| c.is_shown())
+            .cloned()
+            .collect();
+        // A step that ends the saga is shown by its end's write.
+        let ends = shown.iter().any(|c| matches!(c, Command::Finish { .. }));
+        let statuses = match ends {
+            true => Vec::new(),
+            false => crate::task_view::shown_statuses(task.id(), &shown, &saga),
+        };
+        let state = statuses
+            .last()
+            .map_or(TaskState::Working, |(state, _)| state.clone());
+        // Created with the saga's id, in the state its first step shows (working, or
+        // waiting for a person): its row shows the state listings filter by from the
+        // start, and is next written when that state changes (`progress`).
+        let ledger =
+            (!statuses.is_empty()).then(|| crate::task_view::ledger_artifact(saga.ledger()));
+        let created = |created: &mut Task| {
+            created.status = TaskStatus {
                 state: TaskState::Working,
                 message: None,
                 timestamp: Some(chrono::Utc::now()),
             };
-            task.metadata
+            let history = created.history.get_or_insert_with(Vec::new);
+            for (state, message) in statuses {
+                let message = message.map(|mut m| {
+                    m.task_id = Some(task.id().to_owned());
+                    m.context_id = Some(task.context_id().to_owned());
+                    m
+                });
+                history.extend(message.clone());
+                created.status.state = state;
+                created.status.message = message;
+            }
+            if let Some(ledger) = ledger {
+                agent_host::tasks::put_artifact(created, ledger);
+            }
+            created
+                .metadata
                 .get_or_insert_with(Default::default)
                 .extend(saga_metadata(header));
         };
+        let unwritten = match ends {
+            true => Unwritten::metadata(saga_metadata(header)),
+            false => Unwritten::created(state),
+        };
         if !self.config.tasks_beside_journal {
-            task.create_if_prepared(working).await?;
-            return begin(journal, header, saga).await;
+            task.create_if_prepared(created).await?;
+            let (saga, start) = begin_creating(journal, header, saga, first, None).await?;
+            return Ok((saga, start, unwritten));
         }
-        task.create_written_by(working, |creation| async move {
-            begin_creating(journal, header, saga, creation.as_ref()).await
-        })
-        .await
+        let (saga, start) = task
+            .create_written_by(created, |creation| async move {
+                begin_creating(journal, header, saga, first, creation.as_ref()).await
+            })
+            .await?;
+        Ok((saga, start, unwritten))
     }
 
     /// The accepting write with every slot taken: the saga's header with no entries, its

@@ -386,6 +386,21 @@ pub fn approval_plan_by(planner: &SigningIdentity, saga_id: &str) -> Value {
     plan
 }
 
+/// The supplier plan as saga `saga_id`, signed by planner-1, whose first step (a
+/// compliance review of a vendor named in the plan) waits for an approval.
+pub fn approval_first_plan(served: &Served, saga_id: &str) -> Value {
+    let mut plan = supplier_as(saga_id);
+    let review = json!({
+        "id": "s0r", "agent": "compliance-registry", "skill": "compliance.review",
+        "args": {"vendorId": "v_named_in_the_plan"},
+        "class": "retriable", "idempotencyKey": format!("{saga_id}:s0r"),
+    });
+    plan["steps"].as_array_mut().unwrap().insert(0, review);
+    plan["pivotIndex"] = json!(5);
+    super::sign_plan(&served.planner, &mut plan);
+    plan
+}
+
 /// The supplier plan as saga `saga_id`, unsigned.
 fn supplier_as(saga_id: &str) -> Value {
     let text = serde_json::to_string(&read("examples/plans/supplier-onboarding.json"))
