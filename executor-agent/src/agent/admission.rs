@@ -350,9 +350,10 @@ impl Executor {
             .collect();
         // A step that ends the saga is shown by its end's write.
         let ends = shown.iter().any(|c| matches!(c, Command::Finish { .. }));
-        let statuses = match ends {
-            true => Vec::new(),
-            false => crate::task_view::shown_statuses(task.id(), &shown, &saga),
+        let statuses = if ends {
+            Vec::new()
+        } else {
+            crate::task_view::shown_statuses(task.id(), &shown, &saga)
         };
         let state = statuses
             .last()
@@ -387,9 +388,10 @@ impl Executor {
                 .get_or_insert_with(Default::default)
                 .extend(saga_metadata(header));
         };
-        let unwritten = match ends {
-            true => Unwritten::metadata(saga_metadata(header)),
-            false => Unwritten::created(state),
+        let unwritten = if ends {
+            Unwritten::metadata(saga_metadata(header))
+        } else {
+            Unwritten::created(state)
         };
         if !self.config.tasks_beside_journal {
             task.create_if_prepared(created).await?;
