@@ -282,7 +282,9 @@ impl Driver {
             Start::Accepted(_) => {}
             Start::Begun(commands, _) if ends(&commands) => {
                 let shown = ctx.shown(commands);
-                return ctx.end(&saga, &[], &shown, None, reporter.as_ref()).await;
+                return ctx
+                    .end(&saga, Step::showing(&shown), reporter.as_ref())
+                    .await;
             }
             Start::Begun(commands, _) => {
                 // Journaled by the begin, which created the task as the step shows it.
@@ -299,7 +301,7 @@ impl Driver {
                 // end. Its end is shown, and marked, now.
                 let shown: Vec<Command> = recovered.last_shown.into_iter().collect();
                 return ctx
-                    .end(&recovered.saga, &[], &shown, None, reporter.as_ref())
+                    .end(&recovered.saga, Step::showing(&shown), reporter.as_ref())
                     .await;
             }
             Start::Resumed(recovered, _) => {
@@ -413,15 +415,12 @@ impl Driver {
                 let refused = refusal(&commands);
                 let entries = entries_of(event, &commands);
                 let shown = ctx.shown(commands);
-                let phase = ctx
-                    .end(
-                        &saga,
-                        &entries,
-                        &shown,
-                        answered.as_deref(),
-                        reporter.as_ref(),
-                    )
-                    .await?;
+                let step = Step {
+                    entries: &entries,
+                    shown: &shown,
+                    answer: answered.as_deref(),
+                };
+                let phase = ctx.end(&saga, step, reporter.as_ref()).await?;
                 if is_cancel && let Some(reply) = pending_cancel.take() {
                     let _ = reply.send(refused.map_or(Ok(()), Err));
                 }
@@ -430,37 +429,23 @@ impl Driver {
                 }
                 return Ok(phase);
             }
-            if stopping {
+            let refused = refusal(&commands);
+            let (entries, shown, acts) = if stopping {
                 // The event alone: the calls it led to stay decided but not journaled as
                 // made, and recovery makes them; timers come back from the journal too.
                 // What people should see is shown with it.
-                let shown = ctx.shown(commands);
-                let entries = [Entry::Event(event)];
-                ctx.step(
-                    &saga,
-                    &entries,
-                    &shown,
-                    answered.as_deref(),
-                    reporter.as_ref(),
-                )
-                .await?;
-                if let Some(reply) = pending_revocation.take() {
-                    let _ = reply.send(saga.mandate_end_effect());
-                }
-                continue;
-            }
-            let entries = entries_of(event, &commands);
-            let refused = refusal(&commands);
-            let (shown, acts): (Vec<Command>, Vec<Command>) =
-                commands.into_iter().partition(Command::is_shown);
-            ctx.step(
-                &saga,
-                &entries,
-                &shown,
-                answered.as_deref(),
-                reporter.as_ref(),
-            )
-            .await?;
+                (vec![Entry::Event(event)], ctx.shown(commands), Vec::new())
+            } else {
+                let entries = entries_of(event, &commands);
+                let (shown, acts) = commands.into_iter().partition(Command::is_shown);
+                (entries, shown, acts)
+            };
+            let step = Step {
+                entries: &entries,
+                shown: &shown,
+                answer: answered.as_deref(),
+            };
+            ctx.write(&saga, step, None, reporter.as_ref()).await?;
             if is_cancel && let Some(reply) = pending_cancel.take() {
                 let _ = reply.send(refused.map_or(Ok(()), Err));
             }
@@ -470,6 +455,26 @@ impl Driver {
             if let Some(made) = ctx.perform(&saga, acts, &mut running) {
                 out = Some(made);
             }
+        }
+    }
+}
+
+/// What one step journals and shows: its entries, what people see of it, and the message
+/// of the person's answer it took.
+#[derive(Clone, Copy)]
+struct Step<'a> {
+    entries: &'a [Entry],
+    shown: &'a [Command],
+    answer: Option<&'a agent_host::sdk::Message>,
+}
+
+impl<'a> Step<'a> {
+    /// A step that journals nothing more (journaled already), showing `shown`.
+    fn showing(shown: &'a [Command]) -> Self {
+        Self {
+            entries: &[],
+            shown,
+            answer: None,
         }
     }
 }
@@ -515,52 +520,35 @@ impl Ctx {
         shown
     }
 
-    /// Journals a step that does not end the saga (`entries`), and shows what people see
-    /// of it (`shown`), in one durable write (`Reporter::written`), tried again as
-    /// `journal` is.
-    async fn step(
+    /// Journals a step (`step.entries`) and shows what people see of it, in one durable
+    /// write (`Reporter::written`), tried again as `journal` is; `ending` for the step
+    /// that ends the saga (its finish mark and settlement go with it).
+    async fn write(
         &self,
         saga: &Saga,
-        entries: &[Entry],
-        shown: &[Command],
-        answer: Option<&agent_host::sdk::Message>,
+        step: Step<'_>,
+        ending: Option<Ending>,
         reporter: &dyn Reporter,
     ) -> Result<()> {
         let write = StepWrite {
             journal: self.journal.as_ref(),
             saga_id: &self.saga_id,
             epoch: self.epoch,
-            entries,
-            ending: None,
-            answer,
+            entries: step.entries,
+            ending,
+            answer: step.answer,
         };
-        self.retrying(|| reporter.written(shown, saga, &write))
+        self.retrying(|| reporter.written(step.shown, saga, &write))
             .await
     }
 
-    /// Ends the saga: what people see of its end (`shown`), and the end, in one durable
-    /// write (`Reporter::written`), tried again as `journal` is. The phase it ended in.
-    async fn end(
-        &self,
-        saga: &Saga,
-        entries: &[Entry],
-        shown: &[Command],
-        answer: Option<&agent_host::sdk::Message>,
-        reporter: &dyn Reporter,
-    ) -> Result<Phase> {
-        let end = StepWrite {
-            answer,
-            journal: self.journal.as_ref(),
-            saga_id: &self.saga_id,
-            epoch: self.epoch,
-            entries,
-            ending: Some(Ending {
-                mandate: saga.spec.mandate.clone(),
-                spent_minor: saga.spent_minor(),
-            }),
+    /// Ends the saga with `step`, through `write`. The phase it ended in.
+    async fn end(&self, saga: &Saga, step: Step<'_>, reporter: &dyn Reporter) -> Result<Phase> {
+        let ending = Ending {
+            mandate: saga.spec.mandate.clone(),
+            spent_minor: saga.spent_minor(),
         };
-        self.retrying(|| reporter.written(shown, saga, &end))
-            .await?;
+        self.write(saga, step, Some(ending), reporter).await?;
         Ok(saga.phase.clone())
     }
 

@@ -8,7 +8,7 @@ mod common;
 
 use agent_host::sdk::TaskState;
 use common::served::*;
-use common::{Harness, plan_as};
+use common::{Harness, each_message_once, first_hundred, plan_as};
 use executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS;
 use executor_agent::state::STATE_FILE_NAME;
 use sagaplane_storage::sqlite::commits;
@@ -40,14 +40,7 @@ async fn a_pause_and_going_on_after_it_each_ride_their_step_s_append() {
     let task = paused_for_approval(&served, "sg_paused_writes").await;
     // The begin, and s0's result with the pause, which writes the task INPUT_REQUIRED.
     assert_eq!(commits(STATE_FILE_NAME) - before, 2);
-    let done = answer(
-        &served,
-        approver_jwt(&served),
-        &task.id,
-        approval(&task, in_five_minutes()),
-    )
-    .await
-    .unwrap();
+    let done = approved(&served, &task).await;
     assert_eq!(done.status.state, TaskState::Completed, "{:?}", done.status);
     // The answer with the review's intent, which writes the task WORKING again with the
     // answer's message; five appends; the end.
@@ -76,25 +69,11 @@ async fn a_first_step_that_waits_for_an_approval_is_shown_by_the_begin_s_write()
     assert_eq!(commits(STATE_FILE_NAME) - before, 1);
     // Listed by its row's state: waiting.
     assert_eq!(waiting(&served).await, std::slice::from_ref(&task.id));
-    let done = answer(
-        &served,
-        approver_jwt(&served),
-        &task.id,
-        approval(&task, in_five_minutes()),
-    )
-    .await
-    .unwrap();
+    let done = approved(&served, &task).await;
     assert_eq!(done.status.state, TaskState::Completed, "{:?}", done.status);
     // The answer with the review's intent; six appends; the end.
     assert_eq!(commits(STATE_FILE_NAME) - before, 1 + 1 + 6 + 1);
-    let ids: Vec<&str> = done
-        .history
-        .iter()
-        .flatten()
-        .map(|m| m.message_id.as_str())
-        .collect();
-    let once: std::collections::HashSet<&str> = ids.iter().copied().collect();
-    assert_eq!(once.len(), ids.len(), "no message twice: {ids:?}");
+    each_message_once(&done);
 }
 
 /// The tasks listed `INPUT_REQUIRED` (by their rows' state), as an approver lists them.
@@ -106,16 +85,7 @@ async fn waiting(served: &Served) -> Vec<String> {
                 bearer: approver_jwt(served),
                 ..agent_host::OutboundCall::default()
             },
-            &agent_host::sdk::ListTasksRequest {
-                context_id: None,
-                status: Some(TaskState::InputRequired),
-                page_size: Some(10),
-                page_token: None,
-                history_length: None,
-                status_timestamp_after: None,
-                include_artifacts: None,
-                tenant: None,
-            },
+            &first_hundred(Some(TaskState::InputRequired)),
         )
         .await
         .unwrap();

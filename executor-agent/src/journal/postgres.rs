@@ -22,7 +22,7 @@ use crate::saga::spec::MandateHold;
 mod fenced;
 mod sql;
 use agent_host::store::{Expected, TaskWrite};
-use fenced::{fenced_outcome, task_params};
+use fenced::{fenced_outcome, task_columns, task_params};
 use sql::{
     APPEND, APPEND_WITH_TASK, BEGIN_IF_CURRENT, BEGIN_UNDER_MANDATE,
     BEGIN_UNDER_MANDATE_IF_CURRENT, CREATE_TASK, END, END_WITH_TASK, MANDATE_IF_NEW,
@@ -245,18 +245,14 @@ impl SagaLog for PostgresJournal {
             ));
         }
         let create_task = || {
-            task.map(|task| Statement {
-                sql: CREATE_TASK,
-                params: vec![
-                    Box::new(task.id.clone()),
-                    Box::new(task.context_id.clone()),
-                    Box::new(task.state.clone()),
-                    Box::new(task.owner.clone()),
-                    Box::new(task.updated_ms),
-                    Box::new(task.body.clone()),
-                    Box::new(header.saga_id.clone()),
-                ],
-                returns_rows: false,
+            task.map(|task| {
+                let mut params = Vec::from(task_columns(task));
+                params.push(Box::new(header.saga_id.clone()));
+                Statement {
+                    sql: CREATE_TASK,
+                    params,
+                    returns_rows: false,
+                }
             })
         };
         let registrations = header.registrations_read;

@@ -598,6 +598,18 @@ pub fn data_message(data: Value, task_id: Option<&str>) -> SendMessageRequest {
     agent_host::user_request(None, Some(data), task_id)
 }
 
+/// Asserts that no message appears twice in `task`'s history (by its id).
+pub fn each_message_once(task: &Task) {
+    let ids: Vec<&str> = task
+        .history
+        .iter()
+        .flatten()
+        .map(|m| m.message_id.as_str())
+        .collect();
+    let once: std::collections::HashSet<&str> = ids.iter().copied().collect();
+    assert_eq!(once.len(), ids.len(), "a message twice: {ids:?}");
+}
+
 /// A `ListTasks` request for the first 100 tasks (in `status`, when given), without
 /// their history or artifacts.
 pub fn first_hundred(

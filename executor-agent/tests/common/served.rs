@@ -238,6 +238,14 @@ pub fn approval(task: &Task, expires_at: chrono::DateTime<chrono::Utc>) -> Value
     }})
 }
 
+/// The approver's approval of what `task` waits for, sent on it: the task it answers with.
+pub async fn approved(served: &Served, task: &Task) -> Task {
+    let approval = approval(task, in_five_minutes());
+    answer(served, approver_jwt(served), &task.id, approval)
+        .await
+        .unwrap()
+}
+
 pub fn in_five_minutes() -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now() + chrono::Duration::minutes(5)
 }
@@ -373,31 +381,28 @@ pub fn approval_plan(served: &Served, saga_id: &str) -> Value {
 }
 
 pub fn approval_plan_by(planner: &SigningIdentity, saga_id: &str) -> Value {
-    let mut plan = supplier_as(saga_id);
-    let review = json!({
-        "id": "s0r", "agent": "compliance-registry", "skill": "compliance.review",
-        "args": {"vendorId": "$steps.s0.response.body#/vendorId"},
-        "class": "retriable", "idempotencyKey": format!("{saga_id}:s0r"),
-    });
-    let steps = plan["steps"].as_array_mut().unwrap();
-    steps.insert(1, review);
-    plan["pivotIndex"] = json!(5);
-    super::sign_plan(planner, &mut plan);
-    plan
+    let vendor = json!("$steps.s0.response.body#/vendorId");
+    with_review(planner, saga_id, 1, vendor)
 }
 
 /// The supplier plan as saga `saga_id`, signed by planner-1, whose first step (a
 /// compliance review of a vendor named in the plan) waits for an approval.
 pub fn approval_first_plan(served: &Served, saga_id: &str) -> Value {
+    with_review(&served.planner, saga_id, 0, json!("v_named_in_the_plan"))
+}
+
+/// The supplier plan as saga `saga_id` with a compliance review of `vendor` (which
+/// requires approval) as its step `at`, signed by `planner`.
+fn with_review(planner: &SigningIdentity, saga_id: &str, at: usize, vendor: Value) -> Value {
     let mut plan = supplier_as(saga_id);
     let review = json!({
         "id": "s0r", "agent": "compliance-registry", "skill": "compliance.review",
-        "args": {"vendorId": "v_named_in_the_plan"},
+        "args": {"vendorId": vendor},
         "class": "retriable", "idempotencyKey": format!("{saga_id}:s0r"),
     });
-    plan["steps"].as_array_mut().unwrap().insert(0, review);
+    plan["steps"].as_array_mut().unwrap().insert(at, review);
     plan["pivotIndex"] = json!(5);
-    super::sign_plan(&served.planner, &mut plan);
+    super::sign_plan(planner, &mut plan);
     plan
 }
 

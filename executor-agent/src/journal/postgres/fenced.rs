@@ -9,21 +9,28 @@ use agent_host::store::{Expected, TaskWrite};
 
 /// The parameters a task's write takes in a fenced write, after the saga's: the task, the
 /// columns of the task store's row, and the version it must replace.
-pub(super) fn task_params(task: &TaskWrite) -> Result<[Param; 7]> {
+pub(super) fn task_params(task: &TaskWrite) -> Result<Vec<Param>> {
     let Expected::Version(version) = task.expected else {
         return Err(Error::Journal(
             "a saga's step writes its task, which exists already".into(),
         ));
     };
-    Ok([
+    let mut params = Vec::from(task_columns(task));
+    params.push(Box::new(to_i64(version)));
+    Ok(params)
+}
+
+/// The columns of the task store's row a task's write sets, in their order in the
+/// journal's statements that write it.
+pub(super) fn task_columns(task: &TaskWrite) -> [Param; 6] {
+    [
         Box::new(task.id.clone()),
         Box::new(task.context_id.clone()),
         Box::new(task.state.clone()),
         Box::new(task.owner.clone()),
         Box::new(task.updated_ms),
         Box::new(task.body.clone()),
-        Box::new(to_i64(version)),
-    ])
+    ]
 }
 
 /// What a fenced write (`what`) answered: whether the fence held, and whether it wrote.
