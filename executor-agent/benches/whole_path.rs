@@ -22,6 +22,9 @@
 //! saga's own sequence of commits and tool calls made without the executor.
 //! `WHOLE_PATH_INTERLEAVED=N` with it also starts a SQLite executor and runs N pairs of
 //! rounds per level, one on each set-up in turn (`whole_path/interleaved.rs`).
+//! `WHOLE_PATH_CALLGRIND=1` runs the measured executors under valgrind's callgrind and
+//! prints, per round, their instructions per step: a count that holds on a noisy machine
+//! (`whole_path/callgrind.rs`).
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -36,6 +39,8 @@ use sagaplane_examples::supplier::AGENTS;
 use serde_json::{Value, json};
 use shared_types::SigningIdentity;
 
+#[path = "whole_path/callgrind.rs"]
+mod callgrind;
 #[path = "whole_path/console.rs"]
 mod console;
 #[path = "whole_path/database.rs"]
@@ -114,6 +119,8 @@ fn ms(ticks: u64) -> f64 {
 struct Executor {
     child: Child,
     url: String,
+    /// Its data directory (callgrind's dumps go there too).
+    dir: std::path::PathBuf,
 }
 
 impl Drop for Executor {
@@ -199,7 +206,11 @@ fn start_executor(
         .iter()
         .map(|a| (a.to_string(), json!(TOOL_TOKEN)))
         .collect();
-    let mut command = Command::new(executor_binary());
+    let mut command = if callgrind::wanted() && !phases {
+        callgrind::command(&executor_binary(), dir)
+    } else {
+        Command::new(executor_binary())
+    };
     command.args(["--listen", "127.0.0.1:0"]);
     match store {
         Some(url) => command.args(["--store", url]),
@@ -238,7 +249,11 @@ fn start_executor(
         .strip_prefix("listening on ")
         .expect("listening on URL")
         .to_owned();
-    Executor { child, url }
+    Executor {
+        child,
+        url,
+        dir: dir.to_owned(),
+    }
 }
 
 /// The rounds to run, in order: each way of waiting (`WHOLE_PATH_MODES`, `blocking,streaming`
@@ -305,6 +320,8 @@ struct Round {
     /// The executor's resident set before and after the round, in KiB.
     rss_before_kib: u64,
     rss_after_kib: u64,
+    /// Under callgrind: the executors' instructions per step, and the steps counted.
+    instructions: Option<(f64, f64)>,
 }
 
 const COMMITS: &str = "sagaplane_state_file_commits";
@@ -630,6 +647,9 @@ fn print_round(round: &Round) {
         round.rss_after_kib as f64 / 1024.0,
         (round.rss_after_kib as f64 - round.rss_before_kib as f64) / sagas,
     );
+    if let Some((per_step, steps)) = round.instructions {
+        println!("{}", callgrind::line(per_step, steps));
+    }
 }
 
 /// The executor's CPU per saga by phase, from its own counters (thread CPU time per
@@ -751,6 +771,7 @@ async fn run_round(
         thread_ticks("self", CLIENT_THREADS),
         thread_ticks(&pid.to_string(), WRITER_THREAD),
     );
+    let window = callgrind::Window::open(executors).await;
     let started = Instant::now();
     let deadline = started + length;
     let template = Arc::new(template.to_owned());
@@ -814,7 +835,12 @@ async fn run_round(
         latencies_ms.extend(worker.expect("a client task"));
     }
     let seconds = started.elapsed().as_secs_f64();
+    let instructions = match window {
+        Some(window) => Some(window.close(executors).await),
+        None => None,
+    };
     Round {
+        instructions,
         clients,
         sagas: latencies_ms.len() as u64,
         seconds,
