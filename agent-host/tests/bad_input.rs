@@ -261,3 +261,103 @@ async fn a_send_in_a_form_official_clients_do_not_send_is_read_or_refused_by_the
         );
     }
 }
+
+/// A `SendStreamingMessage` with `A2A-Version: 1.0`: the HTTP status, the content type and
+/// the body.
+async fn stream_raw(url: &str, params: Value) -> (u16, String, String) {
+    let body =
+        json!({"jsonrpc": "2.0", "id": "s-1", "method": "SendStreamingMessage", "params": params});
+    let response = reqwest::Client::new()
+        .post(format!("{url}/"))
+        .header("A2A-Version", "1.0")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    (status, content_type, response.text().await.unwrap())
+}
+
+/// Each SSE event's `id` and the JSON-RPC envelope in its `data`.
+fn sse_events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter(|frame| frame.lines().any(|line| line.starts_with("data:")))
+        .map(|frame| {
+            let field = |name: &str| {
+                frame
+                    .lines()
+                    .find_map(|line| line.strip_prefix(name))
+                    .unwrap_or_else(|| panic!("no {name} in {frame:?}"))
+                    .trim_start()
+                    .to_owned()
+            };
+            (field("id:"), serde_json::from_str(&field("data:")).unwrap())
+        })
+        .collect()
+}
+
+/// `SendStreamingMessage` is read and written here as `SendMessage` is: the wire's form
+/// streams its events framed as the SDK frames them, any other form still reaches the
+/// SDK, and what the SDK refuses is refused with a JSON answer that creates nothing.
+#[tokio::test]
+async fn a_stream_is_served_as_the_sdk_serves_it_and_refused_as_it_refuses() {
+    let agent = start(InboundAuth::Open).await;
+    let url = agent.url.as_str();
+
+    let (status, content_type, body) = stream_raw(url, user_message("complete")).await;
+    assert_eq!(status, 200);
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+    let events = sse_events(&body);
+    let ids: Vec<&str> = events.iter().map(|(id, _)| id.as_str()).collect();
+    let counted: Vec<String> = (1..=events.len()).map(|n| n.to_string()).collect();
+    assert_eq!(ids, counted, "{body}");
+    assert!(events.len() >= 2, "{body}");
+    for (_, envelope) in &events {
+        assert_eq!(envelope["jsonrpc"], "2.0");
+        assert_eq!(envelope["id"], "s-1");
+    }
+    assert!(events[0].1.pointer("/result/task/id").is_some(), "{body}");
+    let last = &events[events.len() - 1].1;
+    assert_eq!(
+        last.pointer("/result/statusUpdate/status/state"),
+        Some(&json!("TASK_STATE_COMPLETED")),
+        "{body}"
+    );
+
+    // The proto's own name for contextId: the SDK reads it, serde alone would not.
+    let mut snake = user_message("complete");
+    snake["message"]["context_id"] = json!("ctx-snake-stream");
+    let (_, _, body) = stream_raw(url, snake).await;
+    assert_eq!(
+        sse_events(&body)[0].1.pointer("/result/task/contextId"),
+        Some(&json!("ctx-snake-stream")),
+        "{body}"
+    );
+
+    // A part with two contents: refused before any event, and nothing is created.
+    let mut two_contents = user_message("complete");
+    two_contents["message"]["parts"][0]["data"] = json!({"also": 1});
+    let before = task_count(url, None).await;
+    let (status, content_type, body) = stream_raw(url, two_contents).await;
+    assert_eq!(status, 200);
+    assert!(
+        content_type.starts_with("application/json"),
+        "{content_type}"
+    );
+    let refusal: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error_code(&refusal), -32602, "{body}");
+    assert_eq!(
+        task_count(url, None).await,
+        before,
+        "a refused stream creates nothing"
+    );
+}

@@ -4,12 +4,14 @@
 
 use std::collections::HashMap;
 
+use futures::StreamExt;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
 use crate::sdk::{
-    A2AError, Artifact, Message, Part, PartContent, Role, Task, TaskState, TaskStatus, error_code,
+    A2AError, Artifact, Message, Part, PartContent, Role, StreamResponse, Task,
+    TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent, error_code,
     numbers_as_doubles,
 };
 
@@ -337,5 +339,157 @@ proptest! {
         let (ours, sdk) = both_readings(&params);
         prop_assert!(ours.is_some());
         prop_assert_eq!(ours, sdk);
+    }
+}
+
+/// Every kind of event a stream carries, with the members a writer may leave empty.
+fn stream_events(data: &Value) -> Vec<StreamResponse> {
+    let status = |state: TaskState| TaskStatus {
+        state,
+        message: Some(message("m-5", Role::Agent, vec![Part::text("s2: done")])),
+        timestamp: Some(
+            chrono::DateTime::parse_from_rfc3339("2026-11-30T07:00:00.250Z")
+                .unwrap()
+                .into(),
+        ),
+    };
+    let artifact = |metadata: Option<HashMap<String, Value>>| Artifact {
+        artifact_id: "saga-ledger".into(),
+        name: Some("saga-ledger".into()),
+        description: None,
+        parts: vec![Part::data(data.clone())],
+        metadata,
+        extensions: None,
+    };
+    let mut events = vec![
+        StreamResponse::Task(task(
+            TaskState::Working,
+            "2026-11-30T07:00:00Z",
+            data.clone(),
+        )),
+        StreamResponse::Message(message("m-9", Role::Agent, vec![Part::text("hello")])),
+    ];
+    for state in STATES {
+        for metadata in [
+            None,
+            Some(HashMap::new()),
+            Some(HashMap::from([("sagaId".into(), json!("sg_1"))])),
+        ] {
+            events.push(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                task_id: "t-1".into(),
+                context_id: "ctx-1".into(),
+                status: status(state.clone()),
+                metadata,
+            }));
+        }
+    }
+    for append in [None, Some(false), Some(true)] {
+        for last_chunk in [None, Some(false), Some(true)] {
+            events.push(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                task_id: "t-1".into(),
+                context_id: "ctx-1".into(),
+                artifact: artifact(None),
+                append,
+                last_chunk,
+                metadata: None,
+            }));
+        }
+    }
+    events.push(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+        task_id: "t-1".into(),
+        context_id: "ctx-1".into(),
+        artifact: artifact(Some(HashMap::new())),
+        append: None,
+        last_chunk: None,
+        metadata: Some(HashMap::new()),
+    }));
+    events
+}
+
+/// What the SDK writes as a stream's event `data`.
+fn sdk_writes_event(id: &JsonRpcId, event: &Result<StreamResponse, A2AError>) -> Value {
+    let response = match event {
+        Ok(event) => JsonRpcResponse::success(id.clone(), protojson_conv::to_value(event).unwrap()),
+        Err(error) => JsonRpcResponse::error(id.clone(), error.to_jsonrpc_error()),
+    };
+    serde_json::to_value(response).unwrap()
+}
+
+#[test]
+fn every_kind_of_stream_event_is_written_as_the_sdk_writes_it() {
+    let data = json!({"amountMinor": 25000, "rate": 2.5, "steps": [{"s": 1}]});
+    let id = JsonRpcId::String("req-7".into());
+    let mut events: Vec<Result<StreamResponse, A2AError>> =
+        stream_events(&data).into_iter().map(Ok).collect();
+    events.push(Err(A2AError::internal("the stream broke")));
+    for event in &events {
+        let sdk = sdk_writes_event(&id, event);
+        let ours: Value = serde_json::from_str(&stream::data(&id, event.clone())).unwrap();
+        assert_eq!(
+            comparable(&ours),
+            comparable(&sdk),
+            "\nours {ours}\nsdk  {sdk}"
+        );
+    }
+}
+
+/// The events of one SSE body: each `id` with its `data`, in order.
+fn sse_events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter(|frame| !frame.trim().is_empty())
+        .map(|frame| {
+            let field = |name: &str| {
+                frame
+                    .lines()
+                    .find_map(|line| line.strip_prefix(name))
+                    .unwrap_or_else(|| panic!("no {name} in {frame:?}"))
+                    .trim_start()
+                    .to_owned()
+            };
+            (field("id:"), serde_json::from_str(&field("data:")).unwrap())
+        })
+        .collect()
+}
+
+async fn body_of(response: Response) -> (HeaderMap, String) {
+    let headers = response.headers().clone();
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (headers, String::from_utf8(body.to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn a_stream_is_framed_as_the_sdk_frames_it() {
+    let data = json!({"amountMinor": 25000, "rate": 2.5});
+    let id = JsonRpcId::Number(3);
+    let mut events: Vec<Result<StreamResponse, A2AError>> =
+        stream_events(&data).into_iter().map(Ok).collect();
+    events.push(Err(A2AError::internal("the stream broke")));
+    let sdk_events: Vec<Result<Value, A2AError>> = events
+        .iter()
+        .map(|event| {
+            event
+                .clone()
+                .map(|event| protojson_conv::to_value(&event).unwrap())
+        })
+        .collect();
+    let sdk =
+        a2a_server::sse::sse_jsonrpc_stream(id.clone(), futures::stream::iter(sdk_events).boxed())
+            .into_response();
+    let ours = stream::write(id, futures::stream::iter(events).boxed());
+    let (sdk_headers, sdk_body) = body_of(sdk).await;
+    let (our_headers, our_body) = body_of(ours).await;
+    assert_eq!(our_headers, sdk_headers);
+    let (sdk_events, our_events) = (sse_events(&sdk_body), sse_events(&our_body));
+    assert_eq!(our_events.len(), sdk_events.len());
+    assert_eq!(our_events.len(), stream_events(&data).len() + 1);
+    for ((our_id, ours), (sdk_id, sdk)) in our_events.iter().zip(&sdk_events) {
+        assert_eq!(our_id, sdk_id);
+        assert_eq!(
+            comparable(ours),
+            comparable(sdk),
+            "\nours {ours}\nsdk  {sdk}"
+        );
     }
 }
