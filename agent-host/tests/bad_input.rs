@@ -262,11 +262,15 @@ async fn a_send_in_a_form_official_clients_do_not_send_is_read_or_refused_by_the
     }
 }
 
-/// A `SendStreamingMessage` with `A2A-Version: 1.0`: the HTTP status, the content type and
-/// the body.
+/// A `SendStreamingMessage` with `A2A-Version: 1.0`.
 async fn stream_raw(url: &str, params: Value) -> (u16, String, String) {
-    let body =
-        json!({"jsonrpc": "2.0", "id": "s-1", "method": "SendStreamingMessage", "params": params});
+    stream_call(url, "SendStreamingMessage", params).await
+}
+
+/// A streaming method's call with `A2A-Version: 1.0`: the HTTP status, the content type
+/// and the body.
+async fn stream_call(url: &str, method: &str, params: Value) -> (u16, String, String) {
+    let body = json!({"jsonrpc": "2.0", "id": "s-1", "method": method, "params": params});
     let response = reqwest::Client::new()
         .post(format!("{url}/"))
         .header("A2A-Version", "1.0")
@@ -360,4 +364,25 @@ async fn a_stream_is_served_as_the_sdk_serves_it_and_refused_as_it_refuses() {
         before,
         "a refused stream creates nothing"
     );
+}
+
+/// `SubscribeToTask`'s events are written here too: a subscription to a task that is not
+/// there, or with parameters the SDK refuses, is refused with a JSON answer.
+#[tokio::test]
+async fn a_subscription_to_no_task_or_with_bad_parameters_is_refused() {
+    let agent = start(InboundAuth::Open).await;
+    let url = agent.url.as_str();
+    for (params, code) in [
+        (json!({"id": "no-such-task"}), -32001),
+        (json!({"id": ["not", "a", "string"]}), -32602),
+    ] {
+        let (status, content_type, body) = stream_call(url, "SubscribeToTask", params).await;
+        assert_eq!(status, 200);
+        assert!(
+            content_type.starts_with("application/json"),
+            "{content_type}"
+        );
+        let refusal: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(error_code(&refusal), code, "{body}");
+    }
 }

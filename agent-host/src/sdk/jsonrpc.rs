@@ -1,5 +1,6 @@
 //! `SendMessage` and `SendStreamingMessage` over JSON-RPC, the calls every plan and every
-//! saga step makes, read and answered from the SDK's types with serde. A request in the
+//! saga step makes, read and answered from the SDK's types with serde (and the events of
+//! `SubscribeToTask`, which a stream that was cut follows again, written so). A request in the
 //! form every official client sends is read with serde (`read`); any other the SDK reads
 //! as it always does (`protojson_conv`, the same checks and refusals). The answer, and
 //! each event of a stream, skips the SDK's trip through protobuf and a
@@ -25,7 +26,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tower::ServiceExt;
 
-use super::{RequestHandler, SendMessageRequest, SendMessageResponse, ServiceParams, methods};
+use super::{
+    RequestHandler, SendMessageRequest, SendMessageResponse, ServiceParams, SubscribeToTaskRequest,
+    methods,
+};
 
 mod read;
 mod stream;
@@ -70,6 +74,9 @@ async fn sent_message<H: RequestHandler>(
     let streaming = match call.method.as_str() {
         methods::SEND_MESSAGE => false,
         methods::SEND_STREAMING_MESSAGE => true,
+        methods::SUBSCRIBE_TO_TASK => {
+            return subscribed(handler, headers, call).await;
+        }
         _ => return None,
     };
     if call.jsonrpc != "2.0" || !supported(headers) {
@@ -91,6 +98,29 @@ async fn sent_message<H: RequestHandler>(
         match handler.send_streaming_message(&params, request).await {
             Ok(events) => stream::write(call.id, events),
             // Refused before any event: a JSON answer, as the SDK's.
+            Err(error) => write::<SendMessageResponse>(&call.id, Err(error)),
+        },
+    )
+}
+
+/// The events of a `SubscribeToTask` the SDK would take, or `None` for anything else. The
+/// request (an id) is read by the SDK's reading; only the events' writing is ours.
+async fn subscribed<H: RequestHandler>(
+    handler: &H,
+    headers: &HeaderMap,
+    call: JsonRpcRequest,
+) -> Option<Response> {
+    if call.jsonrpc != "2.0" || !supported(headers) {
+        return None;
+    }
+    let params = call.params.unwrap_or(serde_json::Value::Null);
+    let request: SubscribeToTaskRequest = protojson_conv::from_value(params).ok()?;
+    Some(
+        match handler
+            .subscribe_to_task(&service_params(headers), request)
+            .await
+        {
+            Ok(events) => stream::write(call.id, events),
             Err(error) => write::<SendMessageResponse>(&call.id, Err(error)),
         },
     )
