@@ -22,11 +22,16 @@ pub use a2a::{
 pub use a2a_client::Transport;
 pub use a2a_client::jsonrpc::JsonRpcTransport;
 
+/// A stream's event in a form serde does not read is read as the SDK reads it
+/// (`client/send_message/events.rs`).
+pub use a2a::jsonrpc::JsonRpcResponse;
 /// What reading a JSON-RPC answer by hand needs (`client/send_message.rs`).
 pub use a2a::{JsonRpcError, TypedDetail, error_code, errordetails, methods, reason_to_error_code};
+pub use a2a_pb::protojson_conv;
 
-/// JSON-RPC 2.0 binding: `POST /`. A `SendMessage` answer is written from the SDK's
-/// types with serde (`jsonrpc`); everything else is the SDK's handler.
+/// JSON-RPC 2.0 binding: `POST /`. A `SendMessage` answer and a stream's events are
+/// written from the SDK's types with serde (`jsonrpc`); everything else is the SDK's
+/// handler.
 pub fn jsonrpc_router<H: RequestHandler>(handler: std::sync::Arc<H>) -> axum::Router {
     jsonrpc::router(handler)
 }

@@ -253,19 +253,31 @@ impl AgentClient {
         }
     }
 
-    /// Opens a stream; the deadline covers opening it, not reading it.
+    /// Opens a stream; the deadline covers opening it, not reading it. Its events are read
+    /// with serde (`send_message/events.rs`). The client's own credential is not sent:
+    /// only a `send` carries it.
     pub async fn stream(
         &self,
         call: &OutboundCall,
         request: &SendMessageRequest,
     ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>> {
-        let params = call.params();
-        self.within(
-            call,
-            "SendStreamingMessage",
-            self.transport.send_streaming_message(&params, request),
-        )
-        .await
+        self.open_stream(call, crate::sdk::methods::SEND_STREAMING_MESSAGE, request)
+            .await
+    }
+
+    async fn open_stream<P: serde::Serialize>(
+        &self,
+        call: &OutboundCall,
+        method: &'static str,
+        params: &P,
+    ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>> {
+        let work = self
+            .send_http
+            .stream(&self.endpoint, call.headers(None)?, method, params);
+        match tokio::time::timeout(call.timeout, work).await {
+            Ok(opened) => opened,
+            Err(_) => Err(self.no_answer(call, method)),
+        }
     }
 
     pub async fn get_task(&self, call: &OutboundCall, id: &str) -> Result<Task> {
@@ -314,17 +326,12 @@ impl AgentClient {
         call: &OutboundCall,
         id: &str,
     ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>> {
-        let params = call.params();
         let request = SubscribeToTaskRequest {
             id: id.to_owned(),
             tenant: None,
         };
-        self.within(
-            call,
-            "SubscribeToTask",
-            self.transport.subscribe_to_task(&params, &request),
-        )
-        .await
+        self.open_stream(call, crate::sdk::methods::SUBSCRIBE_TO_TASK, &request)
+            .await
     }
 
     /// Fetches the agent card as JSON.

@@ -30,11 +30,11 @@ use crate::sdk::{
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 #[derive(Serialize)]
-struct Request<'a> {
+struct Request<'a, P> {
     jsonrpc: &'static str,
     id: u64,
     method: &'static str,
-    params: &'a SendMessageRequest,
+    params: &'a P,
 }
 
 #[derive(Deserialize)]
@@ -111,13 +111,18 @@ impl Http {
 
 /// The JSON-RPC request body of one `SendMessage`.
 fn encode(request: &SendMessageRequest) -> Result<Vec<u8>> {
+    encode_call(methods::SEND_MESSAGE, request)
+}
+
+/// The JSON-RPC request body of one call of `method`.
+fn encode_call<P: Serialize>(method: &'static str, params: &P) -> Result<Vec<u8>> {
     let body = Request {
         jsonrpc: "2.0",
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-        method: methods::SEND_MESSAGE,
-        params: request,
+        method,
+        params,
     };
-    serde_json::to_vec(&body).map_err(|e| Error::Config(format!("cannot encode SendMessage: {e}")))
+    serde_json::to_vec(&body).map_err(|e| Error::Config(format!("cannot encode {method}: {e}")))
 }
 
 /// The answer to one `SendMessage`, from the HTTP status and body.
@@ -204,6 +209,8 @@ fn protocol_error(error: JsonRpcError) -> A2AError {
         details: (!details.is_empty()).then_some(details),
     }
 }
+
+mod events;
 
 #[cfg(test)]
 mod tests;
