@@ -84,18 +84,13 @@ impl Http {
     pub(super) async fn send(
         &self,
         uri: &Uri,
-        mut headers: HeaderMap,
+        headers: HeaderMap,
         request: &SendMessageRequest,
     ) -> Result<SendMessageResponse> {
         let body = encode(request)?;
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let mut http_request = http::Request::new(Full::new(Bytes::from(body)));
-        *http_request.method_mut() = Method::POST;
-        *http_request.uri_mut() = uri.clone();
-        *http_request.headers_mut() = headers;
         let response = self
             .client
-            .request(http_request)
+            .request(json_post(uri, headers, body))
             .await
             .map_err(|e| Error::Transport(format!("SendMessage to {uri} failed: {e}")))?;
         let status = response.status();
@@ -107,6 +102,16 @@ impl Http {
         tracing::debug!(%uri, %status, bytes = body.len(), "SendMessage answered");
         decode(status, &body)
     }
+}
+
+/// A POST of the JSON `body` to `uri` with these headers.
+fn json_post(uri: &Uri, mut headers: HeaderMap, body: Vec<u8>) -> http::Request<Full<Bytes>> {
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let mut request = http::Request::new(Full::new(Bytes::from(body)));
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = uri.clone();
+    *request.headers_mut() = headers;
+    request
 }
 
 /// The JSON-RPC request body of one `SendMessage`.

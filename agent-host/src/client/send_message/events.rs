@@ -15,11 +15,11 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::{self, BoxStream};
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
-use http::{Method, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{StatusCode, Uri};
+use http_body_util::{BodyExt, Limited};
 use serde::{Deserialize, Serialize};
 
-use super::{Http, MAX_ANSWER_BYTES, encode_call, protocol_error};
+use super::{Http, MAX_ANSWER_BYTES, encode_call, json_post, protocol_error};
 use crate::error::{Error, Result};
 use crate::sdk::{A2AError, JsonRpcError, JsonRpcResponse, StreamResponse, protojson_conv};
 
@@ -47,15 +47,10 @@ impl Http {
         params: &P,
     ) -> Result<Events> {
         let body = encode_call(method, params)?;
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        let mut request = http::Request::new(Full::new(Bytes::from(body)));
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = uri.clone();
-        *request.headers_mut() = headers;
         let response = self
             .client
-            .request(request)
+            .request(json_post(uri, headers, body))
             .await
             .map_err(|e| Error::Transport(format!("{method} to {uri} failed: {e}")))?;
         // As the SDK's transport: no content type is taken for a stream, since reading
