@@ -22,10 +22,10 @@ pub use a2a::{
 pub use a2a_client::Transport;
 pub use a2a_client::jsonrpc::JsonRpcTransport;
 
-/// A stream's event in a form serde does not read is read as the SDK reads it
+/// What reading a JSON-RPC answer by hand needs (`client/send_message.rs`), and reading a
+/// stream's event in a form serde does not read as the SDK reads it
 /// (`client/send_message/events.rs`).
 pub use a2a::jsonrpc::JsonRpcResponse;
-/// What reading a JSON-RPC answer by hand needs (`client/send_message.rs`).
 pub use a2a::{JsonRpcError, TypedDetail, error_code, errordetails, methods, reason_to_error_code};
 pub use a2a_pb::protojson_conv;
 

@@ -37,10 +37,11 @@ struct Request<'a, P> {
     params: &'a P,
 }
 
+/// A JSON-RPC answer whose result is read as `R`: a `Reply`, or a stream's event.
 #[derive(Deserialize)]
-struct Response {
-    #[serde(default)]
-    result: Option<Reply>,
+struct Response<R> {
+    #[serde(default = "Option::default")]
+    result: Option<R>,
     #[serde(default)]
     error: Option<JsonRpcError>,
 }
@@ -132,7 +133,7 @@ fn encode_call<P: Serialize>(method: &'static str, params: &P) -> Result<Vec<u8>
 
 /// The answer to one `SendMessage`, from the HTTP status and body.
 fn decode(status: StatusCode, body: &[u8]) -> Result<SendMessageResponse> {
-    let response: Response = match serde_json::from_slice(body) {
+    let response: Response<Reply> = match serde_json::from_slice(body) {
         Ok(response) => response,
         Err(e) => {
             // Not JSON-RPC at all: nothing says whether the tool acted, so this is a

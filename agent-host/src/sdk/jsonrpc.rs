@@ -23,11 +23,12 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::stream::BoxStream;
 use serde::Serialize;
 use tower::ServiceExt;
 
 use super::{
-    RequestHandler, SendMessageRequest, SendMessageResponse, ServiceParams, SubscribeToTaskRequest,
+    RequestHandler, SendMessageRequest, ServiceParams, StreamResponse, SubscribeToTaskRequest,
     methods,
 };
 
@@ -63,67 +64,60 @@ async fn serve<H: RequestHandler>(handler: Arc<H>, sdk: Router, request: Request
     }
 }
 
-/// The answer to a `SendMessage` or a `SendStreamingMessage` the SDK would take, or
-/// `None` for anything else.
+/// The answer to a `SendMessage`, `SendStreamingMessage` or `SubscribeToTask` the SDK
+/// would take, or `None` for anything else.
 async fn sent_message<H: RequestHandler>(
     handler: &H,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Option<Response> {
     let call: JsonRpcRequest = serde_json::from_slice(body).ok()?;
-    let streaming = match call.method.as_str() {
-        methods::SEND_MESSAGE => false,
-        methods::SEND_STREAMING_MESSAGE => true,
-        methods::SUBSCRIBE_TO_TASK => {
-            return subscribed(handler, headers, call).await;
-        }
-        _ => return None,
-    };
     if call.jsonrpc != "2.0" || !supported(headers) {
         return None;
     }
     let params = call.params.unwrap_or(serde_json::Value::Null);
-    let request: SendMessageRequest = match read::send_message(&params) {
-        Some(request) => request,
-        None => protojson_conv::from_value(params).ok()?,
-    };
-    let params = service_params(headers);
-    if !streaming {
-        return Some(write(
-            &call.id,
-            handler.send_message(&params, request).await,
-        ));
+    let service = service_params(headers);
+    match call.method.as_str() {
+        methods::SEND_MESSAGE => {
+            let request = message_request(params)?;
+            Some(write(
+                &call.id,
+                handler.send_message(&service, request).await,
+            ))
+        }
+        methods::SEND_STREAMING_MESSAGE => {
+            let request = message_request(params)?;
+            let events = handler.send_streaming_message(&service, request).await;
+            Some(streamed(call.id, events))
+        }
+        // The request (an id) is read by the SDK's reading; only the events' writing is ours.
+        methods::SUBSCRIBE_TO_TASK => {
+            let request: SubscribeToTaskRequest = protojson_conv::from_value(params).ok()?;
+            let events = handler.subscribe_to_task(&service, request).await;
+            Some(streamed(call.id, events))
+        }
+        _ => None,
     }
-    Some(
-        match handler.send_streaming_message(&params, request).await {
-            Ok(events) => stream::write(call.id, events),
-            // Refused before any event: a JSON answer, as the SDK's.
-            Err(error) => write::<SendMessageResponse>(&call.id, Err(error)),
-        },
-    )
 }
 
-/// The events of a `SubscribeToTask` the SDK would take, or `None` for anything else. The
-/// request (an id) is read by the SDK's reading; only the events' writing is ours.
-async fn subscribed<H: RequestHandler>(
-    handler: &H,
-    headers: &HeaderMap,
-    call: JsonRpcRequest,
-) -> Option<Response> {
-    if call.jsonrpc != "2.0" || !supported(headers) {
-        return None;
+/// A message's parameters: with serde in the form official clients send, else as the SDK
+/// reads them (`None` when it cannot: the SDK then refuses them itself).
+fn message_request(params: serde_json::Value) -> Option<SendMessageRequest> {
+    match read::send_message(&params) {
+        Some(request) => Some(request),
+        None => protojson_conv::from_value(params).ok(),
     }
-    let params = call.params.unwrap_or(serde_json::Value::Null);
-    let request: SubscribeToTaskRequest = protojson_conv::from_value(params).ok()?;
-    Some(
-        match handler
-            .subscribe_to_task(&service_params(headers), request)
-            .await
-        {
-            Ok(events) => stream::write(call.id, events),
-            Err(error) => write::<SendMessageResponse>(&call.id, Err(error)),
-        },
-    )
+}
+
+/// A stream's events, or, refused before any event, a JSON answer (as the SDK's).
+fn streamed(
+    id: JsonRpcId,
+    events: Result<BoxStream<'static, Result<StreamResponse, a2a::A2AError>>, a2a::A2AError>,
+) -> Response {
+    match events {
+        Ok(events) => stream::write(id, events),
+        Err(error) => write::<StreamResponse>(&id, Err(error)),
+    }
 }
 
 /// Whether the SDK accepts the request's `A2A-Version` (major version 1; a request

@@ -17,22 +17,14 @@ use futures::stream::{self, BoxStream};
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 use http::{StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::{Http, MAX_ANSWER_BYTES, encode_call, json_post, protocol_error};
+use super::{Http, MAX_ANSWER_BYTES, Response, encode_call, json_post, protocol_error};
 use crate::error::{Error, Result};
-use crate::sdk::{A2AError, JsonRpcError, JsonRpcResponse, StreamResponse, protojson_conv};
+use crate::sdk::{A2AError, JsonRpcResponse, StreamResponse, protojson_conv};
 
 /// A stream's events, as the SDK's transport gives them.
 pub(in crate::client) type Events = BoxStream<'static, Result<StreamResponse, A2AError>>;
-
-#[derive(Deserialize)]
-struct Envelope {
-    #[serde(default)]
-    result: Option<StreamResponse>,
-    #[serde(default)]
-    error: Option<JsonRpcError>,
-}
 
 impl Http {
     /// Calls the streaming `method` with `params` and these headers. Nothing is sent when
@@ -195,15 +187,15 @@ fn event_of(text: &str) -> Option<Result<StreamResponse, A2AError>> {
 
 /// One event's data: its JSON-RPC envelope, read with serde, or as the SDK reads it.
 fn read(data: &str) -> Option<Result<StreamResponse, A2AError>> {
-    match serde_json::from_str::<Envelope>(data) {
-        Ok(Envelope {
+    match serde_json::from_str::<Response<StreamResponse>>(data) {
+        Ok(Response {
             error: Some(error), ..
         }) => Some(Err(protocol_error(error))),
-        Ok(Envelope {
+        Ok(Response {
             result: Some(event),
             ..
         }) => Some(Ok(event)),
-        Ok(Envelope { .. }) => None,
+        Ok(Response { .. }) => None,
         Err(_) => read_as_the_sdk(data),
     }
 }

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::sdk::{
-    A2AError, Artifact, Message, Part, PartContent, Role, StreamResponse, Task,
-    TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent, error_code,
+    A2AError, Artifact, Message, Part, PartContent, Role, SendMessageResponse, StreamResponse,
+    Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent, error_code,
     numbers_as_doubles,
 };
 
