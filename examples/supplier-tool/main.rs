@@ -48,7 +48,8 @@ struct Args {
     #[arg(long = "fault", value_name = "SKILL=MODE")]
     faults: Vec<String>,
     /// The faults of one of the demo's scenarios: none, compliance, capture-decline,
-    /// capture-unknown, email, release (added to --fault).
+    /// capture-unknown, capture-lost, capture-unverified, email, release (added to
+    /// --fault).
     #[arg(long)]
     fail_at: Option<String>,
     /// Folder of the curated cards (`<agent>.json`).

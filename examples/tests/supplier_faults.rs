@@ -417,6 +417,17 @@ fn the_demo_scenarios_map_to_faults() {
         faults("capture-unknown"),
         one("payments.capture", FaultMode::ApplyThenHang)
     );
+    assert_eq!(
+        faults("capture-lost"),
+        one("payments.capture", FaultMode::Hang)
+    );
+    assert_eq!(
+        faults("capture-unverified"),
+        vec![
+            ("payments.capture".to_owned(), FaultMode::ApplyThenHang),
+            ("payments.status".to_owned(), FaultMode::Unavailable),
+        ]
+    );
     assert_eq!(faults("email"), one("email.send", FaultMode::Unavailable));
     assert_eq!(
         faults("release"),

@@ -625,7 +625,7 @@ impl Ctx {
     /// back as an event.
     fn spawn_call(&self, saga: &Saga, invocation: Invocation, running: &mut JoinSet<Event>) {
         let (step, caused_by) = match invocation.target {
-            Target::Forward(i) => (i, None),
+            Target::Forward(i) | Target::Verification(i) => (i, None),
             Target::Compensation(i) => (i, saga.failed_step().map(str::to_owned)),
         };
         let context = CallContext {

@@ -94,6 +94,7 @@ pub struct Metrics {
     ended: Family<EndLabels, Counter>,
     calls: Family<CallLabels, Counter>,
     compensations: Family<CallLabels, Counter>,
+    verifications: Family<CallLabels, Counter>,
     misdeclared: Family<AgentLabels, Counter>,
     undo_open: Family<AgentLabels, Gauge>,
     undo_expiring: Family<AgentLabels, Gauge>,
@@ -144,6 +145,7 @@ impl Metrics {
             ended: Family::default(),
             calls: Family::default(),
             compensations: Family::default(),
+            verifications: Family::default(),
             misdeclared: Family::default(),
             undo_open: Family::default(),
             undo_expiring: Family::default(),
@@ -190,6 +192,13 @@ impl Metrics {
              (attempts exhausted) and unavailable (its undo expired or could not be bound), \
              each then put to a person",
             metrics.compensations.clone(),
+        );
+        r.register(
+            "verifications",
+            "Unknown outcomes a tool was asked to settle (a skill's verification), by agent \
+             and outcome: applied and not_applied settled them; unsettled left them unknown \
+             (the saga unwinds if it may, else a person decides)",
+            metrics.verifications.clone(),
         );
         r.register(
             "undo_deadline_misdeclared",
@@ -287,6 +296,16 @@ impl Metrics {
             Ending::Canceled => "canceled",
         };
         self.ended.get_or_create(&EndLabels { ending }).inc();
+    }
+
+    /// A verification of a call of `agent`'s ended with `verdict`.
+    fn verified(&self, agent: &str, verdict: &'static str) {
+        self.count_agent(agent);
+        let labels = CallLabels {
+            agent: agent.to_owned(),
+            outcome: verdict,
+        };
+        self.verifications.get_or_create(&labels).inc();
     }
 
     fn call_answered(&self, agent: &str, outcome: &CallOutcome) {
@@ -543,6 +562,7 @@ pub struct MeteredReporter {
 #[derive(Debug, Clone, PartialEq)]
 struct Seen {
     succeeded: bool,
+    verifying: bool,
     undo: Undo,
     undo_deadline: Option<UndoDeadline>,
 }
@@ -551,6 +571,7 @@ impl Seen {
     fn of(record: &StepRecord) -> Self {
         Self {
             succeeded: matches!(record.forward, Forward::Succeeded { .. }),
+            verifying: matches!(record.forward, Forward::Verifying { .. }),
             undo: record.undo.clone(),
             undo_deadline: record.undo_deadline.clone(),
         }
@@ -596,6 +617,14 @@ impl MeteredReporter {
                 && let (true, Some(deadline)) = (now.succeeded, &now.undo_deadline)
             {
                 self.metrics.undo_deadline_read(saga, i, deadline);
+            }
+            if before.verifying && !now.verifying {
+                let verdict = match record.forward {
+                    Forward::Succeeded { .. } => "applied",
+                    Forward::Failed { .. } => "not_applied",
+                    _ => "unsettled",
+                };
+                self.metrics.verified(agent, verdict);
             }
             if before.undo != now.undo {
                 match now.undo {

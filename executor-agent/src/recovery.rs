@@ -42,7 +42,8 @@ impl Recovered {
     pub fn tell_revoked(&mut self, now_ms: i64) {
         let mut told = vec![Event::MandateRevoked { now_ms }];
         self.to_invoke.retain(|invocation| match invocation.target {
-            Target::Compensation(_) => true,
+            // Compensations are still made, and a verification changes nothing.
+            Target::Compensation(_) | Target::Verification(_) => true,
             Target::Forward(_) => {
                 told.push(Event::Result {
                     target: invocation.target,

@@ -62,6 +62,7 @@ impl Traces {
         let (kind, step_of) = match invocation.target {
             Target::Forward(_) => ("forward", None),
             Target::Compensation(_) => ("compensation", Some(context.step_id.clone())),
+            Target::Verification(_) => ("verification", None),
         };
         let (outcome_name, status) = match outcome {
             CallOutcome::Succeeded { .. } => ("succeeded", Status::Ok),

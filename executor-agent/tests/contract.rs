@@ -137,6 +137,7 @@ async fn call_once(answer: Value, target: Target) -> (CallOutcome, HeaderMap, Va
     let key = match target {
         Target::Forward(_) => "sg_1:s0",
         Target::Compensation(_) => "sg_1:s0:undo",
+        Target::Verification(_) => "sg_1:s0:verify:1",
     };
     let invocation = Invocation {
         target,

@@ -105,6 +105,21 @@ fn assert_escalated(task: &Task, step: &str) {
 
 const ALL_SIX: [&str; 6] = ["s0", "s1", "s2", "s3", "s4", "s5"];
 
+/// What `/metrics` counts of the payments agent's verifications with `outcome`.
+async fn verifications(harness: &Harness, outcome: &str) -> Option<String> {
+    let text = reqwest::get(format!("{}/metrics", harness.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series =
+        format!("sagaplane_verifications_total{{agent=\"payments\",outcome=\"{outcome}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map(str::to_owned)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_5xx_is_retried_with_the_same_key_and_the_effect_applied_once() {
     // The budget tool reserves, but a gateway answers 503 twice: an unknown outcome.
@@ -354,12 +369,20 @@ async fn after_the_pivot_a_failing_email_escalates_and_nothing_is_compensated() 
     assert_eq!(ledger_lines(&still), expected);
 }
 
-/// The pivot captures, but its answers never say so: the saga stops for a person and
-/// nothing is unwound, neither the capture nor any step before it.
+/// The pivot captures, but its answers never say so, and the payments agent's status
+/// skill cannot say either (it answers 503 too): the saga stops for a person and nothing
+/// is unwound, neither the capture nor any step before it.
 async fn assert_pivot_escalates_without_unwinding(fault: Fault) {
-    let (harness, task) = run(&[("payments.capture", fault)]).await;
+    let (harness, task) = run(&[
+        ("payments.capture", fault),
+        ("payments.status", Fault::ServerError(ALWAYS)),
+    ])
+    .await;
     assert_escalated(&task, "s4");
-    assert_eq!(calls(&harness, "payments"), keys(&["s4"; 3]));
+    assert_eq!(
+        calls(&harness, "payments"),
+        keys(&["s4", "s4", "s4", "s4:verify:3"])
+    );
     assert_eq!(
         effects_in_order(&harness.logs),
         keys(&["s0", "s1", "s2", "s3", "s4"]),
@@ -372,6 +395,68 @@ async fn assert_pivot_escalates_without_unwinding(fault: Fault) {
     );
     assert!(calls(&harness, "mailer").is_empty());
     assert_eq!(ledger_lines(&task)[4], "s4 unknown/3 undo notNeeded/0");
+    assert_eq!(
+        verifications(&harness, "unsettled").await.as_deref(),
+        Some("1")
+    );
+}
+
+/// The pivot captures but every answer is a 503; once its attempts are spent, the
+/// executor asks the payments agent's status skill, which says the capture took effect:
+/// the saga completes with the one capture, and nobody is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pivot_whose_answers_are_lost_is_verified_applied_and_the_saga_completes() {
+    let (harness, task) = run(&[("payments.capture", Fault::ServerError(ALWAYS))]).await;
+    assert_eq!(task.status.state, TaskState::Completed, "{:?}", task.status);
+    assert_eq!(ledger_phase(&task), "done completed");
+    assert_eq!(
+        calls(&harness, "payments"),
+        keys(&["s4", "s4", "s4", "s4:verify:3"])
+    );
+    assert_eq!(
+        effects_in_order(&harness.logs),
+        keys(&ALL_SIX),
+        "captured once"
+    );
+    assert!(
+        undo_calls(&harness).is_empty(),
+        "{:?}",
+        undo_calls(&harness)
+    );
+    assert_eq!(ledger_lines(&task)[4], "s4 succeeded/3 undo notNeeded/0");
+    // The capture's result is what the status skill reported it gave.
+    assert_eq!(
+        ledger_of(&task)["steps"][4]["forward"]["response"],
+        json!({"captureId": "p_1", "amountMinor": 12000, "currency": "EUR"})
+    );
+    assert_eq!(
+        verifications(&harness, "applied").await.as_deref(),
+        Some("1")
+    );
+}
+
+/// The pivot's calls time out before the payments agent captures anything: the status
+/// skill says nothing was captured, the step failed definitely, and the saga unwinds
+/// everything before it, with no charge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pivot_never_applied_is_verified_not_applied_and_the_saga_unwinds() {
+    let harness = Harness::start_timed(&[("payments.capture", Fault::Hang)], 300).await;
+    let task = harness.send(harness.signed(PLAN), None).await;
+    assert_compensated(&task);
+    assert_eq!(
+        calls(&harness, "payments"),
+        keys(&["s4", "s4", "s4", "s4:verify:3"])
+    );
+    assert_eq!(
+        effects_in_order(&harness.logs),
+        keys(&["s0", "s1", "s2", "s3", "s2:undo", "s1:undo", "s0:undo"]),
+        "nothing captured; the rest undone in reverse"
+    );
+    assert_eq!(ledger_lines(&task)[4], "s4 failed/3 undo notNeeded/0");
+    assert_eq!(
+        verifications(&harness, "not_applied").await.as_deref(),
+        Some("1")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

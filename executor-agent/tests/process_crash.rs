@@ -31,6 +31,12 @@ enum Crash<'a> {
         agent: &'a str,
         key: &'a str,
     },
+    /// Once the tool agent `agent` has received a call under this key, whose answer it
+    /// holds back (a verification: it applies nothing).
+    AfterCalled {
+        agent: &'a str,
+        key: &'a str,
+    },
 }
 
 /// One run: the plan is submitted, the executor killed as `crash` says (if it gets
@@ -54,6 +60,10 @@ async fn run(world: &World, faults: &[(&str, Fault)], crash: Crash<'_>) -> (Endi
         let reached = match crash {
             Crash::AfterApplied { agent, key } => tokio::select! {
                 _ = applied(&logs, agent, key) => true,
+                _ = &mut sent => false,
+            },
+            Crash::AfterCalled { agent, key } => tokio::select! {
+                _ = called(&logs, agent, key) => true,
                 _ = &mut sent => false,
             },
             _ => tokio::select! {
@@ -119,6 +129,42 @@ async fn a_kill_at_every_journal_point_of_an_unwound_saga_changes_nothing() {
         9,
     )
     .await;
+}
+
+/// The capture's answers are lost (503s) and its status skill says it took effect: a
+/// kill after each journal write, the verification's among them (its intent, then its
+/// answer), ends as the uninterrupted run: completed, one capture.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_at_every_journal_point_of_a_verified_capture_changes_nothing() {
+    // Header + start + s0's intent, four answers + the next intent, three unknown
+    // captures (each with its retry's timer, then the next intent; the last with the
+    // verification's intent), the verification's answer + s5's intent, s5's answer.
+    sweep(
+        &[("payments.capture", Fault::ServerError(ALWAYS))],
+        TaskState::Completed,
+        10,
+    )
+    .await;
+}
+
+/// The status skill answers but the answer never reaches the executor, which is killed
+/// then: the restart asks again (asking changes nothing) and the saga completes as the
+/// uninterrupted run, with one capture.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_while_a_verification_is_out_asks_again_and_changes_nothing() {
+    let world = World::new();
+    let lost = [("payments.capture", Fault::ServerError(ALWAYS))];
+    let (reference, _) = run(&world, &lost, Crash::Never).await;
+    assert_eq!(reference.state, TaskState::Completed, "{reference:?}");
+    let faults = [lost[0], ("payments.status", Fault::ApplyThenHang(1))];
+    let key = "sg_demo_supplier_onboarding:s4:verify:3";
+    let crash = Crash::AfterCalled {
+        agent: "payments",
+        key,
+    };
+    let (ending, crashed) = run(&world, &faults, crash).await;
+    assert!(crashed, "{key} was never asked");
+    assert_eq!(ending, reference, "after a crash with {key} out");
 }
 
 /// For each call of the saga: the tool applies it and holds its answer, the executor is

@@ -108,6 +108,7 @@ pub fn agent_from_card(card: &Value) -> Result<(String, CatalogAgent)> {
         }
         problems.extend(declaration.problems(skill, &has_skill));
     }
+    problems.extend(crate::reversibility::verification_problems(&params.skills));
     if !problems.is_empty() {
         return Err(Error::Card(format!(
             "agent card {name:?}: {}",

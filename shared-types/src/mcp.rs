@@ -15,7 +15,7 @@ use crate::catalog::CatalogAgent;
 use crate::error::{Error, Result};
 use crate::expr::{self, Source};
 use crate::reversibility::{
-    Compensation, RetryPolicy, ReversibilityClass, SkillDeclaration, SpendDeclaration,
+    Compensation, RetryPolicy, ReversibilityClass, SkillDeclaration, SpendDeclaration, Verification,
 };
 
 /// Where a tool declares its recovery in `_meta` (SDKs keep `_meta`; several drop unknown
@@ -173,6 +173,14 @@ pub struct ManifestTool {
         deserialize_with = "crate::strict::optional_any_object"
     )]
     pub args_when_unknown: Option<Value>,
+    /// Curated addition: the read-only tool of the same server that says whether a call
+    /// of this one took effect (as an agent card's skill declares it).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::reversibility::verification"
+    )]
+    pub verification: Option<Verification>,
 }
 
 /// A curated MCP manifest, signed by a platform key like an agent card.
@@ -264,6 +272,7 @@ impl McpManifest {
                 SkillDeclaration {
                     class: curated.class,
                     compensation,
+                    verification: curated.verification.clone(),
                     idempotent: curated.idempotent,
                     read_only: curated.read_only,
                     pivot: curated.pivot,
@@ -283,6 +292,7 @@ impl McpManifest {
         for (name, declaration) in &skills {
             problems.extend(declaration.problems(name, &curated));
         }
+        problems.extend(crate::reversibility::verification_problems(&skills));
         if !problems.is_empty() {
             return Err(Error::Card(format!(
                 "MCP server for {:?}: {}",

@@ -104,6 +104,21 @@ pub struct Compensation {
     pub args_when_unknown: Option<Value>,
 }
 
+/// How to ask whether a call took effect, when its outcome is unknown: a read-only skill
+/// of the same agent, called with these bindings (typically `$step.idempotencyKey`). It
+/// answers `{"status": "applied", "response": …}` (the response the call gave),
+/// `{"status": "not-applied"}` or `{"status": "unknown"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Verification {
+    /// A read-only skill of the same agent (an MCP tool of the same server).
+    pub skill: String,
+    /// Bindings over the call in doubt (`$request.body`, `$step.*`, `$saga.id`): a JSON
+    /// object, as a step's arguments are. There is no response to bind from.
+    #[serde(deserialize_with = "strict::any_object")]
+    pub args: Value,
+}
+
 /// Retry policy: attempts in all (1 = no retry) and capped exponential backoff.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -171,6 +186,12 @@ pub(crate) fn retry<'de, D: Deserializer<'de>>(
     strict::optional_object(deserializer, "retry")
 }
 
+pub(crate) fn verification<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Verification>, D::Error> {
+    strict::optional_object(deserializer, "verification")
+}
+
 pub(crate) fn spend<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<SpendDeclaration>, D::Error> {
@@ -194,6 +215,13 @@ pub struct SkillDeclaration {
         deserialize_with = "compensation"
     )]
     pub compensation: Option<Compensation>,
+    /// How to ask the tool whether a call of this skill took effect (`Verification`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "verification"
+    )]
+    pub verification: Option<Verification>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub idempotent: bool,
     #[serde(default, skip_serializing_if = "is_false")]
@@ -297,6 +325,23 @@ impl SkillDeclaration {
                 ));
             }
         }
+        if let Some(verification) = &self.verification {
+            if !skills(&verification.skill) {
+                out.push(format!(
+                    "{skill}'s verification names {}, which this agent does not have",
+                    verification.skill
+                ));
+            }
+            if verification.skill == skill {
+                out.push(format!("{skill} cannot verify itself"));
+            }
+            out.extend(binding_problems(
+                skill,
+                "verification.args",
+                &verification.args,
+                false,
+            ));
+        }
         if self.pivot && self.class != ReversibilityClass::Irreversible {
             out.push(format!("{skill} is marked pivot but is not irreversible"));
         }
@@ -369,6 +414,9 @@ impl SkillDeclaration {
                 bindings.push(("compensation.argsWhenUnknown", unknown));
             }
         }
+        if let Some(verification) = &self.verification {
+            bindings.push(("verification.args", &verification.args));
+        }
         if let Some(spend) = &self.spend {
             bindings.push(("spend.amountMinor", &spend.amount_minor));
             bindings.push(("spend.currency", &spend.currency));
@@ -402,6 +450,21 @@ impl SkillDeclaration {
         }
         out
     }
+}
+
+/// Each verification must name a read-only skill: asking must change nothing, since it is
+/// asked whenever an outcome is in doubt, as often as that happens.
+pub fn verification_problems(skills: &BTreeMap<String, SkillDeclaration>) -> Vec<String> {
+    skills
+        .iter()
+        .filter_map(|(skill, declaration)| {
+            let named = &declaration.verification.as_ref()?.skill;
+            let target = skills.get(named)?;
+            (!target.read_only).then(|| {
+                format!("{skill}'s verification names {named}, which is not readOnly: asking whether a call took effect must change nothing")
+            })
+        })
+        .collect()
 }
 
 /// Compensation bindings may read the forward call (`$request`, and `$response` unless

@@ -203,10 +203,55 @@ fn assert_escalated_then_completed(text: &str, summary: &Value) {
     assert_eq!(summary["problems"], serde_json::json!([]));
 }
 
+/// The capture was made but its answer was lost: once its attempts are spent, the
+/// executor asks the payments agent's status skill, which says it was. The saga completes
+/// with one capture, and nobody was asked.
 #[test]
-fn an_unknown_capture_escalates_and_unwinds_nothing() {
+fn an_unknown_capture_is_verified_applied_and_completes_without_a_person() {
     let (code, text, summary) = demo(&["--fail-at", "capture-unknown"]);
     assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("asking payments.status whether it took effect"),
+        "{text}"
+    );
+    assert!(text.contains("verified: it took effect"), "{text}");
+    assert!(!text.contains("INPUT_REQUIRED"), "{text}");
+    for task in ["executorTask", "plannerTask"] {
+        assert_eq!(state(&summary[task]), "TASK_STATE_COMPLETED", "{task}");
+    }
+    assert_eq!(
+        applied(&summary, "payments.capture"),
+        [None],
+        "captured once, never undone"
+    );
+    assert!(
+        effects(&summary).iter().all(|e| e.3.is_none()),
+        "nothing undone"
+    );
+    assert_eq!(summary["problems"], serde_json::json!([]));
+}
+
+/// The capture timed out before anything was charged: the status skill says so, the
+/// step failed definitely, and the saga unwinds before the pivot with no charge.
+#[test]
+fn a_capture_lost_before_charging_is_verified_not_applied_and_unwinds() {
+    let (code, text, summary) = demo(&["--fail-at", "capture-lost"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("verified: it did not take effect"), "{text}");
+    assert!(!text.contains("INPUT_REQUIRED"), "{text}");
+    assert_unwound(&summary);
+}
+
+/// The capture's answer was lost and the status skill is down too: the outcome stays
+/// unknown, a person is asked, and nothing past the pivot is unwound.
+#[test]
+fn an_unknown_capture_that_cannot_be_verified_escalates_and_unwinds_nothing() {
+    let (code, text, summary) = demo(&["--fail-at", "capture-unverified"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("the verification did not settle it"),
+        "{text}"
+    );
     assert_escalated_then_completed(&text, &summary);
     assert_eq!(
         applied(&summary, "payments.capture").len(),

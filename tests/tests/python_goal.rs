@@ -48,11 +48,15 @@ fn a_goal_from_the_python_sdk_completes_the_saga() {
     assert_eq!(seen["artifacts"], serde_json::json!(["plan"]));
 }
 
-/// Finding 17 of issue 19: the capture's outcome is unknown, so the executor's saga
-/// waits for a person at the pivot.
+/// Finding 17 of issue 19: the capture's outcome is unknown (and its status skill is
+/// down, so it cannot be verified), so the executor's saga waits for a person at the
+/// pivot.
 #[test]
 fn a_python_sdk_client_sees_auth_required_and_its_answer_on_the_planner_is_refused() {
-    let served = Served::start(&["--fail-at", "capture-unknown"], Duration::from_secs(300));
+    let served = Served::start(
+        &["--fail-at", "capture-unverified"],
+        Duration::from_secs(300),
+    );
     let token = served.folder.join("planner-token");
     let seen = run_python(
         "answer_paused_goal.py",

@@ -233,6 +233,7 @@ impl ToolAgent {
         }
         let summary = match skill.spec.behaviour {
             Behaviour::Undo { .. } => format!("{name} done"),
+            Behaviour::Status { .. } => format!("{name} answered"),
             _ => format!("{name} applied"),
         };
         finish(task, TaskState::Completed, &summary, Some(result)).await

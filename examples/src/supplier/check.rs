@@ -1,7 +1,8 @@
 //! The invariants every tool agent's ledger must satisfy, checked without I/O: each key
 //! applied at most once, every undo matched to a forward effect it really reversed (of
 //! the skill it compensates, applied before it), each forward effect undone at most
-//! once, and no forward effect applied under a key whose undo came first.
+//! once, and no forward effect applied under a key whose undo (or a status call that
+//! found it not applied) came first.
 
 use std::collections::{HashMap, HashSet};
 
@@ -91,9 +92,16 @@ pub fn check_ledger(ledger: &LedgerReport) -> Vec<String> {
                 tombstone.forward_key, tombstone.undo_key
             ));
         }
-        if !by_key.contains_key(tombstone.undo_key.as_str()) {
+        // Laid by an undo of nothing (an effect), or by a status call that found the key
+        // not applied (a call, which applies nothing).
+        let by_status = ledger.call_log.iter().any(|call| {
+            call.key.as_deref() == Some(tombstone.undo_key.as_str())
+                && spec(&call.skill)
+                    .is_some_and(|s| matches!(s.behaviour, Behaviour::Status { .. }))
+        });
+        if !by_key.contains_key(tombstone.undo_key.as_str()) && !by_status {
             problems.push(format!(
-                "the tombstone of {:?} names an undo {:?} that is not recorded",
+                "the tombstone of {:?} names an undo or a status call {:?} that is not recorded",
                 tombstone.forward_key, tombstone.undo_key
             ));
         }

@@ -116,13 +116,18 @@ pub fn parse_fault(spec: &str) -> Result<(String, FaultMode)> {
 
 /// The faults behind each `--fail-at` mode of the supplier-onboarding demo
 /// (docs/getting-started.md): `none`, `compliance`, `capture-decline`,
-/// `capture-unknown`, `email`, `release`.
+/// `capture-unknown`, `capture-lost`, `capture-unverified`, `email`, `release`.
 pub fn scenario_faults(fail_at: &str) -> Result<Vec<(String, FaultMode)>> {
     let faults: &[(&str, FaultMode)] = match fail_at {
         "none" => &[],
         "compliance" => &[("compliance.check", FaultMode::Hang)],
         "capture-decline" => &[("payments.capture", FaultMode::Decline)],
         "capture-unknown" => &[("payments.capture", FaultMode::ApplyThenHang)],
+        "capture-lost" => &[("payments.capture", FaultMode::Hang)],
+        "capture-unverified" => &[
+            ("payments.capture", FaultMode::ApplyThenHang),
+            ("payments.status", FaultMode::Unavailable),
+        ],
         "email" => &[("email.send", FaultMode::Unavailable)],
         "release" => &[
             ("compliance.check", FaultMode::Decline),
@@ -131,7 +136,8 @@ pub fn scenario_faults(fail_at: &str) -> Result<Vec<(String, FaultMode)>> {
         other => {
             return Err(SupplierError::Config(format!(
                 "unknown --fail-at mode {other:?}; the modes are none, compliance, \
-                 capture-decline, capture-unknown, email, release"
+                 capture-decline, capture-unknown, capture-lost, capture-unverified, email, \
+                 release"
             )));
         }
     };

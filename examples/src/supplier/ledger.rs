@@ -64,8 +64,9 @@ pub struct Effect {
     pub undoes: Option<String>,
 }
 
-/// An undo that found nothing applied under `forward_key`: that key is dead, and a late
-/// forward call with it is refused.
+/// An undo that found nothing applied under `forward_key`, or a status call that found
+/// it not applied (`undo_key` is that call's key): the key is dead, and a late forward
+/// call with it is refused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Tombstone {
@@ -499,6 +500,8 @@ fn decide(
             insert(tx, key, skill, kind, args, &result, None)?;
             Ok((Outcome::Applied(result), "applied"))
         }
+        // Never recorded as an effect: asking again under the same key asks anew.
+        Behaviour::Status { of } => status(tx, skill, of, value, key),
         Behaviour::Undo { of, field, answer } => {
             let Some(key) = key else {
                 return refused(format!(
@@ -506,6 +509,48 @@ fn decide(
                 ));
             };
             undo(tx, key, skill, (of, field, answer), value, args)
+        }
+    }
+}
+
+/// Whether the call of `of` under `forwardKey` took effect. Asked and answered without
+/// an effect of its own; a key found not applied gets a tombstone, so that a call under
+/// it arriving late is refused and the answer given stays true.
+fn status(
+    tx: &Transaction<'_>,
+    skill: &str,
+    of: &str,
+    value: &Value,
+    key: Option<&str>,
+) -> Result<(Outcome, &'static str)> {
+    let Some(forward_key) = value.get("forwardKey").and_then(Value::as_str) else {
+        return Ok((
+            Outcome::Refused(format!("{skill} needs forwardKey")),
+            "refused",
+        ));
+    };
+    match by_key(tx, forward_key)? {
+        Some(found) if found.skill == of => Ok((
+            Outcome::Applied(json!({"status": "applied", "response": parse(&found.result)})),
+            "answered",
+        )),
+        Some(found) => Ok((
+            Outcome::Refused(format!(
+                "forwardKey {forward_key:?} names a {} call, not a {of} call",
+                found.skill
+            )),
+            "refused",
+        )),
+        None => {
+            tx.execute(
+                "INSERT OR IGNORE INTO tombstones (forward_key, undo_key, at) VALUES (?1, ?2, ?3)",
+                params![forward_key, key.unwrap_or(skill), now()],
+            )
+            .map_err(store_error)?;
+            Ok((
+                Outcome::Applied(json!({"status": "not-applied"})),
+                "answered",
+            ))
         }
     }
 }

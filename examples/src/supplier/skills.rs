@@ -28,12 +28,17 @@ pub enum Behaviour {
     },
     /// Changes nothing; answers with a fresh reference `<prefix>_NNNN`.
     Read { prefix: &'static str },
+    /// Says whether the call of `of` under the key in argument `forwardKey` took effect:
+    /// `{"status": "applied", "response": <its result>}` or `{"status": "not-applied"}`.
+    /// A key found not applied is dead from then on (a late call under it is refused), so
+    /// the answer stays true.
+    Status { of: &'static str },
 }
 
 impl Behaviour {
     /// Whether calls must carry an `Idempotency-Key` (everything that changes state).
     pub fn needs_key(self) -> bool {
-        !matches!(self, Self::Read { .. })
+        !matches!(self, Self::Read { .. } | Self::Status { .. })
     }
 }
 
@@ -46,7 +51,7 @@ pub struct SkillSpec {
 }
 
 /// Every skill of the six agents (the committed cards declare exactly these).
-pub const SKILLS: [SkillSpec; 10] = [
+pub const SKILLS: [SkillSpec; 11] = [
     SkillSpec {
         agent: "vendor-registry",
         skill: "vendor.create",
@@ -103,6 +108,13 @@ pub const SKILLS: [SkillSpec; 10] = [
         agent: "payments",
         skill: "payments.capture",
         behaviour: Behaviour::Forward { prefix: "cap" },
+    },
+    SkillSpec {
+        agent: "payments",
+        skill: "payments.status",
+        behaviour: Behaviour::Status {
+            of: "payments.capture",
+        },
     },
     SkillSpec {
         agent: "mailer",

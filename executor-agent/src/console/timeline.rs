@@ -15,6 +15,8 @@ use crate::saga::{CallOutcome, Event, SagaSpec, Target, Timer};
 pub enum Kind {
     Forward,
     Compensation,
+    /// Asking whether a forward call in doubt took effect.
+    Verification,
 }
 
 /// One call on the timeline.
@@ -52,8 +54,10 @@ pub fn timeline(spec: &SagaSpec, entries: &[Entry], paused: bool) -> (Vec<Bar>, 
     let mut waits = Vec::new();
     let mut last_ms: Option<i64> = None;
     let step_id = |target: &Target| {
-        let (Target::Forward(i) | Target::Compensation(i)) = target;
-        spec.steps.get(*i).map(|s| s.id.clone()).unwrap_or_default()
+        spec.steps
+            .get(target.step())
+            .map(|s| s.id.clone())
+            .unwrap_or_default()
     };
     for entry in entries {
         match entry {
@@ -66,6 +70,7 @@ pub fn timeline(spec: &SagaSpec, entries: &[Entry], paused: bool) -> (Vec<Bar>, 
                     kind: match call.target {
                         Target::Forward(_) => Kind::Forward,
                         Target::Compensation(_) => Kind::Compensation,
+                        Target::Verification(_) => Kind::Verification,
                     },
                     attempt: call.attempt,
                     start_ms: last_ms.unwrap_or_default(),
@@ -108,6 +113,7 @@ pub fn timeline(spec: &SagaSpec, entries: &[Entry], paused: bool) -> (Vec<Bar>, 
                             match target {
                                 Target::Forward(_) => "forward",
                                 Target::Compensation(_) => "compensation",
+                                Target::Verification(_) => "verification",
                             }
                         ),
                     }),
@@ -182,10 +188,13 @@ mod tests {
     }
 
     fn intent(spec: &SagaSpec, target: Target, attempt: u32) -> Entry {
-        let (Target::Forward(i) | Target::Compensation(i)) = target;
+        let i = target.step();
         let key = match target {
             Target::Forward(_) => spec.steps[i].idempotency_key.clone(),
             Target::Compensation(_) => format!("{}:undo", spec.steps[i].idempotency_key),
+            Target::Verification(_) => {
+                format!("{}:verify:{attempt}", spec.steps[i].idempotency_key)
+            }
         };
         Entry::Intent(Invocation {
             target,

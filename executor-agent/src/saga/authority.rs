@@ -51,7 +51,10 @@ impl Saga {
         let p = self.spec.point_of_no_return?;
         matches!(
             self.records[p].forward,
-            Forward::Running { .. } | Forward::WaitingRetry { .. } | Forward::Unknown { .. }
+            Forward::Running { .. }
+                | Forward::Verifying { .. }
+                | Forward::WaitingRetry { .. }
+                | Forward::Unknown { .. }
         )
         .then_some(p)
     }
@@ -124,7 +127,7 @@ impl Saga {
         self.pending_unwind = Some(cause);
         match self.records[p].forward {
             // Its answer decides (`on_result`): no retry follows it.
-            Forward::Running { .. } => {}
+            Forward::Running { .. } | Forward::Verifying { .. } => {}
             Forward::WaitingRetry { .. } => self.forward_abandoned(p, now_ms, out),
             // Waits for a person already: asked again, without `retry`.
             _ => {
@@ -146,15 +149,8 @@ impl Saga {
     /// What its attempts did is unknown: unwind if that is still allowed, else a person
     /// decides.
     pub(super) fn forward_abandoned(&mut self, i: usize, now_ms: i64, out: &mut Vec<Command>) {
-        let reason = "retry abandoned".to_owned();
-        self.records[i].forward = Forward::Unknown {
-            reason: reason.clone(),
-        };
-        out.push(Command::Report {
-            step: self.spec.steps[i].id.clone(),
-            what: format!("outcome unknown: {reason}"),
-        });
-        self.after_forward_failure(i, true, &reason, now_ms, out);
+        let attempt = self.records[i].attempts;
+        self.forward_in_doubt(i, attempt, "retry abandoned", now_ms, out);
     }
 
     /// Unwinds now if nothing is in flight; otherwise when the in-flight call answers.

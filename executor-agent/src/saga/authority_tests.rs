@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use super::model::{Cause, Forward, Phase};
-use super::tests::{response, supplier};
+use super::tests::{response, supplier, supplier_unverified};
 use super::*;
 
 const T0: i64 = 1_800_000_000_000;
@@ -39,7 +39,7 @@ fn retry_timer(commands: &[Command]) -> Option<Timer> {
 
 /// The supplier saga with s0–s3 done and the pivot's first attempt out.
 fn at_pivot() -> (Saga, Invocation) {
-    let mut saga = supplier();
+    let mut saga = supplier_unverified();
     let mut next = invocations(&saga.step(Event::Start { now_ms: T0 }));
     let mut now = T0;
     loop {
@@ -343,7 +343,8 @@ proptest! {
 /// Replays `entries` and returns what the driver would do once told of a revocation
 /// that the process recorded before it stopped.
 fn resumed_after_revocation(entries: &[crate::journal::Entry]) -> (Saga, Vec<Command>, usize) {
-    let mut recovered = crate::recovery::replay(supplier().spec, entries, T0 + 1_000).unwrap();
+    let mut recovered =
+        crate::recovery::replay(supplier_unverified().spec, entries, T0 + 1_000).unwrap();
     recovered.tell_revoked(T0 + 1_000);
     let made = recovered.to_invoke.len();
     let mut saga = recovered.saga;
@@ -360,7 +361,7 @@ fn a_revocation_recorded_before_a_restart_is_heard_before_any_call_is_made_again
     use crate::journal::Entry;
     // The journal of a saga at its pivot: the pivot decided, its intent not yet written
     // (the process stopped in between): the capture never left.
-    let mut saga = supplier();
+    let mut saga = supplier_unverified();
     let mut entries = Vec::new();
     let mut event = Event::Start { now_ms: T0 };
     loop {
@@ -408,7 +409,7 @@ fn a_revocation_recorded_before_a_restart_is_heard_before_any_call_is_made_again
 
 /// The commands of the last event of `entries`, replayed on a fresh supplier saga.
 fn supplier_at(entries: &[crate::journal::Entry]) -> Vec<Command> {
-    let mut saga = supplier();
+    let mut saga = supplier_unverified();
     let mut last = Vec::new();
     for entry in entries {
         if let crate::journal::Entry::Event(event) = entry {

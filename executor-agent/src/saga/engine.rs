@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use shared_types::expr::{self, EvalContext};
 
-use super::deadline::UndoDeadline;
 use super::model::{
     CallOutcome, Cause, Command, Ending, Event, FailureClass, Forward, Invocation, PauseOn, Phase,
     StepRecord, Target, Timer, Undo,
@@ -158,19 +157,29 @@ impl Saga {
             } => {
                 if self.in_flight() == Some((target, attempt)) {
                     let idempotent = self.call_of(target).idempotent;
-                    if let (Target::Forward(i), Some(_)) = (target, self.pending_unwind) {
-                        // The saga was told to unwind before the stop: no attempt starts
-                        // again, and what the lost one did is unknown.
-                        self.forward_abandoned(i, now_ms, &mut out);
-                    } else if idempotent {
+                    let verifies = self.spec.steps[target.step()].verification.is_some();
+                    match target {
+                        // Asking changes nothing: asked again.
+                        Target::Verification(_) => self.invoke(target, attempt, now_ms, &mut out),
+                        Target::Forward(i) if self.pending_unwind.is_some() => {
+                            // The saga was told to unwind before the stop: no attempt
+                            // starts again, and what the lost one did is unknown.
+                            self.forward_abandoned(i, now_ms, &mut out);
+                        }
                         // Same key again: the tool replays its result or does the work once.
-                        self.invoke(target, attempt, now_ms, &mut out);
-                    } else {
-                        // Never guess about a non-idempotent effect: a person decides.
-                        let reason = "the executor stopped during this call and the skill is not \
-                                      idempotent; its outcome is unknown";
-                        self.mark_unknown(target, reason);
-                        self.pause_forward_or_undo(target, reason, &mut out);
+                        _ if idempotent => self.invoke(target, attempt, now_ms, &mut out),
+                        Target::Forward(i) if verifies => {
+                            let reason = "the executor stopped during this call and the skill \
+                                          is not idempotent";
+                            self.forward_in_doubt(i, attempt, reason, now_ms, &mut out);
+                        }
+                        _ => {
+                            // Never guess about a non-idempotent effect: a person decides.
+                            let reason = "the executor stopped during this call and the skill \
+                                          is not idempotent; its outcome is unknown";
+                            self.mark_unknown(target, reason);
+                            self.pause_forward_or_undo(target, reason, &mut out);
+                        }
                     }
                 } else {
                     out.push(ignored("that call is not out"));
@@ -184,7 +193,9 @@ impl Saga {
     pub(super) fn mark_unknown(&mut self, target: Target, reason: &str) {
         let reason = reason.to_owned();
         match target {
-            Target::Forward(i) => self.records[i].forward = Forward::Unknown { reason },
+            Target::Forward(i) | Target::Verification(i) => {
+                self.records[i].forward = Forward::Unknown { reason }
+            }
             Target::Compensation(i) => self.records[i].undo = Undo::DeadLettered { reason },
         }
     }
@@ -200,7 +211,7 @@ impl Saga {
         derived_key: &str,
         out: &mut Vec<Command>,
     ) {
-        let (Target::Forward(step) | Target::Compensation(step)) = target;
+        let step = target.step();
         if step >= self.records.len() {
             return; // not a step of this saga: nothing to pin
         }
@@ -233,6 +244,10 @@ impl Saga {
             Target::Forward(i) => &self.spec.steps[i].call,
             Target::Compensation(i) => match &self.spec.steps[i].compensation {
                 Some(c) => &c.call,
+                None => &self.spec.steps[i].call,
+            },
+            Target::Verification(i) => match &self.spec.steps[i].verification {
+                Some(v) => &v.call,
                 None => &self.spec.steps[i].call,
             },
         }
@@ -317,11 +332,20 @@ impl Saga {
         now_ms: i64,
         out: &mut Vec<Command>,
     ) {
-        let spec = &self.spec;
         let (i, forward) = match target {
             Target::Forward(i) => (i, true),
             Target::Compensation(i) => (i, false),
+            Target::Verification(i) => {
+                // Asked (again) as a call in doubt is: `forward_in_doubt`.
+                let reason = match &self.records[i].forward {
+                    Forward::Verifying { reason, .. } => reason.clone(),
+                    _ => String::new(),
+                };
+                self.forward_in_doubt(i, attempt, &reason, now_ms, out);
+                return;
+            }
         };
+        let spec = &self.spec;
         let step = &spec.steps[i];
         let records = &self.records;
         let lookup = |id: &str| response_of(spec, records, id);
@@ -420,6 +444,7 @@ impl Saga {
     ) {
         let call = self.call_of(target).clone();
         match target {
+            Target::Verification(i) => self.on_verified(i, outcome, now_ms, out),
             Target::Forward(i) => {
                 let id = self.spec.steps[i].id.clone();
                 // The same key again, per the skill's policy: an unknown outcome of an
@@ -446,21 +471,7 @@ impl Saga {
                 }
                 match outcome {
                     CallOutcome::Succeeded { response } => {
-                        let step = &self.spec.steps[i];
-                        if step.compensation.is_some() {
-                            let started = self.records[i].started_at_ms.unwrap_or(now_ms);
-                            self.records[i].undo_deadline =
-                                Some(UndoDeadline::of(step, &response, started, now_ms));
-                        }
-                        self.records[i].forward = Forward::Succeeded {
-                            response: Arc::new(response),
-                            at_ms: now_ms,
-                        };
-                        out.push(Command::Report {
-                            step: id,
-                            what: "succeeded".into(),
-                        });
-                        self.advance(i + 1, now_ms, out);
+                        self.forward_succeeded(i, response, now_ms, out);
                     }
                     CallOutcome::Failed { reason, .. } => {
                         self.records[i].forward = Forward::Failed {
@@ -476,14 +487,7 @@ impl Saga {
                         self.after_forward_failure(i, false, &reason, now_ms, out);
                     }
                     CallOutcome::Unknown { reason } => {
-                        self.records[i].forward = Forward::Unknown {
-                            reason: reason.clone(),
-                        };
-                        out.push(Command::Report {
-                            step: id,
-                            what: format!("outcome unknown: {reason}"),
-                        });
-                        self.after_forward_failure(i, true, &reason, now_ms, out);
+                        self.forward_in_doubt(i, attempt, &reason, now_ms, out);
                     }
                 }
             }
@@ -584,7 +588,9 @@ impl Saga {
         out: &mut Vec<Command>,
     ) {
         let (on, what) = match target {
-            Target::Forward(i) => (PauseOn::Forward { step: i }, "escalated"),
+            Target::Forward(i) | Target::Verification(i) => {
+                (PauseOn::Forward { step: i }, "escalated")
+            }
             Target::Compensation(i) => {
                 let cause = match self.phase {
                     Phase::Unwinding { cause } => cause,
@@ -596,9 +602,7 @@ impl Saga {
                 )
             }
         };
-        let i = match target {
-            Target::Forward(i) | Target::Compensation(i) => i,
-        };
+        let i = target.step();
         let reason = format!("step {}: {reason}", self.spec.steps[i].id);
         out.push(Command::Report {
             step: self.spec.steps[i].id.clone(),
@@ -682,6 +686,8 @@ impl Saga {
                                 attempt: attempt - 1,
                             }
                     }
+                    // A verification is asked once: it is not retried on a timer.
+                    Target::Verification(_) => false,
                 };
                 if waiting {
                     if let (Target::Forward(i), Some(_)) = (target, self.pending_unwind) {

@@ -149,6 +149,7 @@ fn target() -> impl Strategy<Value = Target> {
     prop_oneof![
         (0usize..9).prop_map(Target::Forward),
         (0usize..9).prop_map(Target::Compensation),
+        (0usize..9).prop_map(Target::Verification),
     ]
 }
 
@@ -159,6 +160,12 @@ fn outcome() -> impl Strategy<Value = CallOutcome> {
         }),
         Just(CallOutcome::failed("no")),
         Just(CallOutcome::Unknown { reason: "?".into() }),
+        Just(CallOutcome::Succeeded {
+            response: serde_json::json!({"status": "applied", "response": {"captureId": "c", "amountMinor": 1, "currency": "EUR"}}),
+        }),
+        Just(CallOutcome::Succeeded {
+            response: serde_json::json!({"status": "not-applied"}),
+        }),
     ]
 }
 

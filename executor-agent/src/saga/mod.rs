@@ -8,6 +8,7 @@ mod decisions;
 pub mod engine;
 pub mod model;
 pub mod spec;
+mod verification;
 mod views;
 
 #[cfg(test)]
@@ -20,6 +21,8 @@ mod event_tests;
 mod failure_tests;
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod verification_tests;
 
 pub use authority::MandateEndEffect;
 pub use engine::Saga;
@@ -28,3 +31,4 @@ pub use model::{
     Resolution, Target, Timer,
 };
 pub use spec::{SagaSpec, SpecError};
+pub use verification::verification_key;

@@ -17,6 +17,18 @@ pub use shared_types::reversibility::FailureClass;
 pub enum Target {
     Forward(usize),
     Compensation(usize),
+    /// The call asking whether step `i`'s forward call took effect (its outcome is
+    /// unknown): read-only, made under a key of its own.
+    Verification(usize),
+}
+
+impl Target {
+    /// The step it is a call of.
+    pub fn step(self) -> usize {
+        match self {
+            Self::Forward(i) | Self::Compensation(i) | Self::Verification(i) => i,
+        }
+    }
 }
 
 /// How a call ended.
@@ -272,6 +284,12 @@ pub enum Forward {
         at_ms: i64,
     },
     Failed {
+        reason: String,
+    },
+    /// Attempt `attempt`'s outcome is unknown, and the tool is being asked whether it
+    /// took effect (the step's verification call is out).
+    Verifying {
+        attempt: u32,
         reason: String,
     },
     Unknown {

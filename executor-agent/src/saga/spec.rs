@@ -29,6 +29,19 @@ pub struct CompensationSpec {
     pub idempotency_key: String,
 }
 
+/// How the engine asks a tool whether a call in doubt took effect: the verification
+/// skill (read-only, of the same agent), its argument bindings, and the schema the
+/// response it reports must meet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationSpec {
+    pub call: CallSpec,
+    pub args: Value,
+    /// The forward skill's `outputSchema`: an `applied` answer's response must meet it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_schema: Option<Value>,
+}
+
 /// One step as the engine runs it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -46,6 +59,10 @@ pub struct StepSpec {
     pub undo_expires_at: Option<String>,
     pub approval_timeout_ms: Option<u64>,
     pub compensation: Option<CompensationSpec>,
+    /// How to ask whether the forward call took effect when its outcome is unknown
+    /// (absent in the headers of sagas begun before verifications existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<VerificationSpec>,
 }
 
 /// A whole saga.
@@ -106,6 +123,19 @@ impl SagaSpec {
                     })
                 }
             };
+            let verification = match &declared.verification {
+                None => None,
+                Some(v) => {
+                    let asked = catalog
+                        .declaration(&step.agent, &v.skill)
+                        .ok_or_else(|| error("its verification skill is not in the catalog"))?;
+                    Some(VerificationSpec {
+                        call: call(&v.skill, asked),
+                        args: v.args.clone(),
+                        response_schema: declared.output_schema.clone(),
+                    })
+                }
+            };
             steps.push(StepSpec {
                 id: step.id.clone(),
                 call: call(&step.skill, declared),
@@ -122,6 +152,7 @@ impl SagaSpec {
                         .saturating_mul(1000)
                 }),
                 compensation,
+                verification,
             });
         }
         let point_of_no_return = steps

@@ -58,9 +58,7 @@ impl Saga {
     /// have), if it cannot: from a journal, that journal is inconsistent.
     pub fn unknown_step(&self, event: &Event) -> Option<String> {
         let steps = self.spec.steps.len();
-        let index = |target: &Target| match target {
-            Target::Forward(i) | Target::Compensation(i) => *i,
-        };
+        let index = |target: &Target| target.step();
         let named: Vec<usize> = match event {
             Event::Result { target, .. } | Event::InFlightLost { target, .. } => {
                 vec![index(target)]
@@ -103,6 +101,9 @@ impl Saga {
             .enumerate()
             .find_map(|(i, r)| match (&r.forward, &r.undo) {
                 (Forward::Running { attempt }, _) => Some((Target::Forward(i), *attempt)),
+                (Forward::Verifying { attempt, .. }, _) => {
+                    Some((Target::Verification(i), *attempt))
+                }
                 (_, Undo::Running { attempt }) => Some((Target::Compensation(i), *attempt)),
                 _ => None,
             })

@@ -342,6 +342,32 @@ impl Agent for Tool {
             let _ = task.set_status(TaskState::Failed, Some(reason)).await;
             return;
         }
+        // A status skill (`payments.status`) says whether the call under `forwardKey` took
+        // effect, from what this tool applied; it applies nothing itself.
+        let asked = call["args"]["forwardKey"]
+            .as_str()
+            .filter(|_| skill.ends_with(".status"));
+        if let Some(asked) = asked {
+            let answer = match self.log.lock().unwrap().results.get(asked) {
+                Some((_, result)) => json!({"status": "applied", "response": result}),
+                None => json!({"status": "not-applied"}),
+            };
+            // Asked, answered here, and the answer never sent.
+            if fault == Some(Fault::ApplyThenHang(0)) {
+                std::future::pending::<()>().await;
+            }
+            let artifact = Artifact {
+                artifact_id: "result".into(),
+                name: None,
+                description: None,
+                parts: vec![Part::data(answer)],
+                metadata: None,
+                extensions: None,
+            };
+            let _ = task.add_artifact(artifact, false, true).await;
+            let _ = task.set_status(TaskState::Completed, None).await;
+            return;
+        }
         let result = {
             let mut log = self.log.lock().unwrap();
             match log.results.get(&key) {

@@ -323,7 +323,21 @@ pub fn ending(task: &Task, logs: &HashMap<String, Arc<Mutex<ToolLog>>>) -> Endin
     }
 }
 
-/// Waits until `agent` has applied the effect `key`.
+/// Waits until `agent` has received a call under `key`.
+pub async fn called(logs: &HashMap<String, Arc<Mutex<ToolLog>>>, agent: &str, key: &str) {
+    let signal = logs[agent].lock().unwrap().called.clone();
+    loop {
+        {
+            let log = logs[agent].lock().unwrap();
+            if log.calls.iter().any(|c| c.0 == key) {
+                return;
+            }
+        }
+        signal.notified().await;
+    }
+}
+
+/// Waits until `agent` has applied the effect under `key`.
 pub async fn applied(logs: &HashMap<String, Arc<Mutex<ToolLog>>>, agent: &str, key: &str) {
     let signal = logs[agent].lock().unwrap().applied.clone();
     loop {

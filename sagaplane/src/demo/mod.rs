@@ -38,8 +38,15 @@ pub enum FailAt {
     Compliance,
     /// The payment is declined at the pivot: a clean failure, unwound.
     CaptureDecline,
-    /// The payment's answer is lost at the pivot: escalated, nothing unwound.
+    /// The payment is captured but its answer is lost at the pivot: the payments agent's
+    /// status skill says it was, and the saga completes.
     CaptureUnknown,
+    /// The payment times out at the pivot before anything is captured: the status skill
+    /// says so, and the saga unwinds.
+    CaptureLost,
+    /// The payment's answer is lost and its status skill is down too: escalated to a
+    /// person, nothing unwound.
+    CaptureUnverified,
     /// The email keeps failing after the pivot: escalated.
     Email,
     /// A compensation keeps failing: dead-lettered and escalated.
@@ -56,6 +63,8 @@ impl FailAt {
             Self::Compliance => "compliance",
             Self::CaptureDecline => "capture-decline",
             Self::CaptureUnknown => "capture-unknown",
+            Self::CaptureLost => "capture-lost",
+            Self::CaptureUnverified => "capture-unverified",
             Self::Email => "email",
             Self::Release => "release",
             Self::OverBudget => "over-budget",

@@ -39,7 +39,7 @@ pub async fn print_ledgers(
         }
         for tombstone in &ledger.tombstones {
             println!(
-                "  {name:<20}      nothing to undo for {} ({})",
+                "  {name:<20}      never applied: {} (found so by {}; refused should it come)",
                 tombstone.forward_key, tombstone.undo_key
             );
         }
@@ -55,6 +55,8 @@ pub struct Expected {
     standing: &'static [&'static str],
     /// Forward skills whose effect must have been undone.
     undone: &'static [&'static str],
+    /// Forward skills that must never have taken effect.
+    absent: &'static [&'static str],
 }
 
 impl Expected {
@@ -68,7 +70,11 @@ impl Expected {
         ];
         const UNWOUND: &[&str] = &["vendor.create", "budget.reserve", "sandbox.provision"];
         match fail_at {
-            FailAt::None | FailAt::CaptureUnknown | FailAt::Email | FailAt::OverBudget => Self {
+            FailAt::None
+            | FailAt::CaptureUnknown
+            | FailAt::CaptureUnverified
+            | FailAt::Email
+            | FailAt::OverBudget => Self {
                 state: TaskState::Completed,
                 standing: if fail_at == FailAt::Email {
                     &ALL[..4]
@@ -76,16 +82,25 @@ impl Expected {
                     ALL
                 },
                 undone: &[],
+                absent: &[],
             },
             FailAt::Compliance | FailAt::CaptureDecline => Self {
                 state: TaskState::Failed,
                 standing: &[],
                 undone: UNWOUND,
+                absent: &[],
+            },
+            FailAt::CaptureLost => Self {
+                state: TaskState::Failed,
+                standing: &[],
+                undone: UNWOUND,
+                absent: &["payments.capture", "email.send"],
             },
             FailAt::Release => Self {
                 state: TaskState::Failed,
                 standing: &["budget.reserve"],
                 undone: &["vendor.create", "sandbox.provision"],
+                absent: &[],
             },
         }
     }
@@ -117,6 +132,11 @@ impl Expected {
             let effects = forwards(skill);
             if effects.len() != 1 || effects[0].undone_by.is_none() {
                 problems.push(format!("{skill} should have been applied once and undone"));
+            }
+        }
+        for skill in self.absent {
+            if !forwards(skill).is_empty() {
+                problems.push(format!("{skill} should never have taken effect"));
             }
         }
         problems

@@ -906,3 +906,61 @@ fn registration_warns_of_bound_from_skills_without_an_output_schema() {
 }
 
 mod pointer_walk;
+
+#[test]
+fn a_verification_must_name_a_read_only_skill_of_the_agent_and_bind_only_the_call() {
+    let card = read(&root().join("agent-cards/payments.json"));
+    let skills = "/capabilities/extensions/0/params/skills";
+    // As committed, the capture's verification loads.
+    let mut catalog = Catalog::default();
+    catalog.add_card(&card).unwrap();
+    let declared = catalog.declaration("payments", "payments.capture").unwrap();
+    assert_eq!(
+        declared.verification.as_ref().map(|v| v.skill.as_str()),
+        Some("payments.status")
+    );
+    let cases = [
+        (
+            "payments.capture/verification",
+            json!({"skill": "payments.refund", "args": {}}),
+            "verification names payments.refund, which this agent does not have",
+        ),
+        (
+            "payments.capture/verification",
+            json!({"skill": "payments.capture", "args": {}}),
+            "payments.capture cannot verify itself",
+        ),
+        (
+            "payments.status/readOnly",
+            json!(false),
+            "names payments.status, which is not readOnly",
+        ),
+        (
+            "payments.capture/verification",
+            json!({"skill": "payments.status", "args": {"id": "$response.body#/captureId"}}),
+            "no response when the outcome is unknown",
+        ),
+        (
+            "payments.capture/verification",
+            json!({"skill": "payments.status", "args": {"v": "$request.body#/vendor"}}),
+            "inputSchema does not declare",
+        ),
+        (
+            "payments.capture/verification",
+            json!({"skill": "payments.status", "args": "forwardKey"}),
+            "expected a map",
+        ),
+        (
+            "payments.capture/verification",
+            json!({"skill": "payments.status", "args": {}, "extra": 1}),
+            "unknown field `extra`",
+        ),
+    ];
+    for (at, value, reason) in cases {
+        let mut bad = card.clone();
+        let (parent, key) = at.rsplit_once('/').unwrap();
+        bad.pointer_mut(&format!("{skills}/{parent}")).unwrap()[key] = value.clone();
+        let err = Catalog::default().add_card(&bad).unwrap_err().to_string();
+        assert!(err.contains(reason), "{at} = {value}: {err}");
+    }
+}
