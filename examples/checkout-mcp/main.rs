@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Parser;
 use sagaplane_examples::checkout::{
-    CheckoutSettings, ReceiptMode, RecoveryMode, RecoveryVariant, ShipmentMode, Switches, start,
+    ChargeMode, CheckoutSettings, ReceiptMode, RecoveryMode, RecoveryVariant, ShipmentMode,
+    StatusMode, Switches, start,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -19,10 +20,12 @@ const TOKEN_ENV: &str = "CHECKOUT_MCP_TOKEN";
 #[command(
     version,
     about = "The MCP checkout server of the SEP-3172 reference scenario: reserve_inventory, \
-             charge_payment, create_shipment (fails by default), refund_payment, release_inventory",
+             charge_payment, create_shipment (fails by default), refund_payment, release_inventory, \
+             payment_status (read-only: whether a charge under a key took effect)",
     after_help = "Routes: POST|GET|DELETE /mcp (MCP streamable HTTP), GET /ledger, GET /faults, \
 PUT /faults {\"recovery\": \"both|annotations|meta|hidden\", \"recoveryVariant\": \"curated|altered\", \
-\"shipment\": \"refuse|accept\"} (replaces all; omitted fields take their defaults).\n\
+\"shipment\": \"refuse|accept\", \"receipt\": \"full|without-payment-id\", \"charge\": \
+\"answered|lost-after|lost-before\", \"status\": \"up|down\"} (replaces all; omitted fields take their defaults).\n\
 With a token, every route needs Authorization: Bearer <token>.\n\n\
 Environment:\n  CHECKOUT_MCP_TOKEN   the bearer token (or --token-file); none: the server is open\n  \
 RUST_LOG             log filter (default: info)"
@@ -51,6 +54,13 @@ struct Args {
     /// binding then cannot be resolved).
     #[arg(long, default_value_t = ReceiptMode::Full)]
     receipt: ReceiptMode,
+    /// Whether charge_payment's answer reaches the caller: answered, lost-after (captured,
+    /// never answered) or lost-before (never captured, never answered).
+    #[arg(long, default_value_t = ChargeMode::Answered)]
+    charge: ChargeMode,
+    /// Whether payment_status answers: up, or down (a tool error every time).
+    #[arg(long, default_value_t = StatusMode::Up)]
+    status: StatusMode,
     #[command(flatten)]
     serving: agent_host::cli::ServingArgs,
 }
@@ -86,6 +96,8 @@ async fn main() -> anyhow::Result<()> {
             recovery_variant: args.recovery_variant,
             shipment: args.shipment,
             receipt: args.receipt,
+            charge: args.charge,
+            status: args.status,
         },
         serving: args.serving.serving(),
     };

@@ -457,15 +457,16 @@ fn captures_received(served: &Served) -> Vec<std::time::Instant> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_revocation_while_the_pivot_hangs_stops_its_retries_and_a_person_decides() {
-    // The capture never answers (nothing applied): each attempt times out after 300 ms,
-    // and the card allows three.
-    let served = serve_faulty(
-        executor_agent::http::RegistrationHosts::any(),
-        &[("payments.capture", common::Fault::Hang)],
-    )
-    .await;
+/// The capture never answers (nothing applied): each attempt times out after 300 ms, and
+/// the card allows three. The mandate is revoked while the first is out; `status` is the
+/// fault of the payments agent's status skill. Returns the agents, the task its send
+/// answered, and when the revocation was acknowledged.
+async fn pivot_hangs_and_is_revoked(
+    status: Option<common::Fault>,
+) -> (Served, agent_host::sdk::Task, std::time::Instant) {
+    let mut faults = vec![("payments.capture", common::Fault::Hang)];
+    faults.extend(status.map(|fault| ("payments.status", fault)));
+    let served = serve_faulty(executor_agent::http::RegistrationHosts::any(), &faults).await;
     let grant = mandate(&served, "md_pivot_revoked", |_| {});
     let plan = plan_under(&served, "sg_pivot_revoked", grant);
     let called = served.logs["payments"].lock().unwrap().called.clone();
@@ -508,12 +509,33 @@ async fn a_revocation_while_the_pivot_hangs_stops_its_retries_and_a_person_decid
         "only sagas that will unwind: {answer}"
     );
 
-    // The saga ends up waiting for a person, and no capture was sent after the
-    // acknowledgement (before the fix, attempts 2 and 3 were).
     let task = match sending.await.unwrap().unwrap() {
         agent_host::sdk::SendMessageResponse::Task(task) => task,
         other => panic!("expected a task, got {other:?}"),
     };
+    (served, task, acknowledged)
+}
+
+/// No capture was received after `acknowledged`.
+fn no_capture_after(served: &Served, acknowledged: std::time::Instant) {
+    let after: Vec<_> = captures_received(served)
+        .into_iter()
+        .filter(|at| *at > acknowledged)
+        .collect();
+    assert!(
+        after.is_empty(),
+        "{} capture(s) after the revocation",
+        after.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_while_the_pivot_hangs_stops_its_retries_and_a_person_decides() {
+    // The status skill cannot say either (it declines), so the outcome stays unknown.
+    let (served, task, acknowledged) =
+        pivot_hangs_and_is_revoked(Some(common::Fault::Decline)).await;
+    // The saga ends up waiting for a person, and no capture was sent after the
+    // acknowledgement (before the fix, attempts 2 and 3 were).
     assert_eq!(
         task.status.state,
         TaskState::InputRequired,
@@ -530,15 +552,7 @@ async fn a_revocation_while_the_pivot_hangs_stops_its_retries_and_a_person_decid
         json!(["resolved-manually", "compensate"]),
         "no retry is offered: {waits_for}"
     );
-    let after: Vec<_> = captures_received(&served)
-        .into_iter()
-        .filter(|at| *at > acknowledged)
-        .collect();
-    assert!(
-        after.is_empty(),
-        "{} capture(s) after the revocation",
-        after.len()
-    );
+    no_capture_after(&served, acknowledged);
 
     // A person confirms it did not happen: the saga unwinds, and still no capture.
     let call = agent_host::OutboundCall {
@@ -569,6 +583,30 @@ async fn a_revocation_while_the_pivot_hangs_stops_its_retries_and_a_person_decid
         .filter(|e| e.ends_with(":undo"))
         .count();
     assert_eq!(undone, 3, "s2, s1 and s0 were compensated");
+}
+
+/// As above, but the payments agent's status skill answers: asked (it changes nothing),
+/// it says the capture did not happen, and the saga unwinds for the revocation without a
+/// person, still with no capture after the acknowledgement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_while_the_pivot_hangs_unwinds_once_the_tool_says_it_did_not_capture() {
+    let (served, task, acknowledged) = pivot_hangs_and_is_revoked(None).await;
+    assert_eq!(task.status.state, TaskState::Failed, "{:?}", task.status);
+    let (said, _) = status_of(&task);
+    assert!(
+        said.contains("the mandate was revoked; every completed step was compensated"),
+        "{said}"
+    );
+    no_capture_after(&served, acknowledged);
+    let asked: Vec<String> = served.logs["payments"]
+        .lock()
+        .unwrap()
+        .calls
+        .iter()
+        .filter(|(_, skill, ..)| skill == "payments.status")
+        .map(|(key, ..)| key.clone())
+        .collect();
+    assert_eq!(asked, ["sg_pivot_revoked:s4:verify:1"]);
 }
 
 /// Sends `plan` and returns its task as soon as the executor has it (the plan may wait for

@@ -12,8 +12,8 @@ use executor_agent::mcp::McpSession;
 use executor_agent::registry::McpListing;
 use futures::StreamExt;
 use sagaplane_examples::checkout::{
-    self, CheckoutSettings, LedgerReport, RecoveryMode, RecoveryVariant, RunningCheckout,
-    SERVER_NAME, Switches,
+    self, ChargeMode, CheckoutSettings, LedgerReport, RecoveryMode, RecoveryVariant,
+    RunningCheckout, SERVER_NAME, ShipmentMode, StatusMode, Switches,
 };
 use serde_json::{Value, json};
 use shared_types::mcp::declared_recovery;
@@ -22,14 +22,19 @@ use tokio_util::sync::CancellationToken;
 const SAGA: &str = "sg_mcp_checkout";
 
 async fn start_shop(recovery: RecoveryMode) -> RunningCheckout {
+    start_shop_with(Switches {
+        recovery,
+        ..Switches::default()
+    })
+    .await
+}
+
+async fn start_shop_with(switches: Switches) -> RunningCheckout {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let settings = CheckoutSettings {
         data_dir: None,
         token: Some(TOOL_TOKEN.to_owned()),
-        switches: Switches {
-            recovery,
-            ..Switches::default()
-        },
+        switches,
         ..CheckoutSettings::default()
     };
     checkout::start(settings, listener, CancellationToken::new())
@@ -42,6 +47,13 @@ async fn start_shop(recovery: RecoveryMode) -> RunningCheckout {
 /// shipment is the pivot; without, the reservation is the pivot (nothing can undo it)
 /// and the rest may only be retried.
 fn manifest(harness: &Harness, listing: &McpListing, recovery: bool) -> Value {
+    let mut manifest = curated(listing, recovery);
+    harness.platform.sign_in_place(&mut manifest).unwrap();
+    manifest
+}
+
+/// The manifest of `manifest`, unsigned.
+fn curated(listing: &McpListing, recovery: bool) -> Value {
     let pin = |tool: &str| {
         let entry = listing
             .tools
@@ -71,14 +83,12 @@ fn manifest(harness: &Harness, listing: &McpListing, recovery: bool) -> Value {
             "create_shipment": {"class": "retriable", "idempotent": true, "timeoutMs": 2000}
         })
     };
-    let mut manifest = json!({
+    json!({
         "agent": MCP_AGENT,
         "description": "The checkout MCP server",
         "server": {"name": SERVER_NAME, "url": listing.url},
         "tools": tools
-    });
-    harness.platform.sign_in_place(&mut manifest).unwrap();
-    manifest
+    })
 }
 
 /// What the shop lists, read as a registration reads it: from the endpoint a verified
@@ -460,5 +470,118 @@ async fn an_unresolvable_binding_makes_the_compensation_unavailable_and_the_saga
             .payments
             .values()
             .all(|p| p.status == checkout::PaymentStatus::Captured)
+    );
+}
+
+/// Registers the shop with recovery, and with `payment_status` as the verification of
+/// `charge_payment`, whose one attempt times out after 300 ms.
+async fn register_verified(harness: &Harness, shop: &RunningCheckout) {
+    let listing = list(harness, shop).await;
+    let mut manifest = curated(&listing, true);
+    let tools = &mut manifest["tools"];
+    tools["charge_payment"]["timeoutMs"] = json!(300);
+    tools["charge_payment"]["verification"] =
+        json!({"skill": "payment_status", "args": {"forwardKey": "$step.idempotencyKey"}});
+    tools["payment_status"] =
+        json!({"class": "retriable", "readOnly": true, "idempotent": true, "timeoutMs": 2000});
+    harness.platform.sign_in_place(&mut manifest).unwrap();
+    register_signed(harness, manifest, listing).await.unwrap();
+}
+
+/// Reserve, charge (its answer lost or its call never applied, as `charge` says), ship
+/// (the pivot, accepted by the carrier): the final task, its texts and the shop's ledger.
+async fn charge_in_doubt(
+    charge: ChargeMode,
+    status: StatusMode,
+) -> (Task, Vec<String>, LedgerReport) {
+    let harness = Harness::start(&[]).await;
+    let shop = start_shop_with(Switches {
+        shipment: ShipmentMode::Accept,
+        charge,
+        status,
+        ..Switches::default()
+    })
+    .await;
+    register_verified(&harness, &shop).await;
+    let steps = vec![
+        reserve(&harness, "s0"),
+        self::charge(&harness, "s1"),
+        ship(&harness, "s2", "s0"),
+    ];
+    let (task, texts) = run(&harness, signed_plan(&harness, steps, 2)).await;
+    let report = shop.ledger().await.unwrap();
+    (task, texts, report)
+}
+
+#[tokio::test]
+async fn an_mcp_charge_whose_answer_is_lost_is_verified_applied_and_the_saga_completes() {
+    let (task, texts, report) = charge_in_doubt(ChargeMode::LostAfter, StatusMode::Up).await;
+    assert_eq!(task.status.state, TaskState::Completed, "{texts:#?}");
+    assert!(
+        texts.iter().any(|t| t == "s1: verified: it took effect"),
+        "{texts:#?}"
+    );
+    assert_eq!(
+        calls(&report),
+        [
+            "reserve_inventory applied",
+            "charge_payment applied",
+            "payment_status answered",
+            "create_shipment applied"
+        ]
+    );
+    assert_eq!(report.state.payments.len(), 1, "charged once");
+    assert!(
+        report
+            .state
+            .payments
+            .values()
+            .all(|p| p.status == checkout::PaymentStatus::Captured)
+    );
+}
+
+#[tokio::test]
+async fn an_mcp_charge_never_applied_is_verified_not_applied_and_unwinds_with_no_refund() {
+    let (task, texts, report) = charge_in_doubt(ChargeMode::LostBefore, StatusMode::Up).await;
+    assert_eq!(task.status.state, TaskState::Failed, "{texts:#?}");
+    assert!(
+        texts
+            .iter()
+            .any(|t| t == "s1: verified: it did not take effect"),
+        "{texts:#?}"
+    );
+    assert_eq!(
+        compensated(&texts),
+        ["s0"],
+        "only the reservation is undone"
+    );
+    assert_eq!(
+        calls(&report),
+        [
+            "reserve_inventory applied",
+            "payment_status answered",
+            "release_inventory applied"
+        ]
+    );
+    assert!(report.state.payments.is_empty(), "nothing charged");
+}
+
+#[tokio::test]
+async fn an_mcp_charge_that_cannot_be_verified_goes_to_a_person_and_nothing_more_is_called() {
+    let (task, texts, report) = charge_in_doubt(ChargeMode::LostAfter, StatusMode::Down).await;
+    assert_eq!(task.status.state, TaskState::InputRequired, "{texts:#?}");
+    assert!(
+        texts.iter().any(|t| t.starts_with("s1: outcome unknown:")
+            && t.contains("the verification did not settle it")),
+        "{texts:#?}"
+    );
+    assert_eq!(
+        calls(&report),
+        [
+            "reserve_inventory applied",
+            "charge_payment applied",
+            "payment_status refused"
+        ],
+        "no shipment, no refund: a person decides"
     );
 }

@@ -292,7 +292,7 @@ async fn an_mcp_server_is_registered_with_a_signed_manifest_and_refused_once_it_
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         stdout(&out).contains(&format!(
-            "MCP manifest for shop (server \"checkout-mcp\" at {}, 5 tools)",
+            "MCP manifest for shop (server \"checkout-mcp\" at {}, 6 tools)",
             shop.mcp_url
         )),
         "{}",
@@ -323,7 +323,8 @@ async fn an_mcp_server_is_registered_with_a_signed_manifest_and_refused_once_it_
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         stdout(&out).contains("registered: agent shop (signed by platform)")
-            && stdout(&out).contains("charge_payment, create_shipment, refund_payment"),
+            && stdout(&out)
+                .contains("charge_payment, create_shipment, payment_status, refund_payment"),
         "{}",
         stdout(&out)
     );

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::effects::{Decision, charge, refund, release, reserve, ship};
 use super::report::{
@@ -17,8 +17,8 @@ use super::report::{
     Shipment,
 };
 use super::tools::{
-    CHARGE_PAYMENT, CREATE_SHIPMENT, REFUND_PAYMENT, RELEASE_INVENTORY, RESERVE_INVENTORY,
-    ReceiptMode, ShipmentMode,
+    CHARGE_PAYMENT, CREATE_SHIPMENT, PAYMENT_STATUS, REFUND_PAYMENT, RELEASE_INVENTORY,
+    RESERVE_INVENTORY, ReceiptMode, ShipmentMode,
 };
 use super::{CheckoutError, Result, SERVER_NAME};
 
@@ -97,6 +97,9 @@ const SCHEMA: &str = "
         id TEXT PRIMARY KEY, payment_id TEXT NOT NULL, amount_minor INTEGER NOT NULL,
         currency TEXT NOT NULL, refunded_by TEXT NOT NULL
     );
+    CREATE TABLE IF NOT EXISTS dead_keys (
+        key TEXT PRIMARY KEY, found_by TEXT NOT NULL, at TEXT NOT NULL
+    );
     CREATE TABLE IF NOT EXISTS shipments (
         id TEXT PRIMARY KEY, order_id TEXT NOT NULL, reservation_id TEXT NOT NULL,
         address TEXT NOT NULL, created_by TEXT NOT NULL
@@ -149,11 +152,74 @@ impl Ledger {
         .await
     }
 
+    /// Whether the `charge_payment` call under `forward_key` captured a payment: its
+    /// result if it did; if not, the key is dead from now on (a late charge under it is
+    /// refused), so the answer stays true. Changes no payment.
+    pub async fn payment_status(&self, forward_key: String, arguments: Value) -> Result<Value> {
+        let arguments = canonical(&arguments)?;
+        self.transact(move |tx| {
+            let charged: Option<String> = tx
+                .query_row(
+                    "SELECT result FROM answers WHERE key = ?1 AND tool = ?2",
+                    params![forward_key, CHARGE_PAYMENT],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(store_error)?;
+            let answer = match charged {
+                Some(result) => json!({"status": "applied", "response": parse(&result)}),
+                None => {
+                    tx.execute(
+                        "INSERT OR IGNORE INTO dead_keys (key, found_by, at) VALUES (?1, ?2, ?3)",
+                        params![forward_key, PAYMENT_STATUS, now()],
+                    )
+                    .map_err(store_error)?;
+                    json!({"status": "not-applied"})
+                }
+            };
+            log(
+                tx,
+                None,
+                PAYMENT_STATUS,
+                &arguments,
+                Some(&answer),
+                "answered",
+                None,
+            )?;
+            Ok(answer)
+        })
+        .await
+    }
+
     /// Decides a call and records it: replays it, refuses it, applies it or fails it.
     pub async fn perform(&self, call: Call) -> Result<Answer> {
         let arguments = canonical(&call.arguments)?;
         self.transact(move |tx| {
             let key = call.key.as_str();
+            let dead: Option<String> = tx
+                .query_row(
+                    "SELECT found_by FROM dead_keys WHERE key = ?1",
+                    [key],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(store_error)?;
+            if let Some(found_by) = dead {
+                let why = format!(
+                    "idempotency key {key:?} was found not applied by {found_by}; a call \
+                     under it arriving after that is refused and changes nothing"
+                );
+                log(
+                    tx,
+                    Some(key),
+                    call.tool,
+                    &arguments,
+                    None,
+                    "refused",
+                    Some(&why),
+                )?;
+                return Ok(Answer::Error(why));
+            }
             let earlier: Option<(String, String, String)> = tx
                 .query_row(
                     "SELECT tool, arguments, result FROM answers WHERE key = ?1",

@@ -25,9 +25,10 @@ pub use service::{
     CheckoutSettings, RunningCheckout, fetch_ledger, fetch_switches, put_switches, start,
 };
 pub use tools::{
-    CHARGE_PAYMENT, CREATE_SHIPMENT, CheckoutSwitches, RECOVERY_META_KEY, REFUND_PAYMENT,
-    RELEASE_INVENTORY, RESERVE_INVENTORY, ReceiptMode, RecoveryMode, RecoveryVariant,
-    SAGA_META_KEY, SHIPMENT_REFUSAL, ShipmentMode, Switches, TOOLS, recovery_declaration,
+    CHARGE_PAYMENT, CREATE_SHIPMENT, ChargeMode, CheckoutSwitches, PAYMENT_STATUS,
+    RECOVERY_META_KEY, REFUND_PAYMENT, RELEASE_INVENTORY, RESERVE_INVENTORY, ReceiptMode,
+    RecoveryMode, RecoveryVariant, SAGA_META_KEY, SHIPMENT_REFUSAL, ShipmentMode, StatusMode,
+    Switches, TOOLS, recovery_declaration,
 };
 
 /// The server's name in `serverInfo` and in its ledger.

@@ -17,8 +17,9 @@ use serde_json::Value;
 
 use super::ledger::{Answer, Call, Ledger};
 use super::tools::{
-    CHARGE_PAYMENT, CREATE_SHIPMENT, CheckoutSwitches, REFUND_PAYMENT, RELEASE_INVENTORY,
-    RESERVE_INVENTORY, SAGA_META_KEY, Switches, TOOLS, describe, describe_all, input_schema,
+    CHARGE_PAYMENT, CREATE_SHIPMENT, ChargeMode, CheckoutSwitches, PAYMENT_STATUS, REFUND_PAYMENT,
+    RELEASE_INVENTORY, RESERVE_INVENTORY, SAGA_META_KEY, StatusMode, Switches, TOOLS, describe,
+    describe_all, input_schema,
 };
 use super::{CheckoutError, Result, SERVER_NAME};
 
@@ -121,6 +122,46 @@ impl CheckoutServer {
             receipt: self.switches.get().receipt,
         };
         self.ledger.perform(call).await
+    }
+}
+
+impl CheckoutServer {
+    /// `payment_status`: read-only, so it needs no idempotency key.
+    async fn status(
+        &self,
+        arguments: Value,
+        mode: StatusMode,
+    ) -> Result<CallToolResult, ErrorData> {
+        let refusal = match (self.check_arguments(PAYMENT_STATUS, &arguments), mode) {
+            (Err(why), _) => Some(why),
+            (Ok(()), StatusMode::Down) => Some(
+                "payment_status is unavailable (status mode down); nothing can be said".to_owned(),
+            ),
+            (Ok(()), StatusMode::Up) => None,
+        };
+        if let Some(why) = refusal {
+            self.ledger
+                .refuse(PAYMENT_STATUS, None, &arguments, &why)
+                .await
+                .map_err(|e| ErrorData::internal_error(format!("internal error: {e}"), None))?;
+            return Ok(CallToolResult::error(vec![ContentBlock::text(why)]));
+        }
+        let forward_key = arguments
+            .get("forwardKey")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let answer = self
+            .ledger
+            .payment_status(forward_key, arguments)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "the ledger failed");
+                ErrorData::internal_error(format!("internal error: {e}"), None)
+            })?;
+        let mut answered = CallToolResult::structured(answer);
+        answered.content = vec![ContentBlock::text("payment_status answered")];
+        Ok(answered)
     }
 }
 
@@ -269,6 +310,13 @@ impl ServerHandler for CheckoutServer {
         let key = idempotency_key(&request, &context);
         let mut arguments = Value::Object(request.arguments.unwrap_or_default());
         shared_types::json::normalize_integers(&mut arguments);
+        let switches = self.switches.get();
+        if tool == PAYMENT_STATUS {
+            return Ok(self.status(arguments, switches.status).await?.into());
+        }
+        if tool == CHARGE_PAYMENT && switches.charge == ChargeMode::LostBefore {
+            std::future::pending::<()>().await;
+        }
         let answer = self.answer(tool, key, arguments).await.map_err(|e| {
             tracing::error!(tool, error = %e, "the ledger failed");
             // Nothing committed: the client may retry with the same key.
@@ -282,6 +330,9 @@ impl ServerHandler for CheckoutServer {
             }
             Answer::Error(why) => CallToolResult::error(vec![ContentBlock::text(why)]),
         };
+        if tool == CHARGE_PAYMENT && switches.charge == ChargeMode::LostAfter {
+            std::future::pending::<()>().await;
+        }
         Ok(result.into())
     }
 }

@@ -18,14 +18,16 @@ pub const CHARGE_PAYMENT: &str = "charge_payment";
 pub const CREATE_SHIPMENT: &str = "create_shipment";
 pub const REFUND_PAYMENT: &str = "refund_payment";
 pub const RELEASE_INVENTORY: &str = "release_inventory";
+pub const PAYMENT_STATUS: &str = "payment_status";
 
 /// Every tool, in the order `tools/list` lists them.
-pub const TOOLS: [&str; 5] = [
+pub const TOOLS: [&str; 6] = [
     RESERVE_INVENTORY,
     CHARGE_PAYMENT,
     CREATE_SHIPMENT,
     REFUND_PAYMENT,
     RELEASE_INVENTORY,
+    PAYMENT_STATUS,
 ];
 
 /// The `_meta` key of a tool's recovery declaration, for clients whose SDK
@@ -123,6 +125,29 @@ switch_enum! {
 }
 
 switch_enum! {
+    /// Whether `charge_payment`'s answer reaches the caller.
+    ChargeMode ("charge mode") {
+        /// Answered as soon as it is decided.
+        #[default]
+        Answered = "answered",
+        /// Captured (or replayed), and the answer never sent: the caller times out.
+        LostAfter = "lost-after",
+        /// Never captured, never answered: the caller times out.
+        LostBefore = "lost-before",
+    }
+}
+
+switch_enum! {
+    /// Whether `payment_status` answers.
+    StatusMode ("status mode") {
+        #[default]
+        Up = "up",
+        /// Every call is a tool error: nothing can be said.
+        Down = "down",
+    }
+}
+
+switch_enum! {
     /// What the carrier behind `create_shipment` does.
     ShipmentMode ("shipment mode") {
         /// Refuses every shipment: a tool error, nothing created (the scenario's failure).
@@ -154,6 +179,8 @@ pub struct Switches {
     pub recovery_variant: RecoveryVariant,
     pub shipment: ShipmentMode,
     pub receipt: ReceiptMode,
+    pub charge: ChargeMode,
+    pub status: StatusMode,
 }
 
 /// The server's live switches, shared by its tools, its `tools/list` rewriting and its
@@ -254,6 +281,7 @@ struct Definition {
     description: &'static str,
     input: Value,
     output: Value,
+    read_only: bool,
     destructive: bool,
     idempotent: bool,
     open_world: bool,
@@ -277,6 +305,7 @@ fn definition(tool: &str) -> Option<Definition> {
                        "quantity": {"type": "integer"}}),
                 &["reservationId", "sku", "quantity"],
             ),
+            read_only: false,
             destructive: false,
             idempotent: false,
             open_world: false,
@@ -295,6 +324,7 @@ fn definition(tool: &str) -> Option<Definition> {
                        "currency": {"type": "string"}}),
                 &["paymentId", "amountMinor", "currency"],
             ),
+            read_only: false,
             destructive: false,
             idempotent: false,
             open_world: true,
@@ -308,6 +338,7 @@ fn definition(tool: &str) -> Option<Definition> {
                 &["orderId", "reservationId", "address"],
             ),
             output: object(json!({"shipmentId": {"type": "string"}}), &["shipmentId"]),
+            read_only: false,
             destructive: false,
             idempotent: false,
             open_world: true,
@@ -327,6 +358,7 @@ fn definition(tool: &str) -> Option<Definition> {
                        "paymentId": {"type": "string"}, "note": {"type": "string"}}),
                 &["refundId", "paymentId"],
             ),
+            read_only: false,
             destructive: true,
             idempotent: true,
             open_world: true,
@@ -342,7 +374,28 @@ fn definition(tool: &str) -> Option<Definition> {
                        "note": {"type": "string"}}),
                 &["reservationId", "released"],
             ),
+            read_only: false,
             destructive: true,
+            idempotent: true,
+            open_world: false,
+        },
+        PAYMENT_STATUS => Definition {
+            title: "Payment status",
+            description: "Says whether the charge_payment call made under `forwardKey` \
+                          captured a payment: {status: applied, response: <its result>} or \
+                          {status: not-applied}, after which a charge under that key is \
+                          refused. Changes no payment.",
+            input: object(
+                json!({"forwardKey": {"type": "string", "minLength": 1, "maxLength": 256}}),
+                &["forwardKey"],
+            ),
+            output: object(
+                json!({"status": {"type": "string", "enum": ["applied", "not-applied", "unknown"]},
+                       "response": {"type": "object"}}),
+                &["status"],
+            ),
+            read_only: true,
+            destructive: false,
             idempotent: true,
             open_world: false,
         },
@@ -378,7 +431,7 @@ pub(crate) fn describe(tool: &str, switches: Switches) -> Option<Tool> {
     let name = TOOLS.iter().copied().find(|t| *t == tool)?;
     let d = definition(name)?;
     let annotations = ToolAnnotations::with_title(d.title)
-        .read_only(false)
+        .read_only(d.read_only)
         .destructive(d.destructive)
         .idempotent(d.idempotent)
         .open_world(d.open_world);
