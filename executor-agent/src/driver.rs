@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::authority::{Revocations, entries_of, guarded, lapse, not_made};
 use crate::error::Result;
 use crate::invoke::{CallContext, Invoker, trace_id};
 use crate::journal::{Ending, Entry, Epoch, Journal, SagaHeader};
@@ -146,16 +147,6 @@ pub enum Start {
     Accepted(Epoch),
 }
 
-/// The entries an event and the commands it led to are journaled as.
-fn entries_of(event: Event, commands: &[Command]) -> Vec<Entry> {
-    let mut entries = vec![Entry::Event(event)];
-    entries.extend(commands.iter().filter_map(|c| match c {
-        Command::Invoke(invocation) => Some(Entry::Intent(invocation.clone())),
-        _ => None,
-    }));
-    entries
-}
-
 /// A new saga's first step (`Event::Start`), taken before its begin is written (the
 /// engine is pure), so that the write creating its task can show it.
 pub struct FirstStep {
@@ -208,6 +199,8 @@ pub struct Driver {
     pub control: mpsc::Receiver<Control>,
     pub stop: CancellationToken,
     pub slot: SlotHold,
+    /// Where the saga's mandate is read at the moment of effect (`authority`).
+    pub revocations: Arc<dyn Revocations>,
 }
 
 impl Driver {
@@ -246,6 +239,7 @@ impl Driver {
             mut control,
             stop,
             mut slot,
+            revocations,
         } = self;
         // A saga not started takes its slot in the loop below, where a cancel still
         // reaches it.
@@ -409,11 +403,25 @@ impl Driver {
             // The engine is pure, so stepping before the write is safe: if the write fails,
             // the driver stops and recovery replays what is durable.
             let commands = saga.step(event.clone());
+            // A forward call is allowed by the saga's mandate as it stands now, or not made
+            // (`authority`): read again and again while the database cannot answer, as a
+            // journal write is. Told to stop, no call is made: recovery decides it again.
+            let (entries, commands) = match guarded(&saga, &commands) {
+                _ if stopping => (vec![Entry::Event(event)], commands),
+                None => (entries_of(event, &commands), commands),
+                Some(call) => {
+                    let now = now_ms();
+                    let read = || lapse(&saga, revocations.as_ref(), now);
+                    match ctx.retrying(read).await? {
+                        None => (entries_of(event, &commands), commands),
+                        Some(lapsed) => not_made(&mut saga, event, commands, call, lapsed, now),
+                    }
+                }
+            };
             if ends(&commands) {
                 // The end, its finish mark and what people see of it: one durable write
                 // (told to stop, too: an end makes no call).
                 let refused = refusal(&commands);
-                let entries = entries_of(event, &commands);
                 let shown = ctx.shown(commands);
                 let step = Step {
                     entries: &entries,
@@ -430,15 +438,13 @@ impl Driver {
                 return Ok(phase);
             }
             let refused = refusal(&commands);
-            let (entries, shown, acts) = if stopping {
+            let (shown, acts) = if stopping {
                 // The event alone: the calls it led to stay decided but not journaled as
                 // made, and recovery makes them; timers come back from the journal too.
                 // What people should see is shown with it.
-                (vec![Entry::Event(event)], ctx.shown(commands), Vec::new())
+                (ctx.shown(commands), Vec::new())
             } else {
-                let entries = entries_of(event, &commands);
-                let (shown, acts) = commands.into_iter().partition(Command::is_shown);
-                (entries, shown, acts)
+                commands.into_iter().partition(Command::is_shown)
             };
             let step = Step {
                 entries: &entries,
@@ -552,16 +558,16 @@ impl Ctx {
         Ok(saga.phase.clone())
     }
 
-    /// Makes a durable write (`attempt`), again and again while it fails, as `journal`
-    /// says.
-    async fn retrying<F: Future<Output = Result<()>>>(
+    /// Makes a durable write (`attempt`), or a read the next write waits for, again and
+    /// again while it fails, as `journal` says.
+    async fn retrying<T, F: Future<Output = Result<T>>>(
         &self,
         mut attempt: impl FnMut() -> F,
-    ) -> Result<()> {
+    ) -> Result<T> {
         let mut wait = FIRST_JOURNAL_RETRY;
         loop {
             let error = match attempt().await {
-                Ok(()) => return Ok(()),
+                Ok(done) => return Ok(done),
                 // Another owner drives the saga now: nothing more is done for it here.
                 Err(fenced @ crate::Error::Fenced { .. }) => return Err(fenced),
                 Err(e) => e,

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod answers;
+pub mod authority;
 pub mod console;
 pub mod driver;
 pub mod error;

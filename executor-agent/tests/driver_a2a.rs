@@ -140,6 +140,7 @@ async fn launch(
             control: rx,
             stop,
             slot: SlotHold::new(slots.clone(), None),
+            revocations: Arc::new(common::NeverRevoked),
         }
         .run(saga, start),
     );

@@ -704,3 +704,74 @@ async fn a_plan_waiting_for_a_saga_slot_has_reserved_its_budget_until_it_is_canc
         "only the running saga reached a tool: {sandbox_keys:?}"
     );
 }
+
+/// Issue 42, the sanction gate: a saga waits for an approval before its pivot (step s1, a
+/// compliance review); the principal revokes the mandate; the approver then approves.
+/// Nothing is called after the revocation, and the steps made before it are undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_after_the_revocation_makes_no_effect_and_the_earlier_steps_are_undone() {
+    let served = serve().await;
+    let task = paused_for_approval(&served, "sg_gate").await;
+    let mandate = approval_plan(&served, "sg_gate")["mandate"]["mandateId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut revocation = json!({
+        "revokedMandateId": mandate,
+        "revokedAt": chrono::Utc::now().to_rfc3339(),
+    });
+    principal().sign_in_place(&mut revocation).unwrap();
+    let answer = reqwest::Client::new()
+        .post(format!("{}/mandates/revocations", served.url))
+        .json(&revocation)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let acknowledged = std::time::Instant::now();
+
+    let approved = answer_approval(&served, &task).await;
+    assert!(
+        approved.is_err(),
+        "the approval finds no saga to approve: {approved:?}"
+    );
+    let ended = task_now(&served, &task.id).await;
+    assert_eq!(ended.status.state, TaskState::Failed, "{:?}", ended.status);
+    let (said, _) = status_of(&ended);
+    assert!(
+        said.contains("the mandate was revoked; every completed step was compensated"),
+        "{said}"
+    );
+    // Only undos after the acknowledgement; the review was never called.
+    for (agent, log) in &served.logs {
+        let log = log.lock().unwrap();
+        for ((key, skill, ..), at) in log.calls.iter().zip(&log.called_at) {
+            assert!(
+                *at < acknowledged || key.ends_with(":undo"),
+                "{agent} got {skill} under {key} after the revocation"
+            );
+            assert_ne!(skill, "compliance.review", "the approved step was called");
+        }
+    }
+}
+
+/// The approver's approval of what `task` waits for.
+async fn answer_approval(served: &Served, task: &Task) -> Result<Task, agent_host::sdk::A2AError> {
+    let approval = approval(task, in_five_minutes());
+    answer(served, approver_jwt(served), &task.id, approval).await
+}
+
+/// The task as the executor shows it now.
+async fn task_now(served: &Served, id: &str) -> Task {
+    agent_host::AgentClient::new(&served.url)
+        .unwrap()
+        .get_task(
+            &agent_host::OutboundCall {
+                bearer: approver_jwt(served),
+                ..agent_host::OutboundCall::default()
+            },
+            id,
+        )
+        .await
+        .unwrap()
+}

@@ -39,6 +39,11 @@ fn saga_id(n: usize) -> String {
 
 /// The supplier plan under its own saga id, signed, sent to return at once.
 fn plan_request(world: &World, n: usize) -> agent_host::sdk::SendMessageRequest {
+    answered_at_once(data_message(signed_plan(world, n), None))
+}
+
+/// The supplier plan under saga id `n`, signed under the planner's test mandate.
+fn signed_plan(world: &World, n: usize) -> Value {
     let mut plan = read("examples/plans/supplier-onboarding.json");
     plan["sagaId"] = Value::from(saga_id(n));
     for step in plan["steps"].as_array_mut().unwrap() {
@@ -46,7 +51,7 @@ fn plan_request(world: &World, n: usize) -> agent_host::sdk::SendMessageRequest 
             Value::from(format!("{}:{}", saga_id(n), step["id"].as_str().unwrap()));
     }
     sign_plan(&world.planner, &mut plan);
-    answered_at_once(data_message(plan, None))
+    plan
 }
 
 /// Sends saga `n`'s plan to `replica`: its task as the call returns (at once).
@@ -1044,4 +1049,72 @@ async fn plans_accepted_while_the_database_restarts_each_begin_or_end() {
             );
         }
     }
+}
+
+/// Issue 42, the sanction gate across replicas: the mandate is revoked through one replica
+/// while another drives a saga whose last call before the pivot is out. That replica hears
+/// nothing of the revocation; it reads the mandate at the moment of effect, makes no
+/// forward call after the revocation was acknowledged, and unwinds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_through_one_replica_stops_the_pivot_another_replica_was_about_to_call() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let Some(url) = scratch_database("replicas_revoked").await else {
+        return;
+    };
+    let world = World::new();
+    let held = [(HELD_SKILL, Fault::ApplyThenHold(1))];
+    let (cards, logs) =
+        start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
+    let driving = Executor::replica(&world, &url, "warn", &[]);
+    let acknowledging = Executor::replica(&world, &url, "warn", &[]);
+    register(&driving, &cards).await;
+    let mandate = signed_plan(&world, 0)["mandate"]["mandateId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let task = send_plan(&world, &driving, 0).await;
+    tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
+        .await
+        .expect("the saga reaches s3, its last step before the pivot");
+
+    let mut revocation = serde_json::json!({
+        "revokedMandateId": mandate,
+        "revokedAt": chrono::Utc::now().to_rfc3339(),
+    });
+    principal().sign_in_place(&mut revocation).unwrap();
+    let answer = reqwest::Client::new()
+        .post(format!("{}/mandates/revocations", acknowledging.url))
+        .json(&revocation)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
+    let acknowledged = Instant::now();
+    // s3 answers on the replica that drives the saga: its next call would be the pivot.
+    logs["compliance-registry"]
+        .lock()
+        .unwrap()
+        .release
+        .notify_one();
+    let ended = tokio::time::timeout(PATIENCE, settle(&world, &driving, task))
+        .await
+        .expect("the saga ends");
+    assert_eq!(ended.status.state, TaskState::Failed, "{:?}", ended.status);
+    assert_eq!(
+        ended.metadata.as_ref().and_then(|m| m.get("outcome")),
+        Some(&Value::from("compensated"))
+    );
+    let captures: Vec<Instant> = {
+        let log = logs["payments"].lock().unwrap();
+        log.called_at.clone()
+    };
+    assert!(
+        captures.iter().all(|at| *at < acknowledged),
+        "{} call(s) of the payments agent after the revocation",
+        captures.len()
+    );
+    assert_eq!(
+        effects_of_saga_0(&logs),
+        set(&["s0", "s1", "s2", "s3", "s2:undo", "s1:undo", "s0:undo"])
+    );
 }

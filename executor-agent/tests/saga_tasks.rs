@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::{response, supplier_catalog, supplier_plan};
+use common::{NeverRevoked, response, supplier_catalog, supplier_plan};
 use executor_agent::driver::{Control, Driver, Reporter, Start, begin};
 use executor_agent::invoke::{CallContext, Invoker};
 use executor_agent::journal::{MemoryJournal, SagaHeader};
@@ -89,6 +89,7 @@ async fn run_one(
         control: rx,
         stop: CancellationToken::new(),
         slot: SlotHold::new(slots, None),
+        revocations: Arc::new(NeverRevoked),
     }
     .run(saga, start)
     .await
@@ -188,6 +189,7 @@ async fn a_call_that_panics_has_an_unknown_outcome_and_the_saga_goes_on() {
         control: rx,
         stop: CancellationToken::new(),
         slot: SlotHold::new(Slots::new(1), None),
+        revocations: Arc::new(NeverRevoked),
     }
     .run(saga, start);
     let phase = tokio::time::timeout(std::time::Duration::from_secs(7200), driven)

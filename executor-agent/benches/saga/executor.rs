@@ -149,6 +149,9 @@ pub(crate) struct Executor {
     stop: tokio_util::sync::CancellationToken,
     /// The executor's saga slots, as many as by default (more than the sagas run here).
     slots: Arc<Slots>,
+    /// The mandates' tables, which the driver reads at the moment of effect (these
+    /// sagas hold no mandate, so it reads nothing).
+    mandates: executor_agent::mandates::MandateBook,
     _data_dir: tempfile::TempDir,
 }
 
@@ -173,6 +176,8 @@ impl Executor {
         let db = executor_agent::state::open(data_dir.path()).expect("the state file");
         let journal = SqliteJournal::on(&db).expect("journal");
         let task_store = SqliteTaskStore::on(&db).expect("task store");
+        let mandates = executor_agent::mandates::MandateBook::on(&db, Default::default())
+            .expect("the mandates' tables");
         let stopwatches = Arc::new(Stopwatches::default());
         let calls_answered = Arc::new(AtomicU64::new(0));
         let direct_invoker = Arc::new(invoker);
@@ -203,6 +208,7 @@ impl Executor {
             next_saga: AtomicU64::new(0),
             stop: tokio_util::sync::CancellationToken::new(),
             slots: Slots::new(executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS),
+            mandates,
             _data_dir: data_dir,
         };
         executor.direct_template = forward_invocations(executor.spec("sg_template").1);
@@ -269,6 +275,7 @@ impl Executor {
             control: control_rx,
             stop: self.stop.clone(),
             slot: SlotHold::new(self.slots.clone(), None),
+            revocations: Arc::new(self.mandates.clone()),
         }
         .run(saga, start)
         .await

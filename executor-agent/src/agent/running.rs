@@ -129,6 +129,7 @@ impl Executor {
         );
         let saga_id = saga.spec.saga_id.clone();
         let stop = self.config.shutdown.clone();
+        let revocations = Arc::new(self.config.mandates.clone());
         let slot = SlotHold::new(self.slots.clone(), permit);
         self.drivers.spawn(cpu::measured(cpu::Phase::Saga, async move {
             let driven = Driver {
@@ -139,6 +140,7 @@ impl Executor {
                 control: rx,
                 stop,
                 slot,
+                revocations,
             }
             .run(saga, start)
             .await;

@@ -116,6 +116,16 @@ pub fn sign_plan(planner: &SigningIdentity, plan: &mut Value) {
     planner.sign_in_place(plan).unwrap();
 }
 
+/// For drivers run directly, of sagas held against no mandate: nothing is revoked.
+pub struct NeverRevoked;
+
+#[async_trait::async_trait]
+impl executor_agent::authority::Revocations for NeverRevoked {
+    async fn is_revoked(&self, _: &str, _: &str) -> executor_agent::Result<bool> {
+        Ok(false)
+    }
+}
+
 /// A fault injected on every call of one skill (or on its first `n` calls).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fault {
