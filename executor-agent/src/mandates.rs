@@ -9,6 +9,9 @@
 //! saga's end writes what it really spent (`settle`, inside the journal's finishing
 //! write), giving back the rest.
 
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+
 use rusqlite::{OptionalExtension, Transaction, params};
 use sagaplane_storage::schema::{self, Migration, has_column};
 use sagaplane_storage::sqlite::{Database, Reader};
@@ -262,7 +265,17 @@ pub struct MandateBook {
 /// Where the mandates' tables are.
 #[derive(Debug, Clone)]
 enum Book {
-    Sqlite { reader: Reader, db: Database },
+    Sqlite {
+        reader: Reader,
+        db: Database,
+        /// The revoked mandates, as (principal key, mandate id): a view of the
+        /// revocations table, read when the book is opened and added to by each
+        /// revocation once it is durable. Exact, because one process owns a state file
+        /// (its lock) and writes revocations only through `revoke`; read before every
+        /// forward call (`authority`), where a read of the file cost about a fifth of
+        /// the executor's CPU per saga at 64 clients.
+        revoked: Arc<RwLock<HashSet<(String, String)>>>,
+    },
     Postgres(sagaplane_storage::postgres::Postgres),
 }
 
@@ -288,10 +301,19 @@ pub struct Revoked {
 impl MandateBook {
     pub fn on(db: &Database, principals: TrustStore) -> Result<Self> {
         schema::migrate(db, STORE, MIGRATIONS)?;
+        let conn = sagaplane_storage::sqlite::open_connection(db.path(), STORE)?;
+        let revoked = conn
+            .prepare("SELECT principal_key, mandate_id FROM mandate_revocations")
+            .and_then(|mut rows| {
+                rows.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<HashSet<(String, String)>>>()
+            })
+            .map_err(|e| Error::Journal(format!("cannot read the revoked mandates: {e}")))?;
         Ok(Self {
             book: Book::Sqlite {
                 reader: db.reader()?,
                 db: db.clone(),
+                revoked: Arc::new(RwLock::new(revoked)),
             },
             principals,
         })
@@ -316,20 +338,11 @@ impl MandateBook {
 
     /// Whether the principal `principal_key` revoked its mandate `mandate_id`.
     pub async fn is_revoked(&self, principal_key: &str, mandate_id: &str) -> Result<bool> {
-        let reader = match &self.book {
-            Book::Sqlite { reader, .. } => reader,
-            Book::Postgres(db) => return postgres::is_revoked(db, principal_key, mandate_id).await,
-        };
-        let key = (principal_key.to_owned(), mandate_id.to_owned());
-        let revoked = reader
-            .read(move |conn| {
-                conn.prepare_cached(
-                    "SELECT 1 FROM mandate_revocations WHERE principal_key = ?1 AND mandate_id = ?2",
-                )?
-                .exists(params![key.0, key.1])
-            })
-            .await?;
-        Ok(revoked)
+        match &self.book {
+            Book::Sqlite { revoked, .. } => Ok(crate::sync::read(revoked)
+                .contains(&(principal_key.to_owned(), mandate_id.to_owned()))),
+            Book::Postgres(db) => postgres::is_revoked(db, principal_key, mandate_id).await,
+        }
     }
 
     /// Verifies a principal's signed revocation and records it, durably. The signature
@@ -353,8 +366,8 @@ impl MandateBook {
             revocation.revoked_mandate_id.clone(),
             revocation.revoked_at.to_rfc3339(),
         );
-        let db = match &self.book {
-            Book::Sqlite { db, .. } => db,
+        let (db, revoked) = match &self.book {
+            Book::Sqlite { db, revoked, .. } => (db, revoked),
             Book::Postgres(db) => {
                 postgres::record_revocation(db, &key, &id, &at, &text).await?;
                 return Ok(Revoked {
@@ -372,6 +385,8 @@ impl MandateBook {
             .map(|_| ())
         })
         .await?;
+        crate::sync::write(revoked)
+            .insert((principal_key.clone(), revocation.revoked_mandate_id.clone()));
         Ok(Revoked {
             principal_key,
             mandate_id: revocation.revoked_mandate_id,
@@ -568,5 +583,37 @@ mod tests {
             )
             .unwrap();
         assert_eq!((used, sagas), (30 + 10 + 30, 3), "settled once, not twice");
+    }
+
+    /// The revoked mandates a SQLite book reads at the moment of effect are those the
+    /// table holds: one revoked through the book is revoked at once, and one written
+    /// before the book was opened (an earlier run) is revoked too.
+    #[test]
+    fn a_revocation_is_seen_at_once_and_after_the_book_is_opened_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("executor.db");
+        let principal = shared_types::SigningIdentity::from_seed([5; 32], Some("principal".into()));
+        let mut trust = TrustStore::new();
+        trust.add_jwk(&principal.public_jwk()).unwrap();
+        let db = Database::open(&path, "revocations-test").unwrap();
+        let book = MandateBook::on(&db, trust.clone()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert!(!rt.block_on(book.is_revoked("principal", "md_1")).unwrap());
+        let mut revocation =
+            json!({"revokedMandateId": "md_1", "revokedAt": "2026-12-01T00:00:00Z"});
+        principal.sign_in_place(&mut revocation).unwrap();
+        rt.block_on(book.revoke(&revocation)).unwrap();
+        assert!(rt.block_on(book.is_revoked("principal", "md_1")).unwrap());
+        assert!(!rt.block_on(book.is_revoked("principal", "md_2")).unwrap());
+        assert!(!rt.block_on(book.is_revoked("another", "md_1")).unwrap());
+        drop((book, db));
+        let db = Database::open(&path, "revocations-test").unwrap();
+        let reopened = MandateBook::on(&db, trust).unwrap();
+        assert!(
+            rt.block_on(reopened.is_revoked("principal", "md_1"))
+                .unwrap()
+        );
     }
 }
