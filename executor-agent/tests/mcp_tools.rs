@@ -480,7 +480,7 @@ async fn register_verified(harness: &Harness, shop: &RunningCheckout) {
     let mut manifest = curated(&listing, true);
     let tools = &mut manifest["tools"];
     tools["charge_payment"]["timeoutMs"] = json!(300);
-    tools["charge_payment"]["verification"] =
+    tools["charge_payment"]["verify"] =
         json!({"skill": "payment_status", "args": {"forwardKey": "$step.idempotencyKey"}});
     tools["payment_status"] =
         json!({"class": "retriable", "readOnly": true, "idempotent": true, "timeoutMs": 2000});

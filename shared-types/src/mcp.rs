@@ -178,9 +178,9 @@ pub struct ManifestTool {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::reversibility::verification"
+        deserialize_with = "crate::reversibility::verify"
     )]
-    pub verification: Option<Verification>,
+    pub verify: Option<Verification>,
 }
 
 /// A curated MCP manifest, signed by a platform key like an agent card.
@@ -272,7 +272,7 @@ impl McpManifest {
                 SkillDeclaration {
                     class: curated.class,
                     compensation,
-                    verification: curated.verification.clone(),
+                    verify: curated.verify.clone(),
                     idempotent: curated.idempotent,
                     read_only: curated.read_only,
                     pivot: curated.pivot,

@@ -186,10 +186,10 @@ pub(crate) fn retry<'de, D: Deserializer<'de>>(
     strict::optional_object(deserializer, "retry")
 }
 
-pub(crate) fn verification<'de, D: Deserializer<'de>>(
+pub(crate) fn verify<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<Verification>, D::Error> {
-    strict::optional_object(deserializer, "verification")
+    strict::optional_object(deserializer, "verify")
 }
 
 pub(crate) fn spend<'de, D: Deserializer<'de>>(
@@ -219,9 +219,9 @@ pub struct SkillDeclaration {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "verification"
+        deserialize_with = "verify"
     )]
-    pub verification: Option<Verification>,
+    pub verify: Option<Verification>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub idempotent: bool,
     #[serde(default, skip_serializing_if = "is_false")]
@@ -325,10 +325,10 @@ impl SkillDeclaration {
                 ));
             }
         }
-        if let Some(verification) = &self.verification {
+        if let Some(verification) = &self.verify {
             if !skills(&verification.skill) {
                 out.push(format!(
-                    "{skill}'s verification names {}, which this agent does not have",
+                    "{skill}'s verify names {}, which this agent does not have",
                     verification.skill
                 ));
             }
@@ -337,7 +337,7 @@ impl SkillDeclaration {
             }
             out.extend(binding_problems(
                 skill,
-                "verification.args",
+                "verify.args",
                 &verification.args,
                 false,
             ));
@@ -414,8 +414,8 @@ impl SkillDeclaration {
                 bindings.push(("compensation.argsWhenUnknown", unknown));
             }
         }
-        if let Some(verification) = &self.verification {
-            bindings.push(("verification.args", &verification.args));
+        if let Some(verification) = &self.verify {
+            bindings.push(("verify.args", &verification.args));
         }
         if let Some(spend) = &self.spend {
             bindings.push(("spend.amountMinor", &spend.amount_minor));
@@ -458,10 +458,10 @@ pub fn verification_problems(skills: &BTreeMap<String, SkillDeclaration>) -> Vec
     skills
         .iter()
         .filter_map(|(skill, declaration)| {
-            let named = &declaration.verification.as_ref()?.skill;
+            let named = &declaration.verify.as_ref()?.skill;
             let target = skills.get(named)?;
             (!target.read_only).then(|| {
-                format!("{skill}'s verification names {named}, which is not readOnly: asking whether a call took effect must change nothing")
+                format!("{skill}'s verify names {named}, which is not readOnly: asking whether a call took effect must change nothing")
             })
         })
         .collect()

@@ -123,7 +123,7 @@ impl SagaSpec {
                     })
                 }
             };
-            let verification = match &declared.verification {
+            let verification = match &declared.verify {
                 None => None,
                 Some(v) => {
                     let asked = catalog

@@ -916,17 +916,17 @@ fn a_verification_must_name_a_read_only_skill_of_the_agent_and_bind_only_the_cal
     catalog.add_card(&card).unwrap();
     let declared = catalog.declaration("payments", "payments.capture").unwrap();
     assert_eq!(
-        declared.verification.as_ref().map(|v| v.skill.as_str()),
+        declared.verify.as_ref().map(|v| v.skill.as_str()),
         Some("payments.status")
     );
     let cases = [
         (
-            "payments.capture/verification",
+            "payments.capture/verify",
             json!({"skill": "payments.refund", "args": {}}),
-            "verification names payments.refund, which this agent does not have",
+            "verify names payments.refund, which this agent does not have",
         ),
         (
-            "payments.capture/verification",
+            "payments.capture/verify",
             json!({"skill": "payments.capture", "args": {}}),
             "payments.capture cannot verify itself",
         ),
@@ -936,22 +936,22 @@ fn a_verification_must_name_a_read_only_skill_of_the_agent_and_bind_only_the_cal
             "names payments.status, which is not readOnly",
         ),
         (
-            "payments.capture/verification",
+            "payments.capture/verify",
             json!({"skill": "payments.status", "args": {"id": "$response.body#/captureId"}}),
             "no response when the outcome is unknown",
         ),
         (
-            "payments.capture/verification",
+            "payments.capture/verify",
             json!({"skill": "payments.status", "args": {"v": "$request.body#/vendor"}}),
             "inputSchema does not declare",
         ),
         (
-            "payments.capture/verification",
+            "payments.capture/verify",
             json!({"skill": "payments.status", "args": "forwardKey"}),
             "expected a map",
         ),
         (
-            "payments.capture/verification",
+            "payments.capture/verify",
             json!({"skill": "payments.status", "args": {}, "extra": 1}),
             "unknown field `extra`",
         ),
