@@ -8,7 +8,7 @@ mod common;
 
 use agent_host::sdk::{Task, TaskState};
 use common::served::*;
-use common::{principal, read};
+use common::{post_revocation, principal, read};
 use serde_json::{Value, json};
 use shared_types::SigningIdentity;
 
@@ -489,17 +489,7 @@ async fn pivot_hangs_and_is_revoked(
         "the first attempt is out"
     );
 
-    let mut revocation = json!({
-        "revokedMandateId": "md_pivot_revoked",
-        "revokedAt": "2026-12-01T00:00:00Z",
-    });
-    principal().sign_in_place(&mut revocation).unwrap();
-    let answer = reqwest::Client::new()
-        .post(format!("{}/mandates/revocations", served.url))
-        .json(&revocation)
-        .send()
-        .await
-        .unwrap();
+    let answer = post_revocation(&served.url, "md_pivot_revoked").await;
     assert_eq!(answer.status(), 200);
     let answer: Value = answer.json().await.unwrap();
     let acknowledged = std::time::Instant::now();
@@ -716,17 +706,7 @@ async fn an_approval_after_the_revocation_makes_no_effect_and_the_earlier_steps_
         .as_str()
         .unwrap()
         .to_owned();
-    let mut revocation = json!({
-        "revokedMandateId": mandate,
-        "revokedAt": chrono::Utc::now().to_rfc3339(),
-    });
-    principal().sign_in_place(&mut revocation).unwrap();
-    let answer = reqwest::Client::new()
-        .post(format!("{}/mandates/revocations", served.url))
-        .json(&revocation)
-        .send()
-        .await
-        .unwrap();
+    let answer = post_revocation(&served.url, &mandate).await;
     assert_eq!(answer.status(), 200);
     let acknowledged = std::time::Instant::now();
 

@@ -1077,17 +1077,7 @@ async fn a_revocation_through_one_replica_stops_the_pivot_another_replica_was_ab
         .await
         .expect("the saga reaches s3, its last step before the pivot");
 
-    let mut revocation = serde_json::json!({
-        "revokedMandateId": mandate,
-        "revokedAt": chrono::Utc::now().to_rfc3339(),
-    });
-    principal().sign_in_place(&mut revocation).unwrap();
-    let answer = reqwest::Client::new()
-        .post(format!("{}/mandates/revocations", acknowledging.url))
-        .json(&revocation)
-        .send()
-        .await
-        .unwrap();
+    let answer = post_revocation(&acknowledging.url, &mandate).await;
     assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
     let acknowledged = Instant::now();
     // s3 answers on the replica that drives the saga: its next call would be the pivot.

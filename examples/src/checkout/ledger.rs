@@ -209,16 +209,7 @@ impl Ledger {
                     "idempotency key {key:?} was found not applied by {found_by}; a call \
                      under it arriving after that is refused and changes nothing"
                 );
-                log(
-                    tx,
-                    Some(key),
-                    call.tool,
-                    &arguments,
-                    None,
-                    "refused",
-                    Some(&why),
-                )?;
-                return Ok(Answer::Error(why));
+                return refused(tx, key, call.tool, &arguments, why);
             }
             let earlier: Option<(String, String, String)> = tx
                 .query_row(
@@ -250,16 +241,7 @@ impl Ledger {
                      payload; a key names exactly one call, so this one is refused and \
                      changes nothing"
                 );
-                log(
-                    tx,
-                    Some(key),
-                    call.tool,
-                    &arguments,
-                    None,
-                    "refused",
-                    Some(&why),
-                )?;
-                return Ok(Answer::Error(why));
+                return refused(tx, key, call.tool, &arguments, why);
             }
             let decision = match call.tool {
                 RESERVE_INVENTORY => reserve(tx, key, &call.arguments)?,
@@ -318,6 +300,18 @@ impl Ledger {
         })
         .await
     }
+}
+
+/// Records a call under `key` refused for `why`, and answers it so.
+fn refused(
+    tx: &Transaction<'_>,
+    key: &str,
+    tool: &str,
+    arguments: &str,
+    why: String,
+) -> Result<Answer> {
+    log(tx, Some(key), tool, arguments, None, "refused", Some(&why))?;
+    Ok(Answer::Error(why))
 }
 
 fn log(

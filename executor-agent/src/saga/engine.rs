@@ -474,17 +474,8 @@ impl Saga {
                         self.forward_succeeded(i, response, now_ms, out);
                     }
                     CallOutcome::Failed { reason, .. } => {
-                        self.records[i].forward = Forward::Failed {
-                            reason: reason.clone(),
-                        };
-                        if self.records[i].undo == Undo::Pending {
-                            self.records[i].undo = Undo::NothingToUndo;
-                        }
-                        out.push(Command::Report {
-                            step: id,
-                            what: format!("failed: {reason}"),
-                        });
-                        self.after_forward_failure(i, false, &reason, now_ms, out);
+                        let what = format!("failed: {reason}");
+                        self.forward_failed(i, reason, what, now_ms, out);
                     }
                     CallOutcome::Unknown { reason } => {
                         self.forward_in_doubt(i, attempt, &reason, now_ms, out);

@@ -130,17 +130,8 @@ impl Saga {
             }
             Verdict::NotApplied => {
                 let reason = format!("{doubt}; verified: it did not take effect");
-                self.records[i].forward = Forward::Failed {
-                    reason: reason.clone(),
-                };
-                if self.records[i].undo == Undo::Pending {
-                    self.records[i].undo = Undo::NothingToUndo;
-                }
-                out.push(Command::Report {
-                    step: id,
-                    what: "verified: it did not take effect".into(),
-                });
-                self.after_forward_failure(i, false, &reason, now_ms, out);
+                let what = "verified: it did not take effect".to_owned();
+                self.forward_failed(i, reason, what, now_ms, out);
             }
             Verdict::Unsettled(why) => {
                 let reason = format!("{doubt}; the verification did not settle it: {why}");
@@ -154,6 +145,29 @@ impl Saga {
                 self.after_forward_failure(i, true, &reason, now_ms, out);
             }
         }
+    }
+
+    /// Forward step `i` failed definitely (`reason`), shown as `what`: nothing of it is
+    /// left to undo, and the saga unwinds if it still may.
+    pub(super) fn forward_failed(
+        &mut self,
+        i: usize,
+        reason: String,
+        what: String,
+        now_ms: i64,
+        out: &mut Vec<Command>,
+    ) {
+        self.records[i].forward = Forward::Failed {
+            reason: reason.clone(),
+        };
+        if self.records[i].undo == Undo::Pending {
+            self.records[i].undo = Undo::NothingToUndo;
+        }
+        out.push(Command::Report {
+            step: self.spec.steps[i].id.clone(),
+            what,
+        });
+        self.after_forward_failure(i, false, &reason, now_ms, out);
     }
 
     /// Forward step `i` took effect with `response`: its undo deadline starts, and the

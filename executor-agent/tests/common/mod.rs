@@ -116,6 +116,20 @@ pub fn sign_plan(planner: &SigningIdentity, plan: &mut Value) {
     planner.sign_in_place(plan).unwrap();
 }
 
+/// The test principal's signed revocation of its mandate `id`, posted to the executor at
+/// `url`: the executor's answer.
+pub async fn post_revocation(url: &str, id: &str) -> reqwest::Response {
+    let mut revocation =
+        json!({"revokedMandateId": id, "revokedAt": chrono::Utc::now().to_rfc3339()});
+    principal().sign_in_place(&mut revocation).unwrap();
+    reqwest::Client::new()
+        .post(format!("{url}/mandates/revocations"))
+        .json(&revocation)
+        .send()
+        .await
+        .unwrap()
+}
+
 /// For drivers run directly, of sagas held against no mandate: nothing is revoked.
 pub struct NeverRevoked;
 
