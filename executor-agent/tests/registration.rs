@@ -374,3 +374,45 @@ async fn with_an_allow_list_a_signed_card_whose_endpoint_lies_outside_it_is_refu
     );
     assert_eq!(seen.all(), [], "nothing was sent there");
 }
+
+/// Issue 42: a card whose `verify` names a skill that is not read-only (asking would
+/// change something), or the skill itself, is refused by a running executor, signed or
+/// not, and the payments agent keeps the declaration it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_whose_verify_is_not_a_read_only_skill_of_the_agent_is_refused() {
+    let served = serve().await;
+    let skills = "/capabilities/extensions/0/params/skills";
+    let cases: [(&str, Value, &str); 3] = [
+        (
+            "payments.status/readOnly",
+            json!(false),
+            "names payments.status, which is not readOnly",
+        ),
+        (
+            "payments.capture/verify",
+            json!({"skill": "payments.capture", "args": {}}),
+            "payments.capture cannot verify itself",
+        ),
+        (
+            "payments.capture/verify",
+            json!({"skill": "payments.status", "args": {"id": "$response.body#/captureId"}}),
+            "there is no response when the outcome is unknown",
+        ),
+    ];
+    for (at, value, reason) in cases {
+        let mut card = served.cards[4].clone();
+        assert_eq!(card["name"], "payments");
+        card.as_object_mut().unwrap().remove("signatures");
+        let (parent, key) = at.rsplit_once('/').unwrap();
+        card.pointer_mut(&format!("{skills}/{parent}")).unwrap()[key] = value.clone();
+        served.platform.sign_in_place(&mut card).unwrap();
+        let (status, body) = admin_post(&served, "/admin/cards", &card).await;
+        assert_eq!(status, 422, "{at} = {value}: {body}");
+        assert!(body.contains(reason), "{at} = {value}: {body}");
+    }
+    // The registered declaration is the one the platform curated.
+    let (status, body) = admin_post(&served, "/admin/cards", &served.cards[4]).await;
+    assert!(status == 200 || status == 201, "{status}: {body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["registration"]["kind"], "unchanged", "{answer}");
+}
