@@ -597,7 +597,7 @@ function sagaSections(d) {
   const timelineBox = h('div', { class: 'timeline-box' });
   const timeline = h('section', { class: 'card wide' },
     h('h2', {}, 'Timeline'),
-    h('p', { class: 'muted' }, `From the ${str(d.timelineFrom) || 'journal'}. Blue: forward calls, orange: compensations; hatched: failed attempts. Hover a bar for its idempotency key and times.`),
+    h('p', { class: 'muted' }, `From the ${str(d.timelineFrom) || 'journal'}. Blue: forward calls, orange: compensations, green: questions whether a call took effect; hatched: failed attempts. Hover a bar for its idempotency key and times.`),
     timelineBox);
   // Drawn once attached, to know the width it has.
   requestAnimationFrame(() => timelineBox.replaceChildren(...timelineParts(d, timelineBox.clientWidth)));
@@ -657,6 +657,7 @@ function fmtMoney(minor, currency) {
 const COLORS = {
   forward: { fill: '#3b6fb6', dark: '#1d3d6e', light: '#a9c2e6' },
   compensation: { fill: '#d9822b', dark: '#7f4510', light: '#f1c79a' },
+  verification: { fill: '#3f8f5a', dark: '#1f4d2f', light: '#a8d5b6' },
   other: { fill: '#7a7a7a', dark: '#3d3d3d', light: '#c8c8c8' },
 };
 

@@ -274,6 +274,58 @@ mod tests {
     }
 
     #[test]
+    fn a_verification_is_a_bar_of_its_own_kind_after_the_call_in_doubt() {
+        let spec = spec();
+        let entries = vec![
+            Entry::Event(Event::Start { now_ms: 10 }),
+            intent(&spec, Target::Forward(0), 1),
+            result(
+                Target::Forward(0),
+                1,
+                CallOutcome::Unknown {
+                    reason: "timeout".into(),
+                },
+                40,
+            ),
+            intent(&spec, Target::Verification(0), 1),
+            result(
+                Target::Verification(0),
+                1,
+                CallOutcome::Succeeded {
+                    response: json!({"status": "applied", "response": {}}),
+                },
+                55,
+            ),
+        ];
+        let (bars, _) = timeline(&spec, &entries, false);
+        let shown: Vec<(Kind, &str, i64, Option<i64>, &str)> = bars
+            .iter()
+            .map(|b| {
+                (
+                    b.kind,
+                    b.outcome,
+                    b.start_ms,
+                    b.end_ms,
+                    b.idempotency_key.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                (Kind::Forward, "unknown", 10, Some(40), "sg:s1"),
+                (
+                    Kind::Verification,
+                    "succeeded",
+                    40,
+                    Some(55),
+                    "sg:s1:verify:1"
+                ),
+            ]
+        );
+    }
+
+    #[test]
     fn a_call_out_stays_open_and_a_pause_is_a_wait_until_the_answer() {
         let spec = spec();
         let entries = vec![
