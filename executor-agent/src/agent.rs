@@ -424,11 +424,7 @@ impl Agent for ExecutorAgent {
     async fn run(&self, ctx: RequestContext, task: TaskHandle, message: Message) {
         // `accept` checked the answer; the engine checks an approval's binding again.
         if let Some(Ok(answer)) = answer_of(&message) {
-            let decider = Decider {
-                by: ctx.caller,
-                approval: answer.approval,
-                message_id: Some(message.message_id.clone()),
-            };
+            let decider = answer.decider(ctx.caller, Some(message.message_id.clone()));
             // `accept` refused an answer for a saga not driven here, unless another
             // replica drives it; one that ended since shows its end.
             if !self

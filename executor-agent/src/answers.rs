@@ -9,7 +9,7 @@ use agent_host::sdk::{A2AError, Message, PartContent, Task, TaskState};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::saga::{Approval, Decider, Resolution};
+use crate::saga::{Approval, Decider, Resolution, Withdrawal};
 
 /// The caller is not one of the executor's approvers (a planner, for one).
 pub const NOT_AN_APPROVER: &str = "NOT_AN_APPROVER";
@@ -25,6 +25,11 @@ pub const NOT_AWAITING_APPROVAL: &str = "NOT_AWAITING_APPROVAL";
 pub const APPROVAL_MISMATCH: &str = "APPROVAL_MISMATCH";
 /// The approval's `expiresAt` has passed.
 pub const APPROVAL_EXPIRED: &str = "APPROVAL_EXPIRED";
+/// A `withdraw` without `withdrawal` naming the approval it withdraws.
+pub const WITHDRAWAL_UNBOUND: &str = "WITHDRAWAL_UNBOUND";
+/// The step named has no approval waiting to be used: its call is out or made, or it was
+/// never approved.
+pub const NOT_WITHDRAWABLE: &str = "NOT_WITHDRAWABLE";
 
 /// The furthest an approval's `expiresAt` may be from the moment it is sent: an approval
 /// is given for the pause a person sees, not as a standing grant.
@@ -36,6 +41,20 @@ pub struct Answer {
     pub resolution: Resolution,
     /// For `approve`: what it approves.
     pub approval: Option<Approval>,
+    /// For `withdraw`: the approval it withdraws.
+    pub withdrawal: Option<Withdrawal>,
+}
+
+impl Answer {
+    /// Who decides, `by` the answer's sender, with what the answer names.
+    pub fn decider(&self, by: String, message_id: Option<String>) -> Decider {
+        Decider {
+            by,
+            approval: self.approval.clone(),
+            withdrawal: self.withdrawal.clone(),
+            message_id,
+        }
+    }
 }
 
 /// An approval as an approver sends it.
@@ -48,6 +67,14 @@ struct SentApproval {
     expires_at: String,
 }
 
+/// A withdrawal as an approver sends it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SentWithdrawal {
+    saga_id: String,
+    step_id: String,
+}
+
 /// A refusal: `CODE: reason`, one line.
 fn refused(code: &str, reason: &str) -> A2AError {
     A2AError::invalid_params(format!("{code}: {reason}"))
@@ -57,7 +84,9 @@ fn refused(code: &str, reason: &str) -> A2AError {
 /// when no data part has a `resolution`.
 pub fn answer_of(message: &Message) -> Option<Result<Answer, A2AError>> {
     message.parts.iter().find_map(|p| match &p.content {
-        PartContent::Data(v) => v.get("resolution").map(|r| parse(r, v.get("approval"))),
+        PartContent::Data(v) => v
+            .get("resolution")
+            .map(|r| parse(r, v.get("approval"), v.get("withdrawal"))),
         _ => None,
     })
 }
@@ -67,7 +96,11 @@ pub fn answer_of(message: &Message) -> Option<Result<Answer, A2AError>> {
 /// 3339. serde's derive alone would also read the resolution as a one-member object
 /// (`{"retry": null}`) and the approval as the array of its four values; both are
 /// refused here, so the schema and this reading accept the same answers.
-fn parse(resolution: &Value, approval: Option<&Value>) -> Result<Answer, A2AError> {
+fn parse(
+    resolution: &Value,
+    approval: Option<&Value>,
+    withdrawal: Option<&Value>,
+) -> Result<Answer, A2AError> {
     let resolution = resolution
         .as_str()
         // The names are `Resolution`'s serde names, so the wire has one spelling of each.
@@ -75,7 +108,7 @@ fn parse(resolution: &Value, approval: Option<&Value>) -> Result<Answer, A2AErro
         .ok_or_else(|| {
             refused(
                 RESOLUTION_INVALID,
-                "resolution is not one of the strings approve, retry, resolved-manually, compensate",
+                "resolution is not one of the strings approve, retry, resolved-manually, compensate, withdraw",
             )
         })?;
     let approval = match (resolution, approval) {
@@ -94,9 +127,44 @@ fn parse(resolution: &Value, approval: Option<&Value>) -> Result<Answer, A2AErro
             ));
         }
     };
+    let withdrawal = match (resolution, withdrawal) {
+        (Resolution::Withdraw, Some(sent)) => Some(withdrawal_of(sent)?),
+        (Resolution::Withdraw, None) => {
+            return Err(refused(
+                WITHDRAWAL_UNBOUND,
+                "a withdraw must carry withdrawal {sagaId, stepId} naming the approval it withdraws",
+            ));
+        }
+        (_, None) => None,
+        (_, Some(_)) => {
+            return Err(refused(
+                RESOLUTION_INVALID,
+                "only a withdraw carries a withdrawal",
+            ));
+        }
+    };
     Ok(Answer {
         resolution,
         approval,
+        withdrawal,
+    })
+}
+
+fn withdrawal_of(sent: &Value) -> Result<Withdrawal, A2AError> {
+    let malformed = || {
+        refused(
+            WITHDRAWAL_UNBOUND,
+            "withdrawal must be the object {sagaId, stepId} (strings)",
+        )
+    };
+    // Only an object, as for an approval.
+    if !sent.is_object() {
+        return Err(malformed());
+    }
+    let sent: SentWithdrawal = serde_json::from_value(sent.clone()).map_err(|_| malformed())?;
+    Ok(Withdrawal {
+        saga_id: sent.saga_id,
+        step_id: sent.step_id,
     })
 }
 
@@ -143,6 +211,10 @@ pub fn check(
             NOT_AN_APPROVER,
             "only an approver answers a saga (approve, retry, resolved-manually, compensate); a planner never decides",
         ));
+    }
+    if let Some(withdrawal) = &answer.withdrawal {
+        withdrawable(task, withdrawal)?;
+        return Ok(answer.decider(caller.to_owned(), None));
     }
     if task.status.state != TaskState::InputRequired {
         return Err(refused(
@@ -193,11 +265,53 @@ pub fn check(
             ));
         }
     }
-    Ok(Decider {
-        by: caller.to_owned(),
-        approval: answer.approval,
-        message_id: None,
-    })
+    Ok(answer.decider(caller.to_owned(), None))
+}
+
+/// Whether the approval `withdrawal` names may be withdrawn, as `task`'s ledger shows the
+/// saga: its step waits to be tried again, and the latest of its approvals and
+/// withdrawals is an approval. The saga checks it again when the withdrawal reaches it.
+fn withdrawable(task: &Task, withdrawal: &Withdrawal) -> Result<(), A2AError> {
+    let ledger = task
+        .artifacts
+        .iter()
+        .flatten()
+        .flat_map(|a| &a.parts)
+        .find_map(|p| match &p.content {
+            PartContent::Data(v) if v.get("steps").is_some() => Some(v),
+            _ => None,
+        });
+    let Some(ledger) = ledger.filter(|l| l["sagaId"] == withdrawal.saga_id.as_str()) else {
+        return Err(refused(
+            NOT_WITHDRAWABLE,
+            "the withdrawal names another saga than the task's; nothing was recorded",
+        ));
+    };
+    let step = ledger["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["step"] == withdrawal.step_id.as_str());
+    let Some(step) = step else {
+        return Err(refused(
+            NOT_WITHDRAWABLE,
+            "the saga has no step of that id; nothing was recorded",
+        ));
+    };
+    let waiting = step["forward"]["state"] == "waitingRetry";
+    let standing = step["decisions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .rev()
+        .find(|d| d["resolution"] == "approve" || d["resolution"] == "withdraw");
+    if !waiting || standing.is_none_or(|d| d["resolution"] != "approve") {
+        return Err(refused(
+            NOT_WITHDRAWABLE,
+            "the step has no approval waiting to be used (an approval is withdrawn while its step waits to be tried again; its call is out or made, or it was not approved); nothing was recorded",
+        ));
+    }
+    Ok(())
 }
 
 /// A resolution as the wire names it.
@@ -248,7 +362,7 @@ mod tests {
     /// `parse` of a data part, as `answer_of` calls it; the refusal's `CODE: reason`.
     fn parsed(data: &Value) -> Result<Answer, String> {
         let resolution = data.get("resolution").unwrap_or(&Value::Null);
-        parse(resolution, data.get("approval")).map_err(|e| e.message)
+        parse(resolution, data.get("approval"), data.get("withdrawal")).map_err(|e| e.message)
     }
 
     fn approve(approval: Value) -> Value {
@@ -271,7 +385,8 @@ mod tests {
                 answer,
                 Ok(Answer {
                     resolution,
-                    approval: None
+                    approval: None,
+                    withdrawal: None,
                 }),
                 "{name}"
             );
@@ -287,6 +402,46 @@ mod tests {
                 expires_at_ms: 1_795_946_400_500,
             })
         );
+    }
+
+    #[test]
+    fn a_withdrawal_names_the_approval_it_withdraws_in_its_one_form() {
+        let named = json!({"sagaId": "sg_1", "stepId": "s4"});
+        let answer = parsed(&json!({"resolution": "withdraw", "withdrawal": named}));
+        assert_eq!(
+            answer,
+            Ok(Answer {
+                resolution: Resolution::Withdraw,
+                approval: None,
+                withdrawal: Some(Withdrawal {
+                    saga_id: "sg_1".into(),
+                    step_id: "s4".into()
+                }),
+            })
+        );
+        let cases = [
+            (json!({"resolution": "withdraw"}), WITHDRAWAL_UNBOUND),
+            (
+                json!({"resolution": "withdraw", "withdrawal": ["sg_1", "s4"]}),
+                WITHDRAWAL_UNBOUND,
+            ),
+            (
+                json!({"resolution": "withdraw", "withdrawal": {"sagaId": "sg_1"}}),
+                WITHDRAWAL_UNBOUND,
+            ),
+            (
+                json!({"resolution": "withdraw", "withdrawal": {"sagaId": "sg_1", "stepId": "s4", "by": "me"}}),
+                WITHDRAWAL_UNBOUND,
+            ),
+            (
+                json!({"resolution": "retry", "withdrawal": named}),
+                RESOLUTION_INVALID,
+            ),
+        ];
+        for (data, code) in cases {
+            let why = parsed(&data).expect_err("refused");
+            assert!(why.starts_with(&format!("{code}: ")), "{data}: {why}");
+        }
     }
 
     #[test]

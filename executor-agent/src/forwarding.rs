@@ -398,6 +398,7 @@ mod tests {
             decider: Decider {
                 by: "approver".into(),
                 approval: None,
+                withdrawal: None,
                 message_id: None,
             },
             message: Box::new(agent_host::agent_message("resolved", None)),

@@ -21,7 +21,7 @@ use crate::driver::Reporter;
 use crate::invoke::{CallContext, Invoker};
 use crate::saga::deadline::{Reported, UndoDeadline, rfc3339};
 use crate::saga::model::{Forward, StepRecord, Undo};
-use crate::saga::{CallOutcome, Command, Ending, Invocation, Saga, Target};
+use crate::saga::{CallOutcome, Command, Ending, Invocation, Saga, Target, UNDO_NOT_APPLIED};
 use crate::sync;
 
 /// How far back the compensation outcomes behind the console's windowed rate go, and at
@@ -197,7 +197,8 @@ impl Metrics {
             "verifications",
             "Unknown outcomes a tool was asked to settle (a skill's verification), by agent \
              and outcome: applied and not_applied settled them; unsettled left them unknown \
-             (the saga unwinds if it may, else a person decides)",
+             (the saga unwinds if it may, else a person decides). A compensation verified \
+             not_applied goes to a person too",
             metrics.verifications.clone(),
         );
         r.register(
@@ -622,6 +623,18 @@ impl MeteredReporter {
                 let verdict = match record.forward {
                     Forward::Succeeded { .. } => "applied",
                     Forward::Failed { .. } => "not_applied",
+                    _ => "unsettled",
+                };
+                self.metrics.verified(agent, verdict);
+            }
+            if matches!(before.undo, Undo::Verifying { .. })
+                && !matches!(now.undo, Undo::Verifying { .. })
+            {
+                let verdict = match &now.undo {
+                    Undo::Done => "applied",
+                    Undo::DeadLettered { reason } if reason.ends_with(UNDO_NOT_APPLIED) => {
+                        "not_applied"
+                    }
                     _ => "unsettled",
                 };
                 self.metrics.verified(agent, verdict);

@@ -268,6 +268,12 @@ fn answer_message(resolution: Resolution, decider: &Decider) -> Message {
             "expiresAt": expires_at,
         });
     }
+    if let Some(withdrawal) = &decider.withdrawal {
+        answer["withdrawal"] = json!({
+            "sagaId": withdrawal.saga_id,
+            "stepId": withdrawal.step_id,
+        });
+    }
     Message {
         message_id: String::new(),
         context_id: None,

@@ -649,3 +649,133 @@ async fn another_planners_copy_of_a_plan_is_never_matched_with_the_first_planner
     assert!(said.contains("PLAN_CONFLICT"), "{said}");
     assert_eq!(calls_seen(&served), calls, "nothing was called");
 }
+
+/// Issue 42, the sanction gate (b): an approval withdrawn before its step runs. The
+/// approved review fails once (transient) and waits a minute to be tried again; the
+/// approver withdraws the approval meanwhile. The review is not called again: the saga
+/// asks for approval anew, refuses every withdrawal it cannot take (from a planner, of
+/// another saga, of an approval no longer standing) without recording it, and unwinds
+/// when told to, with the review called once in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_withdrawn_while_its_step_waits_to_retry_makes_no_call_of_that_step() {
+    use common::Fault;
+    let served = serve_faulty(
+        RegistrationHosts::any(),
+        &[("compliance.review", Fault::FailTransient(1))],
+    )
+    .await;
+    // The review waits a minute before its second attempt: the withdrawal comes first.
+    let mut card = served.cards[3].clone();
+    assert_eq!(card["name"], "compliance-registry");
+    card.as_object_mut().unwrap().remove("signatures");
+    let review = "/capabilities/extensions/0/params/skills/compliance.review/retry";
+    let retry = card.pointer_mut(review).unwrap();
+    retry["initialBackoffMs"] = json!(60_000);
+    retry["maxBackoffMs"] = json!(60_000);
+    served.platform.sign_in_place(&mut card).unwrap();
+    let (status, body) = admin_post(&served, "/admin/cards", &card).await;
+    assert!(body.contains(r#""kind":"changed""#), "{status}: {body}");
+
+    let task = paused_for_approval(&served, "sg_withdrawn").await;
+    let mut followed = client(&served)
+        .subscribe(&call(planner_jwt(&served, "executor")), &task.id)
+        .await
+        .unwrap();
+    let withdrawal = json!({"resolution": "withdraw",
+        "withdrawal": {"sagaId": "sg_withdrawn", "stepId": "s0r"}});
+    let approving = approved(&served, &task);
+    let withdrawing = async {
+        // Its first attempt failed; the saga shows that it waits to try again.
+        while let Some(event) = followed.next().await {
+            if let Ok(StreamResponse::StatusUpdate(update)) = event
+                && serde_json::to_string(&update.status.message)
+                    .unwrap()
+                    .contains("retrying after a transient failure")
+            {
+                break;
+            }
+        }
+        // A planner never decides; nothing is recorded.
+        let before = standing(&served, &task.id).await;
+        let refused = answer(
+            &served,
+            planner_jwt(&served, "executor"),
+            &task.id,
+            withdrawal.clone(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            refused.message.starts_with("NOT_AN_APPROVER: "),
+            "{refused:?}"
+        );
+        let elsewhere = json!({"resolution": "withdraw",
+            "withdrawal": {"sagaId": "sg_other", "stepId": "s0r"}});
+        let refused = answer(&served, approver_jwt(&served), &task.id, elsewhere)
+            .await
+            .unwrap_err();
+        assert!(
+            refused.message.starts_with("NOT_WITHDRAWABLE: "),
+            "{refused:?}"
+        );
+        assert_eq!(standing(&served, &task.id).await, before);
+        let withdrawn = answer(&served, approver_jwt(&served), &task.id, withdrawal.clone())
+            .await
+            .unwrap();
+        (withdrawn, std::time::Instant::now())
+    };
+    let (_, (withdrawn, acknowledged)) = tokio::join!(approving, withdrawing);
+
+    // Asked again, for the same arguments; the review was called once.
+    assert_eq!(
+        withdrawn.status.state,
+        TaskState::InputRequired,
+        "{:?}",
+        withdrawn.status
+    );
+    let said = serde_json::to_string(&withdrawn.status.message).unwrap();
+    assert!(
+        said.contains("needs approval again: its approval was withdrawn by approver-1"),
+        "{said}"
+    );
+    assert_eq!(awaiting(&withdrawn)["stepId"], "s0r");
+    let decisions = &ledger_of(&withdrawn)["steps"][1]["decisions"];
+    assert_eq!(decisions[1]["resolution"], "withdraw", "{decisions}");
+    assert_eq!(decisions[1]["by"], "approver-1", "{decisions}");
+    // The approval no longer stands: a second withdrawal is refused, and not recorded.
+    let before = standing(&served, &task.id).await;
+    let refused = answer(&served, approver_jwt(&served), &task.id, withdrawal)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.message.starts_with("NOT_WITHDRAWABLE: "),
+        "{refused:?}"
+    );
+    assert_eq!(standing(&served, &task.id).await, before);
+
+    let compensate = json!({"resolution": "compensate"});
+    let ended = answer(&served, approver_jwt(&served), &task.id, compensate)
+        .await
+        .unwrap();
+    assert_eq!(ended.status.state, TaskState::Failed, "{:?}", ended.status);
+    let reviews = served.logs["compliance-registry"]
+        .lock()
+        .unwrap()
+        .calls
+        .iter()
+        .filter(|c| c.1 == "compliance.review")
+        .count();
+    assert_eq!(
+        reviews, 1,
+        "the review was called once, before the withdrawal"
+    );
+    for (agent, log) in &served.logs {
+        let log = log.lock().unwrap();
+        for ((key, skill, ..), at) in log.calls.iter().zip(&log.called_at) {
+            assert!(
+                *at < acknowledged || key.ends_with(":undo"),
+                "{agent} got {skill} under {key} after the withdrawal"
+            );
+        }
+    }
+}

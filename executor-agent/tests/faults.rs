@@ -107,6 +107,11 @@ const ALL_SIX: [&str; 6] = ["s0", "s1", "s2", "s3", "s4", "s5"];
 
 /// What `/metrics` counts of the payments agent's verifications with `outcome`.
 async fn verifications(harness: &Harness, outcome: &str) -> Option<String> {
+    verifications_of(harness, "payments", outcome).await
+}
+
+/// What `/metrics` counts of `agent`'s verifications with `outcome`.
+async fn verifications_of(harness: &Harness, agent: &str, outcome: &str) -> Option<String> {
     let text = reqwest::get(format!("{}/metrics", harness.url))
         .await
         .unwrap()
@@ -114,7 +119,7 @@ async fn verifications(harness: &Harness, outcome: &str) -> Option<String> {
         .await
         .unwrap();
     let series =
-        format!("sagaplane_verifications_total{{agent=\"payments\",outcome=\"{outcome}\"}} ");
+        format!("sagaplane_verifications_total{{agent=\"{agent}\",outcome=\"{outcome}\"}} ");
     text.lines()
         .find_map(|line| line.strip_prefix(&series))
         .map(str::to_owned)
@@ -502,5 +507,104 @@ async fn the_dropped_connection_fault_closes_the_connection_without_a_byte() {
             .await
             .unwrap()
             .starts_with("HTTP/1.1 ")
+    );
+}
+
+/// The budget agent's card with `budget.release` not idempotent, declaring a status skill
+/// (the payments agent's, renamed) as its verification.
+fn release_verified(agent: &str, card: &mut Value) {
+    if agent != "budget" {
+        return;
+    }
+    let payments = read("agent-cards/payments.json");
+    let skills = "/capabilities/extensions/0/params/skills";
+    let mut status = payments
+        .pointer(&format!("{skills}/payments.status"))
+        .unwrap()
+        .clone();
+    status["timeoutMs"] = json!(300);
+    let mut listed = payments["skills"][1].clone();
+    assert_eq!(listed["id"], "payments.status");
+    listed["id"] = json!("budget.status");
+    card["skills"].as_array_mut().unwrap().push(listed);
+    let declared = card.pointer_mut(skills).unwrap();
+    declared["budget.status"] = status;
+    declared["budget.release"]["idempotent"] = json!(false);
+    declared["budget.release"]["verify"] =
+        json!({"skill": "budget.status", "args": {"forwardKey": "$step.idempotencyKey"}});
+}
+
+/// Runs the supplier plan with the compliance check declined (so the saga unwinds) and
+/// `release` injected in the budget's release, whose card is `release_verified`.
+async fn unwind_with_release(release: Fault) -> (Harness, Task) {
+    let faults = [
+        ("compliance.check", Fault::Decline),
+        ("budget.release", release),
+    ];
+    let harness = Harness::start_with_cards(
+        &faults,
+        300,
+        executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS,
+        &release_verified,
+    )
+    .await;
+    let task = harness.send(harness.signed(PLAN), None).await;
+    (harness, task)
+}
+
+/// Issue 42: a compensation whose answer is lost is not made again blindly. The
+/// release (not idempotent) is applied but answered with a 503; the executor asks the
+/// budget's status skill, which says it took effect, and the unwind goes on: one release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compensation_whose_answer_is_lost_is_verified_applied_and_not_made_again() {
+    let (harness, task) = unwind_with_release(Fault::ServerError(ALWAYS)).await;
+    assert_compensated(&task);
+    assert_eq!(
+        calls(&harness, "budget"),
+        keys(&["s1", "s1:undo", "s1:undo:verify:1"])
+    );
+    let releases = harness
+        .log("budget")
+        .effects
+        .iter()
+        .filter(|e| e.1 == "budget.release")
+        .count();
+    assert_eq!(releases, 1, "released once");
+    assert_eq!(ledger_lines(&task)[1], "s1 succeeded/1 undo done/1");
+    assert_eq!(
+        effects_in_order(&harness.logs),
+        keys(&["s0", "s1", "s2", "s2:undo", "s1:undo", "s0:undo"]),
+        "each effect once, the unwind in reverse"
+    );
+    assert_eq!(
+        verifications_of(&harness, "budget", "applied")
+            .await
+            .as_deref(),
+        Some("1")
+    );
+}
+
+/// The release never reaches the ledger (the agent hangs): the status skill says it did
+/// not take effect, and a person decides, with nothing made again and nothing further
+/// unwound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compensation_verified_not_applied_waits_for_a_person_and_is_not_made_again() {
+    let (harness, task) = unwind_with_release(Fault::Hang).await;
+    assert_escalated(&task, "s1");
+    let said = format!("{:?}", task.status.message);
+    assert!(
+        said.contains("verified: the compensation did not take effect"),
+        "{said}"
+    );
+    assert_eq!(
+        calls(&harness, "budget"),
+        keys(&["s1", "s1:undo", "s1:undo:verify:1"])
+    );
+    assert!(!undo_calls(&harness).contains(&keys(&["s0:undo"])[0]));
+    assert_eq!(
+        verifications_of(&harness, "budget", "not_applied")
+            .await
+            .as_deref(),
+        Some("1")
     );
 }

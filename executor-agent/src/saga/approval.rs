@@ -2,12 +2,16 @@
 //! (and names by their hash), the check that an approval is for exactly those, and the
 //! decisions the ledger keeps. Pure, as the rest of the engine: the time is the event's.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 use shared_types::expr::{self, EvalContext};
 use shared_types::json::canonical_sha256;
 
 use super::engine::{Saga, response_of};
-use super::model::{Decider, Decision, PauseOn, Phase, Resolution, StepRecord};
+use super::model::{
+    Command, Decider, Decision, Forward, PauseOn, Phase, Resolution, StepRecord, Timer,
+};
 
 impl Saga {
     /// Step `i`'s arguments bound as they are sent: from the plan, the saga's context and
@@ -79,7 +83,167 @@ impl Saga {
             resolution,
             at_ms: now_ms,
             args_sha256,
+            expires_at_ms: decider.approval.as_ref().map(|a| a.expires_at_ms),
         });
+    }
+
+    /// Puts step `i` to a person for approval, with `reason` as the pause's: its
+    /// arguments bound as they will be sent (what the approver sees and approves by their
+    /// hash), and its approval timeout started. False, and nothing changed, when the step
+    /// needs no approval or its arguments cannot be bound (the call then fails on its own).
+    pub(super) fn ask_approval(
+        &mut self,
+        i: usize,
+        reason: String,
+        out: &mut Vec<Command>,
+    ) -> bool {
+        let Some(timeout) = self.spec.steps[i].approval_timeout_ms else {
+            return false;
+        };
+        let Ok(args) = self.bind_forward(i) else {
+            return false;
+        };
+        self.records[i].request = Some(Arc::new(args));
+        self.records[i].forward = Forward::AwaitingApproval;
+        out.push(Command::StartTimer {
+            timer: Timer::ApprovalTimeout {
+                step: i,
+                round: self.approvals_given(i),
+            },
+            after_ms: timeout,
+        });
+        self.phase = Phase::Paused {
+            on: PauseOn::Approval { step: i },
+            reason: reason.clone(),
+        };
+        out.push(Command::Pause { reason });
+        true
+    }
+
+    /// How many approvals step `i` was given (each wait for one is a round).
+    pub(super) fn approvals_given(&self, i: usize) -> u32 {
+        let given = self.records[i].decisions.iter();
+        let given = given
+            .filter(|d| d.resolution == Resolution::Approve)
+            .count();
+        u32::try_from(given).unwrap_or(u32::MAX)
+    }
+
+    /// The approval of step `i` that stands: its latest approval, unless withdrawn since.
+    fn standing_approval(&self, i: usize) -> Option<&Decision> {
+        self.records[i]
+            .decisions
+            .iter()
+            .rev()
+            .find(|d| matches!(d.resolution, Resolution::Approve | Resolution::Withdraw))
+    }
+
+    /// Whether step `i` may be called at `now_ms` as far as its approval goes: it needs
+    /// none, or the approval it was given still stands (not withdrawn), has not expired,
+    /// and is for the arguments about to be sent. Why not, otherwise. A step approved in a
+    /// journal from before approvals were bound (no decision kept) is allowed, as then.
+    pub(super) fn approval_current(&self, i: usize, now_ms: i64) -> Result<(), String> {
+        if self.spec.steps[i].approval_timeout_ms.is_none() {
+            return Ok(());
+        }
+        let Some(standing) = self.standing_approval(i) else {
+            return Ok(());
+        };
+        if standing.resolution == Resolution::Withdraw {
+            return Err(format!("its approval was withdrawn by {}", standing.by));
+        }
+        if let Some(expires_at_ms) = standing.expires_at_ms
+            && now_ms > expires_at_ms
+        {
+            let at = chrono::DateTime::from_timestamp_millis(expires_at_ms)
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+                .unwrap_or_default();
+            return Err(format!("its approval by {} expired at {at}", standing.by));
+        }
+        if let Some(approved) = &standing.args_sha256 {
+            let about_to_send = self.bind_forward(i).ok();
+            let about_to_send = about_to_send.and_then(|args| canonical_sha256(&args).ok());
+            if about_to_send.as_ref() != Some(approved) {
+                return Err("the arguments it would be sent are not those approved".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Step `i`, waiting to be tried again, may not be: its approval lapsed or was
+    /// withdrawn (`why`). If its last attempt failed definitely, nothing of it took
+    /// effect, and it is put to a person for approval again; if its outcome is unknown,
+    /// the tool is asked whether it took effect, as for any call in doubt.
+    pub(super) fn approval_lapsed(
+        &mut self,
+        i: usize,
+        why: &str,
+        now_ms: i64,
+        out: &mut Vec<Command>,
+    ) {
+        if let Forward::WaitingRetry {
+            attempt,
+            in_doubt: true,
+        } = self.records[i].forward
+        {
+            let reason = format!("its retry was not made: {why}");
+            self.forward_in_doubt(i, attempt, &reason, now_ms, out);
+            return;
+        }
+        let step = &self.spec.steps[i];
+        let reason = format!(
+            "step {} ({}) needs approval again: {why}",
+            step.id, step.call.skill
+        );
+        if !self.ask_approval(i, reason, out) {
+            let what = format!("not called again: {why}");
+            self.forward_failed(i, why.to_owned(), what, now_ms, out);
+        }
+    }
+
+    /// A person withdraws the approval of a step waiting to be tried again: its retry is
+    /// not made (`approval_lapsed`). A withdrawal of any other approval (its step's call
+    /// is out or made, or it was never approved) changes nothing; the executor refuses
+    /// those before they reach the saga, unless it moved in between.
+    pub(super) fn on_withdrawal(
+        &mut self,
+        decider: Option<&Decider>,
+        now_ms: i64,
+        out: &mut Vec<Command>,
+    ) {
+        let ignored = |why: &str| Command::Ignored {
+            event: "resolve".into(),
+            why: why.into(),
+        };
+        let named = decider.and_then(|d| d.withdrawal.as_ref()).and_then(|w| {
+            let steps = &self.spec.steps;
+            (w.saga_id == self.spec.saga_id)
+                .then(|| steps.iter().position(|s| s.id == w.step_id))
+                .flatten()
+        });
+        let Some(i) = named else {
+            out.push(ignored("the withdrawal names no step of this saga"));
+            return;
+        };
+        let waiting = matches!(self.records[i].forward, Forward::WaitingRetry { .. });
+        let standing = self.standing_approval(i).map(|d| d.resolution);
+        if !waiting || standing != Some(Resolution::Approve) {
+            out.push(ignored(
+                "the step has no approval waiting to be used: its call is out or made, or it was not approved",
+            ));
+            return;
+        }
+        self.decided(i, Resolution::Withdraw, decider, now_ms);
+        let by = decider.map(|d| d.by.as_str()).unwrap_or_default();
+        out.push(Command::Report {
+            step: self.spec.steps[i].id.clone(),
+            what: format!("approval withdrawn by {by}"),
+        });
+        // Told to unwind already: the retry is abandoned when its timer fires.
+        if self.pending_unwind.is_none() {
+            let why = format!("its approval was withdrawn by {by}");
+            self.approval_lapsed(i, &why, now_ms, out);
+        }
     }
 
     /// What the saga waits for a person about, for the data part of its INPUT_REQUIRED

@@ -149,6 +149,15 @@ impl Saga {
     /// What its attempts did is unknown: unwind if that is still allowed, else a person
     /// decides.
     pub(super) fn forward_abandoned(&mut self, i: usize, now_ms: i64, out: &mut Vec<Command>) {
+        if let Forward::WaitingRetry {
+            in_doubt: false, ..
+        } = self.records[i].forward
+        {
+            // Every attempt failed definitely: nothing of it took effect.
+            let what = "retry abandoned; its attempts failed, so nothing of it took effect";
+            self.forward_failed(i, "retry abandoned".into(), what.into(), now_ms, out);
+            return;
+        }
         let attempt = self.records[i].attempts;
         self.forward_in_doubt(i, attempt, "retry abandoned", now_ms, out);
     }

@@ -37,6 +37,10 @@ impl Saga {
         now_ms: i64,
         out: &mut Vec<Command>,
     ) {
+        if resolution == Resolution::Withdraw {
+            self.on_withdrawal(decider, now_ms, out);
+            return;
+        }
         let Phase::Paused { on, .. } = self.phase else {
             out.push(Command::Ignored {
                 event: "resolve".into(),
@@ -57,7 +61,9 @@ impl Saga {
                 }
                 self.decided(step, resolution, decider, now_ms);
                 self.phase = Phase::Forward { step };
-                self.invoke(Target::Forward(step), 1, now_ms, out);
+                // Asked again after a withdrawal: the attempts go on from the last.
+                let attempt = self.records[step].attempts + 1;
+                self.invoke(Target::Forward(step), attempt, now_ms, out);
             }
             (PauseOn::Approval { step }, Resolution::Compensate) => {
                 self.decided(step, resolution, decider, now_ms);

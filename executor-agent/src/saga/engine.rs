@@ -158,6 +158,10 @@ impl Saga {
                 if self.in_flight() == Some((target, attempt)) {
                     let idempotent = self.call_of(target).idempotent;
                     let verifies = self.spec.steps[target.step()].verification.is_some();
+                    let lapsed = match target {
+                        Target::Forward(i) => self.approval_current(i, now_ms).err(),
+                        _ => None,
+                    };
                     match target {
                         // Asking changes nothing: asked again.
                         Target::Verification(_) => self.invoke(target, attempt, now_ms, &mut out),
@@ -166,12 +170,25 @@ impl Saga {
                             // starts again, and what the lost one did is unknown.
                             self.forward_abandoned(i, now_ms, &mut out);
                         }
+                        Target::Forward(i) if lapsed.is_some() => {
+                            let why = lapsed.unwrap_or_default();
+                            // Sent again, the call could be the effect, which its approval
+                            // no longer allows; what the lost one did is unknown.
+                            let reason =
+                                format!("the executor stopped during this call, and {why}");
+                            self.forward_in_doubt(i, attempt, &reason, now_ms, &mut out);
+                        }
                         // Same key again: the tool replays its result or does the work once.
                         _ if idempotent => self.invoke(target, attempt, now_ms, &mut out),
                         Target::Forward(i) if verifies => {
                             let reason = "the executor stopped during this call and the skill \
                                           is not idempotent";
                             self.forward_in_doubt(i, attempt, reason, now_ms, &mut out);
+                        }
+                        Target::Compensation(i) => {
+                            let reason = "the executor stopped during this call and the skill \
+                                          is not idempotent; its outcome is unknown";
+                            self.compensation_in_doubt(i, attempt, reason, &mut out);
                         }
                         _ => {
                             // Never guess about a non-idempotent effect: a person decides.
@@ -193,6 +210,9 @@ impl Saga {
     pub(super) fn mark_unknown(&mut self, target: Target, reason: &str) {
         let reason = reason.to_owned();
         match target {
+            Target::Verification(i) if self.verifying_undo(i) => {
+                self.records[i].undo = Undo::DeadLettered { reason }
+            }
             Target::Forward(i) | Target::Verification(i) => {
                 self.records[i].forward = Forward::Unknown { reason }
             }
@@ -246,11 +266,23 @@ impl Saga {
                 Some(c) => &c.call,
                 None => &self.spec.steps[i].call,
             },
-            Target::Verification(i) => match &self.spec.steps[i].verification {
-                Some(v) => &v.call,
-                None => &self.spec.steps[i].call,
-            },
+            Target::Verification(i) => {
+                let step = &self.spec.steps[i];
+                let verification = if self.verifying_undo(i) {
+                    step.compensation
+                        .as_ref()
+                        .and_then(|c| c.verification.as_ref())
+                } else {
+                    step.verification.as_ref()
+                };
+                verification.map_or(&step.call, |v| &v.call)
+            }
         }
+    }
+
+    /// Whether step `i`'s call being verified is its compensation (else its forward call).
+    pub(super) fn verifying_undo(&self, i: usize) -> bool {
+        matches!(self.records[i].undo, Undo::Verifying { .. })
     }
 }
 
@@ -301,25 +333,11 @@ impl Saga {
             return;
         };
         self.phase = Phase::Forward { step: from };
-        // A step whose arguments cannot be bound is not put to a person: it fails below.
-        if let Some(timeout) = step.approval_timeout_ms
-            && self.records[from].forward == Forward::Pending
-            && let Ok(args) = self.bind_forward(from)
-        {
-            // What the approver sees, and approves by its hash: the arguments as sent.
-            self.records[from].request = Some(Arc::new(args));
-            self.records[from].forward = Forward::AwaitingApproval;
+        if step.approval_timeout_ms.is_some() && self.records[from].forward == Forward::Pending {
             let reason = format!("step {} ({}) needs approval", step.id, step.call.skill);
-            out.push(Command::StartTimer {
-                timer: Timer::ApprovalTimeout { step: from },
-                after_ms: timeout,
-            });
-            self.phase = Phase::Paused {
-                on: PauseOn::Approval { step: from },
-                reason: reason.clone(),
-            };
-            out.push(Command::Pause { reason });
-            return;
+            if self.ask_approval(from, reason, out) {
+                return;
+            }
         }
         self.invoke(Target::Forward(from), 1, now_ms, out);
     }
@@ -335,6 +353,14 @@ impl Saga {
         let (i, forward) = match target {
             Target::Forward(i) => (i, true),
             Target::Compensation(i) => (i, false),
+            Target::Verification(i) if self.verifying_undo(i) => {
+                let reason = match &self.records[i].undo {
+                    Undo::Verifying { reason, .. } => reason.clone(),
+                    _ => String::new(),
+                };
+                self.compensation_in_doubt(i, attempt, &reason, out);
+                return;
+            }
             Target::Verification(i) => {
                 // Asked (again) as a call in doubt is: `forward_in_doubt`.
                 let reason = match &self.records[i].forward {
@@ -465,7 +491,8 @@ impl Saga {
                     && attempt < call.retry.max_attempts
                     && self.pending_unwind.is_none()
                 {
-                    self.records[i].forward = Forward::WaitingRetry { attempt };
+                    let in_doubt = matches!(outcome, CallOutcome::Unknown { .. });
+                    self.records[i].forward = Forward::WaitingRetry { attempt, in_doubt };
                     retry_later(target, attempt, &call, id, what, out);
                     return;
                 }
@@ -498,8 +525,21 @@ impl Saga {
                         let permanent = failure == Some(FailureClass::Permanent);
                         self.compensation_failed(i, attempt, &call, reason, permanent, out);
                     }
-                    CallOutcome::Unknown { reason } => {
+                    // The same key again only where that is safe and attempts are left.
+                    CallOutcome::Unknown { reason }
+                        if call.idempotent && attempt < call.retry.max_attempts =>
+                    {
                         self.compensation_failed(i, attempt, &call, reason, false, out);
+                    }
+                    CallOutcome::Unknown { reason } => {
+                        let reason = if call.idempotent {
+                            format!("compensation failed {attempt} times: {reason}")
+                        } else {
+                            format!(
+                                "compensation outcome unknown and the skill is not idempotent: {reason}"
+                            )
+                        };
+                        self.compensation_in_doubt(i, attempt, &reason, out);
                     }
                 }
             }
@@ -579,10 +619,11 @@ impl Saga {
         out: &mut Vec<Command>,
     ) {
         let (on, what) = match target {
-            Target::Forward(i) | Target::Verification(i) => {
+            Target::Verification(i) if !self.verifying_undo(i) => {
                 (PauseOn::Forward { step: i }, "escalated")
             }
-            Target::Compensation(i) => {
+            Target::Forward(i) => (PauseOn::Forward { step: i }, "escalated"),
+            Target::Compensation(i) | Target::Verification(i) => {
                 let cause = match self.phase {
                     Phase::Unwinding { cause } => cause,
                     _ => Cause::Failure,
@@ -665,12 +706,10 @@ impl Saga {
         match timer {
             Timer::Retry { target, attempt } => {
                 let waiting = match target {
-                    Target::Forward(i) => {
-                        self.records[i].forward
-                            == Forward::WaitingRetry {
-                                attempt: attempt - 1,
-                            }
-                    }
+                    Target::Forward(i) => matches!(
+                        self.records[i].forward,
+                        Forward::WaitingRetry { attempt: waited, .. } if waited == attempt - 1
+                    ),
                     Target::Compensation(i) => {
                         self.records[i].undo
                             == Undo::WaitingRetry {
@@ -686,6 +725,13 @@ impl Saga {
                         self.forward_abandoned(i, now_ms, out);
                         return;
                     }
+                    if let Target::Forward(i) = target
+                        && let Err(why) = self.approval_current(i, now_ms)
+                    {
+                        // Its approval lapsed or was withdrawn while it waited: not made.
+                        self.approval_lapsed(i, &why, now_ms, out);
+                        return;
+                    }
                     self.invoke(target, attempt, now_ms, out);
                 } else {
                     out.push(Command::Ignored {
@@ -694,8 +740,9 @@ impl Saga {
                     });
                 }
             }
-            Timer::ApprovalTimeout { step } => {
+            Timer::ApprovalTimeout { step, round } => {
                 if matches!(self.phase, Phase::Paused { on: PauseOn::Approval { step: s }, .. } if s == step)
+                    && round == self.approvals_given(step)
                 {
                     self.records[step].forward = Forward::Failed {
                         reason: "approval timed out".into(),

@@ -73,7 +73,7 @@ fn events_that_do_not_apply_are_answered_with_why_and_change_nothing() {
         ),
         (
             Event::TimerFired {
-                timer: Timer::ApprovalTimeout { step: 0 },
+                timer: Timer::ApprovalTimeout { step: 0, round: 0 },
                 now_ms: T0 + 5,
             },
             "no longer waits",
@@ -187,9 +187,22 @@ fn event() -> impl Strategy<Value = Event> {
             timer: Timer::Retry { target, attempt },
             now_ms,
         }),
-        (0usize..9, now.clone()).prop_map(|(step, now_ms)| Event::TimerFired {
-            timer: Timer::ApprovalTimeout { step },
+        (0usize..9, 0u32..3, now.clone()).prop_map(|(step, round, now_ms)| Event::TimerFired {
+            timer: Timer::ApprovalTimeout { step, round },
             now_ms,
+        }),
+        (0usize..9, now.clone()).prop_map(|(step, now_ms)| Event::Resolve {
+            resolution: Resolution::Withdraw,
+            now_ms,
+            decider: Some(Decider {
+                by: "carol".into(),
+                approval: None,
+                withdrawal: Some(Withdrawal {
+                    saga_id: "sg_demo_supplier_onboarding".into(),
+                    step_id: ["s0", "s1", "s1r", "s2", "s3", "s4", "s5", "s6", "s7"][step].into(),
+                }),
+                message_id: None,
+            }),
         }),
         now.clone().prop_map(|now_ms| Event::TimerFired {
             timer: Timer::MandateExpiry,
@@ -225,9 +238,15 @@ proptest! {
     /// engine does not panic, and an event it answers with `Ignored` changed nothing.
     #[test]
     fn arbitrary_events_never_panic_and_an_ignored_one_changes_nothing(
-        events in proptest::collection::vec(event(), 1..40)
+        events in proptest::collection::vec(event(), 1..40),
+        with_approval in proptest::bool::ANY,
     ) {
-        let mut saga = supplier();
+        // The supplier saga, or the same with a step that needs approval (`s1r`).
+        let mut saga = if with_approval {
+            super::tests::saga_from("examples/plans/invalid/undo-ttl-too-short.json")
+        } else {
+            supplier()
+        };
         for event in events {
             let before = state(&saga);
             let commands = saga.step(event.clone());

@@ -12,6 +12,8 @@ mod verification;
 mod views;
 
 #[cfg(test)]
+mod approval_tests;
+#[cfg(test)]
 mod authority_tests;
 #[cfg(test)]
 mod deadline_tests;
@@ -22,13 +24,15 @@ mod failure_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 #[cfg(test)]
+mod undo_verification_tests;
+#[cfg(test)]
 mod verification_tests;
 
 pub use authority::MandateEndEffect;
 pub use engine::Saga;
 pub use model::{
     Approval, CallOutcome, Command, Decider, Decision, Ending, Event, FailureClass, Invocation,
-    Resolution, Target, Timer,
+    Resolution, Target, Timer, Withdrawal,
 };
 pub use spec::{SagaSpec, SpecError};
-pub use verification::verification_key;
+pub use verification::{UNDO_NOT_APPLIED, verification_key};

@@ -17,8 +17,9 @@ pub use shared_types::reversibility::FailureClass;
 pub enum Target {
     Forward(usize),
     Compensation(usize),
-    /// The call asking whether step `i`'s forward call took effect (its outcome is
-    /// unknown): read-only, made under a key of its own.
+    /// The call asking whether step `i`'s call in doubt took effect: its compensation's
+    /// while that is being verified (`Undo::Verifying`), else its forward call's.
+    /// Read-only, made under a key of its own.
     Verification(usize),
 }
 
@@ -67,6 +68,12 @@ pub enum Resolution {
     Retry,
     ResolvedManually,
     Compensate,
+    /// An approval given earlier is withdrawn before its step's next call (a retry).
+    Withdraw,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Who answered a paused saga and, for an approval, what they approved: the input a
@@ -79,6 +86,9 @@ pub struct Decider {
     /// For `approve`: the step and arguments approved, and until when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,
+    /// For `withdraw`: the approval withdrawn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withdrawal: Option<Withdrawal>,
     /// The id of the A2A message the answer came in (absent in journals written before
     /// it was kept): the saga's task shows the answer under it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -97,6 +107,14 @@ pub struct Approval {
     pub expires_at_ms: i64,
 }
 
+/// What a withdrawal withdraws: the approval of one step of one saga.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Withdrawal {
+    pub saga_id: String,
+    pub step_id: String,
+}
+
 /// A person's decision as the ledger keeps it (on the step the saga waited at).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -107,14 +125,27 @@ pub struct Decision {
     /// For an approval: the arguments approved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args_sha256: Option<String>,
+    /// For an approval: when it lapses (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
 }
 
 /// Timers the engine asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "timer", rename_all = "camelCase")]
 pub enum Timer {
-    Retry { target: Target, attempt: u32 },
-    ApprovalTimeout { step: usize },
+    Retry {
+        target: Target,
+        attempt: u32,
+    },
+    /// The wait for step `step`'s approval ends. `round` counts the approvals the step had
+    /// before this wait (0 the first time it is asked): a timer of an earlier wait, whose
+    /// approval was given and then withdrawn or lapsed, does not end this one.
+    ApprovalTimeout {
+        step: usize,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        round: u32,
+    },
     MandateExpiry,
 }
 
@@ -274,8 +305,17 @@ pub enum Forward {
     Running {
         attempt: u32,
     },
+    /// Attempt `attempt` failed and the same key is tried again once its backoff ends.
+    /// `in_doubt`: its outcome is unknown (it may have taken effect); otherwise it failed
+    /// definitely, and nothing of the step took effect yet.
     WaitingRetry {
         attempt: u32,
+        #[serde(
+            default,
+            rename = "inDoubt",
+            skip_serializing_if = "std::ops::Not::not"
+        )]
+        in_doubt: bool,
     },
     /// The response is shared (`Arc`): records are cloned and compared at every report,
     /// and an unchanged response then costs a pointer, not a walk of its tree.
@@ -311,6 +351,12 @@ pub enum Undo {
         attempt: u32,
     },
     Done,
+    /// Attempt `attempt`'s outcome is unknown, and the tool is being asked whether it
+    /// took effect (the compensation's verification call is out).
+    Verifying {
+        attempt: u32,
+        reason: String,
+    },
     /// Nothing to undo: the forward call failed definitely, or never ran.
     NothingToUndo,
     Unavailable {

@@ -27,6 +27,10 @@ pub struct CompensationSpec {
     pub args: Value,
     pub args_when_unknown: Option<Value>,
     pub idempotency_key: String,
+    /// How to ask whether the compensation took effect when its outcome is unknown: the
+    /// compensation skill's own `verify` (absent in headers from before it was used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<VerificationSpec>,
 }
 
 /// How the engine asks a tool whether a call in doubt took effect: the verification
@@ -109,6 +113,20 @@ impl SagaSpec {
                 timeout_ms: d.timeout_ms(),
                 retry: d.retry(),
             };
+            // How a call of a skill declared `d` is verified, if it declares how.
+            let verification_of = |d: &shared_types::SkillDeclaration| match &d.verify {
+                None => Ok(None),
+                Some(v) => {
+                    let asked = catalog
+                        .declaration(&step.agent, &v.skill)
+                        .ok_or_else(|| error("its verification skill is not in the catalog"))?;
+                    Ok(Some(VerificationSpec {
+                        call: call(&v.skill, asked),
+                        args: v.args.clone(),
+                        response_schema: d.output_schema.clone(),
+                    }))
+                }
+            };
             let compensation = match &declared.compensation {
                 None => None,
                 Some(c) => {
@@ -120,22 +138,11 @@ impl SagaSpec {
                         args: c.args.clone(),
                         args_when_unknown: c.args_when_unknown.clone(),
                         idempotency_key: undo_idempotency_key(&plan.saga_id, &step.id),
+                        verification: verification_of(undo)?,
                     })
                 }
             };
-            let verification = match &declared.verify {
-                None => None,
-                Some(v) => {
-                    let asked = catalog
-                        .declaration(&step.agent, &v.skill)
-                        .ok_or_else(|| error("its verification skill is not in the catalog"))?;
-                    Some(VerificationSpec {
-                        call: call(&v.skill, asked),
-                        args: v.args.clone(),
-                        response_schema: declared.output_schema.clone(),
-                    })
-                }
-            };
+            let verification = verification_of(declared)?;
             steps.push(StepSpec {
                 id: step.id.clone(),
                 call: call(&step.skill, declared),

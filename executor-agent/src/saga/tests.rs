@@ -14,7 +14,7 @@ const T0: i64 = 1_800_000_000_000;
 
 use test_kit::{read, supplier_catalog as catalog};
 
-fn saga_from(plan: &str) -> Saga {
+pub(crate) fn saga_from(plan: &str) -> Saga {
     let plan = Plan::from_value(&read(plan)).unwrap();
     Saga::new(SagaSpec::new(&plan, &catalog()).unwrap())
 }
@@ -595,7 +595,7 @@ fn approvals_pause_until_a_person_answers_and_expire_into_an_unwind() {
     let run = drive(
         &mut saga,
         Event::TimerFired {
-            timer: Timer::ApprovalTimeout { step: 2 },
+            timer: Timer::ApprovalTimeout { step: 2, round: 0 },
             now_ms: T0 + 1000,
         },
         &mut ok,
@@ -606,7 +606,7 @@ fn approvals_pause_until_a_person_answers_and_expire_into_an_unwind() {
 
 /// An approver's approval of what `saga` waits for (as its pause shows it), valid until
 /// `expires_at_ms`.
-fn approval_of_pause(saga: &Saga, by: &str, expires_at_ms: i64) -> Decider {
+pub(crate) fn approval_of_pause(saga: &Saga, by: &str, expires_at_ms: i64) -> Decider {
     let awaiting = saga.awaiting().expect("the saga waits");
     let shown = &awaiting["approval"];
     Decider {
@@ -617,6 +617,7 @@ fn approval_of_pause(saga: &Saga, by: &str, expires_at_ms: i64) -> Decider {
             args_sha256: shown["argsSha256"].as_str().unwrap().into(),
             expires_at_ms,
         }),
+        withdrawal: None,
         message_id: None,
     }
 }
@@ -673,6 +674,7 @@ fn an_approval_for_other_arguments_another_step_or_expired_moves_nothing() {
     let unbound = Decider {
         by: "alice".into(),
         approval: None,
+        withdrawal: None,
         message_id: None,
     };
     let expired = approval_of_pause(&saga, "alice", T0 + 50);
@@ -711,6 +713,7 @@ fn escalation_answers_are_recorded_with_who_gave_them_and_replayed() {
         decider: Some(Decider {
             by: "bob".into(),
             approval: None,
+            withdrawal: None,
             message_id: None,
         }),
     };

@@ -27,6 +27,10 @@ enum Verdict {
     Unsettled(String),
 }
 
+/// How a compensation's dead letter ends when its verification said it did not take
+/// effect (read by the metrics, which count that verdict apart).
+pub const UNDO_NOT_APPLIED: &str = "verified: the compensation did not take effect";
+
 /// The idempotency key of a verification call: its own, never the forward call's (a tool
 /// replaying results by key would answer the verification with the call's result), and
 /// one per attempt it verifies.
@@ -103,7 +107,111 @@ impl Saga {
         }))
     }
 
-    /// The verification of forward step `i` answered `outcome`.
+    /// Step `i`'s compensation, attempt `attempt`, has an unknown outcome that no retry
+    /// under its key will settle (its skill is not idempotent, or its attempts are
+    /// spent): the tool is asked, if the compensation skill declares how; otherwise a
+    /// person decides, as without one. Asking never repeats the undo itself.
+    pub(super) fn compensation_in_doubt(
+        &mut self,
+        i: usize,
+        attempt: u32,
+        reason: &str,
+        out: &mut Vec<Command>,
+    ) {
+        let reason = match self.undo_verification_call(i, attempt) {
+            Some(Ok(invocation)) => {
+                out.push(Command::Report {
+                    step: self.spec.steps[i].id.clone(),
+                    what: format!(
+                        "compensation outcome unknown ({reason}); asking {} whether it took effect",
+                        invocation.call.skill
+                    ),
+                });
+                self.records[i].undo = Undo::Verifying {
+                    attempt,
+                    reason: reason.to_owned(),
+                };
+                out.push(Command::Invoke(invocation));
+                return;
+            }
+            Some(Err(unresolved)) => {
+                format!("{reason}; its verification cannot be bound: {unresolved}")
+            }
+            None => reason.to_owned(),
+        };
+        self.records[i].undo = Undo::DeadLettered {
+            reason: reason.clone(),
+        };
+        self.pause_forward_or_undo(Target::Compensation(i), &reason, out);
+    }
+
+    /// The call asking whether step `i`'s compensation, attempt `attempt`, took effect:
+    /// `$step.idempotencyKey` is the compensation's own key, `$request.body` what it was
+    /// sent. `None` when the compensation skill declares no verification.
+    fn undo_verification_call(
+        &self,
+        i: usize,
+        attempt: u32,
+    ) -> Option<Result<Invocation, expr::Unresolved>> {
+        let step = &self.spec.steps[i];
+        let compensation = step.compensation.as_ref()?;
+        let verification = compensation.verification.as_ref()?;
+        let ctx = EvalContext {
+            saga_id: Some(&self.spec.saga_id),
+            step_id: Some(&step.id),
+            idempotency_key: Some(&compensation.idempotency_key),
+            request_body: self.records[i].undo_request.as_deref(),
+            ..EvalContext::default()
+        };
+        Some(expr::bind(&verification.args, &ctx).map(|args| Invocation {
+            target: Target::Verification(i),
+            attempt,
+            call: verification.call.clone(),
+            args,
+            idempotency_key: verification_key(&compensation.idempotency_key, attempt),
+        }))
+    }
+
+    /// The verification of step `i`'s compensation answered `outcome`: applied, and the
+    /// undo is done; otherwise a person decides (`retry` calls it again under its key).
+    fn on_undo_verified(
+        &mut self,
+        i: usize,
+        outcome: CallOutcome,
+        now_ms: i64,
+        out: &mut Vec<Command>,
+    ) {
+        let Undo::Verifying { reason: doubt, .. } = &self.records[i].undo else {
+            return;
+        };
+        let doubt = doubt.clone();
+        let compensation = self.spec.steps[i].compensation.as_ref();
+        let schema = compensation
+            .and_then(|c| c.verification.as_ref())
+            .and_then(|v| v.response_schema.as_ref());
+        let reason = match verdict(outcome, schema) {
+            Verdict::Applied(response) => {
+                self.records[i].undo = Undo::Done;
+                self.records[i].undo_response = Some(Arc::new(response));
+                out.push(Command::Report {
+                    step: self.spec.steps[i].id.clone(),
+                    what: "compensation verified: it took effect".into(),
+                });
+                self.continue_unwind(now_ms, out);
+                return;
+            }
+            Verdict::NotApplied => format!("{doubt}; {UNDO_NOT_APPLIED}"),
+            Verdict::Unsettled(why) => {
+                format!("{doubt}; the verification did not settle it: {why}")
+            }
+        };
+        self.records[i].undo = Undo::DeadLettered {
+            reason: reason.clone(),
+        };
+        self.pause_forward_or_undo(Target::Compensation(i), &reason, out);
+    }
+
+    /// The verification of step `i`'s call in doubt answered `outcome`.
     pub(super) fn on_verified(
         &mut self,
         i: usize,
@@ -111,6 +219,10 @@ impl Saga {
         now_ms: i64,
         out: &mut Vec<Command>,
     ) {
+        if matches!(self.records[i].undo, Undo::Verifying { .. }) {
+            self.on_undo_verified(i, outcome, now_ms, out);
+            return;
+        }
         let Forward::Verifying { reason: doubt, .. } = &self.records[i].forward else {
             return;
         };

@@ -47,6 +47,7 @@ impl Saga {
                         Undo::Pending
                             | Undo::Running { .. }
                             | Undo::WaitingRetry { .. }
+                            | Undo::Verifying { .. }
                             | Undo::DeadLettered { .. }
                     )
             })
@@ -71,7 +72,7 @@ impl Saga {
                 ..
             } => vec![index(target)],
             Event::TimerFired {
-                timer: Timer::ApprovalTimeout { step },
+                timer: Timer::ApprovalTimeout { step, .. },
                 ..
             } => vec![*step],
             _ => Vec::new(),
@@ -105,6 +106,7 @@ impl Saga {
                     Some((Target::Verification(i), *attempt))
                 }
                 (_, Undo::Running { attempt }) => Some((Target::Compensation(i), *attempt)),
+                (_, Undo::Verifying { attempt, .. }) => Some((Target::Verification(i), *attempt)),
                 _ => None,
             })
     }

@@ -177,6 +177,7 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
                 &Decider {
                     by: "approver".into(),
                     approval: None,
+                    withdrawal: None,
                     message_id: None,
                 },
             );
@@ -185,6 +186,7 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
             let decider = Decider {
                 by: "approver".into(),
                 approval: None,
+                withdrawal: None,
                 message_id: Some(message.message_id.clone()),
             };
             answer = Some(message);

@@ -315,6 +315,7 @@ pub fn response(skill: &str) -> Value {
         "compliance.check" => json!({"status": "clear", "reference": "c_1"}),
         "payments.capture" => json!({"captureId": "p_1", "amountMinor": 12000, "currency": "EUR"}),
         "email.send" => json!({"messageId": "m_1"}),
+        "budget.release" => json!({"released": true}),
         _ => json!({"done": true}),
     }
 }
@@ -622,6 +623,17 @@ pub async fn start_tools_timed(
     platform: &SigningIdentity,
     timeout_ms: u64,
 ) -> (Vec<Value>, HashMap<String, Arc<Mutex<ToolLog>>>) {
+    start_tools_with(faults, platform, timeout_ms, &|_, _| {}).await
+}
+
+/// `start_tools_timed`, with each agent's card changed by `tweak(agent, card)` before
+/// the platform signs it.
+pub async fn start_tools_with(
+    faults: &[(&str, Fault)],
+    platform: &SigningIdentity,
+    timeout_ms: u64,
+    tweak: &dyn Fn(&str, &mut Value),
+) -> (Vec<Value>, HashMap<String, Arc<Mutex<ToolLog>>>) {
     let mut cards = Vec::new();
     let mut logs = HashMap::new();
     for agent in AGENTS {
@@ -637,6 +649,7 @@ pub async fn start_tools_timed(
                 retry["maxBackoffMs"] = json!(50);
             }
         }
+        tweak(agent, &mut card);
         cards.push(prepare_card(card, &url, Some(platform)).unwrap());
         logs.insert(agent.to_owned(), log);
     }
@@ -730,6 +743,16 @@ impl Harness {
         timeout_ms: u64,
         max_running_sagas: usize,
     ) -> Self {
+        Self::start_with_cards(faults, timeout_ms, max_running_sagas, &|_, _| {}).await
+    }
+
+    /// `start_with`, with the tool agents' cards changed by `tweak(agent, card)`.
+    pub async fn start_with_cards(
+        faults: &[(&str, Fault)],
+        timeout_ms: u64,
+        max_running_sagas: usize,
+        tweak: &dyn Fn(&str, &mut Value),
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let platform = SigningIdentity::from_seed([21; 32], Some("platform".into()));
         let planner = SigningIdentity::from_seed([22; 32], Some("planner".into()));
@@ -739,7 +762,7 @@ impl Harness {
         // The executor's one state file, as `executor-agent` keeps it.
         let db = executor_agent::state::open(dir.path()).unwrap();
         let registry = Registry::on(&db, platform_keys).unwrap();
-        let (cards, logs) = start_tools_timed(faults, &platform, timeout_ms).await;
+        let (cards, logs) = start_tools_with(faults, &platform, timeout_ms, tweak).await;
         let mut credentials = HashMap::new();
         for (agent, card) in AGENTS.iter().zip(cards) {
             registry.register(card, "test").await.unwrap();

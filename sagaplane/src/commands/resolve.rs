@@ -52,9 +52,42 @@ impl Approver {
     }
 }
 
+/// What a person answers: a resolution, and for `withdraw` the step whose approval is
+/// withdrawn.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer<'a> {
+    pub resolution: &'a str,
+    pub step: Option<&'a str>,
+}
+
 /// The data part of a person's answer: for `approve`, bound to what `task` waits for
-/// approval of (printed first), valid for `ttl_secs`.
-pub fn answer_for(task: &Task, resolution: &str, ttl_secs: u64) -> Result<Value, Failure> {
+/// approval of (printed first), valid for `ttl_secs`; for `withdraw`, naming the saga
+/// `task` runs and the step.
+pub fn answer_for(task: &Task, answer: Answer<'_>, ttl_secs: u64) -> Result<Value, Failure> {
+    let resolution = answer.resolution;
+    if resolution == "withdraw" {
+        let Some(step) = answer.step else {
+            return Err(Failure::unusable(
+                "withdraw needs --step: the step whose approval is withdrawn",
+            ));
+        };
+        let saga_id = task
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("sagaId"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                Failure::rejected(format!(
+                    "task {} runs no saga: nothing to withdraw",
+                    task.id
+                ))
+            })?;
+        println!("withdrawing the approval of step {step:?} of saga {saga_id:?}");
+        return Ok(json!({
+            "resolution": "withdraw",
+            "withdrawal": {"sagaId": saga_id, "stepId": step},
+        }));
+    }
     if resolution != "approve" {
         return Ok(json!({ "resolution": resolution }));
     }
@@ -119,7 +152,7 @@ fn awaiting_approval(task: &Task) -> Option<&Value> {
 pub async fn resolve(
     agent: &str,
     task: &str,
-    resolution: &str,
+    answer: Answer<'_>,
     approver: &Approver,
 ) -> Result<Task, Failure> {
     let identity = SigningIdentity::from_jwk(&read_jwk(&approver.approver_key)?)
@@ -129,7 +162,7 @@ pub async fn resolve(
         .get_task(&approver.call(&identity)?, task)
         .await
         .map_err(|e| failure("cannot get the task", e))?;
-    let data = answer_for(&current, resolution, approver.approval_ttl_secs)?;
+    let data = answer_for(&current, answer, approver.approval_ttl_secs)?;
     let request = super::task::data_message_on(task, data);
     match client
         .send(&approver.call(&identity)?, &request)
@@ -169,6 +202,37 @@ mod tests {
         }
     }
 
+    fn plain(resolution: &str) -> Answer<'_> {
+        Answer {
+            resolution,
+            step: None,
+        }
+    }
+
+    fn approve() -> Answer<'static> {
+        plain("approve")
+    }
+
+    #[test]
+    fn a_withdrawal_names_the_tasks_saga_and_the_step() {
+        let mut task = waiting_with(json!({}));
+        task.status.state = TaskState::Working;
+        let withdraw = Answer {
+            resolution: "withdraw",
+            step: Some("s0r"),
+        };
+        assert!(answer_for(&task, withdraw, 300).is_err(), "no saga id");
+        task.metadata = Some([("sagaId".to_owned(), json!("sg_1"))].into());
+        assert_eq!(
+            answer_for(&task, withdraw, 300).unwrap(),
+            json!({"resolution": "withdraw", "withdrawal": {"sagaId": "sg_1", "stepId": "s0r"}})
+        );
+        assert!(
+            answer_for(&task, plain("withdraw"), 300).is_err(),
+            "no step"
+        );
+    }
+
     #[test]
     fn an_approval_names_the_step_and_the_hash_of_the_arguments_shown() {
         // As the arguments arrive in an A2A data part: numbers as doubles.
@@ -181,7 +245,7 @@ mod tests {
             "skill": "compliance.review", "args": args, "argsSha256": hash,
         }));
         let before = chrono::Utc::now();
-        let answer = answer_for(&task, "approve", 300).unwrap();
+        let answer = answer_for(&task, approve(), 300).unwrap();
         assert_eq!(answer["resolution"], "approve");
         assert_eq!(answer["approval"]["sagaId"], "sg_1");
         assert_eq!(answer["approval"]["stepId"], "s0r");
@@ -198,13 +262,13 @@ mod tests {
             "sagaId": "sg_1", "stepId": "s0r", "args": {"vendorId": "v_1"},
             "argsSha256": shared_types::json::canonical_sha256(&json!({"vendorId": "v_2"})).unwrap(),
         }));
-        assert!(answer_for(&task, "approve", 300).is_err());
+        assert!(answer_for(&task, approve(), 300).is_err());
         let mut not_waiting = task.clone();
         not_waiting.status.state = TaskState::Working;
-        assert!(answer_for(&not_waiting, "approve", 300).is_err());
+        assert!(answer_for(&not_waiting, approve(), 300).is_err());
         // An escalation's answer names nothing more.
         assert_eq!(
-            answer_for(&not_waiting, "resolved-manually", 300).unwrap(),
+            answer_for(&not_waiting, plain("resolved-manually"), 300).unwrap(),
             json!({"resolution": "resolved-manually"})
         );
     }

@@ -62,12 +62,16 @@ pub enum TaskCommand {
         credentials: Credentials,
     },
     /// Answer a saga that waits for a person, as an approver (`approve` prints the step
-    /// and the arguments it approves, and binds the answer to them until it expires).
+    /// and the arguments it approves, and binds the answer to them until it expires), or
+    /// withdraw an approval whose step waits to be tried again (`withdraw --step ID`).
     Resolve {
         #[arg(long)]
         agent: String,
         task: String,
         resolution: Resolution,
+        /// For `withdraw`: the step whose approval is withdrawn.
+        #[arg(long, value_name = "ID", required_if_eq("resolution", "withdraw"))]
+        step: Option<String>,
         #[command(flatten)]
         approver: super::resolve::Approver,
     },
@@ -108,6 +112,7 @@ pub enum Resolution {
     Retry,
     ResolvedManually,
     Compensate,
+    Withdraw,
 }
 
 impl Resolution {
@@ -117,6 +122,7 @@ impl Resolution {
             Self::Retry => "retry",
             Self::ResolvedManually => "resolved-manually",
             Self::Compensate => "compensate",
+            Self::Withdraw => "withdraw",
         }
     }
 }
@@ -179,10 +185,14 @@ pub fn run(command: TaskCommand) -> Result<(), Failure> {
                 agent,
                 task,
                 resolution,
+                step,
                 approver,
             } => {
-                let task =
-                    super::resolve::resolve(&agent, &task, resolution.wire(), &approver).await?;
+                let answer = super::resolve::Answer {
+                    resolution: resolution.wire(),
+                    step: step.as_deref(),
+                };
+                let task = super::resolve::resolve(&agent, &task, answer, &approver).await?;
                 print!("{}", describe(&task, Some(&agent)));
                 outcome(&task)
             }

@@ -19,6 +19,7 @@ pub(crate) fn parse_answer(data: &Value) -> Result<(), String> {
         Retry,
         ResolvedManually,
         Compensate,
+        Withdraw,
     }
     // `answer_of`: a data part without `resolution` is not an answer.
     let resolution = data.get("resolution").ok_or("no resolution")?;
@@ -28,11 +29,35 @@ pub(crate) fn parse_answer(data: &Value) -> Result<(), String> {
         .and_then(|name| serde_json::from_value::<Resolution>(Value::from(name)).ok())
         .ok_or("RESOLUTION_INVALID: resolution is not one of the strings")?;
     match (resolution == Resolution::Approve, data.get("approval")) {
-        (true, None) => Err("APPROVAL_UNBOUND: no approval".into()),
+        (true, None) => Err("APPROVAL_UNBOUND: no approval".to_owned()),
         (true, Some(sent)) => approval_of(sent),
         (false, None) => Ok(()),
         (false, Some(_)) => Err("RESOLUTION_INVALID: only an approve carries an approval".into()),
+    }?;
+    match (resolution == Resolution::Withdraw, data.get("withdrawal")) {
+        (true, None) => Err("WITHDRAWAL_UNBOUND: no withdrawal".into()),
+        (true, Some(sent)) => withdrawal_of(sent),
+        (false, None) => Ok(()),
+        (false, Some(_)) => Err("RESOLUTION_INVALID: only a withdraw carries a withdrawal".into()),
     }
+}
+
+/// `withdrawal_of`: a JSON object of the two strings and nothing else.
+fn withdrawal_of(sent: &Value) -> Result<(), String> {
+    /// `SentWithdrawal` of executor-agent/src/answers.rs.
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct SentWithdrawal {
+        saga_id: String,
+        step_id: String,
+    }
+    if !sent.is_object() {
+        return Err("WITHDRAWAL_UNBOUND: withdrawal is not an object".into());
+    }
+    serde_json::from_value::<SentWithdrawal>(sent.clone())
+        .map(drop)
+        .map_err(|e| format!("WITHDRAWAL_UNBOUND: {e}"))
 }
 
 /// `approval_of`: a JSON object (never the array of its values) of the four strings and
@@ -75,6 +100,8 @@ pub(crate) fn example_answers() -> Vec<Value> {
         json!({"resolution": "retry"}),
         json!({"resolution": "resolved-manually"}),
         json!({"resolution": "compensate"}),
+        json!({"resolution": "withdraw", "withdrawal": {
+            "sagaId": "sg_demo_supplier_onboarding", "stepId": "s4"}}),
     ]
 }
 
@@ -91,6 +118,10 @@ fn a_persons_answers_validate() {
         json!({"resolution": "approve", "approval": {"sagaId": "a", "stepId": "b", "argsSha256": "c", "expiresAt": "2026-11-29T10:30:00Z", "by": "me"}}),
         json!({"resolution": "resolved_manually"}),
         json!({"approval": {}}),
+        json!({"resolution": "withdraw"}),
+        json!({"resolution": "compensate", "withdrawal": {"sagaId": "a", "stepId": "b"}}),
+        json!({"resolution": "withdraw", "withdrawal": {"sagaId": "a", "stepId": "b", "by": "me"}}),
+        json!({"resolution": "withdraw", "withdrawal": ["a", "b"]}),
     ] {
         assert_invalid("answer", &refused, &refused.to_string());
         assert!(parse_answer(&refused).is_err(), "{refused}");
