@@ -566,6 +566,15 @@ async function readSse(body, onEvent) {
   }
 }
 
+// The first step the saga cannot unwind past, when it is not the declared pivot (a
+// retriable step that changes something), and whether the saga has passed it.
+function pointOfNoReturn(p, pivot) {
+  if (!isObj(p) || (p.pivot === true && str(p.step) === str(pivot))) return null;
+  return [h('dt', {}, 'Point of no return'),
+    h('dd', { 'data-testid': 'point-of-no-return' }, h('span', { class: 'mono' }, str(p.step)),
+      ` (${str(p.skill)}): ${str(p.why)}`, p.passed === true ? '; passed' : '')];
+}
+
 function sagaSections(d) {
   const st = obj(d.status);
   const steps = arr(d.steps).filter(isObj);
@@ -576,6 +585,7 @@ function sagaSections(d) {
       h('dt', {}, 'Task'), h('dd', { class: 'mono' }, str(d.taskId) || '—'),
       h('dt', {}, 'Status'), h('dd', {}, str(st.state) || '—', st.message ? ` — ${str(st.message)}` : '', num(st.atMs) != null ? ` (${fmtTime(st.atMs)})` : ''),
       h('dt', {}, 'Pivot'), h('dd', { class: 'mono' }, str(d.pivot) || 'none'),
+      pointOfNoReturn(d.pointOfNoReturn, d.pivot),
       h('dt', {}, 'Trace'), h('dd', {}, h('code', { 'data-testid': 'trace-id' }, str(d.traceId) || '—'))));
 
   const a = obj(d.audit);
@@ -845,7 +855,11 @@ function waitingRow(x, approver, answer) {
     h('p', { class: 'goal-full' }, str(x.goal)),
     h('dl', { class: 'kv' },
       h('dt', {}, 'Step'), h('dd', {}, h('span', { class: 'mono' }, str(x.step) || '—'), x.agent != null ? ` on ${str(x.agent)}` : '', x.skill != null ? ` (${str(x.skill)})` : ''),
-      h('dt', {}, 'Reason'), h('dd', { class: 'reason' }, str(x.reason) || '—'),
+      // The question in words for people; the status text (the protocol's wording) only
+      // for a pause from before questions were asked.
+      x.question != null
+        ? [h('dt', {}, 'Question'), h('dd', { class: 'question', 'data-testid': 'question' }, str(x.question))]
+        : [h('dt', {}, 'Reason'), h('dd', { class: 'reason' }, str(x.reason) || '—')],
       ap ? [h('dt', {}, 'Approves'), h('dd', { class: 'mono' }, `step ${str(ap.stepId)}, arguments sha256 ${str(ap.argsSha256)}`)] : null,
       x.args != null ? [h('dt', {}, 'Arguments'), h('dd', {}, h('pre', { class: 'json small' }, JSON.stringify(x.args, null, 2)))] : null),
     h('div', { class: 'choices' }, choices.length ? choices : h('p', { class: 'muted' }, 'No answer is offered.')),

@@ -380,7 +380,11 @@ async function main() {
     await page.locator(answerButton).waitFor({ timeout: TIMEOUT });
     assert(await page.locator(answerButton).isEnabled(), `${ESCALATED_RESOLUTION} is disabled for an approver`);
     const choices = await page.$$eval(`${waitingRow} button[data-resolution]`, (b) => b.map((x) => x.getAttribute('data-resolution')));
-    return `choices ${choices.join(', ')}`;
+    // The question in words for people, naming what the answers do.
+    const question = (await page.locator(`${waitingRow} [data-testid=question]`).textContent()).trim();
+    assert(/did not complete|take effect\?/.test(question) && question.includes(`${ESCALATED_RESOLUTION} to`),
+      `the question does not say what ${ESCALATED_RESOLUTION} does: "${question}"`);
+    return `choices ${choices.join(', ')}; asks "${question}"`;
   });
   await shot('waiting.png');
   await check(`the approver answers ESCALATED_SAGA with ${ESCALATED_RESOLUTION}`, async () => {

@@ -439,6 +439,9 @@ pub async fn saga(executor: &Executor, task: &Task) -> Result<Value> {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
+        // Only while the undo may still be run: once it ran, or the saga ended or passed
+        // its point of no return, the deadline bounds nothing.
+        .filter(|s| s.pointer("/undoDeadline/open") == Some(&Value::Bool(true)))
         .filter_map(|s| {
             let at = s.pointer("/undoDeadline/at").and_then(Value::as_str)?;
             let at = chrono::DateTime::parse_from_rfc3339(at).ok()?;
@@ -452,8 +455,13 @@ pub async fn saga(executor: &Executor, task: &Task) -> Result<Value> {
         .collect();
     let why = match state {
         "running" | "waitingForASlot" => None,
-        _ => status_text(task),
+        _ => question(task).or_else(|| status_text(task)),
     };
+    let point_of_no_return = ledger
+        .as_ref()
+        .and_then(|l| l.get("pointOfNoReturn"))
+        .cloned()
+        .unwrap_or(Value::Null);
     Ok(json!({
         "sagaId": saga_id,
         "taskId": task.id,
@@ -472,6 +480,7 @@ pub async fn saga(executor: &Executor, task: &Task) -> Result<Value> {
         },
         "traceId": crate::invoke::trace_id(saga_id),
         "pivot": pivot,
+        "pointOfNoReturn": point_of_no_return,
         "steps": steps,
         "timeline": bars,
         "waits": waits,
@@ -528,6 +537,21 @@ pub async fn waiting(executor: &Executor) -> Result<Value> {
     Ok(json!({ "sagas": shown }))
 }
 
+/// What a waiting saga asks, in words for people: the `question` of its status's data
+/// part (`Saga::awaiting`).
+fn question(task: &Task) -> Option<String> {
+    let message = task.status.message.as_ref()?;
+    message.parts.iter().find_map(|p| match &p.content {
+        PartContent::Data(Value::Object(members)) => members
+            .values()
+            .next()?
+            .get("question")?
+            .as_str()
+            .map(str::to_owned),
+        _ => None,
+    })
+}
+
 fn waiting_one(task: &Task) -> Value {
     let plan = plan_of(task).unwrap_or(&Value::Null);
     let data = task.status.message.as_ref().and_then(|m| {
@@ -562,6 +586,7 @@ fn waiting_one(task: &Task) -> Value {
         "agent": about.get("agent"),
         "skill": about.get("skill"),
         "reason": status_text(task).unwrap_or_default(),
+        "question": about.get("question"),
         "sinceMs": ms(task),
         "choices": choices,
         "approval": approval,

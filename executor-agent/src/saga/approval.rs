@@ -284,6 +284,7 @@ impl Saga {
             "agent": step.call.agent,
             "skill": step.call.skill,
             "resolutions": resolutions,
+            "question": self.question(i, kind, resolutions),
         });
         if kind == "approval"
             && let (Some(args), Some(sha), Value::Object(members)) = (
@@ -296,6 +297,75 @@ impl Saga {
             members.insert("argsSha256".to_owned(), json!(sha));
         }
         Some(json!({ kind: about }))
+    }
+}
+
+impl Saga {
+    /// What a waiting saga asks, in words for people (the data part beside it keeps the
+    /// protocol's shape): what happened at step `i`, and what each answer `resolutions`
+    /// offers does.
+    fn question(&self, i: usize, kind: &str, resolutions: &[&str]) -> String {
+        let step = &self.spec.steps[i];
+        let (agent, skill) = (&step.call.agent, &step.call.skill);
+        let reason = self.pause_reason();
+        // The pause's reason names the step; the question names it already.
+        let prefix = format!("step {}: ", step.id);
+        let reason = reason.strip_prefix(&prefix).unwrap_or(&reason);
+        let asked = match kind {
+            // Asked again: the reason says why the first approval no longer holds.
+            "approval" if self.approvals_given(i) > 0 => format!(
+                "May {agent} run {skill} (step {}) with the arguments shown? Asked again: {reason}.",
+                step.id
+            ),
+            "approval" => format!(
+                "May {agent} run {skill} (step {}) with the arguments shown?",
+                step.id
+            ),
+            "compensation" => {
+                let undo = step.compensation.as_ref().map_or(skill, |c| &c.call.skill);
+                format!(
+                    "The undo of step {} ({undo} on {agent}) did not complete: {reason}.",
+                    step.id
+                )
+            }
+            _ if matches!(self.records[i].forward, Forward::Unknown { .. }) => format!(
+                "Did {skill} on {agent} (step {}) take effect? Nobody knows: {reason}.",
+                step.id
+            ),
+            _ => format!(
+                "{skill} on {agent} (step {}) did not complete: {reason}.",
+                step.id
+            ),
+        };
+        let does = |resolution: &str| match (kind, resolution) {
+            ("approval", "approve") => "approve to let it run",
+            ("approval", "compensate") => {
+                "compensate to refuse: what the saga did is undone and it ends"
+            }
+            ("compensation", "retry") => {
+                "retry to call the undo again under the same idempotency key"
+            }
+            ("compensation", "resolved-manually") => {
+                "resolved-manually once you have undone it by hand"
+            }
+            (_, "retry") => "retry to call it again under the same idempotency key",
+            (_, "resolved-manually") => {
+                "resolved-manually if it took effect, or once you have completed it by hand"
+            }
+            (_, "compensate") => {
+                "compensate if it did not take effect: what the saga did is undone and it ends"
+            }
+            _ => "",
+        };
+        let answers: Vec<&str> = resolutions.iter().map(|r| does(r)).collect();
+        let past =
+            self.past_no_return() && kind != "approval" && !resolutions.contains(&"compensate");
+        let note = if past {
+            " The saga is past its point of no return: it cannot be undone, only completed."
+        } else {
+            ""
+        };
+        format!("{asked} Answer {}.{note}", answers.join(", or "))
     }
 }
 

@@ -90,7 +90,9 @@ fn a_hold_the_tool_reports_expired_is_put_to_a_person_instead_of_released() {
     assert_eq!(
         shown["undoDeadline"],
         json!({"at": "2027-01-15T08:00:00.030Z", "setBy": "reported",
-               "reported": "2027-01-15T08:00:00.030Z", "earlierThanDeclared": true})
+               "reported": "2027-01-15T08:00:00.030Z", "earlierThanDeclared": true,
+               "open": false}),
+        "the undo it bounded can no longer be run"
     );
     assert_eq!(shown["undo"]["state"], "unavailable");
     // The vendor's undo waits behind the person's answer; the sandbox had nothing to undo.
@@ -194,7 +196,7 @@ fn steps_without_an_undo_have_no_deadline_and_the_ttl_alone_applies_without_a_de
     );
     assert_eq!(
         saga.ledger()["steps"][0]["undoDeadline"],
-        json!({"at": null, "setBy": null})
+        json!({"at": null, "setBy": null, "open": true})
     );
     // The failed sandbox step never succeeded: no deadline, and none shown.
     assert_eq!(saga.records[2].undo_deadline, None);

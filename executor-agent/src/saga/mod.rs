@@ -27,6 +27,8 @@ pub(crate) mod tests;
 mod undo_verification_tests;
 #[cfg(test)]
 mod verification_tests;
+#[cfg(test)]
+mod views_tests;
 
 pub use authority::MandateEndEffect;
 pub use engine::Saga;

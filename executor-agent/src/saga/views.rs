@@ -31,10 +31,11 @@ impl Saga {
 
     /// The undo handles still open, as (step index, deadline in ms): steps that succeeded
     /// and whose undo is still to run (pending, under way, or dead-lettered and waiting for
-    /// a person to retry it), while the saga can still unwind. None once it has ended or
-    /// gone past its point of no return: those undos will never be posted back.
+    /// a person to retry it), while the saga can still unwind: also while its point of no
+    /// return's call is out or in doubt (it may yet unwind). None once it has ended or is
+    /// committed: those undos will never be posted back.
     pub fn open_undo_handles(&self) -> Vec<(usize, Option<i64>)> {
-        if matches!(self.phase, Phase::Done { .. }) || self.past_no_return() {
+        if matches!(self.phase, Phase::Done { .. }) || self.committed() {
             return Vec::new();
         }
         self.records
@@ -113,16 +114,47 @@ impl Saga {
 
     /// The `saga-ledger` artifact: per step, key, attempts, outcome and undo.
     pub fn ledger(&self) -> Value {
+        let open: Vec<usize> = self.open_undo_handles().iter().map(|(i, _)| *i).collect();
         let steps: Vec<Value> = (0..self.records.len())
-            .map(|i| self.ledger_step(i))
+            .map(|i| {
+                let mut entry = self.ledger_step(i);
+                // People are shown a deadline while the undo it bounds may still be run.
+                if let Some(Value::Object(deadline)) = entry.get_mut("undoDeadline") {
+                    deadline.insert("open".to_owned(), Value::Bool(open.contains(&i)));
+                }
+                entry
+            })
             .collect();
         // Built by hand: `json!` would copy the steps again by serializing them.
         let mut ledger = json!({"sagaId": self.spec.saga_id});
         if let Value::Object(members) = &mut ledger {
             members.insert("phase".to_owned(), self.ledger_phase());
+            members.insert(
+                "pointOfNoReturn".to_owned(),
+                self.ledger_point_of_no_return(),
+            );
             members.insert("steps".to_owned(), Value::Array(steps));
         }
         ledger
+    }
+
+    /// The ledger's `pointOfNoReturn`: the first step the saga cannot unwind past, whether
+    /// it is the plan's pivot (an irreversible step) or a retriable step that changes
+    /// something (which has no undo either), and whether the saga has gone past it.
+    /// `null` when every step can be unwound.
+    fn ledger_point_of_no_return(&self) -> Value {
+        let Some(p) = self.spec.point_of_no_return else {
+            return Value::Null;
+        };
+        let step = &self.spec.steps[p];
+        let pivot = step.class == shared_types::reversibility::ReversibilityClass::Irreversible;
+        let why = if pivot {
+            "the pivot: an irreversible step"
+        } else {
+            "a retriable step that changes something and has no undo"
+        };
+        json!({"step": step.id, "skill": step.call.skill, "pivot": pivot, "why": why,
+            "passed": self.past_no_return()})
     }
 
     /// The ledger's `phase` member.

@@ -504,10 +504,29 @@ pub fn describe(task: &Task, agent: Option<&str>) -> String {
     if let Some(link) = console_link(task, agent) {
         out.push_str(&format!("  console: {link}\n"));
     }
-    if let Some(message) = &task.status.message {
-        for line in message_text(message).lines() {
-            out.push_str(&format!("  | {line}\n"));
+    match task.status.message.as_ref().map(|m| (m, question_of(m))) {
+        // A waiting saga's question in words for people, and how to answer it here (the
+        // status text beside it says it in the protocol's terms).
+        Some((_, Some((question, resolutions)))) => {
+            // Reasons in it come from tools: no control character reaches the terminal.
+            let question: String = question
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            out.push_str(&format!("  ? {question}\n"));
+            out.push_str(&format!(
+                "  answer: sagaplane task resolve --agent {} {} {} --approver-key KEY.jwk\n",
+                agent.unwrap_or("EXECUTOR"),
+                task.id,
+                resolutions.join("|")
+            ));
         }
+        Some((message, None)) => {
+            for line in message_text(message).lines() {
+                out.push_str(&format!("  | {line}\n"));
+            }
+        }
+        None => {}
     }
     let ledger = task
         .artifacts
@@ -522,6 +541,27 @@ pub fn describe(task: &Task, agent: Option<&str>) -> String {
         out.push_str(&ledger_table(&ledger));
     }
     out
+}
+
+/// The question a waiting saga's status asks people, and the resolutions it takes: the
+/// data part `{"approval" | "escalation" | "compensation": {"question", "resolutions"}}`.
+fn question_of(message: &agent_host::sdk::Message) -> Option<(String, Vec<String>)> {
+    message.parts.iter().find_map(|p| match &p.content {
+        agent_host::sdk::PartContent::Data(Value::Object(members)) => {
+            let about = members.values().next()?;
+            let question = about.get("question")?.as_str()?.to_owned();
+            let resolutions = about
+                .get("resolutions")?
+                .as_array()?
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|r| r.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                .map(str::to_owned)
+                .collect();
+            Some((question, resolutions))
+        }
+        _ => None,
+    })
 }
 
 /// The saga's page in its executor's console: a planner's task names the executor and
@@ -553,8 +593,21 @@ pub fn console_link(task: &Task, agent: Option<&str>) -> Option<String> {
 /// The saga ledger: one row per step.
 pub fn ledger_table(ledger: &Value) -> String {
     let done = ledger.pointer("/phase/phase").and_then(Value::as_str) == Some("done");
-    let mut out =
-        String::from("  step  skill                  forward          undo            attempts\n");
+    let mut out = String::new();
+    // The first step it cannot unwind past, said plainly when it is not a declared pivot.
+    let point = &ledger["pointOfNoReturn"];
+    if let (Some(step), Some(why)) = (point["step"].as_str(), point["why"].as_str()) {
+        let passed = if point["passed"] == true {
+            ", passed"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "  point of no return: {step:?} ({:?}): {why}{passed}\n",
+            point["skill"].as_str().unwrap_or("-")
+        ));
+    }
+    out.push_str("  step  skill                  forward          undo            attempts\n");
     for step in ledger["steps"].as_array().into_iter().flatten() {
         let text = |v: &Value| v.as_str().unwrap_or("-").to_owned();
         // An undo still pending when the saga is over was never needed.
@@ -589,6 +642,18 @@ pub fn ledger_table(ledger: &Value) -> String {
                 .map_or_else(|| "no answer yet".to_owned(), |r| format!("answered {r}"));
             out.push_str(&format!(
                 "  {id} compensation {skill:?} sent {request}, {answered}\n"
+            ));
+        }
+    }
+    // Undo deadlines, while the undo may still be run.
+    for step in ledger["steps"].as_array().into_iter().flatten() {
+        let deadline = &step["undoDeadline"];
+        if deadline["open"] == true
+            && let Some(at) = deadline["at"].as_str()
+        {
+            out.push_str(&format!(
+                "  {} can be undone until {at:?}\n",
+                step["step"].as_str().unwrap_or("-")
             ));
         }
     }
@@ -642,6 +707,53 @@ mod tests {
             "{table}"
         );
         assert!(!table.contains('\u{1b}'));
+    }
+
+    #[test]
+    fn the_ledger_says_where_the_saga_can_no_longer_unwind_and_which_undos_are_open() {
+        let ledger = json!({"phase": {"phase": "paused"},
+            "pointOfNoReturn": {"step": "s5", "skill": "email.send", "pivot": false,
+                "why": "a retriable step that changes something and has no undo", "passed": false},
+            "steps": [
+            {"step": "s0", "skill": "vendor.create", "attempts": 1, "undoAttempts": 0,
+             "forward": {"state": "succeeded"}, "undo": {"state": "pending"},
+             "undoDeadline": {"at": "2026-12-07T10:00:00Z", "open": true}},
+            {"step": "s1", "skill": "budget.reserve", "attempts": 1, "undoAttempts": 1,
+             "forward": {"state": "succeeded"}, "undo": {"state": "done"},
+             "undoDeadline": {"at": "2026-12-07T11:00:00Z", "open": false}},
+        ]});
+        let table = ledger_table(&ledger);
+        assert!(
+            table.contains(r#"point of no return: "s5" ("email.send"): a retriable step that changes something and has no undo"#),
+            "{table}"
+        );
+        assert!(
+            table.contains(r#"s0 can be undone until "2026-12-07T10:00:00Z""#),
+            "{table}"
+        );
+        assert!(!table.contains("s1 can be undone"), "{table}");
+    }
+
+    #[test]
+    fn a_waiting_saga_is_shown_with_its_question_and_how_to_answer_it_here() {
+        let task: agent_host::sdk::Task = serde_json::from_value(json!({
+            "id": "t_1", "contextId": "c_1",
+            "status": {"state": "TASK_STATE_INPUT_REQUIRED", "message": {
+                "messageId": "m", "role": "ROLE_AGENT", "parts": [
+                    {"text": "step s4: timed out. An approver answers with a data part {...}"},
+                    {"data": {"escalation": {"question": "Did it\u{1b}[2J take effect?",
+                        "resolutions": ["resolved-manually", "compensate"]}}}]}}}))
+        .unwrap();
+        let shown = super::describe(&task, Some("http://127.0.0.1:7300"));
+        assert!(shown.contains("  ? Did it [2J take effect?\n"), "{shown}");
+        assert!(
+            shown.contains("answer: sagaplane task resolve --agent http://127.0.0.1:7300 t_1 resolved-manually|compensate --approver-key KEY.jwk"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("An approver answers with a data part"),
+            "{shown}"
+        );
     }
 
     #[test]
