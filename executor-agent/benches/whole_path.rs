@@ -27,8 +27,7 @@
 //! (`whole_path/callgrind.rs`).
 
 use std::collections::HashMap;
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +36,7 @@ use agent_host::{AgentClient, OutboundCall, mint_jwt};
 use futures::StreamExt;
 use sagaplane_examples::supplier::AGENTS;
 use serde_json::{Value, json};
+use setup::{ADMIN_TOKEN, Executor, Keys, plan_template, register};
 use shared_types::SigningIdentity;
 
 #[path = "whole_path/callgrind.rs"]
@@ -47,25 +47,17 @@ mod console;
 mod database;
 #[path = "whole_path/interleaved.rs"]
 mod interleaved;
+#[path = "whole_path/setup.rs"]
+mod setup;
 #[path = "saga/tool_agent.rs"]
 mod tool_agent;
 
 pub(crate) const TOOL_TOKEN: &str = "tool-secret";
 const STEPS: u64 = 6;
-const ADMIN_TOKEN: &str = "admin-token-for-the-whole-path-bench";
 const TOOL_THREADS: &str = "tool-agent";
 const CLIENT_THREADS: &str = "load-client";
 /// The executor's state file writer (`{name}-writer`, sagaplane-storage's sqlite.rs).
 const WRITER_THREAD: &str = "executor-writer";
-
-fn root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn read_json(path: &str) -> Value {
-    let text = std::fs::read_to_string(root().join(path)).expect("a workspace file");
-    shared_types::json::parse_strict(&text).expect("JSON")
-}
 
 /// utime + stime, in ticks, of a `/proc/.../stat` line.
 fn ticks(stat: &str) -> u64 {
@@ -116,26 +108,6 @@ fn ms(ticks: u64) -> f64 {
     ticks as f64 * 10.0
 }
 
-struct Executor {
-    child: Child,
-    url: String,
-    /// Its data directory (callgrind's dumps go there too).
-    dir: std::path::PathBuf,
-}
-
-impl Drop for Executor {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn write(dir: &std::path::Path, name: &str, value: &Value) -> std::path::PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, value.to_string()).expect("a temporary file");
-    path
-}
-
 /// The executor's `/metrics`, by sample name with its labels (`name{label="value"}`).
 async fn scrape(url: &str) -> HashMap<String, f64> {
     let Ok(answer) = reqwest::get(format!("{url}/metrics")).await else {
@@ -162,98 +134,26 @@ fn store() -> Option<String> {
                 .ok()
                 .filter(|url| !url.is_empty())?;
             let name = format!("whole_path_{}", std::process::id());
-            let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-            runtime.block_on(async {
-                use sagaplane_storage::postgres::{Cached, Postgres};
-                let server = Postgres::connect(&url, 1).expect("WHOLE_PATH_STORE");
-                let conn = server
-                    .connection()
-                    .await
-                    .expect("the bench reaches PostgreSQL");
-                conn.run(&format!("CREATE DATABASE {name}"), &[])
-                    .await
-                    .expect("a database for the run");
-            });
-            let (address, options) = url.split_once('?').unwrap_or((&url, ""));
-            let (server, _) = address
-                .rsplit_once('/')
-                .expect("postgres://host:port/database");
-            Some(if options.is_empty() {
-                format!("{server}/{name}")
-            } else {
-                format!("{server}/{name}?{options}")
-            })
+            Some(setup::fresh_database(&url, &name))
         })
         .clone()
 }
 
-/// An executor on `store` (`--store`), or on a SQLite file in `dir` when `None`.
+/// An executor on `store` (`--store`), or on a SQLite file in `dir` when `None`; under
+/// callgrind when asked (`WHOLE_PATH_CALLGRIND`), unless it measures its phases.
 fn start_executor(
     dir: &std::path::Path,
     keys: &Keys,
     phases: bool,
     store: Option<&str>,
 ) -> Executor {
-    std::fs::create_dir_all(dir).expect("a data directory");
-    let public = |name: &str, id: &SigningIdentity| {
-        write(
-            dir,
-            name,
-            &serde_json::to_value(id.public_jwk()).expect("a JWK"),
-        )
-    };
-    let credentials: serde_json::Map<String, Value> = AGENTS
-        .iter()
-        .map(|a| (a.to_string(), json!(TOOL_TOKEN)))
-        .collect();
     let mut command = if callgrind::wanted() && !phases {
         callgrind::command(&executor_binary(), dir)
     } else {
         Command::new(executor_binary())
     };
-    command.args(["--listen", "127.0.0.1:0"]);
-    match store {
-        Some(url) => command.args(["--store", url]),
-        None => command.arg("--data").arg(dir.join("data")),
-    };
-    let mut child = command
-        .arg("--platform-key")
-        .arg(public("platform.pub.jwk", &keys.platform))
-        .arg("--planner")
-        .arg(public("planner.pub.jwk", &keys.planner))
-        .arg("--principal")
-        .arg(public("principal.pub.jwk", &keys.principal))
-        .arg("--credentials")
-        .arg(write(dir, "credentials.json", &Value::Object(credentials)))
-        // A blocking send holds its request turn until its saga ends (docs/security.md).
-        .args([
-            "--max-concurrent-requests",
-            "4096",
-            "--max-connections",
-            "4096",
-        ])
-        .env("SAGAPLANE_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("RUST_LOG", "warn")
-        .env("SAGAPLANE_CPU_PHASES", if phases { "1" } else { "0" })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the executor-agent binary starts");
-    let stdout = child.stdout.take().expect("its stdout");
-    let mut line = String::new();
-    std::io::BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("the executor prints where it listens");
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("listening on URL")
-        .to_owned();
-    Executor {
-        child,
-        url,
-        dir: dir.to_owned(),
-    }
+    command.env("SAGAPLANE_CPU_PHASES", if phases { "1" } else { "0" });
+    setup::spawn_executor(command, dir, keys, store, &[])
 }
 
 /// The rounds to run, in order: each way of waiting (`WHOLE_PATH_MODES`, `blocking,streaming`
@@ -296,12 +196,6 @@ fn executor_binary() -> std::path::PathBuf {
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_executor-agent").into())
 }
 
-struct Keys {
-    platform: SigningIdentity,
-    planner: SigningIdentity,
-    principal: SigningIdentity,
-}
-
 /// One concurrency level's figures.
 struct Round {
     mode: Mode,
@@ -341,11 +235,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let keys = Keys {
-        platform: SigningIdentity::generate(Some("platform".into())).expect("a key"),
-        planner: SigningIdentity::generate(Some("planner-1".into())).expect("a key"),
-        principal: SigningIdentity::generate(Some("principal".into())).expect("a key"),
-    };
+    let keys = Keys::generate();
     let tools = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name(TOOL_THREADS)
@@ -362,7 +252,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("the client's runtime");
-    let template = plan_template(&keys);
+    let template = plan_template(&keys, "md_whole_path");
     let length = Duration::from_secs(seconds);
     let replicas: usize = std::env::var("WHOLE_PATH_REPLICAS")
         .ok()
@@ -380,7 +270,12 @@ fn main() {
         .collect();
     let executor = &executors[0];
     // Registered on one replica: the others read the registry before their next plan.
-    client.block_on(register(&executor.url, &keys.platform, &tool_urls));
+    client.block_on(register(
+        &executor.url,
+        &keys.platform,
+        &tool_urls,
+        &|_, _| {},
+    ));
     println!(
         "whole path: {} (pid {}, {}) <- clients on loopback that each sign a plan (a unique saga id, under a principal's mandate) and mint a planner JWT per saga, then wait for its end; six A2A tool agents in the bench's process; {seconds} s per round after a {WARM_UP_SECONDS} s warm-up at 64 clients",
         executor_binary().display(),
@@ -460,7 +355,12 @@ fn main() {
                 false,
                 None,
             )];
-            client.block_on(register(&sqlite[0].url, &keys.platform, &tool_urls));
+            client.block_on(register(
+                &sqlite[0].url,
+                &keys.platform,
+                &tool_urls,
+                &|_, _| {},
+            ));
             client.block_on(interleaved::compare(
                 &sqlite,
                 &executors,
@@ -541,7 +441,12 @@ one saga alone through the executor against its own sequence without the executo
         true,
         store().as_deref(),
     )];
-    client.block_on(register(&executor[0].url, &keys.platform, &tool_urls));
+    client.block_on(register(
+        &executor[0].url,
+        &keys.platform,
+        &tool_urls,
+        &|_, _| {},
+    ));
     client.block_on(run_round(
         usize::MAX - 2,
         Mode::Blocking,
@@ -696,47 +601,6 @@ fn print_phases(round: &Round) {
         "the rest (blocking-pool reads, runtime, timers; by difference)",
         (total - measured - writer).max(0.0),
     );
-}
-
-/// Registers the six curated cards, each naming its tool agent's URL, signed by the
-/// platform.
-async fn register(executor: &str, platform: &SigningIdentity, urls: &[String]) {
-    let http = reqwest::Client::new();
-    for (agent, url) in AGENTS.iter().zip(urls) {
-        let mut card = read_json(&format!("agent-cards/{agent}.json"));
-        if let Some(interfaces) = card["supportedInterfaces"].as_array_mut() {
-            for interface in interfaces {
-                interface["url"] = json!(url);
-            }
-        }
-        platform.sign_in_place(&mut card).expect("signed");
-        let answer = http
-            .post(format!("{executor}/admin/cards"))
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&card)
-            .send()
-            .await
-            .expect("the executor answers");
-        assert_eq!(
-            answer.status(),
-            201,
-            "{agent}: {}",
-            answer.text().await.unwrap_or_default()
-        );
-    }
-}
-
-/// The example plan under a principal's mandate for the planner, as text with the saga id
-/// to replace.
-fn plan_template(keys: &Keys) -> String {
-    let mut mandate = read_json("examples/mandates/test-mandate.json");
-    mandate["mandateId"] = json!("md_whole_path");
-    mandate["grantees"] = json!([keys.planner.kid()]);
-    mandate["budget"]["amountMinor"] = json!(9_000_000_000_000_000u64);
-    keys.principal.sign_in_place(&mut mandate).expect("signed");
-    let mut plan = read_json("examples/plans/supplier-onboarding.json");
-    plan["mandate"] = mandate;
-    plan.to_string()
 }
 
 /// How a client waits for its saga's end.
