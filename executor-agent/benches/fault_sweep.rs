@@ -104,8 +104,9 @@ fn main() {
         .ok()
         .and_then(|n| n.parse().ok());
     println!(
-        "fault sweep: {sagas} sagas over 3 replicas on PostgreSQL, the third SIGKILLed after {} are sent; faults on {:.0}% of tool calls (seed {seed}); skills time out after {TIMEOUT_MS} ms; {}",
+        "fault sweep: {sagas} sagas over 3 replicas on PostgreSQL, the third SIGKILLed after {} are sent ({} of them to it); faults on {:.0}% of tool calls (seed {seed}); skills time out after {TIMEOUT_MS} ms; {}",
         sagas / 3,
+        (0..sagas / 3).filter(|n| n % 3 == 2).count(),
         rate * 100.0,
         attempts.map_or(
             "each skill's attempts as its card declares".to_owned(),
@@ -145,7 +146,7 @@ fn report(verify: bool, o: &Outcome) {
     let faults: Vec<String> = o.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
     println!("  tool calls {}; faults: {}", o.calls, faults.join(", "));
     println!(
-        "  unknown outcomes: {} calls timed out; {} settled by a retry under the same key; {} by the status skill ({} applied, {} not applied; {} status calls failed); {} put to a person",
+        "  unknown outcomes: {} calls timed out; {} followed by a call under the same key (a retry, or the call sent again by the replica that took the saga over); {} asked of the status skill ({} applied, {} not applied; {} status calls failed); {} put to a person",
         o.faults.get("TimeoutAfterEffect").copied().unwrap_or(0)
             + o.faults.get("TimeoutBeforeEffect").copied().unwrap_or(0),
         o.retried_after_timeout,
