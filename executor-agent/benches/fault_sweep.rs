@@ -36,6 +36,10 @@ use serde_json::{Value, json};
 mod chaos_tool;
 #[path = "whole_path/setup.rs"]
 mod setup;
+// For its results, shaped as the cards' `outputSchema`s (its agent is not used here).
+#[allow(dead_code)]
+#[path = "saga/tool_agent.rs"]
+mod tool_agent;
 
 use chaos_tool::{Chaos, Ledger};
 use setup::{Executor, Keys};
@@ -47,21 +51,6 @@ const TIMEOUT_MS: u64 = 400;
 const HELD: Duration = Duration::from_millis(700);
 /// How long the sagas may take to end once all are sent.
 const PATIENCE: Duration = Duration::from_secs(180);
-
-/// A forward skill's result, shaped as its card's `outputSchema`.
-pub(crate) fn forward_result(skill: &str) -> Value {
-    match skill {
-        "vendor.create" => json!({"vendorId": "v_1"}),
-        "budget.reserve" => {
-            json!({"reservationId": "r_1", "holdExpiresAt": "2099-01-01T00:00:00Z"})
-        }
-        "sandbox.provision" => json!({"tenantId": "t_1", "login": "acme-admin"}),
-        "compliance.check" => json!({"status": "clear", "reference": "c_1"}),
-        "payments.capture" => json!({"captureId": "p_1", "amountMinor": 12000, "currency": "EUR"}),
-        "email.send" => json!({"messageId": "m_1"}),
-        _ => json!({"done": true}),
-    }
-}
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)

@@ -122,7 +122,7 @@ impl ChaosTool {
                 _ => json!({"deprovisioned": true}),
             }
         } else {
-            crate::forward_result(skill)
+            crate::tool_agent::tool_result(skill)
         };
         ledger
             .effects

@@ -16,6 +16,7 @@ use shared_types::expr::{self, EvalContext};
 
 use super::engine::Saga;
 use super::model::{CallOutcome, Command, Forward, Invocation, Target, Undo};
+use super::spec::VerificationSpec;
 
 /// What a verification said about the call in doubt.
 #[derive(Debug, PartialEq)]
@@ -91,20 +92,34 @@ impl Saga {
     ) -> Option<Result<Invocation, expr::Unresolved>> {
         let step = &self.spec.steps[i];
         let verification = step.verification.as_ref()?;
+        let request = self.records[i].request.as_deref();
+        Some(self.asking(i, attempt, verification, &step.idempotency_key, request))
+    }
+
+    /// The call asking `verification` whether step `i`'s call under `key`, attempt
+    /// `attempt`, sent with `request`, took effect: `$step.idempotencyKey` is that key.
+    fn asking(
+        &self,
+        i: usize,
+        attempt: u32,
+        verification: &VerificationSpec,
+        key: &str,
+        request: Option<&Value>,
+    ) -> Result<Invocation, expr::Unresolved> {
         let ctx = EvalContext {
             saga_id: Some(&self.spec.saga_id),
-            step_id: Some(&step.id),
-            idempotency_key: Some(&step.idempotency_key),
-            request_body: self.records[i].request.as_deref(),
+            step_id: Some(&self.spec.steps[i].id),
+            idempotency_key: Some(key),
+            request_body: request,
             ..EvalContext::default()
         };
-        Some(expr::bind(&verification.args, &ctx).map(|args| Invocation {
+        expr::bind(&verification.args, &ctx).map(|args| Invocation {
             target: Target::Verification(i),
             attempt,
             call: verification.call.clone(),
             args,
-            idempotency_key: verification_key(&step.idempotency_key, attempt),
-        }))
+            idempotency_key: verification_key(key, attempt),
+        })
     }
 
     /// Step `i`'s compensation, attempt `attempt`, has an unknown outcome that no retry
@@ -153,23 +168,16 @@ impl Saga {
         i: usize,
         attempt: u32,
     ) -> Option<Result<Invocation, expr::Unresolved>> {
-        let step = &self.spec.steps[i];
-        let compensation = step.compensation.as_ref()?;
+        let compensation = self.spec.steps[i].compensation.as_ref()?;
         let verification = compensation.verification.as_ref()?;
-        let ctx = EvalContext {
-            saga_id: Some(&self.spec.saga_id),
-            step_id: Some(&step.id),
-            idempotency_key: Some(&compensation.idempotency_key),
-            request_body: self.records[i].undo_request.as_deref(),
-            ..EvalContext::default()
-        };
-        Some(expr::bind(&verification.args, &ctx).map(|args| Invocation {
-            target: Target::Verification(i),
+        let request = self.records[i].undo_request.as_deref();
+        Some(self.asking(
+            i,
             attempt,
-            call: verification.call.clone(),
-            args,
-            idempotency_key: verification_key(&compensation.idempotency_key, attempt),
-        }))
+            verification,
+            &compensation.idempotency_key,
+            request,
+        ))
     }
 
     /// The verification of step `i`'s compensation answered `outcome`: applied, and the
