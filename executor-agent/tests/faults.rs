@@ -510,30 +510,6 @@ async fn the_dropped_connection_fault_closes_the_connection_without_a_byte() {
     );
 }
 
-/// The budget agent's card with `budget.release` not idempotent, declaring a status skill
-/// (the payments agent's, renamed) as its verification.
-fn release_verified(agent: &str, card: &mut Value) {
-    if agent != "budget" {
-        return;
-    }
-    let payments = read("agent-cards/payments.json");
-    let skills = "/capabilities/extensions/0/params/skills";
-    let mut status = payments
-        .pointer(&format!("{skills}/payments.status"))
-        .unwrap()
-        .clone();
-    status["timeoutMs"] = json!(300);
-    let mut listed = payments["skills"][1].clone();
-    assert_eq!(listed["id"], "payments.status");
-    listed["id"] = json!("budget.status");
-    card["skills"].as_array_mut().unwrap().push(listed);
-    let declared = card.pointer_mut(skills).unwrap();
-    declared["budget.status"] = status;
-    declared["budget.release"]["idempotent"] = json!(false);
-    declared["budget.release"]["verify"] =
-        json!({"skill": "budget.status", "args": {"forwardKey": "$step.idempotencyKey"}});
-}
-
 /// Runs the supplier plan with the compliance check declined (so the saga unwinds) and
 /// `release` injected in the budget's release, whose card is `release_verified`.
 async fn unwind_with_release(release: Fault) -> (Harness, Task) {

@@ -43,8 +43,18 @@ enum Crash<'a> {
 /// there), restarted, and the saga followed to its end. Returns the ending, and whether
 /// the crash happened.
 async fn run(world: &World, faults: &[(&str, Fault)], crash: Crash<'_>) -> (Ending, bool) {
+    run_with_cards(world, faults, crash, &|_, _| {}).await
+}
+
+/// `run`, with the tool agents' cards changed by `tweak(agent, card)`.
+async fn run_with_cards(
+    world: &World,
+    faults: &[(&str, Fault)],
+    crash: Crash<'_>,
+    tweak: &dyn Fn(&str, &mut Value),
+) -> (Ending, bool) {
     let data = tempfile::tempdir().unwrap();
-    let (cards, logs) = start_tools(faults, &world.platform).await;
+    let (cards, logs) = start_tools_with(faults, &world.platform, 300, tweak).await;
     let pause = match crash {
         Crash::AfterJournalWrite(n) => Some(n),
         _ => None,
@@ -91,13 +101,24 @@ async fn run(world: &World, faults: &[(&str, Fault)], crash: Crash<'_>) -> (Endi
 /// so it races the test's reading of the answer, and `points` counts the writes up to and
 /// including the end.
 async fn sweep(faults: &[(&str, Fault)], expected_state: TaskState, points: usize) {
+    sweep_with_cards(faults, &|_, _| {}, expected_state, points).await;
+}
+
+/// `sweep`, with the tool agents' cards changed by `tweak(agent, card)`.
+async fn sweep_with_cards(
+    faults: &[(&str, Fault)],
+    tweak: &dyn Fn(&str, &mut Value),
+    expected_state: TaskState,
+    points: usize,
+) {
     let world = World::new();
-    let (reference, _) = run(&world, faults, Crash::Never).await;
+    let (reference, _) = run_with_cards(&world, faults, Crash::Never, tweak).await;
     assert_eq!(reference.state, expected_state, "{reference:?}");
     let mut crashes = 0;
     // Past the last journal write a run ends without pausing.
     for n in 1..=500 {
-        let (ending, crashed) = run(&world, faults, Crash::AfterJournalWrite(n)).await;
+        let (ending, crashed) =
+            run_with_cards(&world, faults, Crash::AfterJournalWrite(n), tweak).await;
         if !crashed {
             break;
         }
@@ -163,6 +184,57 @@ async fn a_kill_while_a_verification_is_out_asks_again_and_changes_nothing() {
         key,
     };
     let (ending, crashed) = run(&world, &faults, crash).await;
+    assert!(crashed, "{key} was never asked");
+    assert_eq!(ending, reference, "after a crash with {key} out");
+}
+
+/// The saga unwinds (its compliance check declined); the budget's release answers are
+/// lost (503s) until its attempts are spent, and its status skill says it took effect: a
+/// kill after each journal write, the verification's among them, ends as the
+/// uninterrupted run: compensated, the release applied once. (The release is idempotent
+/// here: killed with a call out, a release that is not is asked about rather than sent
+/// again, and one found not applied then waits for a person: see `faults.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_at_every_journal_point_of_a_verified_compensation_changes_nothing() {
+    // Header + start + s0's intent, three answers + the next intent, the declined check +
+    // s2's undo intent, s2's undo answer + s1's undo intent, five unknown releases (each
+    // with its retry timer, the last with its verification's intent), the verification's
+    // answer + s0's undo intent, s0's undo answer (the end).
+    sweep_with_cards(
+        &[
+            ("compliance.check", Fault::Decline),
+            ("budget.release", Fault::ServerError(ALWAYS)),
+        ],
+        &|agent: &str, card: &mut Value| release_verified_as(true, agent, card),
+        TaskState::Failed,
+        13,
+    )
+    .await;
+}
+
+/// The release's verification is answered but the answer never reaches the executor,
+/// which is killed then: the restart asks again, the release is not made again, and the
+/// saga ends as the uninterrupted run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_while_a_compensations_verification_is_out_asks_again_and_changes_nothing() {
+    let world = World::new();
+    let unwinding = [
+        ("compliance.check", Fault::Decline),
+        ("budget.release", Fault::ServerError(ALWAYS)),
+    ];
+    let (reference, _) = run_with_cards(&world, &unwinding, Crash::Never, &release_verified).await;
+    assert_eq!(reference.state, TaskState::Failed, "{reference:?}");
+    let faults = [
+        unwinding[0],
+        unwinding[1],
+        ("budget.status", Fault::ApplyThenHang(1)),
+    ];
+    let key = "sg_demo_supplier_onboarding:s1:undo:verify:1";
+    let crash = Crash::AfterCalled {
+        agent: "budget",
+        key,
+    };
+    let (ending, crashed) = run_with_cards(&world, &faults, crash, &release_verified).await;
     assert!(crashed, "{key} was never asked");
     assert_eq!(ending, reference, "after a crash with {key} out");
 }

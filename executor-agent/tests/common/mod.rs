@@ -656,6 +656,35 @@ pub async fn start_tools_with(
     (cards, logs)
 }
 
+/// The budget agent's card with `budget.release` not idempotent, declaring a status skill
+/// (the payments agent's, renamed) as its verification.
+pub fn release_verified(agent: &str, card: &mut Value) {
+    release_verified_as(false, agent, card);
+}
+
+/// `release_verified`, the release as idempotent as `idempotent` says.
+pub fn release_verified_as(idempotent: bool, agent: &str, card: &mut Value) {
+    if agent != "budget" {
+        return;
+    }
+    let payments = read("agent-cards/payments.json");
+    let skills = "/capabilities/extensions/0/params/skills";
+    let mut status = payments
+        .pointer(&format!("{skills}/payments.status"))
+        .unwrap()
+        .clone();
+    status["timeoutMs"] = json!(300);
+    let mut listed = payments["skills"][1].clone();
+    assert_eq!(listed["id"], "payments.status");
+    listed["id"] = json!("budget.status");
+    card["skills"].as_array_mut().unwrap().push(listed);
+    let declared = card.pointer_mut(skills).unwrap();
+    declared["budget.status"] = status;
+    declared["budget.release"]["idempotent"] = json!(idempotent);
+    declared["budget.release"]["verify"] =
+        json!({"skill": "budget.status", "args": {"forwardKey": "$step.idempotencyKey"}});
+}
+
 /// A user message with one data part (on `task_id`, if given).
 pub fn data_message(data: Value, task_id: Option<&str>) -> SendMessageRequest {
     agent_host::user_request(None, Some(data), task_id)
