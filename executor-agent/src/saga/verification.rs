@@ -51,27 +51,21 @@ impl Saga {
         now_ms: i64,
         out: &mut Vec<Command>,
     ) {
-        let reason = match self.verification_call(i, attempt) {
-            Some(Ok(invocation)) => {
-                let step = &self.spec.steps[i];
-                out.push(Command::Report {
-                    step: step.id.clone(),
-                    what: format!(
-                        "outcome unknown ({reason}); asking {} whether it took effect",
-                        invocation.call.skill
-                    ),
-                });
+        let reason = match self.ask(
+            i,
+            self.verification_call(i, attempt),
+            "outcome",
+            reason,
+            out,
+        ) {
+            Ok(()) => {
                 self.records[i].forward = Forward::Verifying {
                     attempt,
                     reason: reason.to_owned(),
                 };
-                out.push(Command::Invoke(invocation));
                 return;
             }
-            Some(Err(unresolved)) => {
-                format!("{reason}; its verification cannot be bound: {unresolved}")
-            }
-            None => reason.to_owned(),
+            Err(reason) => reason,
         };
         self.records[i].forward = Forward::Unknown {
             reason: reason.clone(),
@@ -81,6 +75,35 @@ impl Saga {
             what: format!("outcome unknown: {reason}"),
         });
         self.after_forward_failure(i, true, &reason, now_ms, out);
+    }
+
+    /// Makes `call`, the verification of step `i`'s `what` in doubt (`reason`), and says
+    /// so; or why it cannot be made: the step declares none, or it cannot be bound.
+    fn ask(
+        &self,
+        i: usize,
+        call: Option<Result<Invocation, expr::Unresolved>>,
+        what: &str,
+        reason: &str,
+        out: &mut Vec<Command>,
+    ) -> Result<(), String> {
+        match call {
+            Some(Ok(invocation)) => {
+                out.push(Command::Report {
+                    step: self.spec.steps[i].id.clone(),
+                    what: format!(
+                        "{what} unknown ({reason}); asking {} whether it took effect",
+                        invocation.call.skill
+                    ),
+                });
+                out.push(Command::Invoke(invocation));
+                Ok(())
+            }
+            Some(Err(unresolved)) => Err(format!(
+                "{reason}; its verification cannot be bound: {unresolved}"
+            )),
+            None => Err(reason.to_owned()),
+        }
     }
 
     /// The call asking whether forward step `i`'s attempt `attempt` took effect; `None`
@@ -133,26 +156,16 @@ impl Saga {
         reason: &str,
         out: &mut Vec<Command>,
     ) {
-        let reason = match self.undo_verification_call(i, attempt) {
-            Some(Ok(invocation)) => {
-                out.push(Command::Report {
-                    step: self.spec.steps[i].id.clone(),
-                    what: format!(
-                        "compensation outcome unknown ({reason}); asking {} whether it took effect",
-                        invocation.call.skill
-                    ),
-                });
+        let call = self.undo_verification_call(i, attempt);
+        let reason = match self.ask(i, call, "compensation outcome", reason, out) {
+            Ok(()) => {
                 self.records[i].undo = Undo::Verifying {
                     attempt,
                     reason: reason.to_owned(),
                 };
-                out.push(Command::Invoke(invocation));
                 return;
             }
-            Some(Err(unresolved)) => {
-                format!("{reason}; its verification cannot be bound: {unresolved}")
-            }
-            None => reason.to_owned(),
+            Err(reason) => reason,
         };
         self.records[i].undo = Undo::DeadLettered {
             reason: reason.clone(),
