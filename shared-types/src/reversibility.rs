@@ -301,15 +301,14 @@ impl SkillDeclaration {
             _ => {}
         }
         if let Some(comp) = &self.compensation {
-            if !skills(&comp.skill) {
-                out.push(format!(
-                    "{skill}'s compensation names {}, which this agent does not have",
-                    comp.skill
-                ));
-            }
-            if comp.skill == skill {
-                out.push(format!("{skill} cannot compensate itself"));
-            }
+            let exists = skills(&comp.skill);
+            out.extend(named_skill_problems(
+                skill,
+                "compensation",
+                "compensate",
+                &comp.skill,
+                exists,
+            ));
             out.extend(binding_problems(
                 skill,
                 "compensation.args",
@@ -326,15 +325,14 @@ impl SkillDeclaration {
             }
         }
         if let Some(verification) = &self.verify {
-            if !skills(&verification.skill) {
-                out.push(format!(
-                    "{skill}'s verify names {}, which this agent does not have",
-                    verification.skill
-                ));
-            }
-            if verification.skill == skill {
-                out.push(format!("{skill} cannot verify itself"));
-            }
+            let exists = skills(&verification.skill);
+            out.extend(named_skill_problems(
+                skill,
+                "verify",
+                "verify",
+                &verification.skill,
+                exists,
+            ));
             out.extend(binding_problems(
                 skill,
                 "verify.args",
@@ -465,6 +463,27 @@ pub fn verification_problems(skills: &BTreeMap<String, SkillDeclaration>) -> Vec
             })
         })
         .collect()
+}
+
+/// What is wrong with `skill`'s `member` naming skill `named` (`exists`: the agent has
+/// it), which the skill calls to `verb` it: it must be another skill of the same agent.
+fn named_skill_problems(
+    skill: &str,
+    member: &str,
+    verb: &str,
+    named: &str,
+    exists: bool,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if !exists {
+        out.push(format!(
+            "{skill}'s {member} names {named}, which this agent does not have"
+        ));
+    }
+    if named == skill {
+        out.push(format!("{skill} cannot {verb} itself"));
+    }
+    out
 }
 
 /// Compensation bindings may read the forward call (`$request`, and `$response` unless
