@@ -715,7 +715,7 @@ async fn an_approval_after_the_revocation_makes_no_effect_and_the_earlier_steps_
         approved.is_err(),
         "the approval finds no saga to approve: {approved:?}"
     );
-    let ended = task_now(&served, &task.id).await;
+    let ended = task_when_ended(&served, &task.id).await;
     assert_eq!(ended.status.state, TaskState::Failed, "{:?}", ended.status);
     let (said, _) = status_of(&ended);
     assert!(
@@ -739,6 +739,28 @@ async fn an_approval_after_the_revocation_makes_no_effect_and_the_earlier_steps_
 async fn answer_approval(served: &Served, task: &Task) -> Result<Task, agent_host::sdk::A2AError> {
     let approval = approval(task, in_five_minutes());
     answer(served, approver_jwt(served), &task.id, approval).await
+}
+
+/// The task once it has ended: the revocation unwinds the saga after it is acknowledged,
+/// so the task is followed (its stream ends with the task) before it is read.
+async fn task_when_ended(served: &Served, id: &str) -> Task {
+    use futures::StreamExt;
+    let call = agent_host::OutboundCall {
+        bearer: approver_jwt(served),
+        ..agent_host::OutboundCall::default()
+    };
+    let client = agent_host::AgentClient::new(&served.url).unwrap();
+    // A task that has already ended cannot be subscribed to: then it is read at once.
+    match client.subscribe(&call, id).await {
+        Ok(mut events) => {
+            let drained = async { while events.next().await.is_some() {} };
+            tokio::time::timeout(std::time::Duration::from_secs(30), drained)
+                .await
+                .unwrap_or_else(|_| panic!("task {id} did not end"));
+        }
+        Err(refused) => assert!(refused.to_string().contains("terminal state"), "{refused}"),
+    }
+    task_now(served, id).await
 }
 
 /// The task as the executor shows it now.
