@@ -28,6 +28,10 @@ pub struct Plan {
     /// Index of the first irreversible step; `null` when there is none. Always written;
     /// an absent member reads as `null`.
     pub pivot_index: Option<usize>,
+    /// The most steps of this saga the executor may have under way at once (calls out, or
+    /// waiting to be retried); at most the executor's own bound. Absent: the executor's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel_steps: Option<u32>,
     #[serde(deserialize_with = "steps")]
     pub steps: Vec<Step>,
     #[serde(
@@ -70,6 +74,11 @@ pub struct Step {
     )]
     pub compensation: Option<Compensation>,
     pub idempotency_key: String,
+    /// The ids of the steps this one waits for: it is called once each of them has
+    /// succeeded. Absent: the step listed before it (none for the first), so a plan
+    /// without `after` is a sequence. `[]`: it waits for nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Vec<String>>,
 }
 
 fn authored_by<'de, D: Deserializer<'de>>(deserializer: D) -> Result<AuthoredBy, D::Error> {
@@ -103,5 +112,16 @@ impl Plan {
 
     pub fn step(&self, id: &str) -> Option<&Step> {
         self.steps.iter().find(|s| s.id == id)
+    }
+
+    /// The ids step `index` waits for, as written or as implied (the step before it).
+    pub fn waits_for(&self, index: usize) -> Vec<&str> {
+        match &self.steps[index].after {
+            Some(ids) => ids.iter().map(String::as_str).collect(),
+            None => index
+                .checked_sub(1)
+                .map(|before| vec![self.steps[before].id.as_str()])
+                .unwrap_or_default(),
+        }
     }
 }

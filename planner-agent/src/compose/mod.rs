@@ -57,6 +57,8 @@ pub struct Chosen {
     pub agent: String,
     pub skill: String,
     pub args: Value,
+    /// The steps it waits for (`after`); `None`: the one before it.
+    pub after: Option<Vec<String>>,
 }
 
 /// Turns chosen steps into a plan: class and compensation copied exactly from the
@@ -86,6 +88,7 @@ pub fn assemble(
             args: c.args,
             class: declaration.class,
             compensation: declaration.compensation.clone(),
+            after: c.after,
         });
         declarations.push(declaration);
     }
@@ -101,6 +104,7 @@ pub fn assemble(
         authored_by,
         mandate: ctx.mandate.clone(),
         pivot_index,
+        max_parallel_steps: None,
         steps,
         signatures: Vec::new(),
     })
@@ -451,6 +455,7 @@ pub fn rules_plan(
                 agent: nodes[node].0.clone(),
                 skill: nodes[node].1.clone(),
                 args: Value::Object(args),
+                after: None,
             }
         })
         .collect();

@@ -92,6 +92,9 @@ struct DraftStep {
     class: Option<ReversibilityClass>,
     #[serde(default)]
     compensation: Option<Compensation>,
+    /// The steps it waits for, checked like every other member of a draft.
+    #[serde(default)]
+    after: Option<Vec<String>>,
 }
 
 /// What a draft came to.
@@ -202,6 +205,7 @@ pub fn judge(content: &str, request: &PlanRequest<'_>, authored_by: AuthoredBy) 
             agent: s.agent,
             skill: s.skill,
             args: Value::Object(s.args),
+            after: s.after,
         })
         .collect();
     let plan = match assemble(
