@@ -81,6 +81,8 @@ pub struct ExecutorConfig {
     /// How many sagas may make progress at once (`DEFAULT_MAX_RUNNING_SAGAS` by
     /// default); the others wait for a slot (see `slots`).
     pub max_running_sagas: usize,
+    /// How many steps of one saga may be under way at once; a plan may ask for fewer.
+    pub max_parallel_steps: u32,
     /// How near its deadline an open undo handle counts as expiring on `/metrics`
     /// (`metrics::DEFAULT_UNDO_EXPIRING_WITHIN` by default).
     pub undo_expiring_within: Duration,
@@ -254,7 +256,8 @@ impl Executor {
                 self.config.planner_keys.clone(),
             )
             .map_err(|e| Error::Refused(e.to_string()))?
-            .with_principals(self.config.mandates.principals().clone()),
+            .with_principals(self.config.mandates.principals().clone())
+            .with_max_parallel_steps(self.config.max_parallel_steps),
         );
         *sync::lock(&self.validator) = Some((generation, validator.clone()));
         Ok(validator)

@@ -38,19 +38,25 @@ pub enum Lapse {
     Expired,
 }
 
-/// The forward call among `commands` that authority must allow before it is made: one
-/// at or before the point of no return, of a saga held against a mandate.
-pub fn guarded(saga: &Saga, commands: &[Command]) -> Option<(Target, u32)> {
-    saga.spec.mandate.as_ref()?;
-    commands.iter().find_map(|command| match command {
-        Command::Invoke(invocation) => match invocation.target {
-            Target::Forward(i) if saga.spec.point_of_no_return.is_none_or(|p| i <= p) => {
-                Some((invocation.target, invocation.attempt))
-            }
+/// The forward calls among `commands` that authority must allow before they are made:
+/// those at or before the point of no return, of a saga held against a mandate (several
+/// when independent branches start at once).
+pub fn guarded(saga: &Saga, commands: &[Command]) -> Vec<(Target, u32)> {
+    if saga.spec.mandate.is_none() {
+        return Vec::new();
+    }
+    commands
+        .iter()
+        .filter_map(|command| match command {
+            Command::Invoke(invocation) => match invocation.target {
+                Target::Forward(i) if saga.spec.point_of_no_return.is_none_or(|p| i <= p) => {
+                    Some((invocation.target, invocation.attempt))
+                }
+                _ => None,
+            },
             _ => None,
-        },
-        _ => None,
-    })
+        })
+        .collect()
 }
 
 /// Whether the mandate of `saga` has lapsed at `now_ms`, read from `book` (revocations)
@@ -79,20 +85,20 @@ pub fn entries_of(event: Event, commands: &[Command]) -> Vec<Entry> {
     entries
 }
 
-/// The call `call` that stepping `event` decided is not made, for `lapse`: the engine
-/// hears the lapse, then that the call failed definitely having never been made. No
-/// intent is journaled for it, so replaying these entries decides it and answers it the
-/// same way, and recovery never makes it. Returns the entries to journal and the
-/// commands to act on.
+/// The calls `calls` that stepping `event` decided are not made, for `lapse`: the engine
+/// hears the lapse, then that each call failed definitely having never been made. No
+/// intent is journaled for them, so replaying these entries decides them and answers
+/// them the same way, and recovery never makes them. Returns the entries to journal and
+/// the commands to act on.
 pub fn not_made(
     saga: &mut Saga,
     event: Event,
     mut commands: Vec<Command>,
-    call: (Target, u32),
+    calls: &[(Target, u32)],
     lapse: Lapse,
     now_ms: i64,
 ) -> (Vec<Entry>, Vec<Command>) {
-    commands.retain(|c| !matches!(c, Command::Invoke(i) if (i.target, i.attempt) == call));
+    commands.retain(|c| !matches!(c, Command::Invoke(i) if calls.contains(&(i.target, i.attempt))));
     let mut entries = entries_of(event, &commands);
     let (heard, why) = match lapse {
         Lapse::Revoked => (
@@ -107,16 +113,16 @@ pub fn not_made(
             "not made: the mandate had expired before the call",
         ),
     };
-    let failed = Event::Result {
-        target: call.0,
-        attempt: call.1,
+    let failed = calls.iter().map(|&(target, attempt)| Event::Result {
+        target,
+        attempt,
         outcome: CallOutcome::Failed {
             reason: why.into(),
             failure: Some(FailureClass::Permanent),
         },
         now_ms,
-    };
-    for event in [heard, failed] {
+    });
+    for event in std::iter::once(heard).chain(failed) {
         let more = saga.step(event.clone());
         entries.extend(entries_of(event, &more));
         commands.extend(more);
@@ -192,7 +198,7 @@ mod tests {
                 &mut saga,
                 event,
                 commands,
-                (Target::Forward(2), 1),
+                &[(Target::Forward(2), 1)],
                 lapse,
                 T0 + 20,
             );
@@ -254,11 +260,11 @@ mod tests {
     #[test]
     fn past_the_point_of_no_return_or_without_a_mandate_nothing_is_guarded() {
         let (saga, _, _, commands) = deciding(4);
-        assert_eq!(guarded(&saga, &commands), Some((Target::Forward(4), 1)));
+        assert_eq!(guarded(&saga, &commands), vec![(Target::Forward(4), 1)]);
         let (saga, _, _, commands) = deciding(5);
-        assert_eq!(guarded(&saga, &commands), None, "s5 is past the pivot");
+        assert!(guarded(&saga, &commands).is_empty(), "s5 is past the pivot");
         let (mut saga, _, _, commands) = deciding(2);
         saga.spec.mandate = None;
-        assert_eq!(guarded(&saga, &commands), None);
+        assert!(guarded(&saga, &commands).is_empty());
     }
 }

@@ -2,7 +2,7 @@
 //! the engine, journals the event together with the intents of the calls it decided (one
 //! durable write), and only then performs the commands: making the calls, arming timers,
 //! reporting progress. Nothing is acted on before it is durable. Told to stop, it waits
-//! for the answer of the call it has out, journals it, and returns without acting on
+//! for the answers of the calls it has out, journals them, and returns without acting on
 //! what the answer led to: recovery makes that next call at the next start, as a decision
 //! journaled but never acted on, so a planned stop repeats no call and asks no one.
 //! A journal write that fails is tried again, with a growing wait, until it is durable or
@@ -205,7 +205,7 @@ pub struct Driver {
 
 impl Driver {
     /// Runs one saga until it ends, from where `begin` or recovery left it; or, once
-    /// `stop` is cancelled, until the call it has out has answered and the answer is
+    /// `stop` is cancelled, until the calls it has out have answered and the answers are
     /// journaled. Acts only while it holds a slot (`slot`, taken first if not held): a
     /// saga stopped before it got one has done nothing here. Returns the phase the saga
     /// is in. A saga left unfinished by the stop is released (its lease given up), so
@@ -270,8 +270,8 @@ impl Driver {
             invoker,
             stop: stop.clone(),
         };
-        // The call made and not answered yet, as the engine names it.
-        let mut out: Option<(Target, u32)> = None;
+        // The calls made and not answered yet, as the engine names them.
+        let mut out: Vec<(Target, u32)> = Vec::new();
         match start {
             Start::Accepted(_) => {}
             Start::Begun(commands, _) if ends(&commands) => {
@@ -302,7 +302,7 @@ impl Driver {
                 // What it showed before is on its task already (`Executor::recover`).
                 saga = recovered.saga;
                 for invocation in recovered.to_invoke {
-                    out = Some((invocation.target, invocation.attempt));
+                    out.push((invocation.target, invocation.attempt));
                     ctx.call(&saga, invocation, &mut running).await?;
                 }
                 lost.extend(recovered.lost);
@@ -331,7 +331,8 @@ impl Driver {
             }
             // A call the engine gave up on (its timeout fired) may still be out, but nothing
             // waits for its answer any more.
-            if stopping && (out.is_none() || out != saga.in_flight()) {
+            let awaited = saga.calls_out();
+            if stopping && !out.iter().any(|call| awaited.contains(call)) {
                 return Ok(saga.phase);
             }
             // A person may take days: the slot goes to another saga meanwhile.
@@ -396,9 +397,8 @@ impl Driver {
             if let Event::Result {
                 target, attempt, ..
             } = &event
-                && out == Some((*target, *attempt))
             {
-                out = None;
+                out.retain(|call| *call != (*target, *attempt));
             }
             // The engine is pure, so stepping before the write is safe: if the write fails,
             // the driver stops and recovery replays what is durable.
@@ -406,16 +406,17 @@ impl Driver {
             // A forward call is allowed by the saga's mandate as it stands now, or not made
             // (`authority`): read again and again while the database cannot answer, as a
             // journal write is. Told to stop, no call is made: recovery decides it again.
-            let (entries, commands) = match guarded(&saga, &commands) {
-                _ if stopping => (vec![Entry::Event(event)], commands),
-                None => (entries_of(event, &commands), commands),
-                Some(call) => {
-                    let now = now_ms();
-                    let read = || lapse(&saga, revocations.as_ref(), now);
-                    match ctx.retrying(read).await? {
-                        None => (entries_of(event, &commands), commands),
-                        Some(lapsed) => not_made(&mut saga, event, commands, call, lapsed, now),
-                    }
+            let calls = guarded(&saga, &commands);
+            let (entries, commands) = if stopping {
+                (vec![Entry::Event(event)], commands)
+            } else if calls.is_empty() {
+                (entries_of(event, &commands), commands)
+            } else {
+                let now = now_ms();
+                let read = || lapse(&saga, revocations.as_ref(), now);
+                match ctx.retrying(read).await? {
+                    None => (entries_of(event, &commands), commands),
+                    Some(lapsed) => not_made(&mut saga, event, commands, &calls, lapsed, now),
                 }
             };
             if ends(&commands) {
@@ -458,9 +459,7 @@ impl Driver {
             if let Some(reply) = pending_revocation.take() {
                 let _ = reply.send(saga.mandate_end_effect());
             }
-            if let Some(made) = ctx.perform(&saga, acts, &mut running) {
-                out = Some(made);
-            }
+            out.extend(ctx.perform(&saga, acts, &mut running));
         }
     }
 }
@@ -588,18 +587,18 @@ impl Ctx {
     }
 
     /// Performs the commands of a step, once it is journaled and shown: calls and timers
-    /// start. Returns the call it made, if any.
+    /// start. Returns the calls it made.
     fn perform(
         &self,
         saga: &Saga,
         commands: Vec<Command>,
         running: &mut JoinSet<Event>,
-    ) -> Option<(Target, u32)> {
-        let mut made = None;
+    ) -> Vec<(Target, u32)> {
+        let mut made = Vec::new();
         for command in commands {
             match command {
                 Command::Invoke(invocation) => {
-                    made = Some((invocation.target, invocation.attempt));
+                    made.push((invocation.target, invocation.attempt));
                     self.spawn_call(saga, invocation, running);
                 }
                 Command::StartTimer { timer, after_ms } => arm(running, timer, after_ms),

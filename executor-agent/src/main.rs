@@ -142,6 +142,12 @@ struct Args {
     #[arg(long, default_value_t = DEFAULT_MAX_RUNNING_SAGAS, value_name = "N",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     max_running_sagas: usize,
+    /// How many steps of one saga may be under way at once: the steps a plan's `after`
+    /// leaves independent run side by side up to this bound (a plan's `maxParallelSteps`
+    /// may ask for fewer). 1 runs every plan one step at a time.
+    #[arg(long, default_value_t = executor_agent::saga::spec::DEFAULT_MAX_PARALLEL_STEPS, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    max_parallel_steps: u32,
     /// A host (`NAME`, any port) or `NAME:PORT` that registrations may reach: what
     /// `POST /admin/cards {"url": …}` and MCP registrations fetch from, and where a
     /// registered card's or manifest's endpoint (which receives the tool's credential)
@@ -333,6 +339,7 @@ async fn main() -> anyhow::Result<()> {
             credentials,
             pause_after_journal_writes: args.pause_after_journal_writes,
             max_running_sagas: args.max_running_sagas,
+            max_parallel_steps: args.max_parallel_steps,
             registration_hosts: if args.allow_registration_hosts.is_empty() {
                 RegistrationHosts::any()
             } else {

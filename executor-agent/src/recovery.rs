@@ -143,7 +143,8 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Result<Recovere
         // lost in flight is then no longer out; timers find the saga paused).
         lost.push(diverged);
     }
-    if let Some((target, attempt)) = saga.in_flight() {
+    let diverging = !lost.is_empty();
+    for (target, attempt) in saga.calls_out() {
         if intents.contains_key(&(target, attempt)) {
             if !answered.contains(&(target, attempt)) {
                 lost.push(Event::InFlightLost {
@@ -152,13 +153,13 @@ pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Result<Recovere
                     now_ms,
                 });
             }
-        } else if lost.is_empty()
+        } else if !diverging
             && let Some(inv) = decided
-                .into_iter()
+                .iter()
                 .rev()
                 .find(|i| i.target == target && i.attempt == attempt)
         {
-            to_invoke.push(inv);
+            to_invoke.push(inv.clone());
         }
     }
     // Timers that no longer matter are ignored by the engine when they fire.

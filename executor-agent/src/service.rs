@@ -61,6 +61,9 @@ pub struct Settings {
     pub pause_after_journal_writes: Option<u64>,
     /// How many sagas may act at once (`agent::DEFAULT_MAX_RUNNING_SAGAS` by default).
     pub max_running_sagas: usize,
+    /// How many steps of one saga may be under way at once
+    /// (`saga::spec::DEFAULT_MAX_PARALLEL_STEPS` by default); a plan may ask for fewer.
+    pub max_parallel_steps: u32,
     /// The hosts a registration may make the executor fetch a card or a tool list from.
     pub registration_hosts: crate::http::RegistrationHosts,
     /// How near its deadline an open undo handle counts as expiring on `/metrics`.
@@ -319,6 +322,7 @@ pub async fn build_with(
             credentials: settings.credentials,
             mcp: mcp.clone(),
             max_running_sagas: settings.max_running_sagas,
+            max_parallel_steps: settings.max_parallel_steps,
             undo_expiring_within: settings.undo_expiring_within,
             forwarding,
             traces: traces.clone(),

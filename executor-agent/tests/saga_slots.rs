@@ -451,6 +451,7 @@ fn restart(setup: &Harness) -> (Arc<Executor>, Arc<TaskManager>) {
             credentials,
             mcp: setup.mcp.clone(),
             max_running_sagas: 1,
+            max_parallel_steps: executor_agent::saga::spec::DEFAULT_MAX_PARALLEL_STEPS,
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             forwarding: None,
             traces: None,

@@ -4,6 +4,7 @@
 //! Pure by design: no async runtime, no network, no clock. Callers pass time in.
 
 pub mod catalog;
+pub mod dependencies;
 pub mod error;
 pub mod expr;
 pub mod json;
@@ -17,6 +18,7 @@ mod strict;
 pub mod validate;
 
 pub use catalog::{Catalog, CatalogAgent};
+pub use dependencies::{Dependencies, DependencyProblem};
 pub use error::{Error, Result};
 pub use mandate::{Mandate, Revocation, ScopeEntry};
 pub use money::{AmountMinor, Currency, Money};
@@ -26,4 +28,4 @@ pub use reversibility::{
     SkillDeclaration,
 };
 pub use signing::{Jwk, JwsSignature, SigningIdentity, TrustStore, VerifiedSignatures};
-pub use validate::{PlanValidator, Report, Violation, ViolationCode};
+pub use validate::{DEFAULT_MAX_PARALLEL_STEPS, PlanValidator, Report, Violation, ViolationCode};

@@ -512,6 +512,7 @@ impl Executor {
             return Ok(None);
         };
         let mut spec = SagaSpec::new(&typed, validator.catalog())?;
+        spec.bound_parallelism(self.config.max_parallel_steps);
         // A valid plan's mandate verified: its principal's grant is what the saga holds.
         // (Whether it was revoked is read in the accepting write, with its reservation.)
         if let (Some(principal_key), Some(raw)) = (report.mandate_signer, plan.get("mandate")) {

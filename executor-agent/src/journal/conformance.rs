@@ -29,6 +29,7 @@ pub(crate) fn header(saga_id: &str) -> SagaHeader {
             point_of_no_return: None,
             expires_at_ms: 0,
             mandate: None,
+            max_parallel_steps: None,
         },
         registrations_read: None,
     }

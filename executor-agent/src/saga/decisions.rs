@@ -94,7 +94,7 @@ impl Saga {
                 if self.records[step].undo == Undo::Pending {
                     self.records[step].undo = Undo::NothingToUndo;
                 }
-                self.advance(step + 1, now_ms, out);
+                self.advance(now_ms, out);
             }
             (PauseOn::Forward { step }, Resolution::Compensate) => {
                 // Allowed only where unwinding is: before the point of no return, or at it

@@ -32,6 +32,10 @@ pub struct Saga {
     /// the next one (what it shows is named by it: `task_view::status_message_id`).
     #[serde(default)]
     pub events: u64,
+    /// The steps whose forward calls have been made, in the order they were first made:
+    /// the saga unwinds in the reverse of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub started: Vec<usize>,
 }
 
 impl Saga {
@@ -63,6 +67,7 @@ impl Saga {
             pending_unwind: None,
             pinned: Vec::new(),
             events: 0,
+            started: Vec::new(),
         }
     }
 
@@ -107,7 +112,7 @@ impl Saga {
                             timer: Timer::MandateExpiry,
                             after_ms: until as u64,
                         });
-                        self.advance(0, now_ms, &mut out);
+                        self.advance(now_ms, &mut out);
                     }
                 }
             }
@@ -117,7 +122,7 @@ impl Saga {
                 outcome,
                 now_ms,
             } => {
-                if self.in_flight() == Some((target, attempt)) {
+                if self.is_out(target, attempt) {
                     self.on_result(target, attempt, outcome, now_ms, &mut out);
                 } else {
                     out.push(ignored(
@@ -155,7 +160,7 @@ impl Saga {
                 attempt,
                 now_ms,
             } => {
-                if self.in_flight() == Some((target, attempt)) {
+                if self.is_out(target, attempt) {
                     let idempotent = self.call_of(target).idempotent;
                     let verifies = self.spec.steps[target.step()].verification.is_some();
                     let lapsed = match target {
@@ -320,28 +325,6 @@ pub(super) fn response_of<'a>(
 }
 
 impl Saga {
-    /// Runs forward from step `from`.
-    pub(super) fn advance(&mut self, from: usize, now_ms: i64, out: &mut Vec<Command>) {
-        if let Some(cause) = self.pending_unwind.take()
-            && !self.past_no_return()
-        {
-            self.unwind(cause, now_ms, out);
-            return;
-        }
-        let Some(step) = self.spec.steps.get(from) else {
-            self.finish(out, Ending::Completed, "every step succeeded");
-            return;
-        };
-        self.phase = Phase::Forward { step: from };
-        if step.approval_timeout_ms.is_some() && self.records[from].forward == Forward::Pending {
-            let reason = format!("step {} ({}) needs approval", step.id, step.call.skill);
-            if self.ask_approval(from, reason, out) {
-                return;
-            }
-        }
-        self.invoke(Target::Forward(from), 1, now_ms, out);
-    }
-
     /// Binds the arguments and emits the invocation.
     pub(super) fn invoke(
         &mut self,
@@ -419,6 +402,10 @@ impl Saga {
             Ok((args, idempotency_key, call)) => {
                 let record = &mut self.records[i];
                 if forward {
+                    if record.started_at_ms.is_none() {
+                        self.started.push(i);
+                    }
+                    let record = &mut self.records[i];
                     record.forward = Forward::Running { attempt };
                     record.attempts = attempt;
                     record.started_at_ms.get_or_insert(now_ms);
@@ -595,6 +582,11 @@ impl Saga {
         };
         if unwindable {
             let cause = self.pending_unwind.take().unwrap_or(Cause::Failure);
+            if self.under_way_besides(Some(i)) > 0 {
+                // The other branches' calls are awaited first (`advance` unwinds).
+                self.pending_unwind = Some(cause);
+                return;
+            }
             self.unwind(cause, now_ms, out);
         } else {
             // The unwind stays pending: a person's answer must not start the call again.
@@ -618,6 +610,16 @@ impl Saga {
         reason: &str,
         out: &mut Vec<Command>,
     ) {
+        let forward = match target {
+            Target::Forward(i) => Some(i),
+            Target::Verification(i) if !self.verifying_undo(i) => Some(i),
+            _ => None,
+        };
+        if let Some(i) = forward
+            && self.pause_deferred(i, out)
+        {
+            return;
+        }
         let (on, what) = match target {
             Target::Verification(i) if !self.verifying_undo(i) => {
                 (PauseOn::Forward { step: i }, "escalated")
@@ -657,7 +659,7 @@ impl Saga {
         let Phase::Unwinding { cause } = self.phase else {
             return;
         };
-        let next = (0..self.records.len()).rev().find(|&i| {
+        let next = self.started.iter().rev().copied().find(|&i| {
             let r = &self.records[i];
             r.undo == Undo::Pending
                 && matches!(

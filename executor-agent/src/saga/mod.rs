@@ -3,6 +3,7 @@
 
 mod approval;
 mod authority;
+mod branches;
 pub mod deadline;
 mod decisions;
 pub mod engine;
@@ -15,6 +16,8 @@ mod views;
 mod approval_tests;
 #[cfg(test)]
 mod authority_tests;
+#[cfg(test)]
+mod branches_tests;
 #[cfg(test)]
 mod deadline_tests;
 #[cfg(test)]

@@ -6,7 +6,11 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use shared_types::plan::undo_idempotency_key;
 use shared_types::reversibility::{RetryPolicy, ReversibilityClass};
-use shared_types::{Catalog, Money, Plan};
+use shared_types::{Catalog, Dependencies, Money, Plan};
+
+/// The executor's default bound on the steps of one saga under way at once, which the
+/// validator times plans with too.
+pub use shared_types::DEFAULT_MAX_PARALLEL_STEPS;
 
 /// How to call one skill: where, with what, and how patiently.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +71,10 @@ pub struct StepSpec {
     /// (absent in the headers of sagas begun before verifications existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<VerificationSpec>,
+    /// The positions of the steps it waits for, when the plan names them (`after`);
+    /// absent: the step before it (none for the first), as in every plan before `after`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Vec<usize>>,
 }
 
 /// A whole saga.
@@ -84,6 +92,11 @@ pub struct SagaSpec {
     /// before mandates were principals' own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mandate: Option<MandateHold>,
+    /// The most steps under way at once (calls out, or waiting to be retried): the lower
+    /// of the plan's `maxParallelSteps` and the executor's bound. Absent in the headers of
+    /// sequences, which never have more than one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel_steps: Option<u32>,
 }
 
 /// Why a plan cannot become a saga (it should have failed validation first).
@@ -98,7 +111,14 @@ impl SagaSpec {
     /// Joins a validated plan with the catalog's declarations.
     pub fn new(plan: &Plan, catalog: &Catalog) -> Result<Self, SpecError> {
         let mut steps = Vec::with_capacity(plan.steps.len());
-        for step in &plan.steps {
+        let dependencies = Dependencies::of(plan);
+        if let Some(problem) = dependencies.problems().first() {
+            return Err(SpecError {
+                step: plan.steps[problem.step()].id.clone(),
+                reason: format!("its after cannot be followed: {problem:?}"),
+            });
+        }
+        for (index, step) in plan.steps.iter().enumerate() {
             let error = |reason: &str| SpecError {
                 step: step.id.clone(),
                 reason: reason.to_owned(),
@@ -160,6 +180,10 @@ impl SagaSpec {
                 }),
                 compensation,
                 verification,
+                after: step
+                    .after
+                    .as_ref()
+                    .map(|_| dependencies.waits_for(index).to_vec()),
             });
         }
         let point_of_no_return = steps
@@ -171,7 +195,32 @@ impl SagaSpec {
             point_of_no_return,
             expires_at_ms: plan.mandate.not_after.timestamp_millis(),
             mandate: None,
+            max_parallel_steps: plan.steps.iter().any(|s| s.after.is_some()).then(|| {
+                plan.max_parallel_steps
+                    .unwrap_or(DEFAULT_MAX_PARALLEL_STEPS)
+                    .max(1)
+            }),
         })
+    }
+
+    /// The positions step `i` waits for.
+    pub fn waits_for(&self, i: usize) -> Vec<usize> {
+        match &self.steps[i].after {
+            Some(after) => after.clone(),
+            None => i.checked_sub(1).into_iter().collect(),
+        }
+    }
+
+    /// How many steps may be under way at once.
+    pub fn parallel_bound(&self) -> usize {
+        self.max_parallel_steps.map_or(1, |n| n.max(1) as usize)
+    }
+
+    /// Lowers the parallel bound to the executor's `bound`.
+    pub fn bound_parallelism(&mut self, bound: u32) {
+        if let Some(n) = &mut self.max_parallel_steps {
+            *n = (*n).min(bound).max(1);
+        }
     }
 }
 

@@ -327,7 +327,7 @@ impl Saga {
             step: step.id.clone(),
             what: "succeeded".into(),
         });
-        self.advance(i + 1, now_ms, out);
+        self.advance(now_ms, out);
     }
 }
 

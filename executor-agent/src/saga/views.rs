@@ -96,12 +96,18 @@ impl Saga {
             .map(|(s, _)| s.id.as_str())
     }
 
-    /// The call currently out, if any.
+    /// The first call out, if any (in plan order).
     pub fn in_flight(&self) -> Option<(Target, u32)> {
+        self.calls_out().first().copied()
+    }
+
+    /// The calls out, whose answers are awaited, in plan order: forward calls of branches
+    /// under way at once, or one compensation or verification.
+    pub fn calls_out(&self) -> Vec<(Target, u32)> {
         self.records
             .iter()
             .enumerate()
-            .find_map(|(i, r)| match (&r.forward, &r.undo) {
+            .filter_map(|(i, r)| match (&r.forward, &r.undo) {
                 (Forward::Running { attempt }, _) => Some((Target::Forward(i), *attempt)),
                 (Forward::Verifying { attempt, .. }, _) => {
                     Some((Target::Verification(i), *attempt))
@@ -110,6 +116,7 @@ impl Saga {
                 (_, Undo::Verifying { attempt, .. }) => Some((Target::Verification(i), *attempt)),
                 _ => None,
             })
+            .collect()
     }
 
     /// The `saga-ledger` artifact: per step, key, attempts, outcome and undo.
@@ -177,6 +184,14 @@ impl Saga {
             }
             if let Some(deadline) = &r.undo_deadline {
                 members.insert("undoDeadline".to_owned(), deadline.ledger());
+            }
+            // What it waited for, when the plan says (else the step before it).
+            if let Some(after) = &s.after {
+                let ids: Vec<&str> = after
+                    .iter()
+                    .filter_map(|&d| self.spec.steps.get(d).map(|s| s.id.as_str()))
+                    .collect();
+                members.insert("after".to_owned(), json!(ids));
             }
             // What the compensation was sent, and what it answered.
             if let Some(comp) = &s.compensation {

@@ -815,6 +815,7 @@ impl Harness {
             mcp: mcp.clone(),
             credentials,
             max_running_sagas,
+            max_parallel_steps: executor_agent::saga::spec::DEFAULT_MAX_PARALLEL_STEPS,
             undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
             forwarding: None,
             traces: None,

@@ -63,6 +63,7 @@ pub fn test_settings(data_dir: std::path::PathBuf, public_url: &str) -> Settings
             .collect(),
         pause_after_journal_writes: None,
         max_running_sagas: DEFAULT_MAX_RUNNING_SAGAS,
+        max_parallel_steps: executor_agent::saga::spec::DEFAULT_MAX_PARALLEL_STEPS,
         undo_expiring_within: executor_agent::metrics::DEFAULT_UNDO_EXPIRING_WITHIN,
         registration_hosts: RegistrationHosts::any(),
     }

@@ -12,9 +12,12 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use timing::{call_worst_ms, undo_deadlines_ms};
+pub use timing::{
+    call_worst_ms, makespan_bound_ms, undo_deadline_ms, undo_deadlines_ms, worst_path_ms,
+};
 
 use crate::catalog::Catalog;
+use crate::dependencies::{Dependencies, DependencyProblem};
 use crate::error::{Error, Result};
 use crate::expr::{self, EvalContext, Source};
 use crate::money::Money;
@@ -30,6 +33,9 @@ pub enum ViolationCode {
     SignerUntrusted,
     SchemaInvalid,
     DuplicateStepId,
+    UnknownDependency,
+    DependencyCycle,
+    DependencyOrder,
     UnknownSkill,
     ClassMismatch,
     CompensationNotDeclared,
@@ -55,6 +61,9 @@ impl ViolationCode {
             Self::SignerUntrusted => "SIGNER_UNTRUSTED",
             Self::SchemaInvalid => "SCHEMA_INVALID",
             Self::DuplicateStepId => "DUPLICATE_STEP_ID",
+            Self::UnknownDependency => "UNKNOWN_DEPENDENCY",
+            Self::DependencyCycle => "DEPENDENCY_CYCLE",
+            Self::DependencyOrder => "DEPENDENCY_ORDER",
             Self::UnknownSkill => "UNKNOWN_SKILL",
             Self::ClassMismatch => "CLASS_MISMATCH",
             Self::CompensationNotDeclared => "COMPENSATION_NOT_DECLARED",
@@ -74,11 +83,14 @@ impl ViolationCode {
         }
     }
 
-    pub const ALL: [ViolationCode; 20] = [
+    pub const ALL: [ViolationCode; 23] = [
         Self::SignatureInvalid,
         Self::SignerUntrusted,
         Self::SchemaInvalid,
         Self::DuplicateStepId,
+        Self::UnknownDependency,
+        Self::DependencyCycle,
+        Self::DependencyOrder,
         Self::UnknownSkill,
         Self::ClassMismatch,
         Self::CompensationNotDeclared,
@@ -130,6 +142,10 @@ impl Report {
     }
 }
 
+/// The most steps of one saga under way at once, unless the executor is told otherwise
+/// (a plan's `maxParallelSteps` may only lower it).
+pub const DEFAULT_MAX_PARALLEL_STEPS: u32 = 8;
+
 /// Checks plans against a catalog and the planner keys this party trusts.
 pub struct PlanValidator {
     catalog: Catalog,
@@ -140,6 +156,8 @@ pub struct PlanValidator {
     input_schemas: HashMap<String, HashMap<String, jsonschema::Validator>>,
     /// The principals' mandate signatures verified already.
     verified_mandates: VerifiedSignatures,
+    /// The most steps of a saga under way at once (a plan may ask for fewer).
+    max_parallel_steps: u32,
 }
 
 impl fmt::Debug for PlanValidator {
@@ -179,7 +197,23 @@ impl PlanValidator {
             principal_keys: TrustStore::new(),
             input_schemas,
             verified_mandates: VerifiedSignatures::default(),
+            max_parallel_steps: DEFAULT_MAX_PARALLEL_STEPS,
         })
+    }
+
+    /// Times plans as run with at most `max` steps under way at once (at least 1), the
+    /// executor's bound: `DEFAULT_MAX_PARALLEL_STEPS` unless set.
+    pub fn with_max_parallel_steps(mut self, max: u32) -> Self {
+        self.max_parallel_steps = max.max(1);
+        self
+    }
+
+    /// The most steps of `plan` under way at once: the lower of the plan's
+    /// `maxParallelSteps` and this validator's bound, at least 1.
+    pub fn max_parallel_steps(&self, plan: &Plan) -> u32 {
+        plan.max_parallel_steps
+            .map_or(self.max_parallel_steps, |m| m.min(self.max_parallel_steps))
+            .max(1)
     }
 
     /// Honours mandates signed by these principals (without, every mandate is refused
@@ -331,10 +365,11 @@ impl PlanValidator {
         };
         check_identity(plan, &mut push);
 
-        // Step ids and where each one stands, for references.
+        // Step ids and where each one stands, for references (a repeated id names its
+        // first step, as in `after`).
         let mut positions: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, step) in plan.steps.iter().enumerate() {
-            if positions.insert(step.id.as_str(), i).is_some() {
+            if positions.entry(step.id.as_str()).or_insert(i) != &i {
                 push(
                     ViolationCode::DuplicateStepId,
                     Some(step),
@@ -344,6 +379,12 @@ impl PlanValidator {
                     ),
                 );
             }
+        }
+
+        let dependencies = Dependencies::of(plan);
+        for problem in dependencies.problems() {
+            let (code, message) = dependency_violation(plan, problem);
+            push(code, plan.steps.get(problem.step()), message);
         }
 
         let declarations: Vec<Option<&SkillDeclaration>> = plan
@@ -384,16 +425,38 @@ impl PlanValidator {
                 );
             }
             let args = &step.args;
-            references::check_step(&plan.steps, i, &positions, &declarations, &mut push);
+            references::check_step(
+                &plan.steps,
+                i,
+                &positions,
+                &dependencies,
+                &declarations,
+                &mut push,
+            );
             if let Some(declaration) = declaration {
                 check_reversibility(step, declaration, &mut push);
                 self.check_args(step, args, &mut push);
             }
         }
 
-        check_pivot(plan, &declarations, &mut push);
-        check_undo_ttls(plan, &declarations, &self.catalog, &mut push);
-        check_mandate(plan, &declarations, now, &mut push);
+        let max_parallel = self.max_parallel_steps(plan);
+        check_pivot(plan, &dependencies, &declarations, &mut push);
+        check_undo_ttls(
+            plan,
+            &dependencies,
+            max_parallel,
+            &declarations,
+            &self.catalog,
+            &mut push,
+        );
+        check_mandate(
+            plan,
+            &dependencies,
+            max_parallel,
+            &declarations,
+            now,
+            &mut push,
+        );
         out
     }
 
@@ -461,6 +524,13 @@ fn check_identity(plan: &Plan, push: &mut impl FnMut(ViolationCode, Option<&Step
             "planVersion starts at 1".into(),
         );
     }
+    if plan.max_parallel_steps == Some(0) {
+        push(
+            ViolationCode::SchemaInvalid,
+            None,
+            "maxParallelSteps is at least 1 (leave it out for the executor's bound)".into(),
+        );
+    }
     if plan.steps.is_empty() {
         push(
             ViolationCode::SchemaInvalid,
@@ -475,6 +545,50 @@ fn check_identity(plan: &Plan, push: &mut impl FnMut(ViolationCode, Option<&Step
                 Some(step),
                 format!("step id {:?} must be 1-64 of A-Z a-z 0-9 '_' '-'", step.id),
             );
+        }
+    }
+}
+
+/// The violation for one problem of the plan's `after` members, saying what to do.
+fn dependency_violation(plan: &Plan, problem: &DependencyProblem) -> (ViolationCode, String) {
+    let id = |i: usize| plan.steps.get(i).map_or("?", |s| s.id.as_str());
+    match problem {
+        DependencyProblem::Unknown { id: name, .. } => (
+            ViolationCode::UnknownDependency,
+            format!(
+                "after names {name:?}, which is no step of this plan; name only ids of the plan's steps"
+            ),
+        ),
+        DependencyProblem::Itself { step } => (
+            ViolationCode::UnknownDependency,
+            format!(
+                "after names the step itself ({:?}); a step cannot wait for itself, so remove it",
+                id(*step)
+            ),
+        ),
+        DependencyProblem::Repeated { id: name, .. } => (
+            ViolationCode::UnknownDependency,
+            format!("after names {name:?} more than once; name each step once"),
+        ),
+        DependencyProblem::Later { step, waits_for } => (
+            ViolationCode::DependencyOrder,
+            format!(
+                "{} waits for {}, which is listed after it; list every step after the steps it waits for",
+                id(*step),
+                id(*waits_for)
+            ),
+        ),
+        DependencyProblem::Cycle { steps } => {
+            let mut circle: Vec<&str> = steps.iter().map(|&i| id(i)).collect();
+            circle.extend(steps.first().map(|&i| id(i)));
+            (
+                ViolationCode::DependencyCycle,
+                format!(
+                    "the steps {} wait for each other in a circle (each must run before the next), so none of them \
+                     can start; remove one of these waits from the steps' after",
+                    circle.join(" → ")
+                ),
+            )
         }
     }
 }
@@ -538,8 +652,13 @@ fn check_reversibility(
 /// Before the pivot only compensable or read-only steps; the pivot is the first
 /// irreversible step; after it only retriable steps. Without an irreversible step, the
 /// first retriable step that changes something is the point of no return all the same.
+/// Over the partial order, "before" and "after" are the steps the point of no return
+/// waits for and the steps that wait for it. Any other step would run alongside it,
+/// and is refused: it could fail once the point of no return is passed, or have changed
+/// something for good when the point of no return fails.
 fn check_pivot(
     plan: &Plan,
+    dependencies: &Dependencies,
     declarations: &[Option<&SkillDeclaration>],
     push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
 ) {
@@ -567,21 +686,54 @@ fn check_pivot(
         return;
     };
     let turning = &plan.steps[no_return];
-    for (step, declaration) in plan.steps.iter().zip(declarations).skip(no_return + 1) {
+    let before = dependencies.ancestors(no_return);
+    let after = dependencies.descendants(no_return);
+    for (i, (step, declaration)) in plan.steps.iter().zip(declarations).enumerate() {
         let Some(declaration) = declaration else {
             continue;
         };
-        if declaration.class != ReversibilityClass::Retriable {
+        if i == no_return {
+            continue;
+        }
+        if before[i] {
+            if !declaration.may_precede_pivot() {
+                push(
+                    ViolationCode::PivotOrdering,
+                    Some(step),
+                    format!(
+                        "{} is {} but {} ({}), which cannot be undone, waits for it; only compensable or \
+                         read-only steps may run before it, so make this step wait for {} instead",
+                        step.skill,
+                        declaration.class.as_str(),
+                        turning.id,
+                        turning.skill,
+                        turning.id
+                    ),
+                );
+            }
+        } else if after[i] {
+            if declaration.class != ReversibilityClass::Retriable {
+                push(
+                    ViolationCode::PivotOrdering,
+                    Some(step),
+                    format!(
+                        "{} is {} but comes after {} ({}), which cannot be undone; only retriable steps may follow it, \
+                         so move this step earlier",
+                        step.skill,
+                        declaration.class.as_str(),
+                        turning.id,
+                        turning.skill
+                    ),
+                );
+            }
+        } else {
             push(
                 ViolationCode::PivotOrdering,
                 Some(step),
                 format!(
-                    "{} is {} but comes after {} ({}), which cannot be undone; only retriable steps may follow it, \
-                     so move this step earlier",
-                    step.skill,
-                    declaration.class.as_str(),
-                    turning.id,
-                    turning.skill
+                    "{} runs alongside {} ({}), which cannot be undone: neither waits for the other; \
+                     make it wait for {}, or make {} wait for it",
+                    step.skill, turning.id, turning.skill, turning.id, turning.id
                 ),
             );
         }
@@ -590,6 +742,8 @@ fn check_pivot(
 
 fn check_undo_ttls(
     plan: &Plan,
+    dependencies: &Dependencies,
+    max_parallel: u32,
     declarations: &[Option<&SkillDeclaration>],
     catalog: &Catalog,
     push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
@@ -615,10 +769,25 @@ fn check_undo_ttls(
         .pivot_index
         .unwrap_or(plan.steps.len() - 1)
         .min(plan.steps.len() - 1);
-    let deadlines = undo_deadlines_ms(&forward, &undo, last_unwinding);
-    for ((step, declaration), worst_ms) in plan.steps.iter().zip(declarations).zip(deadlines) {
+    // A sequence at once, in one pass; a partial order step by step (only the steps
+    // whose undo expires).
+    let sequence = dependencies
+        .is_sequence()
+        .then(|| undo_deadlines_ms(&forward, &undo, last_unwinding));
+    for (i, (step, declaration)) in plan.steps.iter().zip(declarations).enumerate() {
         let Some(ttl) = declaration.and_then(|d| d.undo_ttl_seconds) else {
             continue;
+        };
+        let worst_ms = match &sequence {
+            Some(deadlines) => deadlines[i],
+            None => undo_deadline_ms(
+                dependencies,
+                &forward,
+                &undo,
+                last_unwinding,
+                max_parallel,
+                i,
+            ),
         };
         if worst_ms > ttl.saturating_mul(1000) {
             push(
@@ -626,7 +795,8 @@ fn check_undo_ttls(
                 Some(step),
                 format!(
                     "{}'s undo expires {ttl} s after it succeeds, but its compensation may be needed up to {} \
-                     later (worst case of the steps after it); move it later or shorten the steps in between",
+                     later (worst case of the steps that may still run after it, and of their undos); move it \
+                     later (make it wait for more of the other steps), or shorten the steps in between",
                     step.skill,
                     human_ms(worst_ms)
                 ),
@@ -637,6 +807,8 @@ fn check_undo_ttls(
 
 fn check_mandate(
     plan: &Plan,
+    dependencies: &Dependencies,
+    max_parallel: u32,
     declarations: &[Option<&SkillDeclaration>],
     now: DateTime<Utc>,
     push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
@@ -666,10 +838,11 @@ fn check_mandate(
             format!("the mandate expired at {until}; ask the principal for a new one"),
         );
     } else {
-        let worst: u64 = declarations
+        let forward: Vec<u64> = declarations
             .iter()
             .map(|d| d.map_or(0, call_worst_ms))
-            .fold(0, u64::saturating_add);
+            .collect();
+        let worst = worst_path_ms(dependencies, &forward, max_parallel);
         let ends = TimeDelta::try_milliseconds(i64::try_from(worst).unwrap_or(i64::MAX))
             .and_then(|d| now.checked_add_signed(d));
         if ends.is_none_or(|end| end > mandate.not_after) {

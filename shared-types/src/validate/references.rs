@@ -1,5 +1,7 @@
 //! `BAD_REFERENCE`: what a step's expressions read must exist before the first effect.
-//! A plan argument may read an earlier step's result, and only a member that step's
+//! A plan argument may read the result of a step it waits for, directly or through
+//! others (listed earlier is not enough: a step it does not wait for may not have
+//! succeeded yet when it is called), and only a member that step's
 //! skill declares in its `outputSchema` (see `expr::check_pointer` for the rules); the
 //! compensation that will run for a step (the registry's) may read only what the step's
 //! own schemas declare. A misspelt pointer would otherwise be found unresolved at run
@@ -7,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::dependencies::Dependencies;
 use crate::expr::{self, Source};
 use crate::plan::Step;
 use crate::reversibility::SkillDeclaration;
@@ -14,16 +17,20 @@ use crate::reversibility::SkillDeclaration;
 use super::ViolationCode;
 
 /// Checks every expression of the step at `index` of `steps`. `positions` maps step ids
-/// to their index; `declarations` are the registry's, by plan position.
+/// to their index, `dependencies` is the plan's order; `declarations` are the
+/// registry's, by plan position.
 pub(super) fn check_step(
     steps: &[Step],
     index: usize,
     positions: &BTreeMap<&str, usize>,
+    dependencies: &Dependencies,
     declarations: &[Option<&SkillDeclaration>],
     push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
 ) {
     let step = &steps[index];
     let mut problems = Vec::new();
+    // The steps this one waits for, found once, when an argument reads one.
+    let mut waited_for: Option<Vec<bool>> = None;
     let walked = expr::for_each_expr(&step.args, &mut |at, e| {
         match &e.source {
         Source::StepResponseBody {
@@ -36,6 +43,19 @@ pub(super) fn check_step(
             Some(&j) if j >= index => problems.push(format!(
                 "argument '{at}' uses {e}, but step {target:?} does not run before this one"
             )),
+            Some(&j)
+                if !(dependencies.is_sequence()
+                    || waited_for
+                        .get_or_insert_with(|| dependencies.ancestors(index))
+                        .get(j)
+                        .copied()
+                        .unwrap_or(false)) =>
+            {
+                problems.push(format!(
+                    "argument '{at}' uses {e}, but step {target:?} is not among the steps this one waits for \
+                     (directly or through others), so it may not have run yet; add {target:?} to this step's after"
+                ));
+            }
             Some(&j) => {
                 let Some(producer) = declarations.get(j).copied().flatten() else {
                     return; // UNKNOWN_SKILL says why.

@@ -905,6 +905,7 @@ fn registration_warns_of_bound_from_skills_without_an_output_schema() {
     assert!(warnings[0].contains("admits any member"), "{warnings:?}");
 }
 
+mod partial_order;
 mod pointer_walk;
 
 #[test]

@@ -11,6 +11,7 @@ fn a_header_journaled_before_it_carried_its_format_is_format_1() {
         point_of_no_return: None,
         expires_at_ms: 0,
         mandate: None,
+        max_parallel_steps: None,
     })
     .unwrap();
     let old = serde_json::json!({"sagaId": "s", "planVersion": 1, "taskId": "t", "contextId": "c",
