@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod crash;
 pub mod logs;
 pub mod process;
 pub mod served;

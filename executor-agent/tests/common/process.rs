@@ -27,6 +27,8 @@ pub struct World {
     pub dir: tempfile::TempDir,
     pub platform: SigningIdentity,
     pub planner: SigningIdentity,
+    /// The plan every run submits (the supplier-onboarding example unless `with_plan`).
+    pub plan: &'static str,
 }
 
 impl World {
@@ -58,6 +60,15 @@ impl World {
             dir,
             platform,
             planner,
+            plan: "examples/plans/supplier-onboarding.json",
+        }
+    }
+
+    /// A world whose runs submit the plan at `path`.
+    pub fn with_plan(path: &'static str) -> Self {
+        Self {
+            plan: path,
+            ..Self::new()
         }
     }
 
@@ -226,7 +237,7 @@ pub fn as_planner(world: &World) -> OutboundCall {
 }
 
 pub fn plan_message(world: &World) -> SendMessageRequest {
-    let mut plan = read("examples/plans/supplier-onboarding.json");
+    let mut plan = read(world.plan);
     super::sign_plan(&world.planner, &mut plan);
     data_message(plan, None)
 }
