@@ -39,6 +39,8 @@ pub(crate) fn tool_result(skill: &str) -> Value {
 #[derive(Default)]
 struct ToolAgent {
     results_by_key: Mutex<HashMap<String, Value>>,
+    /// How long each of these skills takes before it answers (others answer at once).
+    slow: HashMap<String, std::time::Duration>,
 }
 
 fn unsupported<T>() -> Result<T, A2AError> {
@@ -71,6 +73,9 @@ impl RequestHandler for ToolAgent {
                 _ => None,
             })
             .ok_or_else(|| A2AError::invalid_params("expected a data part {skill, args}"))?;
+        if let Some(takes) = self.slow.get(skill) {
+            tokio::time::sleep(*takes).await;
+        }
         let result = self
             .results_by_key
             .lock()
@@ -174,11 +179,23 @@ impl RequestHandler for ToolAgent {
 
 /// Starts one tool agent on `tool_runtime`; returns its URL.
 pub(crate) fn start_tool_agent(tool_runtime: &tokio::runtime::Runtime) -> String {
+    start_slow_tool_agent(tool_runtime, &[])
+}
+
+/// `start_tool_agent`, whose skills `slow` take their time before answering.
+pub(crate) fn start_slow_tool_agent(
+    tool_runtime: &tokio::runtime::Runtime,
+    slow: &[(&str, std::time::Duration)],
+) -> String {
+    let agent = ToolAgent {
+        slow: slow.iter().map(|(s, d)| (s.to_string(), *d)).collect(),
+        ..ToolAgent::default()
+    };
     let listener = tool_runtime
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .expect("bind a loopback port");
     let url = format!("http://{}", listener.local_addr().expect("a local address"));
-    let router = agent_host::sdk::jsonrpc_router(Arc::new(ToolAgent::default()));
+    let router = agent_host::sdk::jsonrpc_router(Arc::new(agent));
     tool_runtime.spawn(async move { axum::serve(listener, router).await });
     url
 }

@@ -192,12 +192,17 @@ pub(crate) async fn register(
 /// The example plan under a principal's mandate (`mandate_id`, a budget no run
 /// exhausts) for the planner, as text with the saga id to replace.
 pub(crate) fn plan_template(keys: &Keys, mandate_id: &str) -> String {
+    plan_template_of(keys, mandate_id, "examples/plans/supplier-onboarding.json")
+}
+
+/// `plan_template` of the plan at `path`.
+pub(crate) fn plan_template_of(keys: &Keys, mandate_id: &str, path: &str) -> String {
     let mut mandate = read_json("examples/mandates/test-mandate.json");
     mandate["mandateId"] = json!(mandate_id);
     mandate["grantees"] = json!([keys.planner.kid()]);
     mandate["budget"]["amountMinor"] = json!(9_000_000_000_000_000u64);
     keys.principal.sign_in_place(&mut mandate).expect("signed");
-    let mut plan = read_json("examples/plans/supplier-onboarding.json");
+    let mut plan = read_json(path);
     plan["mandate"] = mandate;
     plan.to_string()
 }
