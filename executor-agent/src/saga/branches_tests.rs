@@ -250,6 +250,93 @@ fn a_cancel_while_two_branches_are_out_waits_for_both_then_compensates() {
     );
 }
 
+#[test]
+fn a_step_that_needs_an_approval_is_asked_for_once_nothing_else_is_under_way() {
+    let mut saga = diamond();
+    saga.spec.steps[2].approval_timeout_ms = Some(60_000);
+    let started = saga.step(Event::Start { now_ms: T0 });
+    // s1 starts; s2 (needing approval) waits while s1 is out.
+    let after_s0 = answer_ok(&mut saga, &started, 0);
+    assert_eq!(
+        invoked(&after_s0),
+        vec![(Target::Forward(1), "budget.reserve".into())]
+    );
+    assert!(!after_s0.iter().any(|c| matches!(c, Command::Pause { .. })));
+    // Once s1 answers, the saga pauses for s2's approval; once approved, s2 is called.
+    let after_s1 = answer_ok(&mut saga, &after_s0, 1);
+    assert!(
+        matches!(after_s1.last(), Some(Command::Pause { .. })),
+        "{after_s1:?}"
+    );
+    let decider = super::tests::approval_of_pause(&saga, "alice", T0 + 60_000);
+    let approved = saga.step(Event::Resolve {
+        resolution: Resolution::Approve,
+        now_ms: T0 + 30,
+        decider: Some(decider),
+    });
+    assert_eq!(
+        invoked(&approved),
+        vec![(Target::Forward(2), "sandbox.provision".into())]
+    );
+}
+
+#[test]
+fn past_the_pivot_a_failed_branch_waits_for_the_other_then_a_person_decides() {
+    // s5 and a copy of it, s6, both wait for the pivot s4.
+    let mut saga = supplier();
+    let mut s6 = saga.spec.steps[5].clone();
+    s6.id = "s6".into();
+    s6.idempotency_key = "sg_demo_supplier_onboarding:s6".into();
+    s6.after = Some(vec![4]);
+    saga.spec.steps.push(s6);
+    saga.spec.max_parallel_steps = Some(4);
+    let mut saga = Saga::new(saga.spec);
+    let mut next = saga.step(Event::Start { now_ms: T0 });
+    for step in 0..5 {
+        next = answer_ok(&mut saga, &next, step);
+    }
+    assert_eq!(
+        invoked(&next).iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+        vec![Target::Forward(5), Target::Forward(6)]
+    );
+    let branches = next;
+    let failed = answer(
+        &mut saga,
+        &branches,
+        5,
+        CallOutcome::Failed {
+            reason: "mailbox full".into(),
+            failure: Some(FailureClass::Permanent),
+        },
+    );
+    assert!(
+        !failed.iter().any(|c| matches!(c, Command::Pause { .. })),
+        "no pause while s6 is out: {failed:?}"
+    );
+    let answered = answer_ok(&mut saga, &branches, 6);
+    assert!(
+        matches!(answered.last(), Some(Command::Pause { reason }) if reason.contains("s5")),
+        "{answered:?}"
+    );
+    assert!(matches!(saga.phase, Phase::Paused { .. }));
+    // Resolved by hand, the saga completes.
+    let resolved = saga.step(Event::Resolve {
+        resolution: Resolution::ResolvedManually,
+        now_ms: T0 + 40,
+        decider: None,
+    });
+    assert!(
+        matches!(
+            resolved.last(),
+            Some(Command::Finish {
+                ending: Ending::Completed,
+                ..
+            })
+        ),
+        "{resolved:?}"
+    );
+}
+
 /// A saga of `n` compensable steps (built from the supplier's first three) whose
 /// dependencies are `after`, with literal arguments.
 fn random_saga(after: &[Vec<usize>], bound: u32) -> Saga {
