@@ -607,7 +607,7 @@ function sagaSections(d) {
   const timelineBox = h('div', { class: 'timeline-box' });
   const timeline = h('section', { class: 'card wide' },
     h('h2', {}, 'Timeline'),
-    h('p', { class: 'muted' }, `From the ${str(d.timelineFrom) || 'journal'}. Blue: forward calls, orange: compensations, green: questions whether a call took effect; hatched: failed attempts. Hover a bar for its idempotency key and times.`),
+    h('p', { class: 'muted' }, `From the ${str(d.timelineFrom) || 'journal'}. Blue: forward calls, orange: compensations, green: questions whether a call took effect; hatched: failed attempts. Each call has its own row: calls of parallel branches overlap. Hover a bar for its idempotency key and times.`),
     timelineBox);
   // Drawn once attached, to know the width it has.
   requestAnimationFrame(() => timelineBox.replaceChildren(...timelineParts(d, timelineBox.clientWidth)));
@@ -628,11 +628,16 @@ function sagaSections(d) {
         (r.undoResponse === undefined ? '' : ` → ${JSON.stringify(r.undoResponse)}`));
     return [str(u.state) || '—', u.reason ? h('div', { class: 'muted reason' }, str(u.reason)) : null, sent];
   };
+  // The steps a step waits for, when the plan names them (parallel branches); else it
+  // waits for the step before it, and nothing is shown.
+  const afterOf = (x) => (Array.isArray(x.after)
+    ? h('div', { class: 'muted', 'data-testid': 'step-after' }, x.after.length ? `after ${x.after.map(str).join(', ')}` : 'after nothing: starts at once')
+    : null);
   const stepTable = h('section', { class: 'card wide' }, h('h2', {}, 'Steps'),
     h('table', { 'data-testid': 'steps' },
       h('thead', {}, h('tr', {}, ['Step', 'Agent', 'Skill', 'Class', 'Idempotency key', 'Outcome', 'Compensation'].map((t) => h('th', {}, t)))),
       h('tbody', {}, steps.length ? steps.map((x) => h('tr', { 'data-step': str(x.step), class: x.step === d.pivot ? 'pivot-row' : null },
-        h('td', { class: 'mono' }, str(x.step), x.step === d.pivot ? h('span', { class: 'badge pivot' }, 'pivot') : null),
+        h('td', { class: 'mono' }, str(x.step), x.step === d.pivot ? h('span', { class: 'badge pivot' }, 'pivot') : null, afterOf(x)),
         h('td', {}, str(x.agent)), h('td', {}, str(x.skill)), h('td', {}, str(x.class)), h('td', { class: 'mono' }, str(x.idempotencyKey)),
         h('td', { 'data-testid': 'step-outcome' }, outcomeOf(recordOf(x.step))),
         h('td', { 'data-testid': 'step-compensation' }, undoOf(recordOf(x.step)))))

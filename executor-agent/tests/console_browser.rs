@@ -1,11 +1,12 @@
 //! The console in a real browser: Debian's Chromium, driven by Playwright
 //! (`tests/console/browser.mjs`), against an executor as `main` serves it with the six
-//! tool agents. Two sagas are run first: one whose payment is declined at the pivot
-//! (its vendor, budget and sandbox undone, in reverse order) and one whose email is
-//! declined after the pivot (it waits for a person). The script checks the refusals,
-//! the overview against `/metrics`, the compensated saga's timeline, and answers the
-//! waiting saga as the approver by clicking; this test then checks that the saga
-//! completed. `scripts/test` installs Chromium and playwright-core
+//! tool agents. Three sagas are run first: one whose payment is declined at the pivot
+//! (its vendor, budget and sandbox undone, in reverse order), one whose email is
+//! declined after the pivot (it waits for a person) and one of the parallel plan
+//! (s0 → {s1, s2} → s3 → s4 → s5), which completes. The script checks the refusals,
+//! the overview against `/metrics`, the compensated saga's timeline, the parallel
+//! saga's branches (overlapping bars, the steps each waits for), and answers the waiting
+//! saga as the approver by clicking; this test then checks that the saga completed. `scripts/test` installs Chromium and playwright-core
 //! (`scripts/setup-interop`); without them the test says so and checks nothing, and
 //! under `CI=true` it fails.
 
@@ -18,6 +19,20 @@ use agent_host::sdk::{StreamResponse, TaskState};
 use common::Fault;
 use common::served::*;
 use futures::StreamExt;
+use serde_json::Value;
+
+/// The parallel plan (`examples/plans/supplier-onboarding-parallel.json`) as saga
+/// `saga_id`, signed by planner-1.
+fn parallel_plan(served: &Served, saga_id: &str) -> Value {
+    let text = serde_json::to_string(&common::read(
+        "examples/plans/supplier-onboarding-parallel.json",
+    ))
+    .unwrap()
+    .replace("sg_demo_supplier_parallel", saga_id);
+    let mut plan = serde_json::from_str(&text).unwrap();
+    common::sign_plan(&served.planner, &mut plan);
+    plan
+}
 
 fn workspace() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
@@ -87,6 +102,21 @@ async fn the_console_in_chromium_shows_the_undos_in_reverse_and_an_approver_answ
     );
     // Paused for an approval before its pivot: its vendor's undo is open, and listed.
     paused_for_approval(&served, "sg_console_undo_open").await;
+    // Both declines were taken by the sagas above: the parallel saga completes, its
+    // budget and sandbox called at once.
+    let parallel = send(
+        &served,
+        planner_jwt(&served, "executor"),
+        parallel_plan(&served, "sg_console_parallel"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        parallel.status.state,
+        TaskState::Completed,
+        "{:?}",
+        parallel.status
+    );
 
     let as_planner = || agent_host::OutboundCall {
         bearer: planner_jwt(&served, "executor"),
@@ -115,6 +145,7 @@ async fn the_console_in_chromium_shows_the_undos_in_reverse_and_an_approver_answ
         .env("COMPENSATED_SAGA", "sg_console_compensated")
         .env("ESCALATED_SAGA", "sg_console_escalated")
         .env("ESCALATED_RESOLUTION", "retry")
+        .env("PARALLEL_SAGA", "sg_console_parallel")
         .env("SCREENSHOT_DIR", &screenshots)
         .kill_on_drop(true)
         .output()
@@ -124,14 +155,17 @@ async fn the_console_in_chromium_shows_the_undos_in_reverse_and_an_approver_answ
     eprintln!("{stdout}{}", String::from_utf8_lossy(&run.stderr));
     assert!(run.status.success(), "the browser test failed: {stdout}");
     assert!(stdout.contains("checks passed"), "{stdout}");
-    for page in ["overview", "sagas", "saga", "waiting", "timeline"] {
+    for page in [
+        "overview", "sagas", "saga", "waiting", "timeline", "parallel",
+    ] {
         let png = screenshots.join(format!("{page}.png"));
         let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
         assert!(size > 10_000, "{} is {size} bytes", png.display());
     }
 
     // The click answered the saga as an approver's A2A message would: it completed,
-    // the mailer sent its email once, on the second call.
+    // the mailer sent its email once, on the second call (the parallel saga's email is
+    // the other effect).
     while let Some(event) = followed.next().await {
         if let Ok(StreamResponse::StatusUpdate(update)) = event
             && update.status.state == TaskState::Completed
@@ -141,5 +175,12 @@ async fn the_console_in_chromium_shows_the_undos_in_reverse_and_an_approver_answ
     }
     let task = client.get_task(&as_planner(), &escalated.id).await.unwrap();
     assert_eq!(task.status.state, TaskState::Completed, "{:?}", task.status);
-    assert_eq!(served.logs["mailer"].lock().unwrap().effects.len(), 1);
+    let sent = |saga: &str| {
+        let key = format!("{saga}:s5");
+        let log = served.logs["mailer"].lock().unwrap();
+        log.effects.iter().filter(|(k, _)| *k == key).count()
+    };
+    assert_eq!(sent("sg_console_escalated"), 1);
+    assert_eq!(sent("sg_console_parallel"), 1);
+    assert_eq!(served.logs["mailer"].lock().unwrap().effects.len(), 2);
 }

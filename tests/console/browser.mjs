@@ -3,7 +3,9 @@
 //  b) an operator logs in through the form; the overview's compensation rate and open
 //     undo handles equal what /metrics says;
 //  c) the sagas list finds COMPENSATED_SAGA; its timeline shows the compensations in the
-//     reverse order of their forwards;
+//     reverse order of their forwards; PARALLEL_SAGA (a saga of the parallel plan) shows
+//     its two branches' bars overlapping in time and, in its step table, the steps each
+//     step waits for ("after …");
 //  d) after logging out, an approver logs in and answers ESCALATED_SAGA, which then
 //     leaves waitingForAPerson;
 //  e) every screenshot shows something (not a blank page).
@@ -11,7 +13,7 @@
 //
 //   CONSOLE_URL=http://127.0.0.1:PORT/console/ METRICS_URL=http://127.0.0.1:PORT/metrics \
 //   OPERATOR_TOKEN=… APPROVER_TOKEN=… PLANNER_TOKEN=… COMPENSATED_SAGA=… ESCALATED_SAGA=… \
-//   node tests/console/browser.mjs
+//   PARALLEL_SAGA=… node tests/console/browser.mjs
 
 import { mkdir, writeFile, copyFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
@@ -37,6 +39,7 @@ const APPROVER_TOKEN = required('APPROVER_TOKEN');
 const PLANNER_TOKEN = required('PLANNER_TOKEN');
 const COMPENSATED_SAGA = required('COMPENSATED_SAGA');
 const ESCALATED_SAGA = required('ESCALATED_SAGA');
+const PARALLEL_SAGA = required('PARALLEL_SAGA');
 const ESCALATED_RESOLUTION = env.ESCALATED_RESOLUTION || 'resolved-manually';
 const SCREENSHOT_DIR = path.resolve(env.SCREENSHOT_DIR || path.join(here, 'screenshots'));
 const CHROMIUM = env.CHROMIUM || '/usr/bin/chromium';
@@ -341,6 +344,49 @@ async function main() {
   });
   const sagaShot = await shot('saga.png');
   await copyFile(sagaShot, path.join(SCREENSHOT_DIR, 'timeline.png'));
+
+  // The parallel saga: its branches are the steps that wait for the same one step.
+  let branches = [];
+  await check("PARALLEL_SAGA's step table shows what each step waits for", async () => {
+    await page.evaluate((id) => { location.hash = `#/saga/${encodeURIComponent(id)}`; }, PARALLEL_SAGA);
+    await page.waitForFunction((id) => (document.querySelector('[data-testid=saga-id]')?.textContent || '') === id,
+      PARALLEL_SAGA, { timeout: TIMEOUT });
+    await page.locator('table[data-testid=steps] [data-testid=step-after]').first().waitFor({ timeout: TIMEOUT });
+    const rows = await page.$$eval('table[data-testid=steps] tbody tr', (trs) => trs.map((r) => ({
+      step: r.getAttribute('data-step'),
+      after: (r.querySelector('[data-testid=step-after]')?.textContent || '').trim(),
+    })));
+    const shown = rows.filter((r) => r.after);
+    assert(shown.length >= 3 && shown.every((r) => /^after \S/.test(r.after)),
+      `the step table shows "after" on ${shown.length} steps: ${JSON.stringify(rows)}`);
+    const join = rows.find((r) => r.after.includes(','));
+    assert(join, `no step waits for two steps: ${JSON.stringify(rows)}`);
+    const byAfter = new Map();
+    for (const r of shown) byAfter.set(r.after, [...(byAfter.get(r.after) || []), r.step]);
+    branches = [...byAfter.values()].find((steps) => steps.length >= 2) || [];
+    assert(branches.length === 2, `no two steps wait for the same one: ${JSON.stringify(rows)}`);
+    const joined = join.after.replace(/^after /, '').split(', ');
+    assert(JSON.stringify([...joined].sort()) === JSON.stringify([...branches].sort()),
+      `${join.step} waits for ${joined.join(', ')}, the branches are ${branches.join(', ')}`);
+    return shown.map((r) => `${r.step}: ${r.after}`).join('; ');
+  });
+  await check("PARALLEL_SAGA's branch bars overlap in time", async () => {
+    await page.locator('svg[data-testid=timeline]').waitFor({ timeout: TIMEOUT });
+    // Read once the timeline was drawn at its width (after the first frame).
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+    const bars = await page.$$eval('svg[data-testid=timeline] rect[data-kind=forward]', (els) => els.map((e) => {
+      const b = e.getBoundingClientRect();
+      return { step: e.getAttribute('data-step'), outcome: e.getAttribute('data-outcome'), x: b.x, y: b.y, w: b.width, h: b.height };
+    }));
+    const [a, b] = branches.map((step) => bars.find((r) => r.step === step && r.outcome === 'succeeded'));
+    assert(a && b, `no succeeded forward bar for ${branches.join(' or ')}: ${JSON.stringify(bars)}`);
+    assert(a.w > 0 && b.w > 0 && a.h > 0 && b.h > 0, `a branch bar is not drawn: ${JSON.stringify([a, b])}`);
+    const overlap = Math.min(a.x + a.w, b.x + b.w) - Math.max(a.x, b.x);
+    assert(overlap > 0, `the x-ranges [${a.x}, ${a.x + a.w}] of ${branches[0]} and [${b.x}, ${b.x + b.w}] of ${branches[1]} do not intersect`);
+    assert(Math.abs(a.y - b.y) >= Math.min(a.h, b.h), `the branch bars share a row (y ${a.y} and ${b.y}): one hides the other`);
+    return `${branches[0]} x ${a.x.toFixed(0)}–${(a.x + a.w).toFixed(0)}, ${branches[1]} x ${b.x.toFixed(0)}–${(b.x + b.w).toFixed(0)}: ${overlap.toFixed(0)} px together`;
+  });
+  await shot('parallel.png');
 
   const waitingRow = `[data-testid=waiting-row][data-saga-id=${cssValue(ESCALATED_SAGA)}]`;
   const answerButton = `${waitingRow} button[data-resolution=${cssValue(ESCALATED_RESOLUTION)}]`;

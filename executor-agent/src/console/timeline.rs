@@ -1,8 +1,18 @@
 //! A saga's timeline, read off its journal: one bar per call (each forward attempt and
-//! each compensation attempt), in the order the calls were made, and the waits between
-//! them (a retry's back-off, a person's answer). Pure: the journal's entries in, bars
-//! out. An intent carries no time of its own; its bar starts at the event that led to it,
-//! which is when the engine decided to make the call.
+//! each compensation attempt), in the order the calls were made, and the waits (a
+//! retry's back-off, a person's answer). Pure: the journal's entries in, bars out.
+//!
+//! Each bar is one call's own: it starts at the event that decided the call and ends at
+//! the answer to that call (its target and attempt), whatever else happened meanwhile.
+//! An intent carries no time of its own, but the driver journals an event and the calls
+//! it decided in one write, so the event before an intent is the one that decided it.
+//! Calls of parallel branches decided by one event start together, and their bars
+//! overlap until each has its answer. Waits are per call too: a retry's back-off starts
+//! at the answer to its step's call that asked for it (`Timer::Retry` is armed there),
+//! not at whatever another branch's call answered meanwhile. A person's wait starts at
+//! the event before it: the engine stops for a person only once no other call is out.
+
+use std::collections::HashMap;
 
 use serde::Serialize;
 
@@ -53,6 +63,8 @@ pub fn timeline(spec: &SagaSpec, entries: &[Entry], paused: bool) -> (Vec<Bar>, 
     let mut bars: Vec<(Target, Bar)> = Vec::new();
     let mut waits = Vec::new();
     let mut last_ms: Option<i64> = None;
+    // When a call of each step (by position) was last answered.
+    let mut answered: HashMap<usize, i64> = HashMap::new();
     let step_id = |target: &Target| {
         spec.steps
             .get(target.step())
@@ -81,6 +93,9 @@ pub fn timeline(spec: &SagaSpec, entries: &[Entry], paused: bool) -> (Vec<Bar>, 
             )),
             Entry::Event(event) => {
                 let now_ms = event.now_ms();
+                if let Event::Result { target, .. } | Event::InFlightLost { target, .. } = event {
+                    answered.insert(target.step(), now_ms);
+                }
                 match event {
                     Event::Result {
                         target,
@@ -105,7 +120,13 @@ pub fn timeline(spec: &SagaSpec, entries: &[Entry], paused: bool) -> (Vec<Bar>, 
                         timer: Timer::Retry { target, attempt },
                         ..
                     } => waits.push(Wait {
-                        start_ms: last_ms.unwrap_or(now_ms),
+                        // The answer that asked for the retry: with branches, other
+                        // calls may have answered since.
+                        start_ms: answered
+                            .get(&target.step())
+                            .copied()
+                            .or(last_ms)
+                            .unwrap_or(now_ms),
                         end_ms: Some(now_ms),
                         why: format!(
                             "back-off before attempt {attempt} of {} {}",
@@ -170,8 +191,8 @@ fn end(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::saga::{Invocation, Resolution};
-    use serde_json::json;
+    use crate::saga::{Command, FailureClass, Invocation, Resolution, Saga};
+    use serde_json::{Value, json};
 
     fn spec() -> SagaSpec {
         let step = |id: &str| {
@@ -365,5 +386,177 @@ mod tests {
             (bars[1].start_ms, bars[1].end_ms, bars[1].outcome),
             (90, None, "out")
         );
+    }
+
+    /// A spec of `after.len()` compensable steps `s0`, `s1`, … where step `i` waits for
+    /// `after[i]` (`None`: the step before), up to four under way at once.
+    fn branched(after: &[Option<Vec<usize>>]) -> SagaSpec {
+        let call = |skill: String| {
+            json!({"agent": "vendor-registry", "skill": skill, "idempotent": true,
+                "timeoutMs": 1000,
+                "retry": {"maxAttempts": 3, "initialBackoffMs": 10, "maxBackoffMs": 100}})
+        };
+        let steps: Vec<Value> = after
+            .iter()
+            .enumerate()
+            .map(|(i, after)| {
+                let id = format!("s{i}");
+                json!({"id": id, "call": call(format!("do_{id}")), "args": {},
+                    "idempotencyKey": format!("sg:{id}"), "class": "compensable",
+                    "readOnly": false, "undoTtlMs": null, "approvalTimeoutMs": null,
+                    "compensation": {"call": call(format!("undo_{id}")), "args": {},
+                        "argsWhenUnknown": null, "idempotencyKey": format!("sg:{id}:undo")},
+                    "after": after})
+            })
+            .collect();
+        serde_json::from_value(json!({"sagaId": "sg", "steps": steps,
+            "pointOfNoReturn": null, "expiresAtMs": 4_000_000_000_000_i64,
+            "maxParallelSteps": 4}))
+        .expect("a spec")
+    }
+
+    /// The journal the driver writes for `events`: each event, then the calls the
+    /// engine decided on it (in one write).
+    fn journaled(spec: &SagaSpec, events: Vec<Event>) -> Vec<Entry> {
+        let mut saga = Saga::new(spec.clone());
+        let mut entries = Vec::new();
+        for event in events {
+            let decided = saga.step(event.clone());
+            entries.push(Entry::Event(event));
+            entries.extend(decided.into_iter().filter_map(|c| match c {
+                Command::Invoke(call) => Some(Entry::Intent(call)),
+                _ => None,
+            }));
+        }
+        entries
+    }
+
+    fn answer(target: Target, attempt: u32, outcome: CallOutcome, now_ms: i64) -> Event {
+        Event::Result {
+            target,
+            attempt,
+            outcome,
+            now_ms,
+        }
+    }
+
+    fn ok() -> CallOutcome {
+        CallOutcome::Succeeded {
+            response: json!({}),
+        }
+    }
+
+    type Span<'a> = (&'a str, Kind, u32, i64, Option<i64>, &'a str);
+
+    fn spans(bars: &[Bar]) -> Vec<Span<'_>> {
+        bars.iter()
+            .map(|b| {
+                (
+                    b.step.as_str(),
+                    b.kind,
+                    b.attempt,
+                    b.start_ms,
+                    b.end_ms,
+                    b.outcome,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn branches_decided_by_one_event_overlap_and_a_back_off_starts_at_its_own_answer() {
+        // s0, then s1 and s2 at once.
+        let spec = branched(&[None, Some(vec![0]), Some(vec![0])]);
+        let transient = CallOutcome::Failed {
+            reason: "busy".into(),
+            failure: Some(FailureClass::Transient),
+        };
+        let entries = journaled(
+            &spec,
+            vec![
+                Event::Start { now_ms: 100 },
+                answer(Target::Forward(0), 1, ok(), 110),
+                answer(Target::Forward(1), 1, transient, 120),
+                answer(Target::Forward(2), 1, ok(), 130),
+                Event::TimerFired {
+                    timer: Timer::Retry {
+                        target: Target::Forward(1),
+                        attempt: 2,
+                    },
+                    now_ms: 150,
+                },
+                answer(Target::Forward(1), 2, ok(), 160),
+            ],
+        );
+        // Both branches were decided by s0's answer, in one write.
+        assert!(
+            matches!(&entries[3..5], [Entry::Intent(a), Entry::Intent(b)]
+                if a.target == Target::Forward(1) && b.target == Target::Forward(2)),
+            "{entries:?}"
+        );
+        let (bars, waits) = timeline(&spec, &entries, false);
+        assert_eq!(
+            spans(&bars),
+            vec![
+                ("s0", Kind::Forward, 1, 100, Some(110), "succeeded"),
+                ("s1", Kind::Forward, 1, 110, Some(120), "failed"),
+                ("s2", Kind::Forward, 1, 110, Some(130), "succeeded"),
+                ("s1", Kind::Forward, 2, 150, Some(160), "succeeded"),
+            ]
+        );
+        // The two first calls of the branches were out at once.
+        let (s1, s2) = (&bars[1], &bars[2]);
+        let overlap = |a: &Bar, b: &Bar| {
+            a.start_ms < b.end_ms.unwrap_or(i64::MAX) && b.start_ms < a.end_ms.unwrap_or(i64::MAX)
+        };
+        assert!(overlap(s1, s2), "{s1:?} and {s2:?} do not overlap");
+        assert!(!overlap(&bars[0], s1), "s1 starts once s0 answered");
+        // s1's back-off ran from its own failure, not from s2's answer after it.
+        assert_eq!(waits.len(), 1, "{waits:?}");
+        assert_eq!((waits[0].start_ms, waits[0].end_ms), (120, Some(150)));
+        assert!(
+            waits[0].why.contains("attempt 2 of s1 forward"),
+            "{waits:?}"
+        );
+    }
+
+    #[test]
+    fn an_unwind_in_reverse_start_order_shows_its_compensations_in_the_order_made() {
+        // s0 and s2 start together; s1 once s0 answered; s3 joins s1 and s2, and fails.
+        // Started s0, s2, s1: undone s1, s2, s0 (not in reverse plan order).
+        let spec = branched(&[None, Some(vec![0]), Some(vec![]), Some(vec![1, 2])]);
+        let undo = Target::Compensation;
+        let entries = journaled(
+            &spec,
+            vec![
+                Event::Start { now_ms: 100 },
+                answer(Target::Forward(0), 1, ok(), 110),
+                answer(Target::Forward(2), 1, ok(), 120),
+                answer(Target::Forward(1), 1, ok(), 130),
+                answer(Target::Forward(3), 1, CallOutcome::failed("no"), 140),
+                answer(undo(1), 1, ok(), 150),
+                answer(undo(2), 1, ok(), 160),
+                answer(undo(0), 1, ok(), 170),
+            ],
+        );
+        let (bars, waits) = timeline(&spec, &entries, false);
+        assert_eq!(
+            spans(&bars),
+            vec![
+                ("s0", Kind::Forward, 1, 100, Some(110), "succeeded"),
+                ("s2", Kind::Forward, 1, 100, Some(120), "succeeded"),
+                ("s1", Kind::Forward, 1, 110, Some(130), "succeeded"),
+                ("s3", Kind::Forward, 1, 130, Some(140), "failed"),
+                ("s1", Kind::Compensation, 1, 140, Some(150), "succeeded"),
+                ("s2", Kind::Compensation, 1, 150, Some(160), "succeeded"),
+                ("s0", Kind::Compensation, 1, 160, Some(170), "succeeded"),
+            ]
+        );
+        let keys: Vec<&str> = bars[4..]
+            .iter()
+            .map(|b| b.idempotency_key.as_str())
+            .collect();
+        assert_eq!(keys, ["sg:s1:undo", "sg:s2:undo", "sg:s0:undo"]);
+        assert!(waits.is_empty(), "{waits:?}");
     }
 }

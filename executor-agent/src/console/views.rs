@@ -1,7 +1,8 @@
 //! What the console's pages show, as JSON: the overview (read from the same text
 //! `/metrics` serves, so the two always agree, and the task store's counts), the list of
 //! sagas (the task store's listing, by key), one saga (its task, its plan as an audit
-//! record, its timeline from the journal) and the sagas waiting for a person.
+//! record with the steps each step waits for, its timeline from the journal) and the
+//! sagas waiting for a person.
 
 use agent_host::sdk::{PartContent, Task, TaskState};
 use agent_host::store::{PageKey, TaskQuery};
@@ -410,8 +411,14 @@ pub async fn saga(executor: &Executor, task: &Task) -> Result<Value> {
         .flatten()
         .map(|s| {
             let id = s.get("id").and_then(Value::as_str).unwrap_or_default();
+            // The steps it waits for, when the plan names them (parallel branches);
+            // absent, the step before it.
+            let after: Option<Vec<&str>> = s
+                .get("after")
+                .and_then(Value::as_array)
+                .map(|ids| ids.iter().filter_map(Value::as_str).collect());
             json!({"step": id, "agent": s.get("agent"), "skill": s.get("skill"),
-                "class": s.get("class"),
+                "class": s.get("class"), "after": after,
                 "idempotencyKey": shared_types::plan::idempotency_key(saga_id, id)})
         })
         .collect();
