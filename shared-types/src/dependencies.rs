@@ -353,19 +353,20 @@ fn strongly_connected(edges: &[Vec<usize>]) -> Vec<usize> {
     component
 }
 
+/// Steps named `s0`, `s1`, … with these `after` members (for tests).
+#[cfg(test)]
+pub(crate) fn order(after: &[Option<&[&str]>]) -> Dependencies {
+    let ids: Vec<String> = (0..after.len()).map(|i| format!("s{i}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let after: Vec<Option<Vec<&str>>> = after.iter().map(|a| a.map(<[_]>::to_vec)).collect();
+    Dependencies::new(&ids, &after)
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
     use super::*;
-
-    /// Steps named `s0`, `s1`, … with these `after` members.
-    fn order(after: &[Option<&[&str]>]) -> Dependencies {
-        let ids: Vec<String> = (0..after.len()).map(|i| format!("s{i}")).collect();
-        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        let after: Vec<Option<Vec<&str>>> = after.iter().map(|a| a.map(<[_]>::to_vec)).collect();
-        Dependencies::new(&ids, &after)
-    }
 
     #[test]
     fn absent_after_is_a_sequence() {

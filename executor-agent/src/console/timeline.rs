@@ -261,20 +261,7 @@ mod tests {
             result(Target::Compensation(0), 1, ok(), 220),
         ];
         let (bars, waits) = timeline(&spec, &entries, false);
-        type Shown<'a> = (&'a str, Kind, u32, i64, Option<i64>, &'a str);
-        let shown: Vec<Shown> = bars
-            .iter()
-            .map(|b| {
-                (
-                    b.step.as_str(),
-                    b.kind,
-                    b.attempt,
-                    b.start_ms,
-                    b.end_ms,
-                    b.outcome,
-                )
-            })
-            .collect();
+        let shown = spans(&bars);
         assert_eq!(
             shown,
             vec![

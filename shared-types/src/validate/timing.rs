@@ -172,13 +172,7 @@ mod tests {
         assert_eq!(undo_deadlines_ms(&forward, &undo, 3), vec![95, 73, 40, 0]);
     }
 
-    /// Steps `s0`, `s1`, … with these `after` members.
-    fn order(after: &[Option<&[&str]>]) -> Dependencies {
-        let ids: Vec<String> = (0..after.len()).map(|i| format!("s{i}")).collect();
-        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        let after: Vec<Option<Vec<&str>>> = after.iter().map(|a| a.map(<[_]>::to_vec)).collect();
-        Dependencies::new(&ids, &after)
-    }
+    use crate::dependencies::order;
 
     #[test]
     fn the_bound_is_the_longest_chain_plus_the_rest_shared_out() {
