@@ -69,8 +69,27 @@ impl PlanBackend for RulesBackend {
     }
 
     async fn plan(&self, request: PlanRequest<'_>) -> Result<Plan> {
-        let plan = rules_plan(request.goal, &self.templates, request.catalog, request.ctx)?;
-        let violations = request.validator.check(&plan, request.ctx.now);
+        let mut plan = rules_plan(request.goal, &self.templates, request.catalog, request.ctx)?;
+        let mut violations = request.validator.check(&plan, request.ctx.now);
+        // Branches during which an undo's deadline could pass (a slow step running beside
+        // a step whose undo expires): the steps one after another, as listed, when that
+        // is timed to fit.
+        let too_slow = |violations: &[Violation]| {
+            violations
+                .iter()
+                .any(|v| v.code == ViolationCode::UndoTtlTooShort)
+        };
+        if too_slow(&violations) && plan.steps.iter().any(|s| s.after.is_some()) {
+            let mut sequence = plan.clone();
+            for step in &mut sequence.steps {
+                step.after = None;
+            }
+            let sequential = request.validator.check(&sequence, request.ctx.now);
+            if !too_slow(&sequential) {
+                plan = sequence;
+                violations = sequential;
+            }
+        }
         if violations.is_empty() {
             return Ok(plan);
         }

@@ -44,9 +44,10 @@ pub const MAX_REPAIRS_LIMIT: u32 = 10;
 
 /// The instructions sent as the system message.
 pub const SYSTEM_PROMPT: &str = "You are the planning component of Sagaplane. Turn the user's goal into a plan draft: an ordered list of calls of skills chosen only from the catalog you are given. Answer with one JSON object and nothing else, of this shape:
-{\"steps\": [{\"id\": \"s0\", \"agent\": \"<agent>\", \"skill\": \"<skill>\", \"args\": {}}], \"rejectedAlternatives\": []}
+{\"steps\": [{\"id\": \"s0\", \"agent\": \"<agent>\", \"skill\": \"<skill>\", \"args\": {}, \"after\": []}], \"rejectedAlternatives\": []}
 Rules:
-- Step ids are s0, s1, ... in execution order.
+- Step ids are s0, s1, ... in list order.
+- \"after\" (optional) lists the ids of the steps a step waits for; without it a step waits for the step listed just before it, and [] waits for nothing. Steps that need nothing of each other may wait for the same step and run at the same time. List a step after every step it waits for; waits must never form a cycle. A step may read only the results of steps it waits for, directly or through others. The first step listed that is neither compensable nor read-only (the point of no return) must wait, directly or through others, for every step listed before it, and every step listed after it must wait for it.
 - args must satisfy the skill's inputSchema. A value produced by an earlier step is written as the string \"$steps.<id>.response.body#/<property>\", naming a property of that step's outputSchema. Every other value is a literal taken from the goal and its parameters. No other string may start with '$'.
 - Never write a class, a compensation or an idempotency key: the platform copies them from its curated catalog (shown to you so that you can order the steps), and a draft that writes a different one is refused.
 - Put read-only checks as early as their inputs allow and irreversible steps as late as possible; after an irreversible step only retriable steps may follow.

@@ -3,7 +3,8 @@
 //! model with its refusals and stays in the plan's audit record; a model that never
 //! writes a valid draft has the goal REJECTED with every draft; a server without JSON
 //! mode is asked without it (once per process) and its fenced answer read; base URLs
-//! with or without `/v1`; what the model is shown.
+//! with or without `/v1`; what the model is shown; a draft whose `after` members form a
+//! cycle is refused DEPENDENCY_CYCLE and a parallel repair runs.
 
 mod common;
 
@@ -117,6 +118,87 @@ async fn a_draft_outside_the_catalog_is_sent_back_and_the_repaired_plan_runs() {
             Some(format!("Bearer {API_KEY}").as_str())
         );
     }
+}
+
+/// `example_draft` with these `after` members, by step index.
+fn draft_with_after(after: &[(usize, Value)]) -> Value {
+    let mut draft = example_draft();
+    for (i, waits) in after {
+        draft["steps"][*i]["after"] = waits.clone();
+    }
+    draft
+}
+
+/// Parallel branches in a draft: the model is told what `after` means; a draft whose
+/// steps wait for each other is sent back with DEPENDENCY_CYCLE among its refusals, and
+/// the repair, budget and sandbox side by side after the vendor, is the plan that runs.
+#[tokio::test]
+async fn a_draft_whose_steps_wait_for_each_other_is_refused_and_the_parallel_repair_runs() {
+    // s1 and s2 each wait for the other (and for s0, whose vendorId they read).
+    let cycle = draft_with_after(&[(1, json!(["s0", "s2"])), (2, json!(["s0", "s1"]))]);
+    let parallel = draft_with_after(&[
+        (1, json!(["s0"])),
+        (2, json!(["s0"])),
+        (3, json!(["s1", "s2"])),
+    ]);
+    let model =
+        ScriptedModel::start(vec![Reply::draft(&cycle), Reply::draft(&parallel)], false).await;
+    let (executor, planner) = planner_asking(&model, 2).await;
+    let task = send(&planner.client, &goal(), None).await;
+    assert_eq!(
+        task.status.state,
+        TaskState::Completed,
+        "{}",
+        status_text(&task)
+    );
+
+    // The system message says what `after` is.
+    let requests = model.received();
+    assert_eq!(requests.len(), 2);
+    let system = requests[0].body["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("\"after\"") && system.contains("[] waits for nothing"),
+        "{system}"
+    );
+
+    // The cycle went back to the model with its refusal.
+    let repair = requests[1].body["messages"][3]["content"].as_str().unwrap();
+    assert!(repair.contains("- DEPENDENCY_CYCLE s1: "), "{repair}");
+
+    // The plan the executor received is the parallel one, and it validates.
+    let received = executor.plans();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].1, vec![]);
+    let plan = plan_artifact(&task).unwrap();
+    assert_eq!(received[0].0, plan);
+    let after: Vec<&Value> = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["after"])
+        .collect();
+    assert_eq!(
+        after,
+        [
+            &Value::Null,
+            &json!(["s0"]),
+            &json!(["s0"]),
+            &json!(["s1", "s2"]),
+            &Value::Null,
+            &Value::Null
+        ]
+    );
+
+    // The refused draft is in the audit record with DEPENDENCY_CYCLE.
+    let alternatives = plan["authoredBy"]["rejectedAlternatives"]
+        .as_array()
+        .unwrap();
+    assert_eq!(alternatives[0]["draft"], cycle);
+    assert!(
+        codes(&alternatives[0]).contains(&"DEPENDENCY_CYCLE".to_owned()),
+        "{:?}",
+        codes(&alternatives[0])
+    );
 }
 
 #[tokio::test]

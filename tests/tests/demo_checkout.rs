@@ -2,6 +2,8 @@
 //! executor, the planner): the baseline leaves the reservation and the charge in place
 //! and asks a person; with the server's SEP-3172 recovery metadata the saga refunds, then
 //! releases. Both as the demo prints them and as the server's own ledger records them.
+//! The planner plans steps that need nothing of each other side by side, so the calls
+//! of two such steps may reach the server in either order.
 
 use std::process::Command;
 
@@ -53,13 +55,16 @@ fn the_baseline_leaves_the_effects_and_recovery_undoes_them_in_reverse() {
         baseline["task"]["status"]["state"],
         "TASK_STATE_AUTH_REQUIRED"
     );
+    // The reservation is the baseline's point of no return (irreversible there): the
+    // charge and the shipment wait for it, not for each other, and run side by side.
+    let calls = tools(&baseline["ledger"]);
+    assert_eq!(calls[0], "reserve_inventory applied", "{calls:?}");
+    let mut after_it = calls[1..].to_vec();
+    after_it.sort();
     assert_eq!(
-        tools(&baseline["ledger"]),
-        [
-            "reserve_inventory applied",
-            "charge_payment applied",
-            "create_shipment failed"
-        ]
+        after_it,
+        ["charge_payment applied", "create_shipment failed"],
+        "{calls:?}"
     );
     assert_eq!(statuses(&baseline["ledger"], "reservations"), ["held"]);
     assert_eq!(statuses(&baseline["ledger"], "payments"), ["captured"]);
@@ -67,15 +72,24 @@ fn the_baseline_leaves_the_effects_and_recovery_undoes_them_in_reverse() {
     let recovery = &summary["recovery"];
     assert_eq!(recovery["task"]["status"]["state"], "TASK_STATE_FAILED");
     assert_eq!(recovery["task"]["metadata"]["outcome"], "compensated");
+    // The reservation and the charge side by side, then the shipment (the pivot, after
+    // both); unwound in the reverse order of start: refund, then release.
+    let calls = tools(&recovery["ledger"]);
+    let mut first_two = calls[..2].to_vec();
+    first_two.sort();
     assert_eq!(
-        tools(&recovery["ledger"]),
+        first_two,
+        ["charge_payment applied", "reserve_inventory applied"],
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls[2..],
         [
-            "reserve_inventory applied",
-            "charge_payment applied",
             "create_shipment failed",
             "refund_payment applied",
             "release_inventory applied"
-        ]
+        ],
+        "{calls:?}"
     );
     assert_eq!(statuses(&recovery["ledger"], "reservations"), ["released"]);
     assert_eq!(statuses(&recovery["ledger"], "payments"), ["refunded"]);

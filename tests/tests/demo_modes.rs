@@ -52,6 +52,22 @@ fn effects(summary: &Value) -> Vec<(String, String, String, Option<String>)> {
     all
 }
 
+/// The executor's ledger: each step's `after` member, by step id.
+fn afters(summary: &Value) -> Vec<(String, Value)> {
+    let ledger = summary["executorTask"]["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["artifactId"] == "saga-ledger")
+        .expect("the executor's task has its ledger");
+    ledger["parts"][0]["data"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["step"].as_str().unwrap().to_owned(), s["after"].clone()))
+        .collect()
+}
+
 #[test]
 fn the_happy_path_completes_every_step_once() {
     let (code, text, summary) = demo(&["--fail-at", "none"]);
@@ -62,6 +78,51 @@ fn the_happy_path_completes_every_step_once() {
     assert_eq!(effects.len(), 6, "{effects:?}");
     assert!(effects.iter().all(|e| e.3.is_none()), "nothing undone");
     assert_eq!(summary["problems"], serde_json::json!([]));
+}
+
+/// The planner plans the budget and the sandbox as two branches after the vendor; the
+/// executor runs them at once, and the demo says so (the ledger's `after` column, the
+/// plan's branches, the steps that were out at once).
+#[test]
+fn the_budget_and_the_sandbox_run_side_by_side() {
+    let (code, text, summary) = demo(&["--fail-at", "none"]);
+    assert_eq!(code, 0, "{text}");
+    let expected: Vec<(String, Value)> = [
+        ("s0", serde_json::json!([])),
+        ("s1", serde_json::json!(["s0"])),
+        ("s2", serde_json::json!(["s0"])),
+        ("s3", serde_json::json!(["s2"])),
+        ("s4", serde_json::json!(["s1", "s3"])),
+        ("s5", serde_json::json!(["s4"])),
+    ]
+    .into_iter()
+    .map(|(id, after)| (id.to_owned(), after))
+    .collect();
+    assert_eq!(afters(&summary), expected);
+    assert!(
+        text.contains(
+            "  step  skill                  forward          undo            attempts  after\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "  s2    sandbox.provision      succeeded        -               1/0       s0\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "the plan's branches: s0 first; s1 after s0; s2 after s0; s3 after s2; s4 after s1, s3; s5 after s4"
+        ),
+        "{text}"
+    );
+    // Both started once s0 succeeded, before either answered.
+    assert!(
+        text.contains("ran side by side (neither waits for the other; both were out at once): s1 budget.reserve and s2 sandbox.provision"),
+        "{text}"
+    );
+    assert!(!text.contains("unwound"), "{text}");
 }
 
 /// Issue 20: the happy path shows the principal's mandate before and after: nothing
@@ -161,12 +222,24 @@ fn assert_unwound(summary: &Value) {
     assert_eq!(summary["problems"], serde_json::json!([]));
 }
 
+/// The demo's line on an unwinding: the steps in the order they started, the
+/// compensations in the reverse order.
+const UNWOUND_LINE: &str = "unwound in the reverse order of start: started s0, s1, s2";
+const COMPENSATED: &str = "compensated s2 sandbox.provision, s1 budget.reserve, s0 vendor.create";
+
+/// The budget and the sandbox ran side by side after the vendor; compliance.check (after
+/// the sandbox) times out: every step that started is undone in the reverse order of
+/// start, sandbox, budget, vendor, as the demo says.
 #[test]
 fn a_compliance_timeout_unwinds_vendor_budget_and_sandbox_in_reverse() {
     let (code, text, summary) = demo(&["--fail-at", "compliance"]);
     assert_eq!(code, 0, "{text}");
     assert_unwound(&summary);
     assert!(applied(&summary, "compliance.check").is_empty());
+    assert!(
+        text.contains(&format!("{UNWOUND_LINE}, s3; {COMPENSATED}")),
+        "{text}"
+    );
 }
 
 #[test]
@@ -292,6 +365,11 @@ fn a_release_that_keeps_failing_is_dead_lettered_to_a_person() {
         undo_order(&summary),
         ["sandbox.deprovision", "vendor.archive"],
         "the others are undone in reverse order, after the person's answer"
+    );
+    // The release was tried in its turn, between the sandbox's and the vendor's.
+    assert!(
+        text.contains(UNWOUND_LINE) && text.contains(COMPENSATED),
+        "{text}"
     );
     assert_eq!(summary["problems"], serde_json::json!([]));
 }

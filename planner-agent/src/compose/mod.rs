@@ -11,6 +11,13 @@
 //! compensable steps, then irreversible ones, then retriable steps that change something;
 //! ties keep the template's order. So irreversible steps land as late as their
 //! dependencies allow, and read-only checks as early as theirs allow.
+//! Branches: a step waits for the steps whose outputs it binds, and a step that changes
+//! something also for the read-only checks listed before it; the point of no return
+//! (the first step that may not precede a pivot) also waits for every step listed
+//! before it, and every step listed after it waits for it. Steps that need nothing of
+//! each other run side by side. Each step's `after` names what it waits for, waits
+//! implied by others left out; a plan whose steps each wait for the one before carries
+//! no `after` at all (see `partial_order`).
 //! Mandate: the principal's signed mandate the plan runs under (`PlanContext::mandate`),
 //! copied unchanged; a goal's `maxSpend` only narrows what the plan may spend (a plan
 //! that would spend more, or in another currency, is refused). Whether the plan fits the
@@ -435,9 +442,33 @@ pub fn rules_plan(
             .position(|&n| n == node)
             .map_or_else(String::new, |k| format!("s{k}"))
     };
+    // What each step waits for, by position in the list: the steps whose outputs it
+    // binds and, for a step that changes something, the read-only checks listed before
+    // it (they go first so that a failing check leaves nothing to undo, and a slow one,
+    // waiting for an approval, does not run while an undo's deadline runs).
+    let check = |node: usize| rank(nodes[node].2) == 0;
+    let listed_deps: Vec<BTreeSet<usize>> = order
+        .iter()
+        .enumerate()
+        .map(|(k, &node)| {
+            let mut waits: BTreeSet<usize> = deps[node]
+                .iter()
+                .filter_map(|d| order.iter().position(|n| n == d))
+                .collect();
+            if !check(node) {
+                waits.extend((0..k).filter(|&j| check(order[j])));
+            }
+            waits
+        })
+        .collect();
+    let no_return = order
+        .iter()
+        .position(|&node| !nodes[node].2.may_precede_pivot());
+    let waits = partial_order(&listed_deps, no_return);
     let chosen = order
         .iter()
-        .map(|&node| {
+        .enumerate()
+        .map(|(k, &node)| {
             let mut args = Map::new();
             for (input, source) in &bindings[node] {
                 let value = match source {
@@ -455,7 +486,14 @@ pub fn rules_plan(
                 agent: nodes[node].0.clone(),
                 skill: nodes[node].1.clone(),
                 args: Value::Object(args),
-                after: None,
+                after: waits.as_ref().map(|waits| {
+                    waits
+                        .get(k)
+                        .into_iter()
+                        .flatten()
+                        .map(|&j| format!("s{j}"))
+                        .collect()
+                }),
             }
         })
         .collect();
@@ -466,6 +504,55 @@ pub fn rules_plan(
         rejected_alternatives: Vec::new(),
     };
     assemble(ctx, goal, chosen, catalog, authored_by)
+}
+
+/// The steps each listed step waits for (`after`, by position), from the steps whose
+/// outputs it binds (`deps`, each listed before it) and the point of no return
+/// (`no_return`, a position): that step also waits for every step listed before it, and
+/// every step listed after it waits for it, so that it is comparable with every step.
+/// Waits implied by others are left out (a step that waits for `b`, which waits for `a`,
+/// does not name `a`); each list is in list order. `None` when the result is the plan's
+/// sequence (each step waits exactly for the one before): the plan then carries no
+/// `after`, and reads as it did before plans had branches.
+pub(crate) fn partial_order(
+    deps: &[BTreeSet<usize>],
+    no_return: Option<usize>,
+) -> Option<Vec<Vec<usize>>> {
+    let n = deps.len();
+    let mut waits: Vec<BTreeSet<usize>> = deps
+        .iter()
+        .enumerate()
+        .map(|(k, d)| d.iter().copied().filter(|&j| j < k).collect())
+        .collect();
+    if let Some(p) = no_return.filter(|&p| p < n) {
+        waits[p].extend(0..p);
+        for w in waits.iter_mut().skip(p + 1) {
+            w.insert(p);
+        }
+    }
+    // Every step each waits for, directly or not (each waits only for earlier ones).
+    let mut ancestors: Vec<BTreeSet<usize>> = Vec::with_capacity(n);
+    for w in &waits {
+        let mut all = w.clone();
+        for &j in w {
+            all.extend(ancestors[j].iter().copied());
+        }
+        ancestors.push(all);
+    }
+    let reduced: Vec<Vec<usize>> = waits
+        .iter()
+        .map(|w| {
+            w.iter()
+                .copied()
+                .filter(|&j| !w.iter().any(|&other| ancestors[other].contains(&j)))
+                .collect()
+        })
+        .collect();
+    let sequence = reduced
+        .iter()
+        .enumerate()
+        .all(|(k, w)| w.as_slice() == k.checked_sub(1).as_slice());
+    (!sequence).then_some(reduced)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The deterministic planner against the six committed cards: the supplier goal yields
 //! the committed example plan, which validates; goals it cannot satisfy say what is
-//! missing; ordering follows dependencies and reversibility.
+//! missing; ordering follows dependencies and reversibility; steps that need nothing of
+//! each other are planned side by side (`after`), a sequence carries no `after`.
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -73,10 +74,13 @@ fn the_supplier_goal_yields_the_committed_example() {
     )
     .unwrap();
     let example = Plan::from_value(&read("examples/plans/supplier-onboarding.json")).unwrap();
-    assert_eq!(
-        planned.steps, example.steps,
-        "steps, order, args, compensations"
-    );
+    // The example is the sequence; the planner's plan has the same steps, with branches.
+    let mut steps = planned.steps.clone();
+    for step in &mut steps {
+        assert!(step.after.is_some(), "{} names what it waits for", step.id);
+        step.after = None;
+    }
+    assert_eq!(steps, example.steps, "steps, order, args, compensations");
     assert_eq!(planned.pivot_index, example.pivot_index);
     assert_eq!(
         planned.mandate,
@@ -114,6 +118,122 @@ fn the_signed_plan_validates_with_zero_violations() {
         .validate(&value, now());
     assert_eq!(report.violations, vec![]);
     assert_eq!(report.mandate_signer.as_deref(), Some("principal"));
+}
+
+/// What each step of a plan waits for, as `(id, after)`.
+fn afters(plan: &Plan) -> Vec<(&str, Option<Vec<&str>>)> {
+    plan.steps
+        .iter()
+        .map(|s| {
+            (
+                s.id.as_str(),
+                s.after
+                    .as_ref()
+                    .map(|a| a.iter().map(String::as_str).collect()),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_supplier_plan_reserves_the_budget_and_provisions_the_sandbox_side_by_side() {
+    let catalog = catalog_of(&AGENTS);
+    let planned = plan(SUPPLIER_GOAL, None, &catalog).unwrap();
+    // s0 vendor.create, s1 budget.reserve, s2 sandbox.provision, s3 compliance.check
+    // (reads s2's tenant), s4 payments.capture (the pivot: after every earlier step),
+    // s5 email.send (after the pivot). Waits implied by others are left out.
+    assert_eq!(
+        afters(&planned),
+        [
+            ("s0", Some(vec![])),
+            ("s1", Some(vec!["s0"])),
+            ("s2", Some(vec!["s0"])),
+            ("s3", Some(vec!["s2"])),
+            ("s4", Some(vec!["s1", "s3"])),
+            ("s5", Some(vec!["s4"])),
+        ]
+    );
+    assert_eq!(planned.pivot_index, Some(4));
+    let order = shared_types::Dependencies::of(&planned);
+    assert!(order.problems().is_empty(), "{:?}", order.problems());
+    assert!(
+        !order.comparable(1, 2),
+        "budget.reserve and sandbox.provision need nothing of each other"
+    );
+    assert!(order.is_ancestor(0, 1) && order.is_ancestor(0, 2));
+    for i in 0..planned.steps.len() {
+        assert!(i == 4 || order.comparable(i, 4), "s{i} and the pivot");
+    }
+    // It validates against the executor's catalog, as the planner checks it.
+    let violations = PlanValidator::new(catalog, TrustStore::new())
+        .unwrap()
+        .check(&planned, now());
+    assert_eq!(violations, vec![]);
+    // The wire form names every step's waits, `[]` included.
+    let value = serde_json::to_value(&planned).unwrap();
+    assert_eq!(value["steps"][0]["after"], json!([]));
+    assert_eq!(value["steps"][4]["after"], json!(["s1", "s3"]));
+}
+
+#[test]
+fn a_plan_that_is_a_sequence_carries_no_after() {
+    // budget.reserve reads vendor.create's vendorId: one before the other, nothing else.
+    let template = GoalTemplate {
+        intent: "vendor-budget".into(),
+        summary: "create a vendor and reserve its budget".into(),
+        phrases: vec!["register vendor".into()],
+        subject: Some("legalName".into()),
+        skills: vec!["vendor.create".into(), "budget.reserve".into()],
+        aliases: vec![],
+    };
+    let templates = Templates::new(vec![template]);
+    let goal = Goal::parse(
+        "register vendor ACME GmbH, contact ops@acme.example, fee 120 EUR",
+        None,
+        &templates,
+    )
+    .unwrap();
+    let planned = rules_plan(&goal, &templates, &catalog_of(&AGENTS), &ctx("sg_t")).unwrap();
+    assert_eq!(afters(&planned), [("s0", None), ("s1", None)]);
+    let value = serde_json::to_value(&planned).unwrap();
+    for step in value["steps"].as_array().unwrap() {
+        assert!(step.get("after").is_none(), "{step}");
+    }
+}
+
+/// `partial_order` over positions: `deps` (each a set of earlier positions) and the
+/// point of no return.
+fn order_of(deps: &[&[usize]], no_return: Option<usize>) -> Option<Vec<Vec<usize>>> {
+    let deps: Vec<BTreeSet<usize>> = deps.iter().map(|d| d.iter().copied().collect()).collect();
+    partial_order(&deps, no_return)
+}
+
+#[test]
+fn the_partial_order_keeps_data_waits_and_orders_the_point_of_no_return() {
+    // A chain of data waits is the sequence: no `after`.
+    assert_eq!(order_of(&[&[], &[0], &[1]], None), None);
+    assert_eq!(order_of(&[&[], &[0], &[0, 1]], Some(2)), None);
+    // Nothing shared: side by side.
+    assert_eq!(
+        order_of(&[&[], &[], &[]], None),
+        Some(vec![vec![], vec![], vec![]])
+    );
+    // The point of no return waits for every earlier step, later ones wait for it.
+    assert_eq!(
+        order_of(&[&[], &[], &[], &[]], Some(2)),
+        Some(vec![vec![], vec![], vec![0, 1], vec![2]])
+    );
+    // Waits implied by others are left out: 3 waits for 0 through 1.
+    assert_eq!(
+        order_of(&[&[], &[0], &[0], &[0, 1]], None),
+        Some(vec![vec![], vec![0], vec![0], vec![1]])
+    );
+    // A point of no return listed first: every later step waits for it.
+    assert_eq!(
+        order_of(&[&[], &[], &[]], Some(0)),
+        Some(vec![vec![], vec![0], vec![0]])
+    );
+    assert_eq!(order_of(&[&[], &[], &[1]], Some(0)), None);
 }
 
 #[test]
@@ -278,6 +398,18 @@ fn read_only_checks_early_irreversible_steps_late() {
         ]
     );
     assert_eq!(planned.pivot_index, Some(4));
+    // The budget and the sandbox wait for the review (listed before them), not for each
+    // other; the capture for both.
+    assert_eq!(
+        afters(&planned),
+        [
+            ("s0", Some(vec![])),
+            ("s1", Some(vec!["s0"])),
+            ("s2", Some(vec!["s1"])),
+            ("s3", Some(vec!["s1"])),
+            ("s4", Some(vec!["s2", "s3"])),
+        ]
+    );
     assert_eq!(
         planned.steps[4].args["complianceReference"],
         json!("$steps.s1.response.body#/reference")
@@ -287,6 +419,45 @@ fn read_only_checks_early_irreversible_steps_late() {
         .unwrap()
         .check(&planned, now());
     assert_eq!(violations, vec![]);
+}
+
+/// A branch that would run a slow step beside a step whose undo expires sooner: the
+/// rules backend plans the steps one after another instead, which is timed to fit.
+#[tokio::test]
+async fn branches_an_undo_deadline_could_not_survive_are_planned_as_a_sequence() {
+    let mut catalog = catalog_of(&AGENTS);
+    // budget.reserve now waits up to two days for an approval; sandbox.provision's
+    // undo expires an hour after it succeeds, so it may not run beside it.
+    let reserve = catalog
+        .agents
+        .get_mut("budget")
+        .and_then(|a| a.skills.get_mut("budget.reserve"))
+        .unwrap();
+    reserve.requires_approval = true;
+    reserve.approval_timeout_seconds = Some(172_800);
+    let branched = plan(SUPPLIER_GOAL, None, &catalog).unwrap();
+    let validator = PlanValidator::new(catalog.clone(), TrustStore::new()).unwrap();
+    let violations = validator.check(&branched, now());
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.code == shared_types::ViolationCode::UndoTtlTooShort
+                && v.step.as_deref() == Some("s2")),
+        "{violations:?}"
+    );
+    let backend = RulesBackend::new(Templates::builtin());
+    let supplier = goal(SUPPLIER_GOAL, None);
+    let planned = backend
+        .plan(PlanRequest {
+            goal: &supplier,
+            catalog: &catalog,
+            validator: &validator,
+            ctx: &ctx("sg_x"),
+        })
+        .await
+        .unwrap();
+    assert!(planned.steps.iter().all(|s| s.after.is_none()));
+    assert_eq!(validator.check(&planned, now()), vec![]);
 }
 
 #[tokio::test]

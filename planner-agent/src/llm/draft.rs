@@ -7,9 +7,12 @@
 //! fence (```` ```json ````, or a bare ```` ``` ````) holding exactly that; whatever the
 //! server's JSON mode, the same rule applies, so a draft reads the same on every server.
 //! The object then types as a draft (unknown members refused):
-//! `{"steps": [{"id", "agent", "skill", "args", "class"?, "compensation"?}],
+//! `{"steps": [{"id", "agent", "skill", "args", "class"?, "compensation"?, "after"?}],
 //!   "rejectedAlternatives"?: ["…"]}`. A step may repeat the catalog's class and
-//! compensation, never differ from them: the plan copies both from the catalog.
+//! compensation, never differ from them: the plan copies both from the catalog. `after`
+//! (the ids of the steps it waits for) goes into the plan as written; the validator
+//! refuses an order that names no step, forms a cycle or lists a step before what it
+//! waits for (`UNKNOWN_DEPENDENCY`, `DEPENDENCY_CYCLE`, `DEPENDENCY_ORDER`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};

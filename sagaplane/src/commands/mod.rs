@@ -9,7 +9,7 @@ mod task;
 mod tools;
 
 pub use mandate::describe as describe_mandate;
-pub use task::{describe, goal_message, resolution_message};
+pub use task::{describe, goal_message, ledger_waits, resolution_message};
 
 use std::path::PathBuf;
 

@@ -590,7 +590,40 @@ pub fn console_link(task: &Task, agent: Option<&str>) -> Option<String> {
     ))
 }
 
-/// The saga ledger: one row per step.
+/// What each step of a saga ledger waits for, in the ledger's order, as `(step, skill,
+/// waits)`: a step's `after` member, or, without one, the step before it (the plan's
+/// reading of an absent `after`). `None` when no step has an `after` member: the plan is
+/// a sequence. Ids and skills come from the executor and are made printable.
+pub fn ledger_waits(ledger: &Value) -> Option<Vec<(String, String, Vec<String>)>> {
+    let steps = ledger["steps"].as_array()?;
+    if !steps.iter().any(|s| s.get("after").is_some()) {
+        return None;
+    }
+    let mut out: Vec<(String, String, Vec<String>)> = Vec::with_capacity(steps.len());
+    for step in steps {
+        let text = |v: &Value| printable(v.as_str().unwrap_or("-"));
+        let waits = match step["after"].as_array() {
+            Some(ids) => ids.iter().map(text).collect(),
+            None => out
+                .last()
+                .map(|(id, _, _)| id.clone())
+                .into_iter()
+                .collect(),
+        };
+        out.push((text(&step["step"]), text(&step["skill"]), waits));
+    }
+    Some(out)
+}
+
+/// `text` with any control character (a terminal escape, a line break) shown as `?`.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// The saga ledger: one row per step; with an `after` column (the steps each waits for,
+/// `-` for none) when the plan has branches.
 pub fn ledger_table(ledger: &Value) -> String {
     let done = ledger.pointer("/phase/phase").and_then(Value::as_str) == Some("done");
     let mut out = String::new();
@@ -607,23 +640,36 @@ pub fn ledger_table(ledger: &Value) -> String {
             point["skill"].as_str().unwrap_or("-")
         ));
     }
-    out.push_str("  step  skill                  forward          undo            attempts\n");
-    for step in ledger["steps"].as_array().into_iter().flatten() {
+    let waits = ledger_waits(ledger);
+    if waits.is_some() {
+        out.push_str(
+            "  step  skill                  forward          undo            attempts  after\n",
+        );
+    } else {
+        out.push_str("  step  skill                  forward          undo            attempts\n");
+    }
+    for (i, step) in ledger["steps"].as_array().into_iter().flatten().enumerate() {
         let text = |v: &Value| v.as_str().unwrap_or("-").to_owned();
         // An undo still pending when the saga is over was never needed.
         let undo = match (text(&step["undo"]["state"]).as_str(), done) {
             ("pending", true) => "-".to_owned(),
             (state, _) => state.to_owned(),
         };
-        out.push_str(&format!(
-            "  {:<5} {:<22} {:<16} {:<15} {}/{}\n",
+        let attempts = format!("{}/{}", step["attempts"], step["undoAttempts"]);
+        let row = format!(
+            "  {:<5} {:<22} {:<16} {:<15} {attempts}",
             text(&step["step"]),
             text(&step["skill"]),
             text(&step["forward"]["state"]),
             undo,
-            step["attempts"],
-            step["undoAttempts"],
-        ));
+        );
+        match waits.as_ref().and_then(|w| w.get(i)) {
+            Some((_, _, after)) if after.is_empty() => {
+                out.push_str(&format!("{row:<72}  -\n"));
+            }
+            Some((_, _, after)) => out.push_str(&format!("{row:<72}  {}\n", after.join(", "))),
+            None => out.push_str(&format!("{row}\n")),
+        }
     }
     // Why a step failed, and what each compensation was sent and answered (reasons
     // quoted and escaped: they come from the tools).
@@ -732,6 +778,59 @@ mod tests {
             "{table}"
         );
         assert!(!table.contains("s1 can be undone"), "{table}");
+    }
+
+    #[test]
+    fn a_ledger_with_branches_shows_what_each_step_waits_for() {
+        let step = |id: &str, skill: &str, after: Option<serde_json::Value>| {
+            let mut step = json!({"step": id, "skill": skill, "attempts": 1, "undoAttempts": 0,
+                "forward": {"state": "succeeded"}, "undo": {"state": "notNeeded"}});
+            if let Some(after) = after {
+                step["after"] = after;
+            }
+            step
+        };
+        let ledger = json!({"phase": {"phase": "done"}, "steps": [
+            step("s0", "vendor.create", Some(json!([]))),
+            step("s1", "budget.reserve", Some(json!(["s0"]))),
+            step("s2", "sandbox.provision", Some(json!(["s0"]))),
+            step("s3", "compliance.check", Some(json!(["s1", "s2\u{1b}[2J"]))),
+            // No `after`: the step before it.
+            step("s4", "payments.capture", None),
+        ]});
+        let table = ledger_table(&ledger);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(
+            lines[0],
+            "  step  skill                  forward          undo            attempts  after"
+        );
+        assert_eq!(
+            lines[1],
+            "  s0    vendor.create          succeeded        notNeeded       1/0       -"
+        );
+        assert_eq!(
+            lines[3],
+            "  s2    sandbox.provision      succeeded        notNeeded       1/0       s0"
+        );
+        assert_eq!(
+            lines[4],
+            "  s3    compliance.check       succeeded        notNeeded       1/0       s1, s2?[2J"
+        );
+        assert_eq!(
+            lines[5],
+            "  s4    payments.capture       succeeded        notNeeded       1/0       s3"
+        );
+        assert!(!table.contains('\u{1b}'));
+        // A ledger without `after` (a sequence) keeps the table it had.
+        let sequence = json!({"phase": {"phase": "done"}, "steps": [
+            step("s0", "vendor.create", None), step("s1", "budget.reserve", None)]});
+        let table = ledger_table(&sequence);
+        assert!(!table.contains("after"), "{table}");
+        assert!(
+            table.contains("  s1    budget.reserve         succeeded        notNeeded       1/0\n"),
+            "{table}"
+        );
+        assert_eq!(super::ledger_waits(&sequence), None);
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! `sagaplane demo`: the supplier-onboarding saga end to end with real processes on
 //! loopback — six tool agents, the executor (which alone holds their credentials) and
 //! the planner, fresh keys each run — a goal sent to the planner, the saga's timeline,
-//! and every tool agent's own ledger at the end. `demo checkout` runs the MCP scenario
-//! (`checkout.rs`).
+//! the plan's branches (which steps ran side by side) and, when it unwound, the order of
+//! its compensations (`branches.rs`), and every tool agent's own ledger at the end.
+//! `demo checkout` runs the MCP scenario (`checkout.rs`).
 
+mod branches;
 mod checkout;
 mod mandate;
 mod processes;
@@ -721,12 +723,14 @@ async fn saga(
         .map_err(|e| crate::a2a::failure("the planner refused the goal", e))?;
     let mut planner_task = None;
     let mut crashed = false;
+    let mut said = branches::StepEvents::default();
     while let Some(event) = events.next().await {
         let Ok(event) = event else { break };
         match &event {
             StreamResponse::Task(task) => planner_task = Some(task.id.clone()),
             StreamResponse::StatusUpdate(update) => {
                 let text = clock.show(update);
+                said.record(&text);
                 if let Some(crash) = crash
                     && !crashed
                     && text.contains(&format!("{}: started", crash.step()))
@@ -787,11 +791,24 @@ async fn saga(
             "{:<15} the executor's task {executor_task} waits for a person; a person answers the escalation there, as the approver {DEMO_APPROVER}: resolved-manually",
             state_name(&task.status.state)
         ));
+        // Followed from before the answer, so that every status after it is shown (the
+        // rest of an unwinding may be over before a subscription made after it).
+        let followed = executor
+            .subscribe(&running.as_planner()?, &executor_task)
+            .await
+            .ok();
         let answer = crate::commands::resolution_message(&executor_task, "resolved-manually");
         executor
             .send(&running.as_approver()?, &answer)
             .await
             .map_err(|e| crate::a2a::failure("the executor refused the answer", e))?;
+        if let Some(mut updates) = followed {
+            while let Some(Ok(update)) = updates.next().await {
+                if let StreamResponse::StatusUpdate(update) = update {
+                    said.record(&clock.show(&update));
+                }
+            }
+        }
         task = executor
             .get_task(&running.as_planner()?, &executor_task)
             .await
@@ -805,7 +822,7 @@ async fn saga(
             };
             while let Some(Ok(update)) = updates.next().await {
                 if let StreamResponse::StatusUpdate(update) = update {
-                    clock.show(&update);
+                    said.record(&clock.show(&update));
                 }
             }
             task = executor
@@ -845,6 +862,9 @@ async fn saga(
         "executor's {}",
         crate::commands::describe(&task, Some(&running.executor_url()))
     );
+    for line in branches::describe(executor_waits(&task).as_deref(), &said) {
+        println!("{line}");
+    }
     let after = mandate::show(running, "after the saga", clock).await?;
     let (second, mut refused) = if fail_at == FailAt::OverBudget {
         let (second, problems) = mandate::second_saga(running, clock).await?;
@@ -887,6 +907,18 @@ async fn saga(
         );
     }
     verdict(&task, &problems)
+}
+
+/// What each step of the executor's task waits for, from its `saga-ledger` artifact
+/// (`None`: the plan is a sequence, or the task has no ledger).
+fn executor_waits(task: &agent_host::sdk::Task) -> Option<Vec<(String, String, Vec<String>)>> {
+    let ledger = task
+        .artifacts
+        .iter()
+        .flatten()
+        .find(|a| a.artifact_id == "saga-ledger")
+        .and_then(crate::a2a::artifact_data)?;
+    crate::commands::ledger_waits(ledger)
 }
 
 /// The surviving replica that says it took sagas over, and its line (the message part).
