@@ -172,3 +172,88 @@ fn plan_sign_embeds_the_mandate_it_is_given() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(codes(&out), [("MANDATE_SCOPE".into(), "s5".into())]);
 }
+
+/// `--max-parallel-steps` is the bound the undo deadlines are timed with: the sandbox's
+/// undo (27 s here) outlasts two checks side by side before the capture, not the two one
+/// after the other (6.75 + 6.75 + 16.5 = 30 s).
+#[test]
+fn undo_deadlines_are_timed_with_the_executors_parallel_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut plan: Value =
+        serde_json::from_str(&std::fs::read_to_string(example_plan()).unwrap()).unwrap();
+    let template = plan["steps"].as_array().unwrap().clone();
+    let mut check = template[3].clone();
+    check["args"]["tenantId"] = serde_json::json!("$steps.s1.response.body#/tenantId");
+    let mut steps = vec![
+        template[0].clone(),
+        template[2].clone(),
+        check.clone(),
+        check,
+        template[4].clone(),
+        template[5].clone(),
+    ];
+    for (i, step) in steps.iter_mut().enumerate() {
+        step["id"] = serde_json::json!(format!("s{i}"));
+        step["idempotencyKey"] = serde_json::json!(format!("sg_demo_supplier_onboarding:s{i}"));
+    }
+    steps[3]["after"] = serde_json::json!(["s1"]);
+    steps[4]["after"] = serde_json::json!(["s2", "s3"]);
+    steps[5]["args"]["login"] = serde_json::json!("$steps.s1.response.body#/login");
+    plan["steps"] = Value::Array(steps);
+    plan["pivotIndex"] = serde_json::json!(4);
+    let unsigned = dir.path().join("fork.json");
+    std::fs::write(&unsigned, plan.to_string()).unwrap();
+    let signed = sign_plan(dir.path(), &unsigned, &test_planner_key());
+
+    // The demo's cards, the sandbox's undo shortened to 27 s.
+    let cards = dir.path().join("cards");
+    std::fs::create_dir(&cards).unwrap();
+    for entry in std::fs::read_dir(root().join("agent-cards")).unwrap() {
+        let path = entry.unwrap().path();
+        let mut card: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        if path.file_name().unwrap() == "sandbox.json" {
+            let ttl = card
+                .pointer_mut(
+                    "/capabilities/extensions/0/params/skills/sandbox.provision/undoTtlSeconds",
+                )
+                .expect("the sandbox card declares sandbox.provision's undo TTL");
+            *ttl = serde_json::json!(27);
+        }
+        std::fs::write(cards.join(path.file_name().unwrap()), card.to_string()).unwrap();
+    }
+    let (planner, principal) = (test_planner_pub(), test_principal_pub());
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "plan",
+            "validate",
+            p(&signed),
+            "--catalog",
+            p(&cards),
+            "--trust",
+            p(&planner),
+            "--principal",
+            p(&principal),
+            "--at",
+            "2026-11-29T12:00:00Z",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        sagaplane(&args)
+    };
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = run(&["--max-parallel-steps", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = run(&["--max-parallel-steps", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_eq!(codes(&out), [("UNDO_TTL_TOO_SHORT".into(), "s1".into())]);
+    assert!(stdout(&out).contains("30.0 s"), "{}", stdout(&out));
+    let out = run(&["--max-parallel-steps", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--max-parallel-steps"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -38,6 +38,11 @@ pub enum PlanCommand {
         /// Validate as of this RFC 3339 time instead of now.
         #[arg(long, value_name = "TIME")]
         at: Option<DateTime<Utc>>,
+        /// The executor's `--max-parallel-steps`: the undo deadlines are timed with at
+        /// most this many steps under way at once.
+        #[arg(long, default_value_t = shared_types::DEFAULT_MAX_PARALLEL_STEPS, value_name = "N",
+              value_parser = clap::value_parser!(u32).range(1..=1024))]
+        max_parallel_steps: u32,
         /// Print {"valid", "violations"} as JSON.
         #[arg(long)]
         json: bool,
@@ -102,6 +107,7 @@ pub fn run(command: PlanCommand) -> Result<(), Failure> {
             trust,
             principals,
             at,
+            max_parallel_steps,
             json,
         } => {
             let catalog = if catalog.starts_with("http://") || catalog.starts_with("https://") {
@@ -118,7 +124,8 @@ pub fn run(command: PlanCommand) -> Result<(), Failure> {
                 planners: read_trust(&trust)?,
                 principals: read_trust(&principals)?,
             };
-            validate(&plan, catalog, trust, at.unwrap_or_else(Utc::now), json)
+            let at = at.unwrap_or_else(Utc::now);
+            validate(&plan, catalog, trust, at, max_parallel_steps, json)
         }
         PlanCommand::Sign {
             plan,
@@ -141,11 +148,13 @@ fn validate(
     catalog: Catalog,
     trust: Trusted,
     at: DateTime<Utc>,
+    max_parallel_steps: u32,
     as_json: bool,
 ) -> Result<(), Failure> {
     let validator = PlanValidator::new(catalog, trust.planners)
         .map_err(|e| Failure::unusable(e.to_string()))?
-        .with_principals(trust.principals);
+        .with_principals(trust.principals)
+        .with_max_parallel_steps(max_parallel_steps);
     let plan = read_json(path)?;
     let report = validator.validate(&plan, at);
     if as_json {
