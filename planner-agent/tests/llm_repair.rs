@@ -35,6 +35,26 @@ fn goal() -> String {
     format!("{SUPPLIER_GOAL}, max spend 250 EUR")
 }
 
+/// Sends the goal to a planner asking `model` (two drafts at most) and expects it
+/// COMPLETED with the plan the executor received, signed, which validated there: that
+/// plan.
+async fn repaired_plan(model: &ScriptedModel) -> Value {
+    let (executor, planner) = planner_asking(model, 2).await;
+    let task = send(&planner.client, &goal(), None).await;
+    assert_eq!(
+        task.status.state,
+        TaskState::Completed,
+        "{}",
+        status_text(&task)
+    );
+    let received = executor.plans();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].1, vec![]);
+    let plan = plan_artifact(&task).unwrap();
+    assert_eq!(received[0].0, plan);
+    plan
+}
+
 #[tokio::test]
 async fn a_draft_outside_the_catalog_is_sent_back_and_the_repaired_plan_runs() {
     let model = ScriptedModel::start(
@@ -45,21 +65,8 @@ async fn a_draft_outside_the_catalog_is_sent_back_and_the_repaired_plan_runs() {
         false,
     )
     .await;
-    let (executor, planner) = planner_asking(&model, 2).await;
-    let task = send(&planner.client, &goal(), None).await;
-    assert_eq!(
-        task.status.state,
-        TaskState::Completed,
-        "{}",
-        status_text(&task)
-    );
-
     // The executor received the repaired plan, signed, and it validates.
-    let received = executor.plans();
-    assert_eq!(received.len(), 1);
-    assert_eq!(received[0].1, vec![]);
-    let plan = plan_artifact(&task).unwrap();
-    assert_eq!(received[0].0, plan);
+    let plan = repaired_plan(&model).await;
     let skills: Vec<&str> = plan["steps"]
         .as_array()
         .unwrap()
@@ -143,14 +150,7 @@ async fn a_draft_whose_steps_wait_for_each_other_is_refused_and_the_parallel_rep
     ]);
     let model =
         ScriptedModel::start(vec![Reply::draft(&cycle), Reply::draft(&parallel)], false).await;
-    let (executor, planner) = planner_asking(&model, 2).await;
-    let task = send(&planner.client, &goal(), None).await;
-    assert_eq!(
-        task.status.state,
-        TaskState::Completed,
-        "{}",
-        status_text(&task)
-    );
+    let plan = repaired_plan(&model).await;
 
     // The system message says what `after` is.
     let requests = model.received();
@@ -165,12 +165,7 @@ async fn a_draft_whose_steps_wait_for_each_other_is_refused_and_the_parallel_rep
     let repair = requests[1].body["messages"][3]["content"].as_str().unwrap();
     assert!(repair.contains("- DEPENDENCY_CYCLE s1: "), "{repair}");
 
-    // The plan the executor received is the parallel one, and it validates.
-    let received = executor.plans();
-    assert_eq!(received.len(), 1);
-    assert_eq!(received[0].1, vec![]);
-    let plan = plan_artifact(&task).unwrap();
-    assert_eq!(received[0].0, plan);
+    // The plan the executor received is the parallel one.
     let after: Vec<&Value> = plan["steps"]
         .as_array()
         .unwrap()

@@ -362,6 +362,18 @@ pub(crate) fn order(after: &[Option<&[&str]>]) -> Dependencies {
     Dependencies::new(&ids, &after)
 }
 
+/// s0 → {s1, s2} → s3 → s4 (for tests).
+#[cfg(test)]
+pub(crate) fn diamond() -> Dependencies {
+    order(&[
+        None,
+        Some(&["s0"]),
+        Some(&["s0"]),
+        Some(&["s1", "s2"]),
+        None,
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -384,13 +396,7 @@ mod tests {
 
     #[test]
     fn a_diamond_orders_its_ends_and_not_its_sides() {
-        let d = order(&[
-            None,
-            Some(&["s0"]),
-            Some(&["s0"]),
-            Some(&["s1", "s2"]),
-            None,
-        ]);
+        let d = diamond();
         assert!(d.problems().is_empty() && !d.is_sequence() && d.is_ordered());
         assert_eq!(d.ancestors(3), vec![true, true, true, false, false]);
         assert_eq!(d.descendants(1), vec![false, false, false, true, true]);

@@ -80,7 +80,12 @@ pub fn test_principal_pub() -> PathBuf {
 /// `sagaplane plan validate PLAN` against the demo cards, trusting the test planner and
 /// the test principal.
 pub fn validate_plan(plan: &Path, extra: &[&str]) -> Output {
-    let cards = root().join("agent-cards");
+    validate_plan_against(plan, &root().join("agent-cards"), extra)
+}
+
+/// `sagaplane plan validate PLAN` against the cards in `cards`, trusting the test
+/// planner and the test principal.
+pub fn validate_plan_against(plan: &Path, cards: &Path, extra: &[&str]) -> Output {
     let trusted = test_planner_pub();
     let principal = test_principal_pub();
     let mut args = vec![
@@ -88,7 +93,7 @@ pub fn validate_plan(plan: &Path, extra: &[&str]) -> Output {
         "validate",
         p(plan),
         "--catalog",
-        p(&cards),
+        p(cards),
         "--trust",
         p(&trusted),
         "--principal",

@@ -206,13 +206,7 @@ mod tests {
     #[test]
     fn a_partial_order_undo_waits_for_every_step_it_does_not_wait_for() {
         // s0 → {s1, s2} → s3 (last unwinding) → s4.
-        let d = order(&[
-            None,
-            Some(&["s0"]),
-            Some(&["s0"]),
-            Some(&["s1", "s2"]),
-            None,
-        ]);
+        let d = crate::dependencies::diamond();
         let forward = [10, 20, 30, 40, 50];
         let undo = [1, 2, 3, 0, 0];
         // s1's undo may wait for s2 (alongside it) and s3, and s2's undo: with k = 2,
