@@ -29,6 +29,7 @@ use crate::executor::{ExecutorLink, leaves_outcome_unknown};
 use crate::follow::{final_state, finish, follow};
 use crate::goal::Goal;
 use crate::mandate::Grant;
+use crate::replan::Replan;
 use crate::retry::Tries;
 use crate::templates::Templates;
 
@@ -66,19 +67,21 @@ pub struct PlannerConfig {
     pub executor_retry: Duration,
     /// How long relayed progress gathers before one write of the planner's task.
     pub gather_progress: Duration,
+    /// How many times a goal whose saga unwound is planned again (`replan`); 0: never.
+    pub max_replans: u32,
     /// Where the planning spans go (`--otlp-endpoint`); `None` sends none.
     pub traces: Option<Arc<agent_host::telemetry::Exporter>>,
 }
 
 /// Where one of the planner's tasks stands, for cancellation.
 #[derive(Debug, Clone, PartialEq)]
-enum Phase {
+pub(crate) enum Phase {
     Planning,
     Submitted(String),
     Canceled,
 }
 
-type PhaseLock = Arc<tokio::sync::Mutex<Phase>>;
+pub(crate) type PhaseLock = Arc<tokio::sync::Mutex<Phase>>;
 
 pub struct Planner {
     config: PlannerConfig,
@@ -163,6 +166,18 @@ fn goal_parts(message: &Message) -> (String, Option<Value>) {
     (text, data)
 }
 
+/// The artifact that carries signed plan `plan`.
+pub(crate) fn plan_artifact(plan: &Value) -> Artifact {
+    Artifact {
+        artifact_id: PLAN_ARTIFACT.into(),
+        name: Some(PLAN_ARTIFACT.into()),
+        description: Some("The signed plan (docs/plans-and-mandates.md)".into()),
+        parts: vec![Part::data(plan.clone())],
+        metadata: None,
+        extensions: None,
+    }
+}
+
 /// The signed plan a task carries, if it got that far.
 fn plan_of(task: &Task) -> Option<Value> {
     let artifact = task
@@ -228,6 +243,29 @@ impl Planner {
         self.live.lock().ok()?.get(task_id).cloned()
     }
 
+    /// The backend's name (`rules-v1`, `llm:<model>`).
+    pub(crate) fn backend_name(&self) -> String {
+        self.config.backend.name()
+    }
+
+    /// How many times a goal whose saga unwound is planned again.
+    pub(crate) fn max_replans(&self) -> u32 {
+        self.config.max_replans
+    }
+
+    /// The goal of task `snapshot` (its first message from the client) and the mandate
+    /// it is planned under, read again as when it arrived.
+    pub(crate) fn goal_and_grant(&self, snapshot: &Task) -> Result<(Goal, Grant)> {
+        let message = crate::replan::goal_message(snapshot).ok_or_else(|| {
+            Error::Defect("the goal's message is not in the task's history".into())
+        })?;
+        let (text, data) = goal_parts(message);
+        let goal = Goal::parse(&text, data.as_ref(), &self.config.templates)
+            .map_err(Error::Unsatisfiable)?;
+        let grant = self.grant_for(&goal)?;
+        Ok((goal, grant))
+    }
+
     /// The mandate `goal` is planned under: its own (data part `mandate`), else the
     /// planner's (see `Grant::read` for what is refused).
     fn grant_for(&self, goal: &Goal) -> Result<Grant> {
@@ -269,7 +307,13 @@ impl Planner {
     }
 
     /// Composes, signs and checks a plan for `goal`; returns it as JSON.
-    async fn compose(&self, task: &TaskHandle, goal: &Goal, grant: &Grant) -> Result<Value> {
+    pub(crate) async fn compose(
+        &self,
+        task: &TaskHandle,
+        goal: &Goal,
+        grant: &Grant,
+        replan: Option<&Replan>,
+    ) -> Result<Value> {
         let executor = &self.config.executor;
         let catalog = self
             .retrying(task, "read its catalog", || executor.catalog())
@@ -290,6 +334,7 @@ impl Planner {
             planner_id: self.id().to_owned(),
             now: Utc::now(),
             mandate: grant.mandate.clone(),
+            supersedes: replan.map(|r| r.supersedes.clone()),
         };
         let plan = self
             .config
@@ -299,6 +344,7 @@ impl Planner {
                 catalog: &catalog,
                 validator: &validator,
                 ctx: &ctx,
+                replan,
             })
             .await?;
         let mut value = serde_json::to_value(&plan)
@@ -356,7 +402,7 @@ impl Planner {
                 .map_err(|e| Error::Config(format!("cannot record the dry run: {e}")))?;
         }
         let planning_started = std::time::SystemTime::now();
-        let plan = self.compose(task, &goal, &grant).await?;
+        let plan = self.compose(task, &goal, &grant, None).await?;
         let saga_id = plan
             .get("sagaId")
             .and_then(Value::as_str)
@@ -365,15 +411,7 @@ impl Planner {
         if let Some(traces) = &self.config.traces {
             planning_span(traces, self.config.identity.kid(), &plan, planning_started);
         }
-        let artifact = Artifact {
-            artifact_id: PLAN_ARTIFACT.into(),
-            name: Some(PLAN_ARTIFACT.into()),
-            description: Some("The signed plan (docs/plans-and-mandates.md)".into()),
-            parts: vec![Part::data(plan.clone())],
-            metadata: None,
-            extensions: None,
-        };
-        task.add_artifact(artifact, false, true)
+        task.add_artifact(plan_artifact(&plan), false, true)
             .await
             .map_err(|e| Error::Config(format!("cannot record the plan: {e}")))?;
         logged(task, task.set_metadata(META_SAGA_ID, json!(saga_id)).await);
@@ -395,13 +433,34 @@ impl Planner {
         self.submit(task, &plan, phase).await
     }
 
-    /// Submits the signed plan and follows the executor's task. Holds the phase lock
-    /// until the executor's task id is known, so a cancel sees either "not submitted" or
-    /// the executor's task.
+    /// Submits the signed plan, follows the executor's task to its end, and ends the
+    /// planner's task as it ended, or plans again (`replan`) and goes on with that plan.
     async fn submit(&self, task: &TaskHandle, plan: &Value, phase: &PhaseLock) -> Result<()> {
+        let mut plan = plan.clone();
+        loop {
+            let Some(ended) = self.submit_once(task, &plan, phase).await? else {
+                return Ok(());
+            };
+            match self.after_attempt(task, &plan, &ended, phase).await {
+                Some(next) => plan = next,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Submits the signed plan and follows the executor's task; returns it once it ended
+    /// (`None`: the planner stops, a cancel came first, or contact was lost). Holds the
+    /// phase lock until the executor's task id is known, so a cancel sees either "not
+    /// submitted" or the executor's task.
+    async fn submit_once(
+        &self,
+        task: &TaskHandle,
+        plan: &Value,
+        phase: &PhaseLock,
+    ) -> Result<Option<Task>> {
         let mut guard = phase.lock().await;
         if *guard == Phase::Canceled {
-            return Ok(());
+            return Ok(None);
         }
         let executor = &self.config.executor;
         let saga_id = plan["sagaId"].as_str().unwrap_or_default();
@@ -438,7 +497,7 @@ impl Planner {
         };
         let Some((first, stream)) = opened else {
             // Stopping: the restarted planner submits the plan again.
-            return Ok(());
+            return Ok(None);
         };
         *guard = Phase::Submitted(first.id.clone());
         drop(guard);
@@ -450,8 +509,7 @@ impl Planner {
             for (key, value) in submitted {
                 logged(task, task.set_metadata(&key, value).await);
             }
-            finish(self, task, &first).await;
-            return Ok(());
+            return Ok(Some(first));
         }
         logged(
             task,
@@ -465,8 +523,7 @@ impl Planner {
             )
             .await,
         );
-        follow(self, task, &first.id, Some(stream)).await;
-        Ok(())
+        Ok(follow(self, task, &first.id, Some(stream)).await)
     }
 
     /// Submits `plan` and reads the first event of the executor's stream, its task.
@@ -621,8 +678,15 @@ impl Planner {
     async fn resume(self: Arc<Self>, snapshot: Task) {
         let task = self.tasks.handle(&snapshot.id, &snapshot.context_id);
         if let Some(executor_task) = metadata_str(&snapshot, META_EXECUTOR_TASK_ID) {
-            self.register(task.id(), Phase::Submitted(executor_task.clone()));
-            follow(&self, &task, &executor_task, None).await;
+            let phase = self.register(task.id(), Phase::Submitted(executor_task.clone()));
+            let ended = follow(&self, &task, &executor_task, None).await;
+            let plan = plan_of(&snapshot).unwrap_or_default();
+            if let Some(ended) = ended
+                && let Some(next) = self.after_attempt(&task, &plan, &ended, &phase).await
+                && let Err(e) = self.submit(&task, &next, &phase).await
+            {
+                self.end_with(&task, e).await;
+            }
         } else if let Some(plan) = plan_of(&snapshot) {
             let dry_run = snapshot
                 .metadata

@@ -8,6 +8,7 @@ use shared_types::{Catalog, Plan, PlanValidator, Violation, ViolationCode};
 use crate::compose::{PlanContext, rules_plan};
 use crate::error::{Error, Result};
 use crate::goal::Goal;
+use crate::replan::Replan;
 use crate::templates::Templates;
 
 /// What a backend plans from.
@@ -18,6 +19,8 @@ pub struct PlanRequest<'a> {
     /// A validator over the same catalog, trusting the planner's own key.
     pub validator: &'a PlanValidator,
     pub ctx: &'a PlanContext,
+    /// Set when an earlier plan for the goal unwound: what failed, and that plan.
+    pub replan: Option<&'a Replan>,
 }
 
 /// Turns a goal into an unsigned plan.

@@ -125,14 +125,28 @@ fn wire_name(state: &TaskState) -> Value {
 
 /// Ends the planner's task as the executor's task `ended` stands.
 pub(crate) async fn finish(planner: &Planner, task: &TaskHandle, ended: &Task) {
+    finish_with(planner, task, ended, Vec::new(), None).await;
+}
+
+/// `finish`, with more metadata in the same write and `note` after the status text.
+pub(crate) async fn finish_with(
+    planner: &Planner,
+    task: &TaskHandle,
+    ended: &Task,
+    extra: Vec<(String, Value)>,
+    note: Option<String>,
+) {
     let id = &ended.id;
     let status = &ended.status;
     let text = text_of(status.message.as_ref());
-    let said = if text.is_empty() {
+    let mut said = if text.is_empty() {
         String::new()
     } else {
         format!(": {text}")
     };
+    if let Some(note) = note {
+        said.push_str(&format!("\n{note}"));
+    }
     let outcome = ended
         .metadata
         .as_ref()
@@ -143,6 +157,7 @@ pub(crate) async fn finish(planner: &Planner, task: &TaskHandle, ended: &Task) {
         .map(|outcome| (META_OUTCOME.to_owned(), outcome.clone()))
         .collect();
     metadata.push((META_EXECUTOR_STATE.to_owned(), wire_name(&status.state)));
+    metadata.extend(extra);
     let outcome_note = outcome
         .as_ref()
         .and_then(Value::as_str)
@@ -214,14 +229,16 @@ pub(crate) async fn finish(planner: &Planner, task: &TaskHandle, ended: &Task) {
 }
 
 /// Follows executor task `executor_task` on `stream` (or, without one, by re-attaching)
-/// until it is terminal or interrupted, relaying its progress; returns early only at
-/// shutdown, leaving the task for `Planner::recover`.
+/// until it is terminal or interrupted, relaying its progress, and returns it as it
+/// ended, for the caller to end the planner's task with (`finish`) or to plan again.
+/// `None` at shutdown (the task is left for `Planner::recover`) or when contact was lost
+/// for good (the planner's task then ended FAILED, saying so).
 pub(crate) async fn follow(
     planner: &Planner,
     task: &TaskHandle,
     executor_task: &str,
     stream: Option<BoxStream<'static, Result<StreamResponse, A2AError>>>,
-) {
+) -> Option<Task> {
     let executor = planner.executor();
     let shutdown = planner.shutdown();
     let mut stream = stream;
@@ -239,7 +256,10 @@ pub(crate) async fn follow(
                     gathered.write(task).await;
                     continue;
                 }
-                _ = shutdown.cancelled() => return gathered.write(task).await,
+                _ = shutdown.cancelled() => {
+                    gathered.write(task).await;
+                    return None;
+                }
             },
             None => None,
         };
@@ -274,7 +294,7 @@ pub(crate) async fn follow(
                         executor_task = next;
                         continue;
                     }
-                    return finish(planner, task, &t).await;
+                    return Some(t);
                 }
                 if waiting(&t.status.state) && !shown_waiting {
                     shown_waiting = true;
@@ -305,7 +325,7 @@ pub(crate) async fn follow(
                     executor_task = next;
                     continue;
                 }
-                return finish(planner, task, &ended).await;
+                return Some(ended);
             }
             Some(Ok(_)) => {}
             Some(Err(_)) | None => {
@@ -328,10 +348,10 @@ pub(crate) async fn follow(
                         )
                         .await,
                     );
-                    return;
+                    return None;
                 }
                 if failures > 1 && !planner.pause(failures - 1).await {
-                    return;
+                    return None;
                 }
                 match executor.get_task(&executor_task).await {
                     Ok(t) if final_state(&t.status.state) => {
@@ -341,7 +361,7 @@ pub(crate) async fn follow(
                             executor_task = next;
                             continue;
                         }
-                        return finish(planner, task, &t).await;
+                        return Some(t);
                     }
                     Ok(t) if waiting(&t.status.state) && !shown_waiting => {
                         shown_waiting = true;

@@ -78,6 +78,7 @@ mod follow;
 pub mod goal;
 pub mod llm;
 pub mod mandate;
+pub mod replan;
 mod retry;
 pub mod service;
 pub mod templates;

@@ -32,6 +32,7 @@ use shared_types::{AuthoredBy, Plan};
 
 use crate::backend::{PlanBackend, PlanRequest};
 use crate::error::{Error, Result};
+use crate::replan::Replan;
 pub use draft::{DRAFT_NOT_JSON, DRAFT_SHAPE, MAX_SPEND, Refusal, answer_json};
 use draft::{Verdict, judge, record, repair_request};
 pub use endpoint::{Endpoint, chat_url, lacks_json_mode};
@@ -174,6 +175,9 @@ impl LlmBackend {
         if let Some(max) = &request.goal.max_spend {
             user["maxSpend"] = json!(max);
         }
+        if let Some(replan) = request.replan {
+            user["replanning"] = replanning(replan);
+        }
         json!([
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": user.to_string()},
@@ -211,6 +215,33 @@ impl LlmBackend {
             drafts,
         }
     }
+}
+
+/// What the model is told when the goal is planned again: which attempt this is, what
+/// failed (the executor's words, which may quote a tool), and the steps of the plan
+/// that unwound, without what changes from one plan to the next.
+fn replanning(replan: &Replan) -> Value {
+    let steps: Vec<Value> = replan.previous["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|step| {
+            let mut shown = json!({"id": step["id"], "agent": step["agent"],
+                "skill": step["skill"], "args": step["args"]});
+            if let Some(after) = step.get("after") {
+                shown["after"] = after.clone();
+            }
+            shown
+        })
+        .collect();
+    json!({
+        "attempt": replan.attempt,
+        "instruction": "An earlier plan for this goal ran and unwound: every step it had completed was undone. \
+            Draft a plan that avoids this failure (another skill, other arguments, or another order). \
+            A plan that makes the same calls as the earlier one is not run again.",
+        "failure": {"failedStep": replan.supersedes.failed_step, "reason": replan.supersedes.reason},
+        "previousPlan": {"steps": steps},
+    })
 }
 
 #[async_trait]

@@ -106,6 +106,13 @@ struct Args {
           default_value_t = planner_agent::GATHER_PROGRESS.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(0..=60_000))]
     gather_progress_ms: u64,
+    /// How many times a goal whose saga unwound (every completed step compensated) is
+    /// planned again, under the same mandate, with the failure as input; each new plan
+    /// names the saga it supersedes. 0 never plans again; at most 10.
+    #[arg(long, value_name = "N",
+          default_value_t = planner_agent::replan::DEFAULT_MAX_REPLANS,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(planner_agent::replan::MAX_REPLANS_LIMIT)))]
+    max_replans: u32,
     /// An OpenTelemetry collector's OTLP/HTTP base URL (e.g. http://127.0.0.1:4318): each
     /// plan's making is sent there as a span in its saga's trace, under the executor's
     /// span of that saga. Off unless given.
@@ -274,6 +281,7 @@ async fn main() -> anyhow::Result<()> {
             templates: Templates::builtin(),
             executor_retry: Duration::from_secs(args.executor_retry_secs),
             gather_progress: Duration::from_millis(args.gather_progress_ms),
+            max_replans: args.max_replans,
             otlp_endpoint: args.otlp_endpoint,
         },
         shutdown.clone(),

@@ -140,6 +140,13 @@ async fn the_executors_ending_is_mirrored() {
         "{}",
         status_text(&task)
     );
+    // The rules plan the same again: nothing more is submitted.
+    assert!(
+        status_text(&task).contains("the planner found no plan it had not tried (rules-v1"),
+        "{}",
+        status_text(&task)
+    );
+    assert_eq!(executor.plans().len(), 1);
 
     let executor = FakeExecutor::start(Script::Reject, &identity).await;
     let planner = start_planner(&executor.url, identity.clone(), None, "executor").await;

@@ -32,6 +32,7 @@ async fn one_goal(gather: Duration) -> (u64, Vec<String>, Vec<TaskState>) {
         templates: planner_agent::Templates::builtin(),
         executor_retry: planner_agent::DEFAULT_EXECUTOR_RETRY,
         gather_progress: gather,
+        max_replans: planner_agent::replan::DEFAULT_MAX_REPLANS,
         otlp_endpoint: None,
     })
     .await;

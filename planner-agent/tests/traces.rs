@@ -27,6 +27,7 @@ async fn a_plans_making_is_a_span_under_its_sagas_in_the_sagas_trace() {
         templates: planner_agent::Templates::builtin(),
         executor_retry: planner_agent::DEFAULT_EXECUTOR_RETRY,
         gather_progress: planner_agent::GATHER_PROGRESS,
+        max_replans: planner_agent::replan::DEFAULT_MAX_REPLANS,
         otlp_endpoint: Some(collector.clone()),
     })
     .await;

@@ -26,6 +26,18 @@ fn the_example_plan_is_valid() {
     assert_eq!(report, serde_json::json!({"valid": true, "violations": []}));
 }
 
+/// A plan made when the planner planned a goal again names the saga it supersedes, and
+/// validates like any plan.
+#[test]
+fn a_plan_that_supersedes_another_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = root().join("examples/plans/supplier-onboarding-replanned.json");
+    let signed = sign_plan(dir.path(), &plan, &test_planner_key());
+    let out = validate(&signed, false);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).starts_with("valid: plan sg_demo_supplier_replanned v1 (6 steps)"));
+}
+
 #[test]
 fn five_violations_in_one_run() {
     let dir = tempfile::tempdir().unwrap();

@@ -22,7 +22,7 @@ pub use dependencies::{Dependencies, DependencyProblem};
 pub use error::{Error, Result};
 pub use mandate::{Mandate, Revocation, ScopeEntry};
 pub use money::{AmountMinor, Currency, Money};
-pub use plan::{AuthoredBy, Plan, Step};
+pub use plan::{AuthoredBy, MAX_SUPERSEDES_REASON_CHARS, Plan, Step, Supersedes};
 pub use reversibility::{
     Compensation, FailureClass, REVERSIBILITY_EXTENSION_URI, RetryPolicy, ReversibilityClass,
     SkillDeclaration,

@@ -32,6 +32,14 @@ pub struct Plan {
     /// waiting to be retried); at most the executor's own bound. Absent: the executor's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_parallel_steps: Option<u32>,
+    /// The plan this one replaces: its saga unwound and the planner planned again under
+    /// the same mandate, with that failure as input. Absent for a first plan.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "supersedes"
+    )]
+    pub supersedes: Option<Supersedes>,
     #[serde(deserialize_with = "steps")]
     pub steps: Vec<Step>,
     #[serde(
@@ -53,6 +61,24 @@ pub struct AuthoredBy {
     #[serde(default)]
     pub rejected_alternatives: Vec<Value>,
 }
+
+/// The saga a plan replaces, and the failure it answers (as the executor reported it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Supersedes {
+    /// The superseded plan's saga id.
+    pub saga_id: String,
+    /// The executor's task that ran it.
+    pub executor_task_id: String,
+    /// The step whose failure made it unwind, when the executor named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_step: Option<String>,
+    /// Why, in the executor's words (which may quote a tool: show it escaped).
+    pub reason: String,
+}
+
+/// The longest `Supersedes::reason` a plan may carry, in characters.
+pub const MAX_SUPERSEDES_REASON_CHARS: usize = 2000;
 
 /// One step: a skill of a registered agent, with its arguments and the reversibility the
 /// planner copied from the catalog (checked, never trusted).
@@ -87,6 +113,10 @@ fn authored_by<'de, D: Deserializer<'de>>(deserializer: D) -> Result<AuthoredBy,
 
 fn mandate<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Mandate, D::Error> {
     strict::object(deserializer, "mandate")
+}
+
+fn supersedes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Supersedes>, D::Error> {
+    strict::object(deserializer, "supersedes").map(Some)
 }
 
 fn steps<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Step>, D::Error> {

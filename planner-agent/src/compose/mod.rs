@@ -30,7 +30,7 @@ use serde_json::{Map, Value, json};
 use shared_types::expr::{self, EvalContext, escape_token};
 use shared_types::plan::idempotency_key;
 use shared_types::{
-    AuthoredBy, Catalog, Mandate, Plan, ReversibilityClass, SkillDeclaration, Step,
+    AuthoredBy, Catalog, Mandate, Plan, ReversibilityClass, SkillDeclaration, Step, Supersedes,
 };
 
 use crate::error::{Error, Result};
@@ -50,6 +50,8 @@ pub struct PlanContext {
     /// The principal's mandate the plan runs under (the agent embeds the signed
     /// document itself, exactly as received).
     pub mandate: Mandate,
+    /// The saga this plan replaces, when the goal is planned again (`supersedes`).
+    pub supersedes: Option<Supersedes>,
 }
 
 /// A fresh saga id: `sg_` and a UUIDv7 in hex (time-ordered, 35 characters).
@@ -112,6 +114,7 @@ pub fn assemble(
         mandate: ctx.mandate.clone(),
         pivot_index,
         max_parallel_steps: None,
+        supersedes: ctx.supersedes.clone(),
         steps,
         signatures: Vec::new(),
     })

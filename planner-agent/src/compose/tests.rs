@@ -41,6 +41,7 @@ fn ctx(saga_id: &str) -> PlanContext {
         planner_id: "planner@local".into(),
         now: now(),
         mandate: test_mandate(),
+        supersedes: None,
     }
 }
 
@@ -453,6 +454,7 @@ async fn branches_an_undo_deadline_could_not_survive_are_planned_as_a_sequence()
             catalog: &catalog,
             validator: &validator,
             ctx: &ctx("sg_x"),
+            replan: None,
         })
         .await
         .unwrap();
@@ -475,6 +477,7 @@ async fn the_rules_backend_sorts_violations_into_goal_errors_and_defects() {
             catalog: &catalog,
             validator: &validator,
             ctx: &ctx("sg_x"),
+            replan: None,
         })
         .await;
     match result {
@@ -495,6 +498,7 @@ async fn the_rules_backend_sorts_violations_into_goal_errors_and_defects() {
                 catalog: &catalog,
                 validator: &validator,
                 ctx: &ctx,
+                replan: None,
             })
             .await;
         assert!(

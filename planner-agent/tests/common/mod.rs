@@ -88,7 +88,8 @@ pub struct Seen {
 }
 
 struct FakeAgent {
-    script: Script,
+    /// The script of each plan in the order received; the last one for any after.
+    scripts: Vec<Script>,
     validator: PlanValidator,
     seen: Arc<Mutex<Seen>>,
 }
@@ -119,12 +120,13 @@ impl Agent for FakeAgent {
         };
         shared_types::json::normalize_integers(&mut plan);
         let report = self.validator.validate(&plan, chrono::Utc::now());
-        self.seen
-            .lock()
-            .unwrap()
-            .plans
-            .push((plan.clone(), report.violations.clone()));
-        if !report.is_valid() || self.script == Script::Reject {
+        let script = {
+            let mut seen = self.seen.lock().unwrap();
+            let script = self.scripts[seen.plans.len().min(self.scripts.len() - 1)];
+            seen.plans.push((plan.clone(), report.violations.clone()));
+            script
+        };
+        if !report.is_valid() || script == Script::Reject {
             let violations = if report.is_valid() {
                 vec![json!({"code": "MANDATE_EXCEEDED", "step": "s4",
                     "message": "spend reaches 30000 EUR minor units at this step, over the mandate's 25000"})]
@@ -166,7 +168,7 @@ impl Agent for FakeAgent {
                     .unwrap();
             }
         };
-        match self.script {
+        match script {
             Script::Complete => {
                 for (id, skill) in &steps {
                     working(format!("{id}: {skill} succeeded")).await;
@@ -177,6 +179,24 @@ impl Agent for FakeAgent {
             }
             Script::Compensate => {
                 working(format!("{}: {} succeeded", steps[0].0, steps[0].1)).await;
+                // The ledger names the step that failed, as the executor's does.
+                let ledger = json!({"steps": [
+                    {"step": "s0", "forward": {"state": "succeeded"}},
+                    {"step": "s3", "forward": {"state": "failed", "reason": "the registry is down"}}]});
+                task.add_artifact(
+                    agent_host::sdk::Artifact {
+                        artifact_id: "saga-ledger".into(),
+                        name: None,
+                        description: None,
+                        parts: vec![Part::data(ledger)],
+                        metadata: None,
+                        extensions: None,
+                    },
+                    false,
+                    true,
+                )
+                .await
+                .unwrap();
                 task.set_metadata("outcome", json!("compensated"))
                     .await
                     .unwrap();
@@ -218,6 +238,13 @@ pub struct FakeExecutor {
 impl FakeExecutor {
     /// Trusts `planner`'s key for JWTs (audience `executor`) and plans.
     pub async fn start(script: Script, planner: &SigningIdentity) -> Self {
+        Self::start_each(vec![script], planner).await
+    }
+
+    /// `start`, running the plans it receives by `scripts` in turn (the last for any
+    /// plan after).
+    pub async fn start_each(scripts: Vec<Script>, planner: &SigningIdentity) -> Self {
+        assert!(!scripts.is_empty());
         let mut trust = TrustStore::new();
         trust.add_jwk(&planner.public_jwk()).unwrap();
         let mut principals = TrustStore::new();
@@ -242,7 +269,7 @@ impl FakeExecutor {
         let config = HostConfig::new(card, auth.clone());
         let seen = Arc::new(Mutex::new(Seen::default()));
         let agent = FakeAgent {
-            script,
+            scripts,
             validator,
             seen: seen.clone(),
         };
@@ -359,19 +386,37 @@ pub async fn start_under(
 ) -> RunningPlanner {
     let settings = |url: &str| Settings {
         data_dir,
-        identity,
-        executor_urls: vec![executor_url.to_owned()],
         executor_id: executor_id.to_owned(),
-        public_url: url.to_owned(),
         auth,
         mandate,
+        ..test_settings(url, executor_url, identity, llm)
+    };
+    start_configured(settings).await
+}
+
+/// A planner's settings for the tests: at `url`, in front of `executor_url` (whose id
+/// is `executor`), tasks in memory, open to any caller, under the tests' mandate.
+pub fn test_settings(
+    url: &str,
+    executor_url: &str,
+    identity: SigningIdentity,
+    llm: Option<planner_agent::LlmConfig>,
+) -> Settings {
+    Settings {
+        data_dir: None,
+        identity,
+        executor_urls: vec![executor_url.to_owned()],
+        executor_id: "executor".to_owned(),
+        public_url: url.to_owned(),
+        auth: InboundAuth::Open,
+        mandate: Some(test_mandate()),
         llm,
         templates: Templates::builtin(),
         executor_retry: planner_agent::DEFAULT_EXECUTOR_RETRY,
         gather_progress: planner_agent::GATHER_PROGRESS,
+        max_replans: planner_agent::replan::DEFAULT_MAX_REPLANS,
         otlp_endpoint: None,
-    };
-    start_configured(settings).await
+    }
 }
 
 /// Starts a planner with the settings `settings` gives for its URL.

@@ -294,6 +294,7 @@ impl Fixture {
                 planner_id: "planner-test".into(),
                 now: "2026-11-29T10:00:00Z".parse().unwrap(),
                 mandate: super::mandate_doc(),
+                supersedes: None,
             },
         }
     }
@@ -304,6 +305,7 @@ impl Fixture {
             catalog: &self.catalog,
             validator: &self.validator,
             ctx: &self.ctx,
+            replan: None,
         }
     }
 }

@@ -22,7 +22,7 @@ use crate::dependencies::Dependencies;
 use crate::error::{Error, Result};
 use crate::expr::{self, EvalContext, Source};
 use crate::money::Money;
-use crate::plan::{Plan, Step, idempotency_key};
+use crate::plan::{MAX_SUPERSEDES_REASON_CHARS, Plan, Step, Supersedes, idempotency_key};
 use crate::reversibility::{ReversibilityClass, SkillDeclaration, SpendDeclaration};
 use crate::signing::{TrustStore, VerifiedSignatures, signer_kids, signing_payload};
 use order::{check_pivot, check_undo_ttls, dependency_violation};
@@ -508,6 +508,40 @@ impl PlanValidator {
     }
 }
 
+/// `supersedes` names another saga by a well-formed id, and says why in bounded text.
+fn check_supersedes(
+    plan: &Plan,
+    superseded: &Supersedes,
+    push: &mut impl FnMut(ViolationCode, Option<&Step>, String),
+) {
+    let mut refuse = |why: String| push(ViolationCode::SchemaInvalid, None, why);
+    if !expr::is_valid_id(&superseded.saga_id) {
+        refuse(format!(
+            "supersedes.sagaId {:?} must be 1-64 of A-Z a-z 0-9 '_' '-'",
+            superseded.saga_id
+        ));
+    } else if superseded.saga_id == plan.saga_id {
+        refuse(
+            "supersedes.sagaId names this plan's own saga: a new plan takes a new sagaId".into(),
+        );
+    }
+    if superseded.executor_task_id.is_empty() || superseded.executor_task_id.len() > 128 {
+        refuse("supersedes.executorTaskId must be 1-128 bytes".into());
+    }
+    if let Some(step) = &superseded.failed_step
+        && !expr::is_valid_id(step)
+    {
+        refuse(format!(
+            "supersedes.failedStep {step:?} must be 1-64 of A-Z a-z 0-9 '_' '-'"
+        ));
+    }
+    if superseded.reason.chars().count() > MAX_SUPERSEDES_REASON_CHARS {
+        refuse(format!(
+            "supersedes.reason is longer than {MAX_SUPERSEDES_REASON_CHARS} characters; shorten it"
+        ));
+    }
+}
+
 fn check_identity(plan: &Plan, push: &mut impl FnMut(ViolationCode, Option<&Step>, String)) {
     if !expr::is_valid_id(&plan.saga_id) {
         push(
@@ -532,6 +566,9 @@ fn check_identity(plan: &Plan, push: &mut impl FnMut(ViolationCode, Option<&Step
             None,
             "maxParallelSteps is at least 1 (leave it out for the executor's bound)".into(),
         );
+    }
+    if let Some(superseded) = &plan.supersedes {
+        check_supersedes(plan, superseded, push);
     }
     if plan.steps.is_empty() {
         push(

@@ -907,6 +907,7 @@ fn registration_warns_of_bound_from_skills_without_an_output_schema() {
 
 mod partial_order;
 mod pointer_walk;
+mod supersedes;
 
 #[test]
 fn a_verification_must_name_a_read_only_skill_of_the_agent_and_bind_only_the_call() {
