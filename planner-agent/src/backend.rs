@@ -63,6 +63,20 @@ impl RulesBackend {
     pub fn new(templates: Templates) -> Self {
         Self { templates }
     }
+
+    /// The templates to plan `goal` again with: its template with the skill that failed
+    /// in the superseded plan replaced by the template's alternative. `None` when there
+    /// is none (the same plan comes out, and the planner tries nothing more).
+    fn instead_of_failed(&self, goal: &Goal, replan: &Replan) -> Option<Templates> {
+        let failed = replan.supersedes.failed_step.as_deref()?;
+        let skill = replan.previous["steps"]
+            .as_array()?
+            .iter()
+            .find(|s| s["id"] == failed)?["skill"]
+            .as_str()?;
+        let template = self.templates.get(goal.intent.as_deref()?)?;
+        Some(self.templates.with(template.instead_of(skill)?))
+    }
 }
 
 #[async_trait]
@@ -72,7 +86,11 @@ impl PlanBackend for RulesBackend {
     }
 
     async fn plan(&self, request: PlanRequest<'_>) -> Result<Plan> {
-        let mut plan = rules_plan(request.goal, &self.templates, request.catalog, request.ctx)?;
+        let replanned = request
+            .replan
+            .and_then(|r| self.instead_of_failed(request.goal, r));
+        let templates = replanned.as_ref().unwrap_or(&self.templates);
+        let mut plan = rules_plan(request.goal, templates, request.catalog, request.ctx)?;
         let mut violations = request.validator.check(&plan, request.ctx.now);
         // Branches during which an undo's deadline could pass (a slow step running beside
         // a step whose undo expires): the steps one after another, as listed, when that

@@ -25,6 +25,18 @@ pub struct GoalTemplate {
     /// Inputs bound from a parameter or output of another name.
     #[serde(default)]
     pub aliases: Vec<Alias>,
+    /// Skills to plan instead of one whose failure unwound a saga, when the goal is
+    /// planned again.
+    #[serde(default)]
+    pub alternatives: Vec<Alternative>,
+}
+
+/// When a saga unwound because `skill` failed, the next plan calls `instead`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Alternative {
+    pub skill: String,
+    pub instead: String,
 }
 
 /// `skill`'s input `input` is bound from the parameter or output property `from`.
@@ -37,6 +49,18 @@ pub struct Alias {
 }
 
 impl GoalTemplate {
+    /// This template with `failed` replaced by its alternative; `None` when it has none.
+    pub fn instead_of(&self, failed: &str) -> Option<Self> {
+        let alternative = self.alternatives.iter().find(|a| a.skill == failed)?;
+        let mut replanned = self.clone();
+        for skill in &mut replanned.skills {
+            if *skill == failed {
+                skill.clone_from(&alternative.instead);
+            }
+        }
+        Some(replanned)
+    }
+
     /// The name an input of `skill` is looked up by.
     pub fn source_of<'a>(&'a self, skill: &str, input: &'a str) -> &'a str {
         self.aliases
@@ -89,6 +113,7 @@ impl Templates {
                 .map(|s| s.to_string())
                 .collect(),
             aliases: Vec::new(),
+            alternatives: Vec::new(),
         };
         Self(vec![GoalTemplate {
             intent: "supplier-onboarding".into(),
@@ -110,7 +135,22 @@ impl Templates {
                 alias("email.send", "to", "contactEmail"),
                 alias("payments.capture", "complianceReference", "reference"),
             ],
+            // A check that failed may be reviewed by a person instead.
+            alternatives: vec![Alternative {
+                skill: "compliance.check".into(),
+                instead: "compliance.review".into(),
+            }],
         }, checkout])
+    }
+
+    /// These templates with `template` in place of the one of its intent.
+    pub fn with(&self, template: GoalTemplate) -> Self {
+        let mut all = self.0.clone();
+        match all.iter_mut().find(|t| t.intent == template.intent) {
+            Some(slot) => *slot = template,
+            None => all.push(template),
+        }
+        Self(all)
     }
 
     pub fn get(&self, intent: &str) -> Option<&GoalTemplate> {
@@ -181,5 +221,18 @@ mod tests {
         assert!(t.match_phrase("onboard supplier").is_some());
         assert_eq!(template.source_of("email.send", "to"), "contactEmail");
         assert_eq!(template.source_of("email.send", "login"), "login");
+    }
+
+    #[test]
+    fn a_failed_skill_is_replaced_by_its_alternative() {
+        let t = Templates::builtin();
+        let supplier = t.get("supplier-onboarding").unwrap();
+        let replanned = supplier.instead_of("compliance.check").unwrap();
+        assert_eq!(replanned.skills[3], "compliance.review");
+        assert_eq!(replanned.skills.len(), supplier.skills.len());
+        assert!(supplier.instead_of("payments.capture").is_none());
+        let again = t.with(replanned.clone());
+        assert_eq!(again.get("supplier-onboarding"), Some(&replanned));
+        assert_eq!(again.all().len(), t.all().len());
     }
 }

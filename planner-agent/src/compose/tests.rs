@@ -186,6 +186,7 @@ fn a_plan_that_is_a_sequence_carries_no_after() {
         subject: Some("legalName".into()),
         skills: vec!["vendor.create".into(), "budget.reserve".into()],
         aliases: vec![],
+        alternatives: Vec::new(),
     };
     let templates = Templates::new(vec![template]);
     let goal = Goal::parse(
@@ -377,6 +378,7 @@ fn read_only_checks_early_irreversible_steps_late() {
             input: "complianceReference".into(),
             from: "reference".into(),
         }],
+        alternatives: Vec::new(),
     };
     let templates = Templates::new(vec![template]);
     let goal = Goal::parse(
@@ -506,4 +508,83 @@ async fn the_rules_backend_sorts_violations_into_goal_errors_and_defects() {
             "{result:?}"
         );
     }
+}
+
+/// Planned again after compliance.check failed, the rules call compliance.review (a
+/// person-reviewed check) instead, and name the saga the plan supersedes; after any
+/// other failure they plan the same calls again.
+#[tokio::test]
+async fn planned_again_the_rules_review_what_the_failed_check_could_not_clear() {
+    let catalog = catalog_of(&AGENTS);
+    let validator = PlanValidator::new(catalog.clone(), TrustStore::new()).unwrap();
+    let backend = RulesBackend::new(Templates::builtin());
+    let supplier = goal(SUPPLIER_GOAL, None);
+    let first = plan(SUPPLIER_GOAL, None, &catalog).unwrap();
+    let check = first
+        .steps
+        .iter()
+        .find(|s| s.skill == "compliance.check")
+        .unwrap();
+    let replan = |failed: &str| crate::replan::Replan {
+        attempt: 2,
+        supersedes: shared_types::Supersedes {
+            saga_id: "sg_first".into(),
+            executor_task_id: "t-1".into(),
+            failed_step: Some(failed.to_owned()),
+            reason: "the registry is down".into(),
+        },
+        previous: serde_json::to_value(&first).unwrap(),
+    };
+    let again = |replan: crate::replan::Replan| {
+        let (backend, supplier, catalog, validator) = (&backend, &supplier, &catalog, &validator);
+        async move {
+            let mut ctx = ctx("sg_second");
+            ctx.supersedes = Some(replan.supersedes.clone());
+            backend
+                .plan(PlanRequest {
+                    goal: supplier,
+                    catalog,
+                    validator,
+                    ctx: &ctx,
+                    replan: Some(&replan),
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let reviewed = again(replan(&check.id)).await;
+    let skills: Vec<&str> = reviewed.steps.iter().map(|s| s.skill.as_str()).collect();
+    assert!(skills.contains(&"compliance.review"), "{skills:?}");
+    assert!(!skills.contains(&"compliance.check"), "{skills:?}");
+    assert_eq!(reviewed.supersedes.as_ref().unwrap().saga_id, "sg_first");
+    assert_eq!(validator.check(&reviewed, now()), vec![]);
+    // The capture still reads the reference, now the review's.
+    let review = reviewed
+        .steps
+        .iter()
+        .find(|s| s.skill == "compliance.review")
+        .unwrap();
+    let capture = reviewed
+        .steps
+        .iter()
+        .find(|s| s.skill == "payments.capture")
+        .unwrap();
+    assert_eq!(
+        capture.args["complianceReference"],
+        json!(format!("$steps.{}.response.body#/reference", review.id))
+    );
+
+    // The capture failed: the template has no alternative for it.
+    let capture_id = first
+        .steps
+        .iter()
+        .find(|s| s.skill == "payments.capture")
+        .unwrap()
+        .id
+        .clone();
+    let same = again(replan(&capture_id)).await;
+    assert_eq!(
+        crate::replan::shape_sha256(&serde_json::to_value(&same).unwrap()),
+        crate::replan::shape_sha256(&serde_json::to_value(&first).unwrap())
+    );
 }
