@@ -242,6 +242,70 @@ fn a_compliance_timeout_unwinds_vendor_budget_and_sandbox_in_reverse() {
     );
 }
 
+/// With `--replan`, the unwound goal is planned again: the second plan (a new saga,
+/// superseding the first) has the compliance check reviewed by a person, whom the demo
+/// plays as the approver, and completes. Judged from every tool agent's ledger: the
+/// first attempt's vendor, budget and sandbox undone, the second's standing, one review,
+/// one capture, one email; the mandate settled both sagas, the first released.
+#[test]
+fn a_compliance_timeout_planned_again_completes_on_the_second_attempt() {
+    let (code, text, summary) = demo(&["--fail-at", "compliance", "--replan"]);
+    assert_eq!(code, 0, "{text}");
+    for task in ["executorTask", "plannerTask"] {
+        assert_eq!(state(&summary[task]), "TASK_STATE_COMPLETED", "{task}");
+    }
+    let attempts = summary["plannerTask"]["metadata"]["attempts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(attempts.len(), 2, "{}", summary["plannerTask"]);
+    assert_eq!(attempts[0]["outcome"], "compensated");
+    assert_eq!(attempts[1]["state"], "TASK_STATE_COMPLETED");
+    let (first, second) = (
+        attempts[0]["sagaId"].as_str().unwrap(),
+        attempts[1]["sagaId"].as_str().unwrap(),
+    );
+    assert_eq!(summary["executorTask"]["metadata"]["sagaId"], second);
+    for skill in ["vendor.create", "budget.reserve", "sandbox.provision"] {
+        let effects: Vec<_> = effects(&summary)
+            .into_iter()
+            .filter(|e| e.1 == skill)
+            .collect();
+        assert_eq!(effects.len(), 2, "{skill}: {effects:?}");
+        assert!(
+            effects[0].2.starts_with(first) && effects[0].3.is_some(),
+            "{effects:?}"
+        );
+        assert!(
+            effects[1].2.starts_with(second) && effects[1].3.is_none(),
+            "{effects:?}"
+        );
+    }
+    assert!(applied(&summary, "compliance.check").is_empty());
+    assert_eq!(applied(&summary, "compliance.review"), [None]);
+    assert_eq!(applied(&summary, "payments.capture"), [None]);
+    assert_eq!(applied(&summary, "email.send"), [None]);
+    // The mandate settled both: the unwound one spent nothing, the second the fee.
+    assert!(
+        text.contains(&format!("{first} ended: reserved 12000, spent 0")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{second} ended: reserved 12000, spent 12000")),
+        "{text}"
+    );
+    assert!(text.contains(&format!("supersedes {first}")), "{text}");
+    assert!(
+        text.contains("approve (bound to the step and arguments shown)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("attempt 1 unwound in the reverse order of start: started s0, s1, s2, s3; compensated s2, s1, s0"),
+        "{text}"
+    );
+    assert_eq!(summary["problems"], serde_json::json!([]));
+}
+
 #[test]
 fn a_declined_capture_unwinds_before_the_pivot() {
     let (code, text, summary) = demo(&["--fail-at", "capture-decline"]);

@@ -9,7 +9,8 @@ mod task;
 mod tools;
 
 pub use mandate::describe as describe_mandate;
-pub use task::{describe, goal_message, ledger_waits, resolution_message};
+pub use resolve::{Answer, answer_for};
+pub use task::{data_message_on, describe, goal_message, ledger_waits};
 
 use std::path::PathBuf;
 
@@ -113,6 +114,11 @@ enum Command {
         /// Start the agents and keep them running (send your own goals) until Ctrl-C.
         #[arg(long)]
         serve: bool,
+        /// Let the planner plan the goal again once its saga unwound (`--max-replans 1`;
+        /// without it, 0): with `--fail-at compliance`, the second plan has the
+        /// compliance check reviewed by a person, whom the demo plays as the approver.
+        #[arg(long)]
+        replan: bool,
     },
 }
 
@@ -147,8 +153,10 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             no_build,
             summary,
             serve,
+            replan,
         } => crate::demo::run(crate::demo::Options {
             serve,
+            replan,
             scenario,
             fail_at,
             crash_executor_at,

@@ -340,14 +340,8 @@ pub fn goal_message(goal: &str, data: Option<Value>) -> SendMessageRequest {
     message(Some(goal), data, None, false)
 }
 
-/// A person's answer on a task that waits for one (an escalation's: an approval names
-/// what it approves, `resolve::answer_for`).
-pub fn resolution_message(task: &str, resolution: &str) -> SendMessageRequest {
-    data_message_on(task, json!({ "resolution": resolution }))
-}
-
 /// A message on `task` with one data part.
-pub(super) fn data_message_on(task: &str, data: Value) -> SendMessageRequest {
+pub fn data_message_on(task: &str, data: Value) -> SendMessageRequest {
     message(None, Some(data), Some(task), false)
 }
 

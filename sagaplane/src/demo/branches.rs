@@ -17,14 +17,27 @@ const ENDED: [&str; 7] = [
     "cannot",
 ];
 
-/// What the timeline said of the saga's steps, in order: `(step id, what)`.
+/// What the timeline said of the saga's steps, in order: `(step id, what)`; and of the
+/// sagas of earlier attempts at the goal, when the planner planned it again.
 #[derive(Debug, Default)]
-pub struct StepEvents(Vec<(String, String)>);
+pub struct StepEvents {
+    said: Vec<(String, String)>,
+    earlier: Vec<StepEvents>,
+}
 
 impl StepEvents {
-    /// Keeps the lines of a status text that speak of a step (`s1: started (attempt 1)`).
+    /// Keeps the lines of a status text that speak of a step (`s1: started (attempt 1)`);
+    /// a new plan superseding the saga (`attempt 2: plan … supersedes …`) starts anew.
     pub fn record(&mut self, text: &str) {
         for line in text.lines() {
+            if line.starts_with("attempt ") && line.contains(" supersedes ") {
+                let ended = std::mem::take(&mut self.said);
+                self.earlier.push(StepEvents {
+                    said: ended,
+                    earlier: Vec::new(),
+                });
+                continue;
+            }
             let Some((id, what)) = line.split_once(": ") else {
                 continue;
             };
@@ -33,7 +46,7 @@ impl StepEvents {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
             if plain {
-                self.0.push((id.to_owned(), what.to_owned()));
+                self.said.push((id.to_owned(), what.to_owned()));
             }
         }
     }
@@ -41,7 +54,7 @@ impl StepEvents {
     /// The steps in the order of their first line starting with `what`.
     fn first(&self, what: &str) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
-        for (id, said) in &self.0 {
+        for (id, said) in &self.said {
             if said.starts_with(what) && !out.contains(&id.as_str()) {
                 out.push(id);
             }
@@ -65,7 +78,7 @@ impl StepEvents {
         let mut out_now: Vec<&str> = Vec::new();
         let mut ended: BTreeSet<&str> = BTreeSet::new();
         let mut pairs = Vec::new();
-        for (id, what) in &self.0 {
+        for (id, what) in &self.said {
             let id = id.as_str();
             if what.starts_with("started") {
                 if !out_now.contains(&id) && !ended.contains(id) {
@@ -113,6 +126,18 @@ pub fn describe(
             lines.push(format!(
                 "ran side by side (neither waits for the other; both were out at once): {}",
                 pairs.join("; ")
+            ));
+        }
+    }
+    // An earlier attempt's steps are another plan's: named by id alone.
+    for (n, earlier) in events.earlier.iter().enumerate() {
+        let compensated = earlier.compensated();
+        if !compensated.is_empty() {
+            lines.push(format!(
+                "attempt {} unwound in the reverse order of start: started {}; compensated {}",
+                n + 1,
+                earlier.started().join(", "),
+                compensated.join(", ")
             ));
         }
     }
@@ -191,6 +216,25 @@ mod tests {
                 "unwound in the reverse order of start: started s0, s1, s2, s3; \
                  compensated s2 sandbox.provision, s1 budget.reserve, s0 vendor.create",
             ]
+        );
+        // Planned again: the first attempt's unwinding is its own, named by ids.
+        let mut replanned = events(&[
+            "s0: started (attempt 1)",
+            "s0: succeeded",
+            "s1: started (attempt 1)",
+            "s1: failed: declined",
+            "s0: compensating (attempt 1)",
+            "s0: compensated",
+            "attempt 2: plan sg_b supersedes sg_a",
+            "s0: started (attempt 1)",
+            "s0: succeeded",
+        ]);
+        replanned.record("s1: started (attempt 1)");
+        assert_eq!(replanned.started(), ["s0", "s1"]);
+        assert!(replanned.compensated().is_empty());
+        assert_eq!(
+            describe(None, &replanned),
+            ["attempt 1 unwound in the reverse order of start: started s0, s1; compensated s0"]
         );
         // A sequence that completed: nothing to say.
         let sequence = events(&["s0: started (attempt 1)", "s0: succeeded"]);

@@ -147,7 +147,7 @@ async fn start(
                 .join(", "))
             .unwrap_or_default()
     ));
-    let planner = start_planner(planner_bin, work, &[executor.url().to_owned()]).await?;
+    let planner = start_planner(planner_bin, work, &[executor.url().to_owned()], 0).await?;
     Ok(Stack {
         shop,
         executor,

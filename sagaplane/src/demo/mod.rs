@@ -8,6 +8,7 @@
 mod branches;
 mod checkout;
 mod mandate;
+mod person;
 mod processes;
 mod report;
 
@@ -316,11 +317,13 @@ fn executor_args(work: &Path) -> Vec<String> {
 
 /// Starts the planner (key `work/planner.jwk`, no tool credentials) for `executor_url`,
 /// with a fresh caller token in `work/planner-token` (0600) and the principal's mandate
-/// (`work/mandate.json`). The process presents that token when the demo calls it (`Process::call`).
+/// (`work/mandate.json`), planning a goal whose saga unwound again at most `max_replans`
+/// times. The process presents that token when the demo calls it (`Process::call`).
 async fn start_planner(
     bin: &Path,
     work: &Path,
     executor_urls: &[String],
+    max_replans: u32,
 ) -> Result<Process, Failure> {
     let path = |name: &str| work.join(name).display().to_string();
     let token = random_token();
@@ -336,6 +339,8 @@ async fn start_planner(
         path(PLANNER_TOKEN_FILE),
         "--mandate".into(),
         path(mandate::MANDATE_FILE),
+        "--max-replans".into(),
+        max_replans.to_string(),
     ];
     for url in executor_urls {
         args.extend(["--executor".into(), url.clone()]);
@@ -349,6 +354,7 @@ async fn start(
     fail_at: FailAt,
     build: bool,
     replicas: usize,
+    replan: bool,
     clock: &Clock,
 ) -> Result<Running, Failure> {
     let bins = binaries(build, &|line| clock.say(line))?;
@@ -482,7 +488,7 @@ async fn start(
     let executor_urls: Vec<String> = std::iter::once(executor.url().to_owned())
         .chain(started.iter().map(|(_, p)| p.url().to_owned()))
         .collect();
-    let planner = start_planner(planner_bin, &work, &executor_urls).await?;
+    let planner = start_planner(planner_bin, &work, &executor_urls, u32::from(replan)).await?;
     clock.say(&format!(
         "started the planner at {} (no tool credentials, no principal key: it embeds the signed mandate)",
         planner.url()
@@ -523,6 +529,8 @@ pub struct Options {
     pub summary: Option<PathBuf>,
     /// Start everything, send nothing, and keep serving until interrupted.
     pub serve: bool,
+    /// The planner plans a goal whose saga unwound again, once.
+    pub replan: bool,
 }
 
 /// `sagaplane demo`.
@@ -536,16 +544,18 @@ pub fn run(options: Options) -> Result<(), Failure> {
         build,
         summary,
         serve,
+        replan,
     } = options;
     if let Scenario::Checkout = scenario {
         if fail_at != FailAt::None
             || crash_executor_at.is_some()
             || serve
+            || replan
             || replicas > 1
             || kill_replica_at.is_some()
         {
             return Err(Failure::unusable(
-                "--fail-at, --crash-executor-at, --replicas, --kill-replica-at and --serve belong to the supplier-onboarding demo",
+                "--fail-at, --crash-executor-at, --replicas, --kill-replica-at, --replan and --serve belong to the supplier-onboarding demo",
             ));
         }
         return crate::a2a::block_on(async move {
@@ -576,7 +586,7 @@ pub fn run(options: Options) -> Result<(), Failure> {
     };
     crate::a2a::block_on(async move {
         let clock = Clock(Instant::now());
-        let mut running = start(fail_at, build, replicas, &clock).await?;
+        let mut running = start(fail_at, build, replicas, replan, &clock).await?;
         if serve {
             print!("{}", serving_help(&running));
             agent_host::process::interrupted().await;
@@ -586,7 +596,7 @@ pub fn run(options: Options) -> Result<(), Failure> {
             return Ok(());
         }
         let outcome = tokio::select! {
-            outcome = saga(&mut running, fail_at, crash.as_ref(), summary.as_deref(), &clock) => outcome,
+            outcome = saga(&mut running, fail_at, replan, crash.as_ref(), summary.as_deref(), &clock) => outcome,
             _ = agent_host::process::interrupted() => Err(Failure::rejected("interrupted")),
         };
         let work = running.work.clone();
@@ -701,6 +711,7 @@ impl Crash {
 async fn saga(
     running: &mut Running,
     fail_at: FailAt,
+    replan: bool,
     crash: Option<&Crash>,
     summary: Option<&Path>,
     clock: &Clock,
@@ -787,8 +798,9 @@ async fn saga(
         .await
         .map_err(|e| crate::a2a::failure("cannot read the executor's task", e))?;
     if task.status.state == TaskState::InputRequired {
+        let (answer, said_as) = person::answer(&task);
         clock.say(&format!(
-            "{:<15} the executor's task {executor_task} waits for a person; a person answers the escalation there, as the approver {DEMO_APPROVER}: resolved-manually",
+            "{:<15} the executor's task {executor_task} waits for a person; a person answers there, as the approver {DEMO_APPROVER}: {said_as}",
             state_name(&task.status.state)
         ));
         // Followed from before the answer, so that every status after it is shown (the
@@ -797,7 +809,7 @@ async fn saga(
             .subscribe(&running.as_planner()?, &executor_task)
             .await
             .ok();
-        let answer = crate::commands::resolution_message(&executor_task, "resolved-manually");
+        let answer = crate::commands::data_message_on(&executor_task, answer);
         executor
             .send(&running.as_approver()?, &answer)
             .await
@@ -874,7 +886,7 @@ async fn saga(
         (None, Vec::new())
     };
     let ledgers = print_ledgers(&running.tools.urls, &running.tool_token).await?;
-    let mut problems = Expected::of(fail_at).problems(&task, &ledgers);
+    let mut problems = Expected::of(fail_at, replan).problems(&task, &ledgers);
     problems.append(&mut refused);
     if let Some(Crash::KillReplica(_)) = crash {
         match took_over(running) {

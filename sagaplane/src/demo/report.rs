@@ -57,10 +57,15 @@ pub struct Expected {
     undone: &'static [&'static str],
     /// Forward skills that must never have taken effect.
     absent: &'static [&'static str],
+    /// Forward skills applied twice, by two attempts: the first's undone, the second's
+    /// standing.
+    redone: &'static [&'static str],
 }
 
 impl Expected {
-    pub fn of(fail_at: FailAt) -> Self {
+    /// What `fail_at` ends in; with `replan`, a compliance failure is planned again,
+    /// reviewed by a person, and completes.
+    pub fn of(fail_at: FailAt, replan: bool) -> Self {
         const ALL: &[&str] = &[
             "vendor.create",
             "budget.reserve",
@@ -69,6 +74,15 @@ impl Expected {
             "email.send",
         ];
         const UNWOUND: &[&str] = &["vendor.create", "budget.reserve", "sandbox.provision"];
+        if replan && fail_at == FailAt::Compliance {
+            return Self {
+                state: TaskState::Completed,
+                standing: &["payments.capture", "email.send"],
+                undone: &[],
+                absent: &[],
+                redone: UNWOUND,
+            };
+        }
         match fail_at {
             FailAt::None
             | FailAt::CaptureUnknown
@@ -83,24 +97,28 @@ impl Expected {
                 },
                 undone: &[],
                 absent: &[],
+                redone: &[],
             },
             FailAt::Compliance | FailAt::CaptureDecline => Self {
                 state: TaskState::Failed,
                 standing: &[],
                 undone: UNWOUND,
                 absent: &[],
+                redone: &[],
             },
             FailAt::CaptureLost => Self {
                 state: TaskState::Failed,
                 standing: &[],
                 undone: UNWOUND,
                 absent: &["payments.capture", "email.send"],
+                redone: &[],
             },
             FailAt::Release => Self {
                 state: TaskState::Failed,
                 standing: &["budget.reserve"],
                 undone: &["vendor.create", "sandbox.provision"],
                 absent: &[],
+                redone: &[],
             },
         }
     }
@@ -132,6 +150,15 @@ impl Expected {
             let effects = forwards(skill);
             if effects.len() != 1 || effects[0].undone_by.is_none() {
                 problems.push(format!("{skill} should have been applied once and undone"));
+            }
+        }
+        for skill in self.redone {
+            let effects = forwards(skill);
+            let undone = effects.iter().filter(|e| e.undone_by.is_some()).count();
+            if effects.len() != 2 || undone != 1 || effects[1].undone_by.is_some() {
+                problems.push(format!(
+                    "{skill} should have been applied by each attempt, the first undone"
+                ));
             }
         }
         for skill in self.absent {
