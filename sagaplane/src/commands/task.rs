@@ -489,10 +489,16 @@ pub fn describe(task: &Task, agent: Option<&str>) -> String {
     let mut out = format!("task {}  {}\n", task.id, state_name(&task.status.state));
     if let Some(metadata) = &task.metadata {
         for (key, value) in metadata {
+            if key == "attempts" && value.is_array() {
+                continue;
+            }
             let value = value
                 .as_str()
                 .map_or_else(|| value.to_string(), str::to_owned);
             out.push_str(&format!("  {key}: {value}\n"));
+        }
+        if let Some(attempts) = metadata.get("attempts").and_then(Value::as_array) {
+            out.push_str(&attempts_table(attempts));
         }
     }
     if let Some(link) = console_link(task, agent) {
@@ -533,6 +539,43 @@ pub fn describe(task: &Task, agent: Option<&str>) -> String {
         // A2A data parts carry numbers as doubles.
         shared_types::json::normalize_integers(&mut ledger);
         out.push_str(&ledger_table(&ledger));
+    }
+    out
+}
+
+/// A planner task's attempts at its goal (metadata `attempts`), one line each: number,
+/// saga, how the executor's task ended, and where and why it unwound (the executor's
+/// words, which may quote a tool: made printable).
+fn attempts_table(attempts: &[Value]) -> String {
+    let mut out = String::from("  attempts:\n");
+    for attempt in attempts {
+        let text = |key: &str| printable(attempt[key].as_str().unwrap_or("-"));
+        let state = text("state");
+        let state = state
+            .strip_prefix("TASK_STATE_")
+            .unwrap_or(&state)
+            .to_owned();
+        let mut line = format!(
+            "    {:<3} {}  {} (executor task {})",
+            attempt["attempt"].to_string(),
+            text("sagaId"),
+            state,
+            text("executorTaskId")
+        );
+        if let Some(outcome) = attempt["outcome"].as_str() {
+            line.push_str(&format!(", {}", printable(outcome)));
+        }
+        if let Some(step) = attempt["failedStep"].as_str() {
+            line.push_str(&format!(", at {}", printable(step)));
+        }
+        if state != "COMPLETED"
+            && let Some(reason) = attempt["reason"].as_str()
+        {
+            let reason: String = printable(reason).chars().take(200).collect();
+            line.push_str(&format!(": {reason:?}"));
+        }
+        out.push_str(&line);
+        out.push('\n');
     }
     out
 }
@@ -772,6 +815,30 @@ mod tests {
             "{table}"
         );
         assert!(!table.contains("s1 can be undone"), "{table}");
+    }
+
+    #[test]
+    fn a_goal_planned_again_lists_its_attempts_one_line_each() {
+        let task: agent_host::sdk::Task = serde_json::from_value(json!({
+            "id": "t-goal", "contextId": "c",
+            "status": {"state": "TASK_STATE_COMPLETED"},
+            "metadata": {"sagaId": "sg_b", "attempts": [
+                {"attempt": 1, "sagaId": "sg_a", "executorTaskId": "e-1",
+                 "state": "TASK_STATE_FAILED", "outcome": "compensated", "failedStep": "s3",
+                 "reason": "a step failed\u{1b}[2J: registry down", "planSha256": "00"},
+                {"attempt": 2, "sagaId": "sg_b", "executorTaskId": "e-2",
+                 "state": "TASK_STATE_COMPLETED", "reason": "every step succeeded",
+                 "planSha256": "01"}]}
+        }))
+        .unwrap();
+        let shown = super::describe(&task, None);
+        assert!(!shown.contains("planSha256"), "{shown}");
+        assert!(
+            shown.contains(
+                "  attempts:\n    1   sg_a  FAILED (executor task e-1), compensated, at s3: \"a step failed?[2J: registry down\"\n    2   sg_b  COMPLETED (executor task e-2)\n"
+            ),
+            "{shown}"
+        );
     }
 
     #[test]
