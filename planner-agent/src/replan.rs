@@ -110,7 +110,12 @@ pub fn attempts_of(task: &Task) -> Vec<Attempt> {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(|a| serde_json::from_value(a.clone()).ok())
+        .filter_map(|a| {
+            // A task read over A2A carries its numbers as doubles.
+            let mut a = a.clone();
+            shared_types::json::normalize_integers(&mut a);
+            serde_json::from_value(a).ok()
+        })
         .collect()
 }
 
@@ -456,6 +461,15 @@ mod tests {
             META_ATTEMPTS.into(),
             json!([serde_json::to_value(&attempt).unwrap(), {"attempt": "x"}]),
         );
+        assert_eq!(attempts_of(&recorded), vec![attempt.clone()]);
+        // As read over A2A: its numbers as doubles.
+        let mut doubled = serde_json::to_value(&attempt).unwrap();
+        doubled["attempt"] = json!(1.0);
+        recorded
+            .metadata
+            .as_mut()
+            .unwrap()
+            .insert(META_ATTEMPTS.into(), json!([doubled]));
         assert_eq!(attempts_of(&recorded), vec![attempt]);
     }
 }

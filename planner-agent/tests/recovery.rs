@@ -175,3 +175,50 @@ async fn composed_plans_are_submitted_dry_runs_completed_and_planless_tasks_fail
         "only the composed plan was submitted"
     );
 }
+
+/// A planner stopped between recording a goal's next attempt (the ended attempt in
+/// `attempts`, the next plan and its saga id) and submitting it: restarted, it submits
+/// the recorded plan, plans nothing, and the goal ends listing both attempts.
+#[tokio::test]
+async fn a_recorded_next_attempt_is_submitted_as_recorded_after_a_restart() {
+    let identity = planner_identity();
+    let executor = FakeExecutor::start(Script::Complete, &identity).await;
+    let plan = signed_plan(&executor.url).await;
+    let first = json!({"attempt": 1, "sagaId": "sg_first_attempt", "executorTaskId": "t-first",
+        "state": "TASK_STATE_FAILED", "outcome": "compensated", "failedStep": "s3",
+        "reason": "s3 failed", "planSha256": "00"});
+    let recorded = interrupted(
+        Some(&plan),
+        &[
+            ("sagaId", plan["sagaId"].clone()),
+            ("attempts", json!([first.clone()])),
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    store_tasks(dir.path(), std::slice::from_ref(&recorded)).await;
+
+    let planner = start_planner(
+        &executor.url,
+        identity,
+        Some(dir.path().to_owned()),
+        "executor",
+    )
+    .await;
+    let task = settled(&planner, &recorded.id).await;
+    assert_eq!(
+        task.status.state,
+        TaskState::Completed,
+        "{}",
+        status_text(&task)
+    );
+    let received = executor.plans();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].0, plan, "the recorded plan, not a new one");
+    let mut attempts = metadata(&task, "attempts").unwrap();
+    // A2A carries numbers as doubles.
+    shared_types::json::normalize_integers(&mut attempts);
+    assert_eq!(attempts[0], first);
+    assert_eq!(attempts[1]["attempt"], json!(2));
+    assert_eq!(attempts[1]["sagaId"], plan["sagaId"]);
+    assert_eq!(attempts[1]["state"], json!("TASK_STATE_COMPLETED"));
+}

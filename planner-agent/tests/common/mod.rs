@@ -85,6 +85,8 @@ pub struct Seen {
     pub plans: Vec<(Value, Vec<Violation>)>,
     /// Tasks held by `Script::Hold`.
     pub held: Vec<TaskHandle>,
+    /// Told each time a task is held.
+    pub held_signal: Arc<tokio::sync::Notify>,
 }
 
 struct FakeAgent {
@@ -221,7 +223,9 @@ impl Agent for FakeAgent {
             }
             Script::Hold => {
                 working("s0: vendor.create running".into()).await;
-                self.seen.lock().unwrap().held.push(task);
+                let mut seen = self.seen.lock().unwrap();
+                seen.held.push(task);
+                seen.held_signal.notify_one();
             }
             Script::Reject => unreachable!(),
         }
@@ -286,6 +290,18 @@ impl FakeExecutor {
             url,
             seen,
             shutdown: config.shutdown,
+        }
+    }
+
+    /// Waits until a task is held (`Script::Hold`).
+    pub async fn a_task_held(&self) {
+        let signal = self.seen.lock().unwrap().held_signal.clone();
+        loop {
+            let notified = signal.notified();
+            if !self.seen.lock().unwrap().held.is_empty() {
+                return;
+            }
+            notified.await;
         }
     }
 

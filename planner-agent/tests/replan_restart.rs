@@ -1,0 +1,189 @@
+//! The planner's record of a goal's attempts survives a SIGKILL: the `planner-agent`
+//! binary, asking a scripted model, in front of a fake executor that unwinds the first
+//! plan and holds the second, is killed while the second attempt runs; started again on
+//! the same data directory, it follows the second attempt to its end without planning
+//! anything more, and the goal ends COMPLETED listing both attempts.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use agent_host::sdk::{StreamResponse, TaskState};
+use agent_host::{AgentClient, OutboundCall};
+use common::model::*;
+use common::*;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_planner-agent");
+
+/// Starts the planner binary on `data`; returns it and its URL.
+fn start(data: &Path, executor: &str, model: &str) -> (Child, String) {
+    let mut child = Command::new(BINARY)
+        .args(["--listen", "127.0.0.1:0", "--open", "--executor", executor])
+        .args(["--llm-url", model, "--llm-model", "test-model"])
+        .args(["--llm-max-repairs", "0", "--max-replans", "2"])
+        .arg("--data")
+        .arg(data.join("planner"))
+        .arg("--key")
+        .arg(data.join("planner.jwk"))
+        .arg("--mandate")
+        .arg(data.join("mandate.json"))
+        .env("SAGAPLANE_LLM_API_KEY", API_KEY)
+        .env_remove("SAGAPLANE_PLANNER_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(data.join("planner.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    (child, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planner_killed_during_the_second_attempt_goes_on_with_it_and_plans_nothing_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let identity = planner_identity();
+    std::fs::write(
+        dir.path().join("planner.jwk"),
+        serde_json::to_string(&identity.private_jwk()).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("mandate.json"), test_mandate().to_string()).unwrap();
+    let mut second = example_draft();
+    for (i, after) in [
+        (1, json!(["s0"])),
+        (2, json!(["s0"])),
+        (3, json!(["s1", "s2"])),
+    ] {
+        second["steps"][i]["after"] = after;
+    }
+    let model = ScriptedModel::start(
+        vec![Reply::draft(&example_draft()), Reply::draft(&second)],
+        false,
+    )
+    .await;
+    let executor =
+        FakeExecutor::start_each(vec![Script::Compensate, Script::Hold], &identity).await;
+
+    let (mut planner, url) = start(dir.path(), &executor.url, &model.url);
+    let client = AgentClient::new(&url).unwrap();
+    let mut request = goal_request(&format!("{SUPPLIER_GOAL}, max spend 250 EUR"), None);
+    request.configuration = Some(agent_host::sdk::SendMessageConfiguration {
+        accepted_output_modes: None,
+        task_push_notification_config: None,
+        history_length: None,
+        return_immediately: Some(true),
+    });
+    let task_id = match client.send(&OutboundCall::default(), &request).await {
+        Ok(agent_host::sdk::SendMessageResponse::Task(task)) => task.id,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    // The second attempt's plan is at the executor, which holds it, and the planner
+    // recorded the executor's task for it: kill the planner.
+    let mut progress = client
+        .subscribe(&OutboundCall::default(), &task_id)
+        .await
+        .unwrap();
+    let second_taken = async {
+        let mut taken = 0;
+        while let Some(Ok(event)) = progress.next().await {
+            if let StreamResponse::StatusUpdate(update) = event
+                && status_of(&update).contains("the executor took plan")
+            {
+                taken += 1;
+                if taken == 2 {
+                    return;
+                }
+            }
+        }
+        panic!("the planner's stream ended before the second plan was taken");
+    };
+    if tokio::time::timeout(std::time::Duration::from_secs(30), second_taken)
+        .await
+        .is_err()
+    {
+        panic!(
+            "the second plan was not taken; the planner logged:\n{}",
+            std::fs::read_to_string(dir.path().join("planner.log")).unwrap_or_default()
+        );
+    }
+    executor.a_task_held().await;
+    planner.kill().unwrap();
+    planner.wait().unwrap();
+    assert_eq!(model.received().len(), 2);
+
+    let (mut planner, url) = start(dir.path(), &executor.url, &model.url);
+    let client = AgentClient::new(&url).unwrap();
+    let mut events = client
+        .subscribe(&OutboundCall::default(), &task_id)
+        .await
+        .unwrap();
+    executor.complete_held().await;
+    let ended = async {
+        while let Some(Ok(event)) = events.next().await {
+            if let StreamResponse::StatusUpdate(update) = event
+                && update.status.state.is_terminal()
+            {
+                break;
+            }
+        }
+    };
+    if tokio::time::timeout(std::time::Duration::from_secs(30), ended)
+        .await
+        .is_err()
+    {
+        panic!(
+            "the goal did not end; the planner logged:\n{}",
+            std::fs::read_to_string(dir.path().join("planner.log")).unwrap_or_default()
+        );
+    }
+    let task = client
+        .get_task(&OutboundCall::default(), &task_id)
+        .await
+        .unwrap();
+    planner.kill().unwrap();
+    planner.wait().unwrap();
+
+    assert_eq!(
+        task.status.state,
+        TaskState::Completed,
+        "{}",
+        status_text(&task)
+    );
+    // Nothing planned after the restart: two drafts, two plans.
+    assert_eq!(model.received().len(), 2);
+    let plans = executor.plans();
+    assert_eq!(plans.len(), 2);
+    let attempts: Vec<Value> = metadata(&task, "attempts")
+        .and_then(|a| a.as_array().cloned())
+        .unwrap_or_default();
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(attempts[0]["sagaId"], plans[0].0["sagaId"]);
+    assert_eq!(attempts[1]["sagaId"], plans[1].0["sagaId"]);
+    assert_eq!(attempts[1]["state"], json!("TASK_STATE_COMPLETED"));
+    assert_eq!(plans[1].0["supersedes"]["sagaId"], plans[0].0["sagaId"]);
+}
+
+/// The text of a status update.
+fn status_of(update: &agent_host::sdk::TaskStatusUpdateEvent) -> String {
+    update
+        .status
+        .message
+        .iter()
+        .flat_map(|m| &m.parts)
+        .filter_map(|p| match &p.content {
+            agent_host::sdk::PartContent::Text(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect()
+}
