@@ -26,7 +26,7 @@ use crate::backend::{PlanBackend, PlanRequest, describe_violations};
 use crate::compose::{PlanContext, new_saga_id};
 use crate::error::{Error, Result};
 use crate::executor::{ExecutorLink, leaves_outcome_unknown};
-use crate::follow::{final_state, finish, follow};
+use crate::follow::{final_state, follow};
 use crate::goal::Goal;
 use crate::mandate::Grant;
 use crate::replan::Replan;
@@ -820,7 +820,12 @@ impl Agent for PlannerAgent {
         };
         match self.config.executor.cancel_task(&executor_task).await {
             Ok(ended) if final_state(&ended.status.state) => {
-                finish(self, &task, &ended).await;
+                // Ended as the attempt it was: listed with any before it, nothing more planned.
+                let plan = plan_of(&snapshot).unwrap_or_default();
+                let phase = self
+                    .phase_of(task.id())
+                    .unwrap_or_else(|| Arc::new(tokio::sync::Mutex::new(Phase::Canceled)));
+                self.after_attempt(&task, &plan, &ended, &phase).await;
                 task.snapshot().await.map_err(agent_host::Error::into_a2a)
             }
             Ok(_) => task.snapshot().await.map_err(agent_host::Error::into_a2a),
