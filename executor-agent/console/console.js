@@ -591,7 +591,14 @@ function sagaSections(d) {
   const a = obj(d.audit);
   const m = isObj(a.mandate) ? a.mandate : null;
   const rejected = arr(a.rejectedAlternatives);
-  const known = ['goal', 'planner', 'modelId', 'promptHash', 'signerKeyId', 'mandate', 'rejectedAlternatives'];
+  const known = ['goal', 'planner', 'modelId', 'promptHash', 'signerKeyId', 'mandate', 'rejectedAlternatives', 'supersedes'];
+  // The saga this plan replaces after it unwound (its reason is the executor's words,
+  // which may quote a tool: a text node).
+  const sup = isObj(a.supersedes) ? a.supersedes : null;
+  const supersedes = sup
+    ? [h('a', { href: `#/saga/${encodeURIComponent(str(sup.sagaId))}`, class: 'mono' }, str(sup.sagaId)),
+      ` unwound${sup.failedStep ? ` at ${str(sup.failedStep)}` : ''}: `, h('span', { class: 'muted reason' }, str(sup.reason))]
+    : 'none (a first plan)';
   const extra = Object.keys(a).filter((k) => !known.includes(k) && a[k] != null);
   const audit = h('section', { class: 'card wide' }, h('h2', {}, 'Audit record'),
     h('dl', { class: 'kv', 'data-testid': 'audit' },
@@ -601,6 +608,7 @@ function sagaSections(d) {
       h('dt', {}, 'Prompt hash'), h('dd', { class: 'mono' }, str(a.promptHash) || '—'),
       h('dt', {}, 'Signer key'), h('dd', { class: 'mono' }, str(a.signerKeyId) || '—'),
       h('dt', {}, 'Mandate'), h('dd', {}, m ? mandateText(m) : 'none'),
+      h('dt', {}, 'Supersedes'), h('dd', { 'data-testid': 'supersedes' }, supersedes),
       h('dt', {}, 'Rejected alternatives'), h('dd', {}, rejected.length ? h('pre', { class: 'json small' }, JSON.stringify(rejected, null, 2)) : 'none'),
       extra.map((k) => [h('dt', {}, k), h('dd', { class: 'mono' }, str(a[k]))])));
 

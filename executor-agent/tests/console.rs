@@ -220,6 +220,39 @@ async fn an_operator_reads_every_page_and_none_shows_a_tool_credential_but_canno
     assert_eq!(status, 404);
 }
 
+/// A plan made when the planner planned a goal again: the saga's page names the saga it
+/// supersedes, and why that one unwound, as the signed plan says (data, never markup).
+#[tokio::test]
+async fn a_saga_shows_the_saga_its_plan_supersedes() {
+    let served = serve().await;
+    let mut plan = supplier_as("sg_console_second");
+    plan["supersedes"] = json!({"sagaId": "sg_console_first", "executorTaskId": "t-first",
+        "failedStep": "s3", "reason": "s3 failed: <img src=x onerror=alert(1)>"});
+    common::sign_plan(&served.planner, &mut plan);
+    send(&served, planner_jwt(&served, "executor"), plan)
+        .await
+        .unwrap();
+    let id = session(&served, ADMIN_TOKEN).await;
+    let (status, body) = get(&served, Some(&id), "/sagas/sg_console_second").await;
+    assert_eq!(status, 200, "{body}");
+    let saga: Value = serde_json::from_str(&body).unwrap();
+    let supersedes = &saga["audit"]["supersedes"];
+    assert_eq!(supersedes["sagaId"], "sg_console_first", "{saga}");
+    assert_eq!(supersedes["failedStep"], "s3");
+    assert_eq!(
+        supersedes["reason"],
+        "s3 failed: <img src=x onerror=alert(1)>"
+    );
+    // A first plan supersedes nothing.
+    let first = supplier_plan(&served, "sg_console_plain");
+    send(&served, planner_jwt(&served, "executor"), first)
+        .await
+        .unwrap();
+    let (_, body) = get(&served, Some(&id), "/sagas/sg_console_plain").await;
+    let saga: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(saga["audit"]["supersedes"], Value::Null, "{saga}");
+}
+
 /// Reads the saga's live stream until its state in the console is `state`.
 async fn until_state(served: &Served, session: &str, id: &str, state: &str) -> Value {
     let response = http()

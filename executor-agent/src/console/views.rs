@@ -484,6 +484,8 @@ pub async fn saga(executor: &Executor, task: &Task) -> Result<Value> {
             "signerKeyId": signer,
             "createdAt": plan.get("createdAt"),
             "mandate": mandate,
+            // The saga this plan replaces after it unwound, as the signed plan names it.
+            "supersedes": plan.get("supersedes"),
         },
         "traceId": crate::invoke::trace_id(saga_id),
         "pivot": pivot,

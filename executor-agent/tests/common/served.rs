@@ -408,7 +408,7 @@ fn with_review(planner: &SigningIdentity, saga_id: &str, at: usize, vendor: Valu
 }
 
 /// The supplier plan as saga `saga_id`, unsigned.
-fn supplier_as(saga_id: &str) -> Value {
+pub fn supplier_as(saga_id: &str) -> Value {
     let text = serde_json::to_string(&read("examples/plans/supplier-onboarding.json"))
         .unwrap()
         .replace("sg_demo_supplier_onboarding", saga_id);
