@@ -84,7 +84,7 @@ fn waiting(state: &TaskState) -> bool {
     matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
 }
 
-fn text_of(message: Option<&Message>) -> String {
+pub(crate) fn text_of(message: Option<&Message>) -> String {
     message
         .map(|m| {
             m.parts

@@ -28,7 +28,7 @@ use crate::agent::{
     META_EXECUTOR_STATE, META_EXECUTOR_TASK_ID, META_OUTCOME, META_SAGA_ID, Phase, PhaseLock,
     Planner, agent_message, logged, plan_artifact,
 };
-use crate::follow::{finish, finish_with};
+use crate::follow::{finish, finish_with, text_of};
 
 /// Task metadata: every attempt that ended, in order (`Attempt`).
 pub const META_ATTEMPTS: &str = "attempts";
@@ -137,17 +137,7 @@ fn outcome_of(ended: &Task) -> Option<String> {
 /// forward call failed or whose outcome stayed unknown), else the status text alone.
 /// The reason is bounded to what a plan may carry.
 fn failure_of(ended: &Task) -> (Option<String>, String) {
-    let status_text: String = ended
-        .status
-        .message
-        .iter()
-        .flat_map(|m| &m.parts)
-        .filter_map(|p| match &p.content {
-            PartContent::Text(t) => Some(t.as_str()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let status_text = text_of(ended.status.message.as_ref());
     let failed = ledger_of(ended).and_then(|ledger| {
         ledger["steps"].as_array()?.iter().find_map(|step| {
             let forward = &step["forward"];

@@ -396,15 +396,7 @@ impl Planner {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
+        let url = listening_url(&mut child);
         let stderr = BufReader::new(child.stderr.take().unwrap());
         std::thread::spawn(move || {
             for line in stderr.lines().map_while(Result::ok) {
@@ -456,13 +448,9 @@ async fn goal(planner: String, waiting: mpsc::UnboundedSender<String>) -> String
                 let text = u
                     .status
                     .message
-                    .iter()
-                    .flat_map(|m| &m.parts)
-                    .filter_map(|p| match &p.content {
-                        PartContent::Text(t) => Some(t.as_str()),
-                        _ => None,
-                    })
-                    .collect::<String>();
+                    .as_ref()
+                    .map(message_text)
+                    .unwrap_or_default();
                 (u.task_id.clone(), text)
             }
             _ => continue,

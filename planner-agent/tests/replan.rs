@@ -57,6 +57,20 @@ async fn run_goal(model: &ScriptedModel, executor: &FakeExecutor, max_replans: u
     send(&planner.client, &goal(), None).await
 }
 
+/// Runs the goal with a model that answers `drafts` in turn, in front of an executor
+/// that runs the plans it gets by `scripts`, planning again at most `max_replans` times.
+async fn goal_run(
+    drafts: &[Value],
+    scripts: Vec<Script>,
+    max_replans: u32,
+) -> (Task, ScriptedModel, FakeExecutor) {
+    let replies = drafts.iter().map(Reply::draft).collect();
+    let model = ScriptedModel::start(replies, false).await;
+    let executor = FakeExecutor::start_each(scripts, &planner_identity()).await;
+    let task = run_goal(&model, &executor, max_replans).await;
+    (task, model, executor)
+}
+
 fn attempts(task: &Task) -> Vec<Value> {
     metadata(task, "attempts")
         .and_then(|a| a.as_array().cloned())
@@ -65,18 +79,12 @@ fn attempts(task: &Task) -> Vec<Value> {
 
 #[tokio::test]
 async fn an_unwound_saga_is_planned_again_from_its_failure_and_the_new_plan_supersedes_it() {
-    let model = ScriptedModel::start(
-        vec![
-            Reply::draft(&example_draft()),
-            Reply::draft(&side_by_side()),
-        ],
-        false,
+    let (task, model, executor) = goal_run(
+        &[example_draft(), side_by_side()],
+        vec![Script::Compensate, Script::Complete],
+        2,
     )
     .await;
-    let identity = planner_identity();
-    let executor =
-        FakeExecutor::start_each(vec![Script::Compensate, Script::Complete], &identity).await;
-    let task = run_goal(&model, &executor, 2).await;
     assert_eq!(
         task.status.state,
         TaskState::Completed,
@@ -159,10 +167,7 @@ async fn an_unwound_saga_is_planned_again_from_its_failure_and_the_new_plan_supe
 
 #[tokio::test]
 async fn a_replan_bound_of_zero_ends_as_before() {
-    let model = ScriptedModel::start(vec![Reply::draft(&example_draft())], false).await;
-    let identity = planner_identity();
-    let executor = FakeExecutor::start(Script::Compensate, &identity).await;
-    let task = run_goal(&model, &executor, 0).await;
+    let (task, model, executor) = goal_run(&[example_draft()], vec![Script::Compensate], 0).await;
     assert_eq!(task.status.state, TaskState::Failed);
     assert_eq!(metadata(&task, "outcome"), Some(json!("compensated")));
     assert_eq!(executor.plans().len(), 1);
@@ -173,18 +178,12 @@ async fn a_replan_bound_of_zero_ends_as_before() {
 
 #[tokio::test]
 async fn the_bound_stops_replanning_and_the_end_lists_every_attempt() {
-    let model = ScriptedModel::start(
-        vec![
-            Reply::draft(&example_draft()),
-            Reply::draft(&side_by_side()),
-            Reply::draft(&check_beside_budget()),
-        ],
-        false,
+    let (task, model, executor) = goal_run(
+        &[example_draft(), side_by_side(), check_beside_budget()],
+        vec![Script::Compensate],
+        1,
     )
     .await;
-    let identity = planner_identity();
-    let executor = FakeExecutor::start(Script::Compensate, &identity).await;
-    let task = run_goal(&model, &executor, 1).await;
     assert_eq!(task.status.state, TaskState::Failed);
     assert_eq!(metadata(&task, "outcome"), Some(json!("compensated")));
     let text = status_text(&task);
@@ -204,17 +203,12 @@ async fn the_bound_stops_replanning_and_the_end_lists_every_attempt() {
 #[tokio::test]
 async fn a_plan_already_tried_is_not_run_again() {
     // The model drafts the same calls again: a new saga id and time, the same plan.
-    let model = ScriptedModel::start(
-        vec![
-            Reply::draft(&example_draft()),
-            Reply::draft(&example_draft()),
-        ],
-        false,
+    let (task, model, executor) = goal_run(
+        &[example_draft(), example_draft()],
+        vec![Script::Compensate],
+        2,
     )
     .await;
-    let identity = planner_identity();
-    let executor = FakeExecutor::start(Script::Compensate, &identity).await;
-    let task = run_goal(&model, &executor, 2).await;
     assert_eq!(task.status.state, TaskState::Failed);
     assert_eq!(metadata(&task, "outcome"), Some(json!("compensated")));
     let text = status_text(&task);
@@ -225,17 +219,12 @@ async fn a_plan_already_tried_is_not_run_again() {
 
 #[tokio::test]
 async fn a_saga_waiting_for_a_person_is_not_planned_again() {
-    let model = ScriptedModel::start(
-        vec![
-            Reply::draft(&example_draft()),
-            Reply::draft(&side_by_side()),
-        ],
-        false,
+    let (task, model, executor) = goal_run(
+        &[example_draft(), side_by_side()],
+        vec![Script::Escalate],
+        2,
     )
     .await;
-    let identity = planner_identity();
-    let executor = FakeExecutor::start(Script::Escalate, &identity).await;
-    let task = run_goal(&model, &executor, 2).await;
     assert_eq!(task.status.state, TaskState::AuthRequired);
     assert_eq!(executor.plans().len(), 1);
     assert_eq!(model.received().len(), 1);
@@ -246,65 +235,7 @@ fn history_text(task: &Task) -> String {
     task.history
         .iter()
         .flatten()
-        .flat_map(|m| &m.parts)
-        .filter_map(|p| match &p.content {
-            agent_host::sdk::PartContent::Text(t) => Some(t.as_str()),
-            _ => None,
-        })
+        .map(message_text)
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// A cancel during the second attempt cancels the executor's task for it (which unwinds)
-/// and plans nothing more; the goal ends CANCELED, listing both attempts.
-#[tokio::test]
-async fn a_cancel_during_the_second_attempt_ends_it_and_plans_nothing_more() {
-    let model = ScriptedModel::start(
-        vec![
-            Reply::draft(&example_draft()),
-            Reply::draft(&side_by_side()),
-            Reply::draft(&check_beside_budget()),
-        ],
-        false,
-    )
-    .await;
-    let identity = planner_identity();
-    let executor =
-        FakeExecutor::start_each(vec![Script::Compensate, Script::Hold], &identity).await;
-    let llm = Some(llm_config(&model.url, 0));
-    let planner = start_configured(|url| test_settings(url, &executor.url, identity, llm)).await;
-    let mut request = goal_request(&goal(), None);
-    request.configuration = Some(agent_host::sdk::SendMessageConfiguration {
-        accepted_output_modes: None,
-        task_push_notification_config: None,
-        history_length: None,
-        return_immediately: Some(true),
-    });
-    let call = agent_host::OutboundCall::default();
-    let task_id = match planner.client.send(&call, &request).await {
-        Ok(agent_host::sdk::SendMessageResponse::Task(task)) => task.id,
-        other => panic!("expected a task, got {other:?}"),
-    };
-    executor.a_task_held().await;
-    let canceled = planner.client.cancel_task(&call, &task_id).await.unwrap();
-    assert_eq!(
-        canceled.status.state,
-        TaskState::Canceled,
-        "{}",
-        status_text(&canceled)
-    );
-    let held = executor.seen.lock().unwrap().held[0].clone();
-    assert_eq!(held.state().await.unwrap(), TaskState::Canceled);
-
-    let task = planner.client.get_task(&call, &task_id).await.unwrap();
-    assert_eq!(task.status.state, TaskState::Canceled);
-    assert_eq!(executor.plans().len(), 2);
-    assert_eq!(
-        model.received().len(),
-        2,
-        "nothing planned after the cancel"
-    );
-    let listed = attempts(&task);
-    assert_eq!(listed.len(), 2, "{listed:?}");
-    assert_eq!(listed[1]["state"], json!("TASK_STATE_CANCELED"));
 }

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -37,15 +36,7 @@ fn start(data: &Path, executor: &str, model: &str) -> (Child, String) {
         .stderr(std::fs::File::create(data.join("planner.log")).unwrap())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
+    let url = listening_url(&mut child);
     (child, url)
 }
 
@@ -98,7 +89,13 @@ async fn a_planner_killed_during_the_second_attempt_goes_on_with_it_and_plans_no
         let mut taken = 0;
         while let Some(Ok(event)) = progress.next().await {
             if let StreamResponse::StatusUpdate(update) = event
-                && status_of(&update).contains("the executor took plan")
+                && update
+                    .status
+                    .message
+                    .as_ref()
+                    .map(message_text)
+                    .unwrap_or_default()
+                    .contains("the executor took plan")
             {
                 taken += 1;
                 if taken == 2 {
@@ -172,18 +169,4 @@ async fn a_planner_killed_during_the_second_attempt_goes_on_with_it_and_plans_no
     assert_eq!(attempts[1]["sagaId"], plans[1].0["sagaId"]);
     assert_eq!(attempts[1]["state"], json!("TASK_STATE_COMPLETED"));
     assert_eq!(plans[1].0["supersedes"]["sagaId"], plans[0].0["sagaId"]);
-}
-
-/// The text of a status update.
-fn status_of(update: &agent_host::sdk::TaskStatusUpdateEvent) -> String {
-    update
-        .status
-        .message
-        .iter()
-        .flat_map(|m| &m.parts)
-        .filter_map(|p| match &p.content {
-            agent_host::sdk::PartContent::Text(t) => Some(t.as_str()),
-            _ => None,
-        })
-        .collect()
 }

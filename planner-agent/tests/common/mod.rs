@@ -494,17 +494,34 @@ pub fn status_text(task: &Task) -> String {
     task.status
         .message
         .as_ref()
-        .map(|m| {
-            m.parts
-                .iter()
-                .filter_map(|p| match &p.content {
-                    PartContent::Text(t) => Some(t.clone()),
-                    _ => None,
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
+        .map(message_text)
         .unwrap_or_default()
+}
+
+/// The text parts of a message, one per line.
+pub fn message_text(message: &Message) -> String {
+    message
+        .parts
+        .iter()
+        .filter_map(|p| match &p.content {
+            PartContent::Text(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The URL a just-started agent binary prints first (`listening on URL`).
+pub fn listening_url(child: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout piped"))
+        .read_line(&mut line)
+        .unwrap();
+    line.trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned()
 }
 
 /// The signed plan in a task's `plan` artifact, with integral numbers as integers.
