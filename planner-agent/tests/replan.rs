@@ -239,3 +239,57 @@ fn history_text(task: &Task) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// A cancel during the second attempt cancels the executor's task for it (which unwinds)
+/// and plans nothing more; the goal ends CANCELED, listing both attempts.
+#[tokio::test]
+async fn a_cancel_during_the_second_attempt_ends_it_and_plans_nothing_more() {
+    let model = ScriptedModel::start(
+        vec![
+            Reply::draft(&example_draft()),
+            Reply::draft(&side_by_side()),
+            Reply::draft(&check_beside_budget()),
+        ],
+        false,
+    )
+    .await;
+    let identity = planner_identity();
+    let executor =
+        FakeExecutor::start_each(vec![Script::Compensate, Script::Hold], &identity).await;
+    let llm = Some(llm_config(&model.url, 0));
+    let planner = start_configured(|url| test_settings(url, &executor.url, identity, llm)).await;
+    let mut request = goal_request(&goal(), None);
+    request.configuration = Some(agent_host::sdk::SendMessageConfiguration {
+        accepted_output_modes: None,
+        task_push_notification_config: None,
+        history_length: None,
+        return_immediately: Some(true),
+    });
+    let call = agent_host::OutboundCall::default();
+    let task_id = match planner.client.send(&call, &request).await {
+        Ok(agent_host::sdk::SendMessageResponse::Task(task)) => task.id,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    executor.a_task_held().await;
+    let canceled = planner.client.cancel_task(&call, &task_id).await.unwrap();
+    assert_eq!(
+        canceled.status.state,
+        TaskState::Canceled,
+        "{}",
+        status_text(&canceled)
+    );
+    let held = executor.seen.lock().unwrap().held[0].clone();
+    assert_eq!(held.state().await.unwrap(), TaskState::Canceled);
+
+    let task = planner.client.get_task(&call, &task_id).await.unwrap();
+    assert_eq!(task.status.state, TaskState::Canceled);
+    assert_eq!(executor.plans().len(), 2);
+    assert_eq!(
+        model.received().len(),
+        2,
+        "nothing planned after the cancel"
+    );
+    let listed = attempts(&task);
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(listed[1]["state"], json!("TASK_STATE_CANCELED"));
+}
