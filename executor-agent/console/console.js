@@ -405,7 +405,7 @@ function callsSection(calls) {
 // ---- sagas list ------------------------------------------------------------------
 
 function viewSagas(view, root, params) {
-  const filters = { state: params.get('state') || '', agent: params.get('agent') || '', q: params.get('q') || '' };
+  const filters = { state: params.get('state') || '', agent: params.get('agent') || '', q: params.get('q') || '', supersedes: params.get('supersedes') || '' };
   // Keyset paging: the token of the page shown, and a stack of the earlier pages' tokens.
   const pager = { token: null, earlier: [] };
   const stateSel = h('select', { id: 'filter-state', name: 'state' }, h('option', { value: '' }, 'any'),
@@ -416,7 +416,11 @@ function viewSagas(view, root, params) {
     h('label', {}, 'State ', stateSel), h('label', {}, 'Agent ', agentIn), h('label', { class: 'grow' }, 'Search ', qIn),
     h('button', { id: 'filter-apply', type: 'submit' }, 'Apply'));
   const results = h('div', { class: 'results' }, h('p', { class: 'muted' }, 'Loading…'));
-  root.replaceChildren(h('section', { class: 'card wide' }, h('h2', {}, 'Sagas'), form, results));
+  // A link from a saga's page: the plans made to replace it (text, never markup).
+  const superseding = filters.supersedes
+    ? h('p', { class: 'muted', 'data-testid': 'superseding' }, 'Only the sagas whose plan supersedes ', h('span', { class: 'mono' }, filters.supersedes), ' (Apply clears this).')
+    : null;
+  root.replaceChildren(h('section', { class: 'card wide' }, h('h2', {}, 'Sagas'), form, superseding, results));
 
   const load = async () => {
     const qs = new URLSearchParams();
@@ -431,7 +435,7 @@ function viewSagas(view, root, params) {
 
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
-    filters.state = stateSel.value; filters.agent = agentIn.value.trim(); filters.q = qIn.value.trim();
+    filters.state = stateSel.value; filters.agent = agentIn.value.trim(); filters.q = qIn.value.trim(); filters.supersedes = '';
     const qs = new URLSearchParams();
     for (const [k, v] of Object.entries(filters)) if (v) qs.set(k, v);
     const hash = `#/sagas${qs.toString() ? `?${qs}` : ''}`;
@@ -609,6 +613,7 @@ function sagaSections(d) {
       h('dt', {}, 'Signer key'), h('dd', { class: 'mono' }, str(a.signerKeyId) || '—'),
       h('dt', {}, 'Mandate'), h('dd', {}, m ? mandateText(m) : 'none'),
       h('dt', {}, 'Supersedes'), h('dd', { 'data-testid': 'supersedes' }, supersedes),
+      h('dt', {}, 'Superseded by'), h('dd', {}, h('a', { href: `#/sagas?supersedes=${encodeURIComponent(str(d.sagaId))}`, 'data-testid': 'superseded-by' }, 'the sagas planned to replace this one, if any')),
       h('dt', {}, 'Rejected alternatives'), h('dd', {}, rejected.length ? h('pre', { class: 'json small' }, JSON.stringify(rejected, null, 2)) : 'none'),
       extra.map((k) => [h('dt', {}, k), h('dd', { class: 'mono' }, str(a[k]))])));
 

@@ -251,6 +251,25 @@ async fn a_saga_shows_the_saga_its_plan_supersedes() {
     let (_, body) = get(&served, Some(&id), "/sagas/sg_console_plain").await;
     let saga: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(saga["audit"]["supersedes"], Value::Null, "{saga}");
+
+    // The list finds the sagas planned to replace one: this one only.
+    let (status, body) = get(&served, Some(&id), "/sagas?supersedes=sg_console_first").await;
+    assert_eq!(status, 200, "{body}");
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    let ids: Vec<&str> = listed["sagas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sagaId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["sg_console_second"], "{listed}");
+    let (status, body) = get(
+        &served,
+        Some(&id),
+        &format!("/sagas?supersedes={}", "x".repeat(65)),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
 }
 
 /// Reads the saga's live stream until its state in the console is `state`.

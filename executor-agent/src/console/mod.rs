@@ -302,6 +302,12 @@ async fn list(
     if query.q.as_deref().is_some_and(|q| q.len() > 512) {
         return refusal(StatusCode::BAD_REQUEST, "q is longer than 512 bytes");
     }
+    if query.supersedes.as_deref().is_some_and(|s| s.len() > 64) {
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            "supersedes is a saga id: at most 64 bytes",
+        );
+    }
     match views::list(&console.executor, &query).await {
         Ok(value) => ok(value),
         Err(e) => unreadable(e),

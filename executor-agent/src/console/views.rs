@@ -131,6 +131,8 @@ pub struct ListQuery {
     pub state: Option<String>,
     pub agent: Option<String>,
     pub q: Option<String>,
+    /// Only sagas whose plan supersedes this saga (the planner planned a goal again).
+    pub supersedes: Option<String>,
     pub page_size: Option<usize>,
     pub page_token: Option<String>,
 }
@@ -152,6 +154,11 @@ fn matches(task: &Task, query: &ListQuery) -> bool {
     let plan = plan_of(task).unwrap_or(&Value::Null);
     if let Some(agent) = query.agent.as_deref().filter(|a| !a.is_empty())
         && !agents_of(plan).iter().any(|a| a == agent)
+    {
+        return false;
+    }
+    if let Some(superseded) = query.supersedes.as_deref().filter(|s| !s.is_empty())
+        && str_of(plan, "/supersedes/sagaId") != Some(superseded)
     {
         return false;
     }
