@@ -74,3 +74,39 @@ async fn a_second_plan_version_is_refused_with_what_to_do_and_runs_nothing() {
     assert!(!text.to_lowercase().contains("unique"), "{text}");
     assert_eq!(calls_seen(&served), calls, "version 2 called a tool");
 }
+
+/// A plan may name the saga it supersedes, never its own, and only in the bounded shape:
+/// each hostile `supersedes` is refused before any call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_superseding_its_own_saga_or_with_an_unbounded_reason_runs_nothing() {
+    let served = serve().await;
+    let calls = calls_seen(&served);
+    for (supersedes, expected) in [
+        (
+            json!({"sagaId": "sg_demo_supplier_onboarding", "executorTaskId": "t", "reason": "r"}),
+            "names this plan's own saga",
+        ),
+        (
+            json!({"sagaId": "sg_other", "executorTaskId": "t", "reason": "x".repeat(2001)}),
+            "longer than 2000 characters",
+        ),
+        (
+            json!({"sagaId": "sg_other", "executorTaskId": "t", "reason": "r", "note": "extra"}),
+            "unknown field `note`",
+        ),
+    ] {
+        let mut plan: Value = common::read("examples/plans/supplier-onboarding.json");
+        plan["supersedes"] = supersedes;
+        common::sign_plan(&served.planner, &mut plan);
+        let answer = send(&served, planner_jwt(&served, "executor"), plan)
+            .await
+            .unwrap();
+        assert_eq!(answer.status.state, TaskState::Rejected, "{answer:?}");
+        let text = status_text(&answer);
+        assert!(
+            text.contains("SCHEMA_INVALID") && text.contains(expected),
+            "{text}"
+        );
+        assert_eq!(calls_seen(&served), calls, "a refused plan called a tool");
+    }
+}

@@ -100,7 +100,8 @@ impl std::fmt::Debug for Planner {
 }
 
 /// The planning of `plan` as a span in its saga's trace, under the saga's span (whose id
-/// every agent derives from the saga id): from the goal's reading to the signed plan.
+/// every agent derives from the saga id): from the catalog's reading to the signed plan,
+/// for a first plan and for each plan made when the goal is planned again.
 fn planning_span(
     traces: &agent_host::telemetry::Exporter,
     planner: &str,
@@ -314,6 +315,7 @@ impl Planner {
         grant: &Grant,
         replan: Option<&Replan>,
     ) -> Result<Value> {
+        let started = std::time::SystemTime::now();
         let executor = &self.config.executor;
         let catalog = self
             .retrying(task, "read its catalog", || executor.catalog())
@@ -368,6 +370,9 @@ impl Planner {
                 describe_violations(&report.violations)
             )));
         }
+        if let Some(traces) = &self.config.traces {
+            planning_span(traces, self.config.identity.kid(), &value, started);
+        }
         Ok(value)
     }
 
@@ -401,16 +406,12 @@ impl Planner {
                 .await
                 .map_err(|e| Error::Config(format!("cannot record the dry run: {e}")))?;
         }
-        let planning_started = std::time::SystemTime::now();
         let plan = self.compose(task, &goal, &grant, None).await?;
         let saga_id = plan
             .get("sagaId")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        if let Some(traces) = &self.config.traces {
-            planning_span(traces, self.config.identity.kid(), &plan, planning_started);
-        }
         task.add_artifact(plan_artifact(&plan), false, true)
             .await
             .map_err(|e| Error::Config(format!("cannot record the plan: {e}")))?;

@@ -258,18 +258,8 @@ async fn a_cancel_during_the_second_attempt_ends_it_and_plans_nothing_more() {
         FakeExecutor::start_each(vec![Script::Compensate, Script::Hold], &identity).await;
     let llm = Some(llm_config(&model.url, 0));
     let planner = start_configured(|url| test_settings(url, &executor.url, identity, llm)).await;
-    let mut request = goal_request(&goal(), None);
-    request.configuration = Some(agent_host::sdk::SendMessageConfiguration {
-        accepted_output_modes: None,
-        task_push_notification_config: None,
-        history_length: None,
-        return_immediately: Some(true),
-    });
+    let task_id = send_at_once(&planner.client, &goal()).await;
     let call = agent_host::OutboundCall::default();
-    let task_id = match planner.client.send(&call, &request).await {
-        Ok(agent_host::sdk::SendMessageResponse::Task(task)) => task.id,
-        other => panic!("expected a task, got {other:?}"),
-    };
     executor.a_task_held().await;
     let canceled = planner.client.cancel_task(&call, &task_id).await.unwrap();
     assert_eq!(

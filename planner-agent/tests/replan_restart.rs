@@ -68,17 +68,7 @@ async fn a_planner_killed_during_the_second_attempt_goes_on_with_it_and_plans_no
 
     let (mut planner, url) = start(dir.path(), &executor.url, &model.url);
     let client = AgentClient::new(&url).unwrap();
-    let mut request = goal_request(&format!("{SUPPLIER_GOAL}, max spend 250 EUR"), None);
-    request.configuration = Some(agent_host::sdk::SendMessageConfiguration {
-        accepted_output_modes: None,
-        task_push_notification_config: None,
-        history_length: None,
-        return_immediately: Some(true),
-    });
-    let task_id = match client.send(&OutboundCall::default(), &request).await {
-        Ok(agent_host::sdk::SendMessageResponse::Task(task)) => task.id,
-        other => panic!("expected a task, got {other:?}"),
-    };
+    let task_id = send_at_once(&client, &format!("{SUPPLIER_GOAL}, max spend 250 EUR")).await;
     // The second attempt's plan is at the executor, which holds it, and the planner
     // recorded the executor's task for it: kill the planner.
     let mut progress = client

@@ -465,6 +465,22 @@ pub fn goal_request(text: &str, data: Option<Value>) -> SendMessageRequest {
     agent_host::user_request(Some(text).filter(|t| !t.is_empty()), data, None)
 }
 
+/// Sends a goal and returns its task's id at once (`returnImmediately`), while the
+/// planner works on.
+pub async fn send_at_once(client: &AgentClient, text: &str) -> String {
+    let mut request = goal_request(text, None);
+    request.configuration = Some(agent_host::sdk::SendMessageConfiguration {
+        accepted_output_modes: None,
+        task_push_notification_config: None,
+        history_length: None,
+        return_immediately: Some(true),
+    });
+    match client.send(&OutboundCall::default(), &request).await {
+        Ok(SendMessageResponse::Task(task)) => task.id,
+        other => panic!("expected a task, got {other:?}"),
+    }
+}
+
 /// Sends a goal; the planner answers when its task ends (or stops for a person).
 pub async fn send(client: &AgentClient, text: &str, data: Option<Value>) -> Task {
     match client
