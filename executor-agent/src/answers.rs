@@ -269,7 +269,7 @@ pub fn check(
 }
 
 /// Whether the approval `withdrawal` names may be withdrawn, as `task`'s ledger shows the
-/// saga: its step waits to be tried again, and the latest of its approvals and
+/// saga: its step is approved and not called yet, or waits to be tried again, and the latest of its approvals and
 /// withdrawals is an approval. The saga checks it again when the withdrawal reaches it.
 fn withdrawable(task: &Task, withdrawal: &Withdrawal) -> Result<(), A2AError> {
     let ledger = task
@@ -298,17 +298,18 @@ fn withdrawable(task: &Task, withdrawal: &Withdrawal) -> Result<(), A2AError> {
             "the saga has no step of that id; nothing was recorded",
         ));
     };
-    let waiting = step["forward"]["state"] == "waitingRetry";
+    let unused =
+        step["forward"]["state"] == "approved" || step["forward"]["state"] == "waitingRetry";
     let standing = step["decisions"]
         .as_array()
         .into_iter()
         .flatten()
         .rev()
         .find(|d| d["resolution"] == "approve" || d["resolution"] == "withdraw");
-    if !waiting || standing.is_none_or(|d| d["resolution"] != "approve") {
+    if !unused || standing.is_none_or(|d| d["resolution"] != "approve") {
         return Err(refused(
             NOT_WITHDRAWABLE,
-            "the step has no approval waiting to be used (an approval is withdrawn while its step waits to be tried again; its call is out or made, or it was not approved); nothing was recorded",
+            "the step has no approval waiting to be used (an approval is withdrawn while its step waits to be called or tried again; its call is out or made, or it was not approved); nothing was recorded",
         ));
     }
     Ok(())

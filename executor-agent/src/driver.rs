@@ -339,6 +339,12 @@ impl Driver {
             if matches!(saga.phase, Phase::Paused { .. }) {
                 slot.release();
             }
+            let slot_wanted = match () {
+                _ if stopping => None,
+                _ if saga.phase == Phase::NotStarted => Some(SlotFor::Start),
+                _ if saga.awaits_slot_to_call() => Some(SlotFor::Proceed),
+                _ => None,
+            };
             let event = tokio::select! {
                 // A stop comes first: nothing decided after it is acted on.
                 biased;
@@ -376,16 +382,17 @@ impl Driver {
                     }
                 },
                 // Accepted and not started: it starts once it has a slot, journaling its
-                // start with its first call's intent.
-                () = slot.take_to_start(), if saga.phase == Phase::NotStarted && !stopping => {
-                    Event::Start { now_ms: now_ms() }
-                }
+                // start with its first call's intent. Approved and not called: called once
+                // it has a slot; waiting here, not before the approval is journaled, lets a
+                // withdrawal (or a cancel) that comes meanwhile reach the saga first.
+                event = take_slot_for(&mut slot, slot_wanted), if slot_wanted.is_some() => event,
                 else => return Ok(saga.phase),
             };
             // Back from a pause: the saga acts again once it has a slot. A stop meanwhile
             // journals the event without acting on it, as any event after a stop. A saga not
-            // started (a cancel before its start) makes no call, and needs none.
-            if !stopping && !slot.is_held() && saga.phase != Phase::NotStarted {
+            // started (a cancel before its start) makes no call, and needs none; nor does an
+            // approval or its withdrawal, journaled at once.
+            if !stopping && !slot.is_held() && saga.phase != Phase::NotStarted && event.may_call() {
                 tokio::select! {
                     biased;
                     () = &mut stop => stopping = true,
@@ -697,4 +704,29 @@ fn jitter(up_to: u64) -> u64 {
     }
     let random = uuid::Uuid::new_v4().as_u128() as u64;
     random % (up_to + 1)
+}
+
+/// What the saga waits for a slot to do.
+#[derive(Debug, Clone, Copy)]
+enum SlotFor {
+    /// Start: accepted, not started (in the line of new plans).
+    Start,
+    /// Call its approved step (in the line of begun sagas).
+    Proceed,
+}
+
+/// Takes a slot for `wanted`, and gives the event that acts on it.
+async fn take_slot_for(slot: &mut SlotHold, wanted: Option<SlotFor>) -> Event {
+    match wanted {
+        Some(SlotFor::Start) => {
+            slot.take_to_start().await;
+            Event::Start { now_ms: now_ms() }
+        }
+        Some(SlotFor::Proceed) => {
+            slot.take().await;
+            Event::Proceed { now_ms: now_ms() }
+        }
+        // Not polled: the branch is disabled without a wish.
+        None => std::future::pending().await,
+    }
 }

@@ -779,3 +779,138 @@ async fn an_approval_withdrawn_while_its_step_waits_to_retry_makes_no_call_of_th
         }
     }
 }
+
+/// Issue 42, the sanction gate (b), before any call of the step: an approved step is
+/// called only once its saga has a slot, so an approval given while every slot is taken
+/// can be withdrawn before its step was ever called. One slot, held by another saga
+/// whose sandbox answer is held; the approval and its withdrawal are each answered at
+/// once (nobody waits for the slot) and journaled with who sent them; the review is
+/// never called under the withdrawn approval, and is called once approved again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_withdrawn_while_its_step_waits_for_a_saga_slot_makes_no_call_of_that_step() {
+    let held = [("sandbox.provision", common::Fault::ApplyThenHold(1))];
+    let served = serve_timed(RegistrationHosts::any(), &held, 30_000, |settings| {
+        settings.max_running_sagas = 1;
+    })
+    .await;
+    let reviews = || {
+        served.logs["compliance-registry"]
+            .lock()
+            .unwrap()
+            .calls
+            .iter()
+            .filter(|c| c.1 == "compliance.review")
+            .count()
+    };
+    // The review is the plan's first step: the saga pauses before any call.
+    let paused = send(
+        &served,
+        planner_jwt(&served, "executor"),
+        approval_first_plan(&served, "sg_withdrawn_early"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(paused.status.state, TaskState::InputRequired);
+    assert_eq!(calls_seen(&served), 0);
+
+    // Another saga takes the one slot, and holds it on its sandbox answer.
+    let as_planner = || call(planner_jwt(&served, "executor"));
+    let holder = match client(&served)
+        .send(
+            &as_planner(),
+            &common::answered_at_once(data_message(supplier_plan(&served, "sg_slot_holder"), None)),
+        )
+        .await
+    {
+        Ok(agent_host::sdk::SendMessageResponse::Task(task)) => task,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    let sandbox = served.logs["sandbox"].clone();
+    let applied = sandbox.lock().unwrap().applied.clone();
+    while sandbox.lock().unwrap().effects.is_empty() {
+        applied.notified().await;
+    }
+
+    // Approved (a send that does not wait for the saga to stop again): WORKING, the
+    // step shown approved and not called.
+    let mut followed = client(&served)
+        .subscribe(&as_planner(), &paused.id)
+        .await
+        .unwrap();
+    let approval = approval(&paused, in_five_minutes());
+    client(&served)
+        .send(
+            &call(approver_jwt(&served)),
+            &common::answered_at_once(data_message(approval, Some(&paused.id))),
+        )
+        .await
+        .unwrap();
+    while let Some(event) = followed.next().await {
+        if let Ok(StreamResponse::StatusUpdate(update)) = event
+            && update.status.state == TaskState::Working
+        {
+            break;
+        }
+    }
+    let first = task_now(&served, &paused.id).await;
+    assert_eq!(first.status.state, TaskState::Working, "{:?}", first.status);
+    let said = serde_json::to_string(&first.status.message).unwrap();
+    assert!(
+        said.contains("approved by approver-1; called once the saga has a slot"),
+        "{said}"
+    );
+    let review = &ledger_of(&first)["steps"][0];
+    assert_eq!(review["forward"]["state"], "approved", "{review}");
+    assert_eq!(reviews(), 0);
+
+    // Withdrawn before the slot came: asked again, journaled with who.
+    let withdrawal = json!({"resolution": "withdraw",
+        "withdrawal": {"sagaId": "sg_withdrawn_early", "stepId": "s0r"}});
+    let withdrawn = answer(&served, approver_jwt(&served), &paused.id, withdrawal)
+        .await
+        .unwrap();
+    assert_eq!(
+        withdrawn.status.state,
+        TaskState::InputRequired,
+        "{:?}",
+        withdrawn.status
+    );
+    let said = serde_json::to_string(&withdrawn.status.message).unwrap();
+    assert!(
+        said.contains("needs approval again: its approval was withdrawn by approver-1"),
+        "{said}"
+    );
+    let decisions = &ledger_of(&withdrawn)["steps"][0]["decisions"];
+    assert_eq!(decisions[0]["resolution"], "approve", "{decisions}");
+    assert_eq!(decisions[1]["resolution"], "withdraw", "{decisions}");
+    assert_eq!(decisions[1]["by"], "approver-1", "{decisions}");
+
+    // The slot comes back: the holder completes, and the withdrawn approval calls nothing.
+    sandbox.lock().unwrap().release.notify_one();
+    if let Ok(mut events) = client(&served).subscribe(&as_planner(), &holder.id).await {
+        while events.next().await.is_some() {}
+    }
+    let holder = task_now(&served, &holder.id).await;
+    assert_eq!(holder.status.state, TaskState::Completed);
+    let still = task_now(&served, &paused.id).await;
+    assert_eq!(still.status.state, TaskState::InputRequired);
+    assert_eq!(reviews(), 0, "the review was never called");
+
+    // Approved again, with a slot free: called once, and the saga completes.
+    let again = approved(&served, &still).await;
+    let ended = if again.status.state == TaskState::Completed {
+        again
+    } else {
+        if let Ok(mut events) = client(&served).subscribe(&as_planner(), &paused.id).await {
+            while events.next().await.is_some() {}
+        }
+        task_now(&served, &paused.id).await
+    };
+    assert_eq!(
+        ended.status.state,
+        TaskState::Completed,
+        "{:?}",
+        ended.status
+    );
+    assert_eq!(reviews(), 1);
+}

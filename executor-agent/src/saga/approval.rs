@@ -10,7 +10,7 @@ use shared_types::json::canonical_sha256;
 
 use super::engine::{Saga, response_of};
 use super::model::{
-    Command, Decider, Decision, Forward, PauseOn, Phase, Resolution, StepRecord, Timer,
+    Command, Decider, Decision, Forward, PauseOn, Phase, Resolution, StepRecord, Target, Timer,
 };
 
 impl Saga {
@@ -201,10 +201,47 @@ impl Saga {
         }
     }
 
-    /// A person withdraws the approval of a step waiting to be tried again: its retry is
-    /// not made (`approval_lapsed`). A withdrawal of any other approval (its step's call
-    /// is out or made, or it was never approved) changes nothing; the executor refuses
-    /// those before they reach the saga, unless it moved in between.
+    /// The driver holds a slot for the approved step: it is called now if its approval
+    /// still stands (it may have expired while the step waited for a slot), and asked for
+    /// again otherwise (`approval_lapsed`).
+    pub(super) fn on_proceed(&mut self, now_ms: i64, out: &mut Vec<Command>) {
+        let approved = self
+            .records
+            .iter()
+            .position(|r| r.forward == Forward::Approved);
+        let Some(i) = approved else {
+            out.push(Command::Ignored {
+                event: "proceed".into(),
+                why: "no approved step waits to be called".into(),
+            });
+            return;
+        };
+        match self.approval_current(i, now_ms) {
+            // Asked again after a withdrawal: the attempts go on from the last.
+            Ok(()) => self.invoke(
+                Target::Forward(i),
+                self.records[i].attempts + 1,
+                now_ms,
+                out,
+            ),
+            Err(why) => self.approval_lapsed(i, &why, now_ms, out),
+        }
+    }
+
+    /// Whether step `i` is approved and waits for an approval's use: approved and not yet
+    /// called, or waiting to be tried again.
+    fn approval_unused(&self, i: usize) -> bool {
+        matches!(
+            self.records[i].forward,
+            Forward::Approved | Forward::WaitingRetry { .. }
+        )
+    }
+
+    /// A person withdraws the approval of a step not yet called, or waiting to be tried
+    /// again: that call is not made (`approval_lapsed`). A withdrawal of any other
+    /// approval (its step's call is out or made, or it was never approved) changes
+    /// nothing; the executor refuses those before they reach the saga, unless it moved in
+    /// between.
     pub(super) fn on_withdrawal(
         &mut self,
         decider: Option<&Decider>,
@@ -225,9 +262,8 @@ impl Saga {
             out.push(ignored("the withdrawal names no step of this saga"));
             return;
         };
-        let waiting = matches!(self.records[i].forward, Forward::WaitingRetry { .. });
         let standing = self.standing_approval(i).map(|d| d.resolution);
-        if !waiting || standing != Some(Resolution::Approve) {
+        if !self.approval_unused(i) || standing != Some(Resolution::Approve) {
             out.push(ignored(
                 "the step has no approval waiting to be used: its call is out or made, or it was not approved",
             ));

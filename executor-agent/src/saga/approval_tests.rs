@@ -1,6 +1,6 @@
-//! An approval at the moment of effect: a step approved and waiting to be tried again is
-//! not called once its approval is withdrawn or has expired, and what it had done decides
-//! what follows (asked again, or in doubt). Scripted events, no clock.
+//! An approval at the moment of effect: a step approved and not called yet, or waiting to
+//! be tried again, is not called once its approval is withdrawn or has expired, and what
+//! it had done decides what follows (asked again, or in doubt). Scripted events, no clock.
 
 use serde_json::Value;
 
@@ -40,7 +40,8 @@ fn approved_then(outcome: CallOutcome) -> (Saga, Vec<Event>) {
         outcome,
         now_ms: T0 + 200,
     };
-    for event in [approve, result] {
+    let proceed = Event::Proceed { now_ms: T0 + 110 };
+    for event in [approve, proceed, result] {
         saga.step(event.clone());
         events.push(event);
     }
@@ -159,8 +160,11 @@ fn a_withdrawn_approval_of_a_step_that_failed_is_asked_again_and_the_step_not_ca
         now_ms: T0 + 600,
         decider: Some(approval_of_pause(&saga, "alice", T0 + 60_000)),
     };
-    let commands = saga.step(approve.clone());
+    assert_eq!(invokes(&saga.step(approve.clone())), []);
     events.push(approve);
+    let proceed = Event::Proceed { now_ms: T0 + 610 };
+    let commands = saga.step(proceed.clone());
+    events.push(proceed);
     assert_eq!(invokes(&commands), [(Target::Forward(REVIEW), 2)]);
     let decisions = &saga.ledger()["steps"][REVIEW]["decisions"];
     let said: Vec<&Value> = decisions
@@ -264,6 +268,7 @@ fn a_call_lost_in_a_stop_is_not_sent_again_once_its_approval_expired() {
         now_ms: T0 + 100,
         decider: Some(decider),
     });
+    saga.step(Event::Proceed { now_ms: T0 + 110 });
     let lost = |now_ms| Event::InFlightLost {
         target: Target::Forward(REVIEW),
         attempt: 1,
@@ -302,6 +307,7 @@ fn a_withdrawal_of_a_call_out_made_or_never_approved_changes_nothing() {
         now_ms: T0 + 100,
         decider: Some(approval_of_pause(&saga, "alice", T0 + 60_000)),
     });
+    saga.step(Event::Proceed { now_ms: T0 + 110 });
     let before = state(&saga);
     assert!(ignored(&saga.step(withdrawal(
         &saga,
@@ -368,4 +374,111 @@ fn ok_of(skill: &str) -> CallOutcome {
     CallOutcome::Succeeded {
         response: super::tests::response(skill),
     }
+}
+
+/// The saga as it pauses for the review's approval, and the events it took.
+fn paused_for_review() -> (Saga, Vec<Event>) {
+    let mut saga = saga_from("examples/plans/invalid/undo-ttl-too-short.json");
+    let mut events = vec![Event::Start { now_ms: T0 }];
+    start(&mut saga, &mut ok);
+    for (i, skill) in ["vendor.create", "budget.reserve"].iter().enumerate() {
+        events.push(Event::Result {
+            target: Target::Forward(i),
+            attempt: 1,
+            outcome: CallOutcome::Succeeded {
+                response: super::tests::response(skill),
+            },
+            now_ms: T0 + 10 * (i as i64 + 1),
+        });
+    }
+    assert_eq!(saga.records[REVIEW].forward, Forward::AwaitingApproval);
+    (saga, events)
+}
+
+#[test]
+fn an_approval_withdrawn_before_its_step_is_called_makes_no_call_and_is_asked_again() {
+    let (mut saga, mut events) = paused_for_review();
+    let approve = Event::Resolve {
+        resolution: Resolution::Approve,
+        now_ms: T0 + 100,
+        decider: Some(approval_of_pause(&saga, "alice", T0 + 60_000)),
+    };
+    // Approved: journaled and shown, and nothing called until the driver has a slot.
+    let commands = saga.step(approve.clone());
+    events.push(approve);
+    assert_eq!(invokes(&commands), []);
+    assert!(
+        commands
+            .iter()
+            .any(|c| matches!(c, Command::Report { what, .. }
+        if what == "approved by alice; called once the saga has a slot"))
+    );
+    assert_eq!(saga.records[REVIEW].forward, Forward::Approved);
+    assert_eq!(saga.records[REVIEW].attempts, 0);
+    assert!(saga.awaits_slot_to_call());
+    assert_eq!(saga.spent_minor(), 0, "nothing of it took effect");
+
+    let withdraw = withdrawal(&saga, "carol", REVIEW, T0 + 200);
+    let commands = saga.step(withdraw.clone());
+    events.push(withdraw);
+    assert_eq!(invokes(&commands), []);
+    let Some(Command::Pause { reason }) = commands.last() else {
+        panic!("{commands:?}");
+    };
+    assert!(
+        reason.contains("needs approval again: its approval was withdrawn by carol"),
+        "{reason}"
+    );
+    assert_eq!(saga.records[REVIEW].forward, Forward::AwaitingApproval);
+    assert!(!saga.awaits_slot_to_call());
+    // A slot that comes after the withdrawal calls nothing.
+    let late = Event::Proceed { now_ms: T0 + 300 };
+    assert!(ignored(&saga.step(late.clone())));
+    events.push(late);
+    assert_eq!(
+        saga.records[REVIEW].attempts, 0,
+        "the review was never called"
+    );
+    assert_eq!(
+        state(&replayed(&events)),
+        state(&saga),
+        "the journal rebuilds it"
+    );
+}
+
+#[test]
+fn an_approval_that_expired_while_its_step_waited_for_a_slot_is_asked_again() {
+    let (mut saga, _) = paused_for_review();
+    saga.step(Event::Resolve {
+        resolution: Resolution::Approve,
+        now_ms: T0 + 100,
+        decider: Some(approval_of_pause(&saga, "alice", T0 + 60_000)),
+    });
+    let commands = saga.step(Event::Proceed {
+        now_ms: T0 + 61_000,
+    });
+    assert_eq!(invokes(&commands), []);
+    let Some(Command::Pause { reason }) = commands.last() else {
+        panic!("{commands:?}");
+    };
+    assert!(reason.contains("its approval by alice expired"), "{reason}");
+    assert_eq!(saga.records[REVIEW].forward, Forward::AwaitingApproval);
+}
+
+#[test]
+fn a_cancel_while_an_approved_step_waits_for_a_slot_unwinds_with_nothing_of_it_to_undo() {
+    let (mut saga, _) = paused_for_review();
+    saga.step(Event::Resolve {
+        resolution: Resolution::Approve,
+        now_ms: T0 + 100,
+        decider: Some(approval_of_pause(&saga, "alice", T0 + 60_000)),
+    });
+    let run = super::tests::drive(&mut saga, Event::Cancel { now_ms: T0 + 200 }, &mut ok);
+    assert_eq!(run.skills(), ["budget.release", "vendor.archive"]);
+    assert_eq!(run.ending(), Some(Ending::Canceled));
+    assert_eq!(saga.records[REVIEW].forward, Forward::Pending);
+    assert!(matches!(
+        saga.records[REVIEW].undo,
+        Undo::NothingToUndo | Undo::NotNeeded
+    ));
 }

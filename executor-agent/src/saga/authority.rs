@@ -171,14 +171,16 @@ impl Saga {
         if self.in_flight().is_some() || waiting_retry {
             self.pending_unwind = Some(cause);
         } else {
-            if let Phase::Paused {
-                on: PauseOn::Approval { step },
-                ..
-            } = self.phase
-            {
-                self.records[step].forward = Forward::Pending;
-                if self.records[step].undo == Undo::Pending {
-                    self.records[step].undo = Undo::NothingToUndo;
+            // A step waiting for its approval, or approved and not called, did nothing.
+            for record in &mut self.records {
+                if matches!(
+                    record.forward,
+                    Forward::AwaitingApproval | Forward::Approved
+                ) {
+                    record.forward = Forward::Pending;
+                    if record.undo == Undo::Pending {
+                        record.undo = Undo::NothingToUndo;
+                    }
                 }
             }
             self.unwind(cause, now_ms, out);

@@ -30,7 +30,8 @@ impl Saga {
                 Some(*i) != besides
                     && matches!(
                         r.forward,
-                        Forward::Running { .. }
+                        Forward::Approved
+                            | Forward::Running { .. }
                             | Forward::Verifying { .. }
                             | Forward::WaitingRetry { .. }
                     )

@@ -274,6 +274,11 @@ fn a_step_that_needs_an_approval_is_asked_for_once_nothing_else_is_under_way() {
         now_ms: T0 + 30,
         decider: Some(decider),
     });
+    assert!(
+        invoked(&approved).is_empty(),
+        "called only once it has a slot"
+    );
+    let approved = saga.step(Event::Proceed { now_ms: T0 + 31 });
     assert_eq!(
         invoked(&approved),
         vec![(Target::Forward(2), "sandbox.provision".into())]

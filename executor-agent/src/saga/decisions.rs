@@ -61,9 +61,14 @@ impl Saga {
                 }
                 self.decided(step, resolution, decider, now_ms);
                 self.phase = Phase::Forward { step };
-                // Asked again after a withdrawal: the attempts go on from the last.
-                let attempt = self.records[step].attempts + 1;
-                self.invoke(Target::Forward(step), attempt, now_ms, out);
+                // Called on `Proceed`, once the driver has a slot: until then the approval
+                // may be withdrawn, and nothing of the step exists to undo.
+                self.records[step].forward = Forward::Approved;
+                let by = decider.map_or("a person", |d| d.by.as_str());
+                out.push(Command::Report {
+                    step: self.spec.steps[step].id.clone(),
+                    what: format!("approved by {by}; called once the saga has a slot"),
+                });
             }
             (PauseOn::Approval { step }, Resolution::Compensate) => {
                 self.decided(step, resolution, decider, now_ms);

@@ -78,7 +78,7 @@ impl Saga {
         };
         !matches!(
             self.records[p].forward,
-            Forward::Pending | Forward::AwaitingApproval
+            Forward::Pending | Forward::AwaitingApproval | Forward::Approved
         )
     }
 
@@ -137,6 +137,7 @@ impl Saga {
                 decider,
             } => self.on_resolution(resolution, decider.as_ref(), now_ms, &mut out),
             Event::Cancel { now_ms } => self.on_cancel(now_ms, &mut out),
+            Event::Proceed { now_ms } => self.on_proceed(now_ms, &mut out),
             Event::MandateRevoked { now_ms } => {
                 self.on_mandate_ended(Cause::MandateRevoked, "mandate revoked", now_ms, &mut out)
             }

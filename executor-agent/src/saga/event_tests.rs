@@ -223,6 +223,7 @@ fn event() -> impl Strategy<Value = Event> {
                 decider: None,
             }),
         now.clone().prop_map(|now_ms| Event::Cancel { now_ms }),
+        now.clone().prop_map(|now_ms| Event::Proceed { now_ms }),
         now.clone()
             .prop_map(|now_ms| Event::MandateRevoked { now_ms }),
         (target(), 1u32..5, now).prop_map(|(target, attempt, now_ms)| Event::InFlightLost {

@@ -176,6 +176,11 @@ pub enum Event {
     Cancel {
         now_ms: i64,
     },
+    /// The driver holds a saga slot for the approved step (`Forward::Approved`): its call
+    /// is made now, if its approval still stands.
+    Proceed {
+        now_ms: i64,
+    },
     /// The principal revoked the saga's mandate: as its expiry, before the pivot.
     MandateRevoked {
         now_ms: i64,
@@ -210,10 +215,24 @@ impl Event {
             | Self::TimerFired { now_ms, .. }
             | Self::Resolve { now_ms, .. }
             | Self::Cancel { now_ms }
+            | Self::Proceed { now_ms }
             | Self::MandateRevoked { now_ms }
             | Self::InFlightLost { now_ms, .. }
             | Self::ReplayDiverged { now_ms, .. } => *now_ms,
         }
+    }
+
+    /// Whether stepping it may call a tool at once, so that the driver must hold a saga
+    /// slot first. An answer that approves or withdraws never calls: an approved step
+    /// waits for `Proceed`, which is what lets an approval be withdrawn before its call.
+    pub fn may_call(&self) -> bool {
+        !matches!(
+            self,
+            Self::Resolve {
+                resolution: Resolution::Approve | Resolution::Withdraw,
+                ..
+            }
+        )
     }
 
     /// The event's name, as journaled.
@@ -224,6 +243,7 @@ impl Event {
             Self::TimerFired { .. } => "timerFired",
             Self::Resolve { .. } => "resolve",
             Self::Cancel { .. } => "cancel",
+            Self::Proceed { .. } => "proceed",
             Self::MandateRevoked { .. } => "mandateRevoked",
             Self::InFlightLost { .. } => "inFlightLost",
             Self::ReplayDiverged { .. } => "replayDiverged",
@@ -302,6 +322,10 @@ impl Command {
 pub enum Forward {
     Pending,
     AwaitingApproval,
+    /// Approved, and not called yet: called on `Event::Proceed`, once the driver holds a
+    /// saga slot. Until then no effect of the step exists, and the approval may still be
+    /// withdrawn.
+    Approved,
     Running {
         attempt: u32,
     },

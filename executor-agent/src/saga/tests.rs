@@ -114,6 +114,10 @@ pub(crate) fn drive(
             }
             run.commands.push(command);
         }
+        // As the driver: an approved step is called once it has a slot (here at once).
+        if queue.is_empty() && saga.awaits_slot_to_call() {
+            queue.push(Event::Proceed { now_ms: now });
+        }
     }
     run
 }

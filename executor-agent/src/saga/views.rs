@@ -21,7 +21,10 @@ impl Saga {
             .filter(|(record, _)| {
                 let took_effect = !matches!(
                     record.forward,
-                    Forward::Pending | Forward::AwaitingApproval | Forward::Failed { .. }
+                    Forward::Pending
+                        | Forward::AwaitingApproval
+                        | Forward::Approved
+                        | Forward::Failed { .. }
                 );
                 let undone = matches!(record.undo, Undo::Done | Undo::NothingToUndo);
                 took_effect && !undone
@@ -99,6 +102,12 @@ impl Saga {
     /// The first call out, if any (in plan order).
     pub fn in_flight(&self) -> Option<(Target, u32)> {
         self.calls_out().first().copied()
+    }
+
+    /// Whether a step is approved and not called yet: the driver sends `Event::Proceed`
+    /// once it holds a slot.
+    pub fn awaits_slot_to_call(&self) -> bool {
+        self.records.iter().any(|r| r.forward == Forward::Approved)
     }
 
     /// The calls out, whose answers are awaited, in plan order: forward calls of branches
