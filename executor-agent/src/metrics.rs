@@ -1,7 +1,9 @@
 //! The executor's metrics in the OpenMetrics text format Prometheus scrapes
 //! (`GET /metrics`): sagas begun, resumed and ended (by ending), tool calls answered (by
-//! agent and outcome), compensations (by agent and outcome) and tools reporting an undo
-//! deadline earlier than their cards declare (by agent) as they happen; sagas live, sagas
+//! agent and outcome), compensations (by agent and outcome), verifications (by agent and
+//! verdict), unknown outcomes (by agent and what settled them: a verification, a person,
+//! or the unwind) and tools reporting an undo deadline earlier than their cards declare
+//! (by agent) as they happen; sagas live, sagas
 //! running and waiting for a slot, sagas waiting for a person, whether the state file
 //! takes writes, and the undo handles open in unfinished sagas (and those expiring soon,
 //! by agent), read at each scrape. No label names a saga.
@@ -17,12 +19,14 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::driver::Reporter;
 use crate::invoke::{CallContext, Invoker};
 use crate::saga::deadline::{Reported, UndoDeadline, rfc3339};
-use crate::saga::model::{Forward, StepRecord, Undo};
-use crate::saga::{CallOutcome, Command, Ending, Invocation, Saga, Target, UNDO_NOT_APPLIED};
+use crate::saga::{CallOutcome, Ending, Invocation, Saga, Target};
 use crate::sync;
+
+mod reporter;
+
+pub use reporter::MeteredReporter;
 
 /// How far back the compensation outcomes behind the console's windowed rate go, and at
 /// most how many are kept (a day of a busy executor's unwinding, about 5 MiB at most).
@@ -49,6 +53,12 @@ struct EndLabels {
 struct CallLabels {
     agent: String,
     outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DoubtLabels {
+    agent: String,
+    settled_by: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -95,6 +105,7 @@ pub struct Metrics {
     calls: Family<CallLabels, Counter>,
     compensations: Family<CallLabels, Counter>,
     verifications: Family<CallLabels, Counter>,
+    unknown_outcomes: Family<DoubtLabels, Counter>,
     misdeclared: Family<AgentLabels, Counter>,
     undo_open: Family<AgentLabels, Gauge>,
     undo_expiring: Family<AgentLabels, Gauge>,
@@ -146,6 +157,7 @@ impl Metrics {
             calls: Family::default(),
             compensations: Family::default(),
             verifications: Family::default(),
+            unknown_outcomes: Family::default(),
             misdeclared: Family::default(),
             undo_open: Family::default(),
             undo_expiring: Family::default(),
@@ -200,6 +212,16 @@ impl Metrics {
              (the saga unwinds if it may, else a person decides). A compensation verified \
              not_applied goes to a person too",
             metrics.verifications.clone(),
+        );
+        r.register(
+            "unknown_outcomes",
+            "Forward calls whose outcome was unknown once retries under their key could not \
+             settle it, by agent and by what settled it: verification (the skill's \
+             verification answered applied or not_applied), person (the saga stopped for a \
+             person about it: the skill declares no verification, or it did not settle it) or \
+             unwinding (before the point of no return the saga unwound over it, its \
+             compensation bound with argsWhenUnknown, asking nobody)",
+            metrics.unknown_outcomes.clone(),
         );
         r.register(
             "undo_deadline_misdeclared",
@@ -307,6 +329,15 @@ impl Metrics {
             outcome: verdict,
         };
         self.verifications.get_or_create(&labels).inc();
+    }
+
+    /// An unknown outcome of a forward call of `agent`'s was settled by `settled_by`.
+    fn unknown_outcome(&self, agent: &str, settled_by: &'static str) {
+        let labels = DoubtLabels {
+            agent: agent.to_owned(),
+            settled_by,
+        };
+        self.unknown_outcomes.get_or_create(&labels).inc();
     }
 
     fn call_answered(&self, agent: &str, outcome: &CallOutcome) {
@@ -543,154 +574,6 @@ impl Invoker for CountedInvoker {
             self.metrics.compensation(agent, attempt);
         }
         outcome
-    }
-}
-
-/// A reporter that feeds the metrics from each saga's state as it is shown, then hands
-/// the report on: compensations given up (dead-lettered, unavailable), undo deadlines
-/// read from results, and the undo handles the saga holds open. Changes are counted
-/// against the saga as this reporter first saw it, so a resumed saga's past is not
-/// counted again.
-pub struct MeteredReporter {
-    inner: Arc<dyn Reporter>,
-    metrics: Arc<Metrics>,
-    saga_id: String,
-    seen: Mutex<Vec<Seen>>,
-}
-
-/// What the metrics read of a step's record: compared at every report instead of the
-/// whole record (whose requests and responses are JSON compared member by member).
-#[derive(Debug, Clone, PartialEq)]
-struct Seen {
-    succeeded: bool,
-    verifying: bool,
-    undo: Undo,
-    undo_deadline: Option<UndoDeadline>,
-}
-
-impl Seen {
-    fn of(record: &StepRecord) -> Self {
-        Self {
-            succeeded: matches!(record.forward, Forward::Succeeded { .. }),
-            verifying: matches!(record.forward, Forward::Verifying { .. }),
-            undo: record.undo.clone(),
-            undo_deadline: record.undo_deadline.clone(),
-        }
-    }
-}
-
-impl MeteredReporter {
-    pub fn new(inner: Arc<dyn Reporter>, metrics: Arc<Metrics>, saga: &Saga) -> Self {
-        let reporter = Self {
-            inner,
-            metrics,
-            saga_id: saga.spec.saga_id.clone(),
-            seen: Mutex::new(saga.records.iter().map(Seen::of).collect()),
-        };
-        reporter.hold(saga);
-        reporter
-    }
-
-    fn hold(&self, saga: &Saga) {
-        let handles = saga
-            .open_undo_handles()
-            .into_iter()
-            .map(|(i, deadline_ms)| OpenHandle {
-                step: saga.spec.steps[i].id.clone(),
-                agent: saga.spec.steps[i].call.agent.clone(),
-                deadline_ms,
-            })
-            .collect();
-        self.metrics.hold_undo_handles(&self.saga_id, handles);
-    }
-
-    fn observe(&self, saga: &Saga) {
-        let mut seen = sync::lock(&self.seen);
-        let mut changed = false;
-        for (i, (before, record)) in seen.iter_mut().zip(&saga.records).enumerate() {
-            let now = Seen::of(record);
-            if *before == now {
-                continue;
-            }
-            changed = true;
-            let agent = &saga.spec.steps[i].call.agent;
-            if !before.succeeded
-                && let (true, Some(deadline)) = (now.succeeded, &now.undo_deadline)
-            {
-                self.metrics.undo_deadline_read(saga, i, deadline);
-            }
-            if before.verifying && !now.verifying {
-                let verdict = match record.forward {
-                    Forward::Succeeded { .. } => "applied",
-                    Forward::Failed { .. } => "not_applied",
-                    _ => "unsettled",
-                };
-                self.metrics.verified(agent, verdict);
-            }
-            if matches!(before.undo, Undo::Verifying { .. })
-                && !matches!(now.undo, Undo::Verifying { .. })
-            {
-                let verdict = match &now.undo {
-                    Undo::Done => "applied",
-                    Undo::DeadLettered { reason } if reason.ends_with(UNDO_NOT_APPLIED) => {
-                        "not_applied"
-                    }
-                    _ => "unsettled",
-                };
-                self.metrics.verified(agent, verdict);
-            }
-            if before.undo != now.undo {
-                match now.undo {
-                    Undo::DeadLettered { .. } => self.metrics.compensation(agent, "dead_lettered"),
-                    Undo::Unavailable { .. } => self.metrics.compensation(agent, "unavailable"),
-                    _ => {}
-                }
-            }
-            *before = now;
-        }
-        drop(seen);
-        // The phase decides too (an end, the point of no return passed), and it changes
-        // only with what is seen of a record: a step's success or its undo.
-        if changed {
-            self.hold(saga);
-        }
-    }
-}
-
-impl Drop for MeteredReporter {
-    fn drop(&mut self) {
-        // The saga has no driver here any more (it ended, or the executor stops).
-        self.metrics.hold_undo_handles(&self.saga_id, Vec::new());
-    }
-}
-
-#[async_trait]
-impl Reporter for MeteredReporter {
-    async fn report(&self, command: &Command, saga: &Saga) {
-        self.observe(saga);
-        self.inner.report(command, saga).await;
-    }
-
-    async fn report_all(&self, shown: &[Command], saga: &Saga) {
-        self.observe(saga);
-        self.inner.report_all(shown, saga).await;
-    }
-
-    async fn begun(&self, shown: &[Command], saga: &Saga) {
-        self.observe(saga);
-        self.inner.begun(shown, saga).await;
-    }
-
-    async fn written(
-        &self,
-        shown: &[Command],
-        saga: &Saga,
-        write: &crate::driver::StepWrite<'_>,
-    ) -> crate::error::Result<()> {
-        if !shown.is_empty() {
-            self.observe(saga);
-        }
-        self.inner.written(shown, saga, write).await
     }
 }
 

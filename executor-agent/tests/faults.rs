@@ -112,14 +112,29 @@ async fn verifications(harness: &Harness, outcome: &str) -> Option<String> {
 
 /// What `/metrics` counts of `agent`'s verifications with `outcome`.
 async fn verifications_of(harness: &Harness, agent: &str, outcome: &str) -> Option<String> {
+    let series =
+        format!("sagaplane_verifications_total{{agent=\"{agent}\",outcome=\"{outcome}\"}}");
+    metric(harness, &series).await
+}
+
+/// What `/metrics` counts of `agent`'s unknown outcomes settled by `settled_by`
+/// (verification, person, unwinding).
+async fn unknown_outcomes(harness: &Harness, agent: &str, settled_by: &str) -> Option<String> {
+    let series = format!(
+        "sagaplane_unknown_outcomes_total{{agent=\"{agent}\",settled_by=\"{settled_by}\"}}"
+    );
+    metric(harness, &series).await
+}
+
+/// The value `/metrics` shows for `series` (name and labels), if it shows it.
+async fn metric(harness: &Harness, series: &str) -> Option<String> {
     let text = reqwest::get(format!("{}/metrics", harness.url))
         .await
         .unwrap()
         .text()
         .await
         .unwrap();
-    let series =
-        format!("sagaplane_verifications_total{{agent=\"{agent}\",outcome=\"{outcome}\"}} ");
+    let series = format!("{series} ");
     text.lines()
         .find_map(|line| line.strip_prefix(&series))
         .map(str::to_owned)
@@ -189,6 +204,14 @@ async fn a_timeout_of_a_compensable_step_undoes_it_by_its_forward_key_then_the_r
             "s5 pending/0 undo notNeeded/0",
         ]
     );
+    // Before the point of no return the unwind settles it: nobody is asked.
+    assert_eq!(
+        unknown_outcomes(&harness, "sandbox", "unwinding")
+            .await
+            .as_deref(),
+        Some("1")
+    );
+    assert_eq!(unknown_outcomes(&harness, "sandbox", "person").await, None);
     for agent in ["compliance-registry", "payments", "mailer"] {
         assert!(
             calls(&harness, agent).is_empty(),
@@ -404,6 +427,67 @@ async fn assert_pivot_escalates_without_unwinding(fault: Fault) {
         verifications(&harness, "unsettled").await.as_deref(),
         Some("1")
     );
+    // Declared, the verification could not settle it: a person does.
+    assert_eq!(
+        unknown_outcomes(&harness, "payments", "person")
+            .await
+            .as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        unknown_outcomes(&harness, "payments", "verification").await,
+        None
+    );
+}
+
+/// The demo's `--fail-at capture-unknown` against a payments agent whose card declares
+/// no verification for the capture: the capture is applied, no answer comes, and once
+/// its attempts are spent nobody can ask whether it happened. The saga stops for a
+/// person, and `/metrics` counts an unknown outcome put to a person, and no verification.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pivot_in_doubt_without_a_verification_is_put_to_a_person_and_counted_so() {
+    let unverified = |agent: &str, card: &mut Value| {
+        if agent == "payments" {
+            let capture = card
+                .pointer_mut("/capabilities/extensions/0/params/skills/payments.capture")
+                .and_then(Value::as_object_mut)
+                .unwrap();
+            assert!(capture.remove("verify").is_some(), "the card declared one");
+        }
+    };
+    let harness = Harness::start_with_cards(
+        &[("payments.capture", Fault::ApplyThenHang(ALWAYS))],
+        300,
+        executor_agent::agent::DEFAULT_MAX_RUNNING_SAGAS,
+        &unverified,
+    )
+    .await;
+    let task = harness.send(harness.signed(PLAN), None).await;
+    assert_escalated(&task, "s4");
+    assert_eq!(
+        calls(&harness, "payments"),
+        keys(&["s4", "s4", "s4"]),
+        "nothing asked whether it happened"
+    );
+    assert_eq!(
+        effects_in_order(&harness.logs),
+        keys(&["s0", "s1", "s2", "s3", "s4"]),
+        "captured once; nothing undone"
+    );
+    assert_eq!(ledger_lines(&task)[4], "s4 unknown/3 undo notNeeded/0");
+    assert_eq!(
+        unknown_outcomes(&harness, "payments", "person")
+            .await
+            .as_deref(),
+        Some("1")
+    );
+    for verdict in ["applied", "not_applied", "unsettled"] {
+        assert_eq!(verifications(&harness, verdict).await, None, "{verdict}");
+    }
+    assert_eq!(
+        unknown_outcomes(&harness, "payments", "verification").await,
+        None
+    );
 }
 
 /// The pivot captures but every answer is a 503; once its attempts are spent, the
@@ -438,6 +522,13 @@ async fn a_pivot_whose_answers_are_lost_is_verified_applied_and_the_saga_complet
         verifications(&harness, "applied").await.as_deref(),
         Some("1")
     );
+    assert_eq!(
+        unknown_outcomes(&harness, "payments", "verification")
+            .await
+            .as_deref(),
+        Some("1")
+    );
+    assert_eq!(unknown_outcomes(&harness, "payments", "person").await, None);
 }
 
 /// The pivot's calls time out before the payments agent captures anything: the status
@@ -460,6 +551,12 @@ async fn a_pivot_never_applied_is_verified_not_applied_and_the_saga_unwinds() {
     assert_eq!(ledger_lines(&task)[4], "s4 failed/3 undo notNeeded/0");
     assert_eq!(
         verifications(&harness, "not_applied").await.as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        unknown_outcomes(&harness, "payments", "verification")
+            .await
+            .as_deref(),
         Some("1")
     );
 }
