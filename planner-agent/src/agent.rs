@@ -67,7 +67,8 @@ pub struct PlannerConfig {
     pub executor_retry: Duration,
     /// How long relayed progress gathers before one write of the planner's task.
     pub gather_progress: Duration,
-    /// How many times a goal whose saga unwound is planned again (`replan`); 0: never.
+    /// How many times a goal whose saga unwound, or whose plan was refused for a reason a
+    /// new plan may avoid, is planned again (`replan`); 0: never.
     pub max_replans: u32,
     /// Where the planning spans go (`--otlp-endpoint`); `None` sends none.
     pub traces: Option<Arc<agent_host::telemetry::Exporter>>,

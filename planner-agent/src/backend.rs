@@ -19,7 +19,8 @@ pub struct PlanRequest<'a> {
     /// A validator over the same catalog, trusting the planner's own key.
     pub validator: &'a PlanValidator,
     pub ctx: &'a PlanContext,
-    /// Set when an earlier plan for the goal unwound: what failed, and that plan.
+    /// Set when an earlier plan for the goal unwound, or was refused for a reason a new
+    /// plan may avoid: what failed (the refusals), and that plan.
     pub replan: Option<&'a Replan>,
 }
 

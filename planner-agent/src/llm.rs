@@ -218,8 +218,9 @@ impl LlmBackend {
 }
 
 /// What the model is told when the goal is planned again: which attempt this is, what
-/// failed (the executor's words, which may quote a tool), and the steps of the plan
-/// that unwound, without what changes from one plan to the next.
+/// failed (the executor's words, which may quote a tool; for a refused plan, each
+/// refusal too), and the steps of the plan that unwound or was refused, without what
+/// changes from one plan to the next.
 fn replanning(replan: &Replan) -> Value {
     let steps: Vec<Value> = replan.previous["steps"]
         .as_array()
@@ -234,12 +235,24 @@ fn replanning(replan: &Replan) -> Value {
             shown
         })
         .collect();
+    let mut failure =
+        json!({"failedStep": replan.supersedes.failed_step, "reason": replan.supersedes.reason});
+    let instruction = if replan.refusals.is_empty() {
+        "An earlier plan for this goal ran and unwound: every step it had completed was undone. \
+            Draft a plan that avoids this failure (another skill, other arguments, or another order). \
+            A plan that makes the same calls as the earlier one is not run again."
+    } else {
+        failure["refusals"] = json!(replan.refusals);
+        "The executor refused an earlier plan for this goal before any of it ran, for the refusals listed: \
+            its catalog (or a bound it holds to) differs from what that plan was checked against. \
+            Draft a plan that the catalog given above allows \
+            (another skill, other arguments, or another order). \
+            A plan that makes the same calls as the earlier one is not run again."
+    };
     json!({
         "attempt": replan.attempt,
-        "instruction": "An earlier plan for this goal ran and unwound: every step it had completed was undone. \
-            Draft a plan that avoids this failure (another skill, other arguments, or another order). \
-            A plan that makes the same calls as the earlier one is not run again.",
-        "failure": {"failedStep": replan.supersedes.failed_step, "reason": replan.supersedes.reason},
+        "instruction": instruction,
+        "failure": failure,
         "previousPlan": {"steps": steps},
     })
 }

@@ -106,9 +106,10 @@ struct Args {
           default_value_t = planner_agent::GATHER_PROGRESS.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(0..=60_000))]
     gather_progress_ms: u64,
-    /// How many times a goal whose saga unwound (every completed step compensated) is
-    /// planned again, under the same mandate, with the failure as input; each new plan
-    /// names the saga it supersedes. 0 never plans again; at most 10.
+    /// How many times a goal whose saga unwound (every completed step compensated), or
+    /// whose plan the executor refused for a reason a new plan may avoid (its catalog
+    /// changed), is planned again, under the same mandate, with the failure as input;
+    /// each new plan names the saga it supersedes. 0 never plans again; at most 10.
     #[arg(long, value_name = "N",
           default_value_t = planner_agent::replan::DEFAULT_MAX_REPLANS,
           value_parser = clap::value_parser!(u32).range(0..=i64::from(planner_agent::replan::MAX_REPLANS_LIMIT)))]

@@ -1,15 +1,19 @@
-//! Planning again after an unwinding (`--max-replans`). When the executor's task for a
-//! goal ends FAILED with every completed step compensated, the failure is one a new plan
-//! may avoid: the planner plans again under the same mandate, with the failure and the
-//! plan it ended as input, and submits the new plan under a new saga id that names the
-//! one it supersedes (`supersedes` in the signed plan). The goal's task stays WORKING
-//! across attempts and ends with the last attempt's outcome.
+//! Planning again after an unwinding or an avoidable refusal (`--max-replans`). When the
+//! executor's task for a goal ends FAILED with every completed step compensated, or
+//! REJECTED with refusals a new plan may avoid (`AVOIDABLE_REFUSALS`: the catalog the
+//! plan was checked against changed before the executor checked it), the planner plans
+//! again under the same mandate, with the failure (or the refusals) and the plan it ended
+//! as input, and submits the new plan under a new saga id that names the one it
+//! supersedes (`supersedes` in the signed plan). The goal's task stays WORKING across
+//! attempts and ends with the last attempt's outcome.
 //!
 //! What stops it: the bound (`--max-replans`, 0 turns replanning off); an ending a new
-//! plan cannot change (completed, canceled, rejected, or waiting for a person, which is
-//! where a failure past the pivot goes); a plan equal to one already tried, compared
-//! without what changes from one attempt to the next (`shape_sha256`); any refusal while
-//! planning (a mandate refusal among them).
+//! plan cannot change (completed, canceled, waiting for a person, which is where a
+//! failure past the pivot goes, or a refusal with any code outside
+//! `AVOIDABLE_REFUSALS`: the mandate's, the signature's, a conflict, the plan's own
+//! shape); a plan equal to one already tried, compared without what changes from one
+//! attempt to the next (`shape_sha256`); any refusal while planning (a mandate refusal
+//! among them).
 //!
 //! The planner's record of attempts is durable: each ended attempt joins the task's
 //! `attempts` metadata in the same write that records the next plan (the `plan` artifact)
@@ -22,7 +26,7 @@ use agent_host::tasks::put_artifact;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use shared_types::{MAX_SUPERSEDES_REASON_CHARS, Supersedes};
+use shared_types::{MAX_SUPERSEDES_REASON_CHARS, Supersedes, Violation, ViolationCode};
 
 use crate::agent::{
     META_EXECUTOR_STATE, META_EXECUTOR_TASK_ID, META_OUTCOME, META_SAGA_ID, Phase, PhaseLock,
@@ -40,15 +44,38 @@ pub const MAX_REPLANS_LIMIT: u32 = 10;
 /// The executor's ledger artifact, where the step that failed is named.
 const LEDGER_ARTIFACT: &str = "saga-ledger";
 
+/// The executor's refusal codes a new plan may avoid. The planner checked its plan
+/// against the catalog it read, so the executor refuses it with these only when its
+/// registry changed since (a skill withdrawn, a declaration, a schema or an undo
+/// deadline changed) or it holds to a bound the planner's check did not (its parallel
+/// bound, which times undo deadlines): a plan drafted from the catalog as it is now may
+/// pass. Every other code is one a new plan would meet again: the mandate's (replanning
+/// stops on a mandate refusal), the signature's or the planner's identity, a saga id in
+/// conflict, and the plan's own shape, which the planner checked with the same rules.
+pub const AVOIDABLE_REFUSALS: [ViolationCode; 8] = [
+    ViolationCode::UnknownSkill,
+    ViolationCode::ClassMismatch,
+    ViolationCode::CompensationNotDeclared,
+    ViolationCode::IrreversibleWithCompensation,
+    ViolationCode::PivotOrdering,
+    ViolationCode::UndoTtlTooShort,
+    ViolationCode::BadReference,
+    ViolationCode::ArgsInvalid,
+];
+
 /// What a backend plans again from: the failure, and the plan that ended with it.
 #[derive(Debug, Clone)]
 pub struct Replan {
     /// The attempt being planned (2 for the first replan).
     pub attempt: u32,
-    /// The saga that unwound and why: goes into the new plan as `supersedes`.
+    /// The saga that unwound, or whose plan was refused, and why: goes into the new plan
+    /// as `supersedes`.
     pub supersedes: Supersedes,
     /// The signed plan of that saga.
     pub previous: Value,
+    /// The executor's refusals of that plan, when it refused it before anything ran
+    /// (each one a new plan may avoid); empty when the saga ran and unwound.
+    pub refusals: Vec<Violation>,
 }
 
 /// One attempt at a goal, as the planner's task records it once it ended.
@@ -87,12 +114,13 @@ impl Attempt {
         }
     }
 
-    /// What a new plan answers when this attempt unwound: `None` when a new plan cannot
+    /// What a new plan answers when this attempt unwound, or its plan was refused for
+    /// reasons a new plan may avoid (`avoidable_refusals`): `None` when a new plan cannot
     /// change how it ended.
     pub fn superseded(&self, ended: &Task) -> Option<Supersedes> {
         let unwound = ended.status.state == TaskState::Failed
             && self.outcome.as_deref() == Some("compensated");
-        unwound.then(|| Supersedes {
+        (unwound || avoidable_refusals(ended).is_some()).then(|| Supersedes {
             saga_id: self.saga_id.clone(),
             executor_task_id: self.executor_task_id.clone(),
             failed_step: self.failed_step.clone(),
@@ -124,6 +152,38 @@ pub fn goal_message(task: &Task) -> Option<&agent_host::sdk::Message> {
     task.history.iter().flatten().find(|m| m.role == Role::User)
 }
 
+/// The executor's refusals of a plan it REJECTED (its status's data part,
+/// `violations`), when there are some and a new plan may avoid every one
+/// (`AVOIDABLE_REFUSALS`). `None` for any other ending, a refusal without violations (a
+/// plan pointed at another task), one with a code outside the list, or one whose code
+/// this planner does not know.
+pub fn avoidable_refusals(ended: &Task) -> Option<Vec<Violation>> {
+    let refusals = refusals_of(ended)?;
+    let avoidable = !refusals.is_empty()
+        && refusals
+            .iter()
+            .all(|v| AVOIDABLE_REFUSALS.contains(&v.code));
+    avoidable.then_some(refusals)
+}
+
+/// Every violation a REJECTED task's status lists; `None` when it lists none, or one
+/// does not read as a violation.
+fn refusals_of(ended: &Task) -> Option<Vec<Violation>> {
+    if ended.status.state != TaskState::Rejected {
+        return None;
+    }
+    let message = ended.status.message.as_ref()?;
+    let data = message.parts.iter().find_map(|p| match &p.content {
+        PartContent::Data(v) => Some(v),
+        _ => None,
+    })?;
+    let listed = data.get("violations")?.as_array()?;
+    listed
+        .iter()
+        .map(|v| serde_json::from_value(v.clone()).ok())
+        .collect()
+}
+
 fn outcome_of(ended: &Task) -> Option<String> {
     ended
         .metadata
@@ -134,10 +194,17 @@ fn outcome_of(ended: &Task) -> Option<String> {
 }
 
 /// The step that failed and why, from the executor's ledger (the first step whose
-/// forward call failed or whose outcome stayed unknown), else the status text alone.
+/// forward call failed or whose outcome stayed unknown), else the status text alone,
+/// which for a refused plan lists every refusal (the step then the first one refused).
 /// The reason is bounded to what a plan may carry.
 fn failure_of(ended: &Task) -> (Option<String>, String) {
     let status_text = text_of(ended.status.message.as_ref());
+    let refused_step = || {
+        refusals_of(ended)?
+            .into_iter()
+            .find_map(|v| v.step)
+            .map(|step| (Some(step), None))
+    };
     let failed = ledger_of(ended).and_then(|ledger| {
         ledger["steps"].as_array()?.iter().find_map(|step| {
             let forward = &step["forward"];
@@ -149,6 +216,7 @@ fn failure_of(ended: &Task) -> (Option<String>, String) {
             })
         })
     });
+    let failed = failed.or_else(refused_step);
     let (step, reason) = match failed {
         Some((step, Some(reason))) => (step, format!("{status_text}: {reason}")),
         Some((step, None)) => (step, status_text),
@@ -265,13 +333,25 @@ impl Planner {
             *guard = Phase::Planning;
         }
         let next_number = number + 1;
+        let refusals = avoidable_refusals(ended).unwrap_or_default();
         let step = supersedes
             .failed_step
             .as_deref()
             .map(|s| format!(" at {s}"))
             .unwrap_or_default();
+        let how = if refusals.is_empty() {
+            format!("unwound{step}")
+        } else {
+            let mut codes: Vec<&str> = refusals.iter().map(|v| v.code.as_str()).collect();
+            codes.sort_unstable();
+            codes.dedup();
+            format!(
+                "was refused before anything ran ({}{step}), a refusal a new plan may avoid",
+                codes.join(", ")
+            )
+        };
         let planning = format!(
-            "attempt {number} (plan {}) unwound{step}; planning attempt {next_number} of at most {} under the same mandate",
+            "attempt {number} (plan {}) {how}; planning attempt {next_number} of at most {} under the same mandate",
             supersedes.saga_id,
             max + 1
         );
@@ -284,6 +364,7 @@ impl Planner {
             attempt: next_number,
             supersedes,
             previous: plan.clone(),
+            refusals,
         };
         let composed = match self.goal_and_grant(&snapshot) {
             Ok((goal, grant)) => self.compose(task, &goal, &grant, Some(&replan)).await,
@@ -403,7 +484,7 @@ mod tests {
     }
 
     #[test]
-    fn only_an_unwinding_is_planned_again() {
+    fn no_other_ending_is_planned_again() {
         for (state, outcome) in [
             (TaskState::Failed, None),
             (TaskState::Completed, None),
@@ -418,6 +499,69 @@ mod tests {
                 "{state:?}"
             );
         }
+    }
+
+    /// The executor's answer to a plan it refused with `violations`.
+    fn refused(violations: Value) -> Task {
+        let mut task = ended(TaskState::Rejected, None, None);
+        task.status.message = Some(crate::agent::agent_message(
+            "the plan was refused with 2 violation(s):\nUNKNOWN_SKILL s3: …",
+            Some(json!({ "violations": violations })),
+        ));
+        task
+    }
+
+    #[test]
+    fn a_refusal_a_new_plan_may_avoid_is_planned_again_from_the_step_refused() {
+        let task = refused(json!([
+            {"code": "UNKNOWN_SKILL", "step": "s3", "message": "no skill compliance.check"},
+            {"code": "BAD_REFERENCE", "step": "s4", "message": "s3 declares no output"}]));
+        let attempt = Attempt::of(1, &plan("sg_a"), &task);
+        assert_eq!(attempt.failed_step.as_deref(), Some("s3"));
+        assert!(
+            attempt.reason.contains("UNKNOWN_SKILL s3"),
+            "{}",
+            attempt.reason
+        );
+        let superseded = attempt.superseded(&task).unwrap();
+        assert_eq!(superseded.failed_step.as_deref(), Some("s3"));
+        let refusals = avoidable_refusals(&task).unwrap();
+        assert_eq!(refusals.len(), 2);
+        assert_eq!(refusals[0].code, ViolationCode::UnknownSkill);
+    }
+
+    #[test]
+    fn a_refusal_with_any_code_a_new_plan_would_meet_again_is_not() {
+        let unknown_skill = json!({"code": "UNKNOWN_SKILL", "step": "s3", "message": "m"});
+        for other in [
+            "MANDATE_REVOKED",
+            "MANDATE_EXHAUSTED",
+            "MANDATE_EXCEEDED",
+            "MANDATE_EXPIRED",
+            "MANDATE_SCOPE",
+            "MANDATE_UNTRUSTED",
+            "SIGNATURE_INVALID",
+            "SIGNER_UNTRUSTED",
+            "PLAN_CONFLICT",
+            "SCHEMA_INVALID",
+            "DEPENDENCY_CYCLE",
+            "IDEMPOTENCY_KEY_MISMATCH",
+            "A_CODE_FROM_A_NEWER_EXECUTOR",
+        ] {
+            let violation = json!({"code": other, "step": null, "message": "m"});
+            for violations in [json!([violation]), json!([unknown_skill, violation])] {
+                let task = refused(violations);
+                assert_eq!(avoidable_refusals(&task), None, "{other}");
+                let attempt = Attempt::of(1, &plan("sg_a"), &task);
+                assert_eq!(attempt.superseded(&task), None, "{other}");
+            }
+        }
+        // A refusal that lists nothing (a plan pointed at the task it runs on).
+        let pointed = refused(json!([]));
+        assert_eq!(
+            Attempt::of(1, &plan("sg_a"), &pointed).superseded(&pointed),
+            None
+        );
     }
 
     #[test]

@@ -52,8 +52,9 @@ pub struct Settings {
     /// How long the executor's progress gathers before it is written to the planner's
     /// task (`follow::GATHER_PROGRESS` by default; zero writes each status at once).
     pub gather_progress: Duration,
-    /// How many times a goal whose saga unwound is planned again
-    /// (`replan::DEFAULT_MAX_REPLANS` unless configured; 0 never).
+    /// How many times a goal whose saga unwound, or whose plan was refused for a reason a
+    /// new plan may avoid, is planned again (`replan::DEFAULT_MAX_REPLANS` unless
+    /// configured; 0 never).
     pub max_replans: u32,
     /// The OTLP/HTTP collector the planning spans go to (its base URL); `None` sends none.
     pub otlp_endpoint: Option<String>,

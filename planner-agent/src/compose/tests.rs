@@ -534,6 +534,7 @@ async fn planned_again_the_rules_review_what_the_failed_check_could_not_clear() 
             reason: "the registry is down".into(),
         },
         previous: serde_json::to_value(&first).unwrap(),
+        refusals: Vec::new(),
     };
     let again = |replan: crate::replan::Replan| {
         let (backend, supplier, catalog, validator) = (&backend, &supplier, &catalog, &validator);
