@@ -53,6 +53,17 @@ pub fn planner_agent() -> PathBuf {
     build_dir().join("planner-agent")
 }
 
+/// Builds the demo's tool agents (`supplier-tool`, all six in one process with `--agent
+/// all`) once per test binary; its path.
+pub fn supplier_tool() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    build_once(
+        &BUILT,
+        &["-p", "sagaplane-examples", "--bin", "supplier-tool"],
+    );
+    build_dir().join("supplier-tool")
+}
+
 /// Builds every binary a demo starts (beside `sagaplane`, where `demo --no-build` looks
 /// for them) once per test binary; the folder they are in.
 pub fn demo_binaries() -> PathBuf {

@@ -6,50 +6,19 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-
 use agent_host::sdk::{StreamResponse, TaskState};
 use agent_host::{AgentClient, OutboundCall};
 use common::model::*;
+use common::processes::{planner_binary, planner_files};
 use common::*;
 use futures::StreamExt;
 use serde_json::{Value, json};
-
-const BINARY: &str = env!("CARGO_BIN_EXE_planner-agent");
-
-/// Starts the planner binary on `data`; returns it and its URL.
-fn start(data: &Path, executor: &str, model: &str) -> (Child, String) {
-    let mut child = Command::new(BINARY)
-        .args(["--listen", "127.0.0.1:0", "--open", "--executor", executor])
-        .args(["--llm-url", model, "--llm-model", "test-model"])
-        .args(["--llm-max-repairs", "0", "--max-replans", "2"])
-        .arg("--data")
-        .arg(data.join("planner"))
-        .arg("--key")
-        .arg(data.join("planner.jwk"))
-        .arg("--mandate")
-        .arg(data.join("mandate.json"))
-        .env("SAGAPLANE_LLM_API_KEY", API_KEY)
-        .env_remove("SAGAPLANE_PLANNER_TOKEN")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(data.join("planner.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let url = listening_url(&mut child);
-    (child, url)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planner_killed_during_the_second_attempt_goes_on_with_it_and_plans_nothing_more() {
     let dir = tempfile::tempdir().unwrap();
     let identity = planner_identity();
-    std::fs::write(
-        dir.path().join("planner.jwk"),
-        serde_json::to_string(&identity.private_jwk()).unwrap(),
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("mandate.json"), test_mandate().to_string()).unwrap();
+    planner_files(dir.path());
     let mut second = example_draft();
     for (i, after) in [
         (1, json!(["s0"])),
@@ -66,8 +35,8 @@ async fn a_planner_killed_during_the_second_attempt_goes_on_with_it_and_plans_no
     let executor =
         FakeExecutor::start_each(vec![Script::Compensate, Script::Hold], &identity).await;
 
-    let (mut planner, url) = start(dir.path(), &executor.url, &model.url);
-    let client = AgentClient::new(&url).unwrap();
+    let mut planner = planner_binary(dir.path(), &executor.url, &model.url, 2);
+    let client = AgentClient::new(planner.url()).unwrap();
     let task_id = send_at_once(&client, &format!("{SUPPLIER_GOAL}, max spend 250 EUR")).await;
     // The second attempt's plan is at the executor, which holds it, and the planner
     // recorded the executor's task for it: kill the planner.
@@ -101,16 +70,15 @@ async fn a_planner_killed_during_the_second_attempt_goes_on_with_it_and_plans_no
     {
         panic!(
             "the second plan was not taken; the planner logged:\n{}",
-            std::fs::read_to_string(dir.path().join("planner.log")).unwrap_or_default()
+            planner.log()
         );
     }
     executor.a_task_held().await;
-    planner.kill().unwrap();
-    planner.wait().unwrap();
+    planner.kill();
     assert_eq!(model.received().len(), 2);
 
-    let (mut planner, url) = start(dir.path(), &executor.url, &model.url);
-    let client = AgentClient::new(&url).unwrap();
+    let mut planner = planner_binary(dir.path(), &executor.url, &model.url, 2);
+    let client = AgentClient::new(planner.url()).unwrap();
     let mut events = client
         .subscribe(&OutboundCall::default(), &task_id)
         .await
@@ -131,15 +99,14 @@ async fn a_planner_killed_during_the_second_attempt_goes_on_with_it_and_plans_no
     {
         panic!(
             "the goal did not end; the planner logged:\n{}",
-            std::fs::read_to_string(dir.path().join("planner.log")).unwrap_or_default()
+            planner.log()
         );
     }
     let task = client
         .get_task(&OutboundCall::default(), &task_id)
         .await
         .unwrap();
-    planner.kill().unwrap();
-    planner.wait().unwrap();
+    planner.kill();
 
     assert_eq!(
         task.status.state,

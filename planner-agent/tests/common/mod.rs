@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod model;
+pub mod processes;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -529,15 +530,7 @@ pub fn message_text(message: &Message) -> String {
 
 /// The URL a just-started agent binary prints first (`listening on URL`).
 pub fn listening_url(child: &mut std::process::Child) -> String {
-    use std::io::BufRead;
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().expect("stdout piped"))
-        .read_line(&mut line)
-        .unwrap();
-    line.trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned()
+    processes::listening_urls(child, 1).remove(0).1
 }
 
 /// The signed plan in a task's `plan` artifact, with integral numbers as integers.

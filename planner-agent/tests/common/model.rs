@@ -28,6 +28,9 @@ pub enum Reply {
     Status(u16, String),
     /// This reply, once this long has passed (a model that does not answer in time).
     After(std::time::Duration, Box<Reply>),
+    /// This reply, once the test cancels the token: a model still thinking while the
+    /// test changes the world around the planner.
+    Held(CancellationToken, Box<Reply>),
 }
 
 impl Reply {
@@ -72,6 +75,8 @@ struct Script {
     /// Refuse any request that asks for JSON mode, as a server without it does.
     refuse_json_mode: bool,
     received: Vec<Received>,
+    /// Told how many requests were received, after each.
+    count: Option<tokio::sync::watch::Sender<usize>>,
 }
 
 /// The running server.
@@ -80,6 +85,7 @@ pub struct ScriptedModel {
     pub url: String,
     script: Arc<Mutex<Script>>,
     shutdown: CancellationToken,
+    count: tokio::sync::watch::Receiver<usize>,
 }
 
 impl Drop for ScriptedModel {
@@ -106,6 +112,10 @@ fn next(
         authorization: authorization.clone(),
         body: body.clone(),
     });
+    let count = script.received.len();
+    if let Some(told) = &script.count {
+        told.send_replace(count);
+    }
     if uri.path() != "/v1/chat/completions" {
         return Err(Box::new(
             (StatusCode::NOT_FOUND, "no such route").into_response(),
@@ -148,10 +158,19 @@ async fn answer(
         Ok(reply) => reply,
         Err(refused) => return *refused,
     };
-    while let Reply::After(wait, then) = reply {
-        tokio::time::sleep(wait).await;
-        reply = *then;
-    }
+    let reply = loop {
+        reply = match reply {
+            Reply::After(wait, then) => {
+                tokio::time::sleep(wait).await;
+                *then
+            }
+            Reply::Held(token, then) => {
+                token.cancelled().await;
+                *then
+            }
+            answer => break answer,
+        };
+    };
     match reply {
         Reply::Content(content) => axum::Json(json!({
             "id": "chatcmpl-scripted", "object": "chat.completion", "model": REPORTED_MODEL,
@@ -164,7 +183,7 @@ async fn answer(
             body,
         )
             .into_response(),
-        Reply::After(..) => unreachable!("waited for above"),
+        Reply::After(..) | Reply::Held(..) => unreachable!("waited for above"),
     }
 }
 
@@ -172,9 +191,11 @@ impl ScriptedModel {
     /// Serves `replies` in order; with `refuse_json_mode`, refuses every request that
     /// carries `response_format` (without spending a reply).
     pub async fn start(replies: Vec<Reply>, refuse_json_mode: bool) -> Self {
+        let (told, count) = tokio::sync::watch::channel(0);
         let script = Arc::new(Mutex::new(Script {
             replies: replies.into(),
             refuse_json_mode,
+            count: Some(told),
             ..Script::default()
         }));
         let router = Router::new()
@@ -194,7 +215,14 @@ impl ScriptedModel {
             url,
             script,
             shutdown,
+            count,
         }
+    }
+
+    /// Waits until `n` requests in all have been received.
+    pub async fn asked(&self, n: usize) {
+        let mut count = self.count.clone();
+        count.wait_for(|&c| c >= n).await.unwrap();
     }
 
     /// Every request received so far, in order.
