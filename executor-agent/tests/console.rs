@@ -380,3 +380,144 @@ async fn an_approvers_answer_from_the_console_is_checked_as_over_a2a_and_moves_t
     let (status, body) = post(&served, &approver, path, r#"{"resolution": "retry"}"#).await;
     assert_eq!(status, 409, "{body}");
 }
+
+/// The steps whose undo deadlines the saga's page lists.
+fn deadline_steps(saga: &Value) -> Vec<&str> {
+    saga["undoDeadlines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["step"].as_str().unwrap())
+        .collect()
+}
+
+/// The saga's page as the console's API shows it.
+async fn saga_page(served: &Served, session: &str, id: &str) -> Value {
+    let (status, body) = get(served, Some(session), &format!("/sagas/{id}")).await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// Issue 42: what a person sees. A point of no return that is no declared pivot (a
+/// retriable step that changes something) is shown as such, and an undo deadline only
+/// while the undo it bounds may still be run: not once it ran, nor once the saga passed
+/// its point of no return or ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_shows_a_point_of_no_return_that_is_no_pivot_and_undo_deadlines_only_while_open() {
+    // The first compliance check is declined, and the budget's release always is: the
+    // first saga unwinds, undoes the sandbox, and waits for a person at the budget.
+    let served = serve_faulty(
+        executor_agent::http::RegistrationHosts::any(),
+        &[
+            ("compliance.check", common::Fault::DeclineTimes(1)),
+            ("budget.release", common::Fault::Decline),
+        ],
+    )
+    .await;
+    let operator = session(&served, ADMIN_TOKEN).await;
+    let planner = || planner_jwt(&served, "executor");
+    let waiting = send(
+        &served,
+        planner(),
+        no_pivot_plan(&served, "sg_console_undo_ran"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        waiting.status.state,
+        agent_host::sdk::TaskState::InputRequired,
+        "{:?}",
+        waiting.status
+    );
+    let saga = saga_page(&served, &operator, "sg_console_undo_ran").await;
+    assert_eq!(saga["pivot"], Value::Null, "the plan declares none");
+    assert_eq!(
+        saga["pointOfNoReturn"],
+        json!({"step": "s5", "skill": "email.send", "pivot": false,
+            "why": "a retriable step that changes something and has no undo", "passed": false})
+    );
+    // The sandbox's undo ran: its deadline bounds nothing. The budget's may still be run
+    // (a person decides): it is listed, until the deadline its ledger shows. The vendor's
+    // declares none.
+    assert_eq!(deadline_steps(&saga), ["s1"], "{saga}");
+    assert_eq!(saga["undoDeadlines"][0]["agent"], "budget");
+    let budget = ledger_step(&saga, "s1");
+    let at = chrono::DateTime::parse_from_rfc3339(budget["undoDeadline"]["at"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(
+        saga["undoDeadlines"][0]["deadlineMs"],
+        json!(at.timestamp_millis())
+    );
+    assert_eq!(budget["undoDeadline"]["open"], true);
+    let sandbox = ledger_step(&saga, "s2");
+    assert_eq!(sandbox["undo"]["state"], "done", "{saga}");
+    assert_eq!(sandbox["undoDeadline"]["open"], false, "{saga}");
+
+    // The same plan again completes: past its point of no return no undo may be run, and
+    // no deadline is listed, though the ledger still holds them.
+    let done = send(
+        &served,
+        planner(),
+        no_pivot_plan(&served, "sg_console_no_pivot"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        done.status.state,
+        agent_host::sdk::TaskState::Completed,
+        "{:?}",
+        done.status
+    );
+    let saga = saga_page(&served, &operator, "sg_console_no_pivot").await;
+    assert_eq!(saga["pointOfNoReturn"]["step"], "s5");
+    assert_eq!(saga["pointOfNoReturn"]["passed"], true, "{saga}");
+    assert_eq!(deadline_steps(&saga), Vec::<&str>::new(), "{saga}");
+    for step in ["s1", "s2"] {
+        assert_eq!(
+            ledger_step(&saga, step)["undoDeadline"]["open"],
+            false,
+            "{saga}"
+        );
+    }
+
+    // A declared pivot is the point of no return, shown as the pivot.
+    let pivoted = send(
+        &served,
+        planner(),
+        supplier_plan(&served, "sg_console_pivot"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(pivoted.status.state, agent_host::sdk::TaskState::Completed);
+    let saga = saga_page(&served, &operator, "sg_console_pivot").await;
+    assert_eq!(saga["pivot"], "s4");
+    assert_eq!(saga["pointOfNoReturn"]["step"], "s4");
+    assert_eq!(saga["pointOfNoReturn"]["pivot"], true);
+    assert_eq!(
+        saga["pointOfNoReturn"]["why"],
+        "the pivot: an irreversible step"
+    );
+
+    // The person releases the budget by hand: the unwind ends, and with it the deadline.
+    let answered = answer(
+        &served,
+        approver_jwt(&served),
+        &waiting.id,
+        json!({"resolution": "resolved-manually"}),
+    )
+    .await;
+    assert!(answered.is_ok(), "{answered:?}");
+    let saga = until_state(&served, &operator, "sg_console_undo_ran", "compensated").await;
+    assert_eq!(saga["pointOfNoReturn"]["passed"], false);
+    assert_eq!(deadline_steps(&saga), Vec::<&str>::new(), "{saga}");
+}
+
+/// Step `id`'s record in the saga page's ledger.
+fn ledger_step<'a>(saga: &'a Value, id: &str) -> &'a Value {
+    saga["ledger"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["step"] == id)
+        .unwrap_or_else(|| panic!("no step {id} in {saga}"))
+}

@@ -1,14 +1,16 @@
 //! The console in a real browser: Debian's Chromium, driven by Playwright
 //! (`tests/console/browser.mjs`), against an executor as `main` serves it with the six
-//! tool agents. Three sagas are run first: one whose payment is declined at the pivot
-//! (its vendor, budget and sandbox undone, in reverse order), one whose email is
-//! declined after the pivot (it waits for a person) and one of the parallel plan
-//! (s0 → {s1, s2} → s3 → s4 → s5), which completes. The script checks the refusals,
-//! the overview against `/metrics`, the compensated saga's timeline, the parallel
-//! saga's branches (overlapping bars, the steps each waits for), and answers the waiting
-//! saga as the approver by clicking; this test then checks that the saga completed. `scripts/test` installs Chromium and playwright-core
-//! (`scripts/setup-interop`); without them the test says so and checks nothing, and
-//! under `CI=true` it fails.
+//! tool agents. Sagas are run first: one whose payment is declined at the pivot (its
+//! vendor, budget and sandbox undone, in reverse order), one whose email is declined
+//! after the pivot (it waits for a person), one of the parallel plan
+//! (s0 → {s1, s2} → s3 → s4 → s5), which completes, and one with no irreversible step,
+//! which completes too. The script checks the refusals, the overview against
+//! `/metrics`, the compensated saga's timeline, the parallel saga's branches
+//! (overlapping bars, the steps each waits for), the point of no return shown when it
+//! is no declared pivot (and only then), and answers the waiting saga as the approver
+//! by clicking; this test then checks that the saga completed. `scripts/test` installs
+//! Chromium and playwright-core (`scripts/setup-interop`); without them the test says so
+//! and checks nothing, and under `CI=true` it fails.
 
 mod common;
 
@@ -117,6 +119,20 @@ async fn the_console_in_chromium_shows_the_undos_in_reverse_and_an_approver_answ
         "{:?}",
         parallel.status
     );
+    // No step is irreversible: its point of no return is the email, a retriable step.
+    let no_pivot = send(
+        &served,
+        planner_jwt(&served, "executor"),
+        no_pivot_plan(&served, "sg_console_no_pivot"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        no_pivot.status.state,
+        TaskState::Completed,
+        "{:?}",
+        no_pivot.status
+    );
 
     let as_planner = || agent_host::OutboundCall {
         bearer: planner_jwt(&served, "executor"),
@@ -146,6 +162,7 @@ async fn the_console_in_chromium_shows_the_undos_in_reverse_and_an_approver_answ
         .env("ESCALATED_SAGA", "sg_console_escalated")
         .env("ESCALATED_RESOLUTION", "retry")
         .env("PARALLEL_SAGA", "sg_console_parallel")
+        .env("NO_PIVOT_SAGA", "sg_console_no_pivot")
         .env("SCREENSHOT_DIR", &screenshots)
         .kill_on_drop(true)
         .output()
@@ -164,8 +181,8 @@ async fn the_console_in_chromium_shows_the_undos_in_reverse_and_an_approver_answ
     }
 
     // The click answered the saga as an approver's A2A message would: it completed,
-    // the mailer sent its email once, on the second call (the parallel saga's email is
-    // the other effect).
+    // the mailer sent its email once, on the second call (the parallel saga's and the
+    // saga without a pivot's emails are the other effects).
     while let Some(event) = followed.next().await {
         if let Ok(StreamResponse::StatusUpdate(update)) = event
             && update.status.state == TaskState::Completed
@@ -182,5 +199,6 @@ async fn the_console_in_chromium_shows_the_undos_in_reverse_and_an_approver_answ
     };
     assert_eq!(sent("sg_console_escalated"), 1);
     assert_eq!(sent("sg_console_parallel"), 1);
-    assert_eq!(served.logs["mailer"].lock().unwrap().effects.len(), 2);
+    assert_eq!(sent("sg_console_no_pivot"), 1);
+    assert_eq!(served.logs["mailer"].lock().unwrap().effects.len(), 3);
 }

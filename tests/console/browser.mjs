@@ -6,6 +6,10 @@
 //     reverse order of their forwards; PARALLEL_SAGA (a saga of the parallel plan) shows
 //     its two branches' bars overlapping in time and, in its step table, the steps each
 //     step waits for ("after …");
+//     COMPENSATED_SAGA, whose point of no return is its declared pivot, shows no line
+//     of its own for it, and no undo deadline (its undos ran); NO_PIVOT_SAGA (a plan
+//     with no irreversible step, completed) shows its point of no return, a retriable
+//     step, and that it was passed;
 //  d) after logging out, an approver logs in and answers ESCALATED_SAGA, which then
 //     leaves waitingForAPerson;
 //  e) every screenshot shows something (not a blank page).
@@ -13,7 +17,7 @@
 //
 //   CONSOLE_URL=http://127.0.0.1:PORT/console/ METRICS_URL=http://127.0.0.1:PORT/metrics \
 //   OPERATOR_TOKEN=… APPROVER_TOKEN=… PLANNER_TOKEN=… COMPENSATED_SAGA=… ESCALATED_SAGA=… \
-//   PARALLEL_SAGA=… node tests/console/browser.mjs
+//   PARALLEL_SAGA=… NO_PIVOT_SAGA=… node tests/console/browser.mjs
 
 import { mkdir, writeFile, copyFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
@@ -40,6 +44,7 @@ const PLANNER_TOKEN = required('PLANNER_TOKEN');
 const COMPENSATED_SAGA = required('COMPENSATED_SAGA');
 const ESCALATED_SAGA = required('ESCALATED_SAGA');
 const PARALLEL_SAGA = required('PARALLEL_SAGA');
+const NO_PIVOT_SAGA = required('NO_PIVOT_SAGA');
 const ESCALATED_RESOLUTION = env.ESCALATED_RESOLUTION || 'resolved-manually';
 const SCREENSHOT_DIR = path.resolve(env.SCREENSHOT_DIR || path.join(here, 'screenshots'));
 const CHROMIUM = env.CHROMIUM || '/usr/bin/chromium';
@@ -342,6 +347,14 @@ async function main() {
     assert(trace && trace !== '—', 'no trace id');
     return `trace ${trace}`;
   });
+  await check('a declared pivot has no point-of-no-return line of its own, and undos that ran no deadline', async () => {
+    const pivot = (await page.textContent('[data-testid=saga-id]')).trim();
+    assert(pivot === COMPENSATED_SAGA, `the page shows ${pivot}`);
+    const lines = await page.locator('[data-testid=point-of-no-return]').count();
+    assert(lines === 0, `${lines} point-of-no-return line(s) for a saga whose point of no return is its pivot`);
+    const deadlines = await page.locator('[data-deadline-step]').count();
+    assert(deadlines === 0, `${deadlines} undo deadline(s) shown for undos that ran`);
+  });
   const sagaShot = await shot('saga.png');
   await copyFile(sagaShot, path.join(SCREENSHOT_DIR, 'timeline.png'));
 
@@ -387,6 +400,21 @@ async function main() {
     return `${branches[0]} x ${a.x.toFixed(0)}–${(a.x + a.w).toFixed(0)}, ${branches[1]} x ${b.x.toFixed(0)}–${(b.x + b.w).toFixed(0)}: ${overlap.toFixed(0)} px together`;
   });
   await shot('parallel.png');
+
+  await check('NO_PIVOT_SAGA shows its point of no return, a retriable step, as passed', async () => {
+    await page.evaluate((id) => { location.hash = `#/saga/${encodeURIComponent(id)}`; }, NO_PIVOT_SAGA);
+    await page.waitForFunction((id) => (document.querySelector('[data-testid=saga-id]')?.textContent || '') === id,
+      NO_PIVOT_SAGA, { timeout: TIMEOUT });
+    const line = page.locator('[data-testid=point-of-no-return]');
+    await line.waitFor({ timeout: TIMEOUT });
+    const text = (await line.textContent()).trim();
+    for (const want of ['s5', 'email.send', 'a retriable step that changes something', '; passed']) {
+      assert(text.includes(want), `the point-of-no-return line "${text}" lacks "${want}"`);
+    }
+    const deadlines = await page.locator('[data-deadline-step]').count();
+    assert(deadlines === 0, `${deadlines} undo deadline(s) shown past the point of no return`);
+    return text;
+  });
 
   const waitingRow = `[data-testid=waiting-row][data-saga-id=${cssValue(ESCALATED_SAGA)}]`;
   const answerButton = `${waitingRow} button[data-resolution=${cssValue(ESCALATED_RESOLUTION)}]`;

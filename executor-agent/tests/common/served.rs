@@ -407,6 +407,18 @@ fn with_review(planner: &SigningIdentity, saga_id: &str, at: usize, vendor: Valu
     plan
 }
 
+/// The supplier plan as saga `saga_id` without its payment, signed by planner-1: no step
+/// is irreversible, so its point of no return is the email (a retriable step that changes
+/// something), which no pivot declares.
+pub fn no_pivot_plan(served: &Served, saga_id: &str) -> Value {
+    let mut plan = supplier_as(saga_id);
+    let steps = plan["steps"].as_array_mut().unwrap();
+    steps.retain(|s| s["skill"] != "payments.capture");
+    plan.as_object_mut().unwrap().remove("pivotIndex");
+    super::sign_plan(&served.planner, &mut plan);
+    plan
+}
+
 /// The supplier plan as saga `saga_id`, unsigned.
 pub fn supplier_as(saga_id: &str) -> Value {
     let text = serde_json::to_string(&read("examples/plans/supplier-onboarding.json"))
