@@ -596,12 +596,13 @@ function sagaSections(d) {
   const m = isObj(a.mandate) ? a.mandate : null;
   const rejected = arr(a.rejectedAlternatives);
   const known = ['goal', 'planner', 'modelId', 'promptHash', 'signerKeyId', 'mandate', 'rejectedAlternatives', 'supersedes'];
-  // The saga this plan replaces after it unwound (its reason is the executor's words,
-  // which may quote a tool: a text node).
+  // The saga this plan replaces after it unwound, or after its plan was refused (then
+  // this executor keeps no saga of that id); the reason says which, in the executor's
+  // words, which may quote a tool: a text node.
   const sup = isObj(a.supersedes) ? a.supersedes : null;
   const supersedes = sup
     ? [h('a', { href: `#/saga/${encodeURIComponent(str(sup.sagaId))}`, class: 'mono' }, str(sup.sagaId)),
-      ` unwound${sup.failedStep ? ` at ${str(sup.failedStep)}` : ''}: `, h('span', { class: 'muted reason' }, str(sup.reason))]
+      ` (task ${str(sup.executorTaskId)})${sup.failedStep ? ` at ${str(sup.failedStep)}` : ''}: `, h('span', { class: 'muted reason' }, str(sup.reason))]
     : 'none (a first plan)';
   const extra = Object.keys(a).filter((k) => !known.includes(k) && a[k] != null);
   const audit = h('section', { class: 'card wide' }, h('h2', {}, 'Audit record'),
