@@ -13,6 +13,8 @@ mod verification;
 mod views;
 
 #[cfg(test)]
+mod approval_args_tests;
+#[cfg(test)]
 mod approval_tests;
 #[cfg(test)]
 mod authority_tests;
