@@ -31,6 +31,17 @@ impl Saga {
         expr::bind(&step.args, &ctx)
     }
 
+    /// The arguments step `i`'s next forward call is sent with: the journaled call replay
+    /// pinned, if there is one (`Saga::invoke` sends that), else those bound now. What an
+    /// approval is asked for and checked against, so that it names the call made.
+    fn next_forward_args(&self, i: usize) -> Result<Value, expr::Unresolved> {
+        let pinned = self.pinned.iter().find(|p| p.target == Target::Forward(i));
+        match pinned {
+            Some(pinned) => Ok(pinned.args.clone()),
+            None => self.bind_forward(i),
+        }
+    }
+
     /// The hash of the arguments step `i` waits for approval with.
     fn approved_args_sha256(&self, i: usize) -> Option<String> {
         let args = self.records.get(i)?.request.as_deref()?;
@@ -100,7 +111,7 @@ impl Saga {
         let Some(timeout) = self.spec.steps[i].approval_timeout_ms else {
             return false;
         };
-        let Ok(args) = self.bind_forward(i) else {
+        let Ok(args) = self.next_forward_args(i) else {
             return false;
         };
         self.records[i].request = Some(Arc::new(args));
@@ -161,7 +172,7 @@ impl Saga {
             return Err(format!("its approval by {} expired at {at}", standing.by));
         }
         if let Some(approved) = &standing.args_sha256 {
-            let about_to_send = self.bind_forward(i).ok();
+            let about_to_send = self.next_forward_args(i).ok();
             let about_to_send = about_to_send.and_then(|args| canonical_sha256(&args).ok());
             if about_to_send.as_ref() != Some(approved) {
                 return Err("the arguments it would be sent are not those approved".into());
@@ -209,10 +220,10 @@ impl Saga {
             .records
             .iter()
             .position(|r| r.forward == Forward::Approved);
-        let Some(i) = approved else {
+        let Some(i) = approved.filter(|_| self.awaits_slot_to_call()) else {
             out.push(Command::Ignored {
                 event: "proceed".into(),
-                why: "no approved step waits to be called".into(),
+                why: "no approved step waits to be called (or the saga waits for a person)".into(),
             });
             return;
         };

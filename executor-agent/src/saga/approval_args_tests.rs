@@ -1,16 +1,13 @@
 //! The approved-arguments check at the moment of effect (`Saga::approval_current`): an
 //! approval names the arguments it approves by their hash, and an approved step whose
-//! arguments about to be sent are not those is not called, but put to a person again.
+//! next call would carry other arguments is not called, but put to a person again.
 //! Scripted events, no clock.
 //!
 //! Between an approval and its step's call nothing a binding reads changes: the approved
 //! step counts as under way, so no other step starts, and the responses of the steps
 //! before it are settled. Only replay pinning the step's journaled call
-//! (`Event::ReplayDiverged`) makes the call differ from the binding, and recovery cannot
-//! tell the engine so for an approved step today: replaying the journaled approval, the
-//! engine checks it against the arguments it binds now (`approval_applies`), so an
-//! upgrade that binds the arguments otherwise leaves the approval unapplied, and the
-//! step's call is not derived at all. The sequences below are the engine's, reached by its events.
+//! (`Event::ReplayDiverged`) makes the next call differ from the binding; the approval
+//! is asked for, and checked against, the call that would be made (the pinned one).
 
 use serde_json::{Value, json};
 
@@ -79,10 +76,10 @@ fn invoked(commands: &[Command]) -> Vec<&Invocation> {
         .collect()
 }
 
-/// Pinned while it waits for its approval, the step is shown, and approved, with the
-/// journaled arguments; the check compares them with those it binds, and asks again.
+/// Pinned while it waits for its approval, the step is shown, approved and called with
+/// the journaled arguments: the approval names the call that is made.
 #[test]
-fn an_approval_of_arguments_other_than_those_the_step_binds_is_not_used_and_asked_again() {
+fn a_step_pinned_while_it_waits_is_approved_and_called_with_the_journaled_arguments() {
     let (mut saga, bound) = waiting();
     let mut journaled = bound.clone();
     journaled["vendorId"] = json!("v_journaled");
@@ -92,27 +89,9 @@ fn an_approval_of_arguments_other_than_those_the_step_binds_is_not_used_and_aske
     assert_eq!(shown["approval"]["args"], journaled);
 
     let commands = approve_and_proceed(&mut saga, T0 + 100);
-    assert_eq!(invoked(&commands), Vec::<&Invocation>::new());
-    let Some(Command::Pause { reason }) = commands.last() else {
-        panic!("{commands:?}");
-    };
-    assert!(
-        reason.contains(
-            "needs approval again: the arguments it would be sent are not those approved"
-        ),
-        "{reason}"
-    );
-    assert_eq!(saga.records[REVIEW].forward, Forward::AwaitingApproval);
-    assert!(commands.contains(&Command::StartTimer {
-        timer: Timer::ApprovalTimeout {
-            step: REVIEW,
-            round: 1
-        },
-        after_ms: saga.spec.steps[REVIEW].approval_timeout_ms.unwrap(),
-    }));
-    // The approval is kept in the ledger, with the hash it named.
+    let called: Vec<&Value> = invoked(&commands).iter().map(|i| &i.args).collect();
+    assert_eq!(called, [&journaled], "{commands:?}");
     let decisions = &saga.records[REVIEW].decisions;
-    assert_eq!(decisions.len(), 1);
     assert_eq!(
         decisions[0].args_sha256.as_deref(),
         shared_types::json::canonical_sha256(&journaled)
@@ -121,15 +100,10 @@ fn an_approval_of_arguments_other_than_those_the_step_binds_is_not_used_and_aske
     );
 }
 
-/// The approval check compares the approval with the arguments the step binds, while the
-/// call is made with the journaled ones replay pinned (`Saga::invoke`): approved with
-/// its bound arguments, then pinned to others, the step is called with those others.
-/// (The sequence above reaches the check only because of the same difference: there the
-/// approval names exactly the call that would be made.) Ignored until the approval's
-/// arguments, its check and the call are the same arguments: the pinned call's, when
-/// there is one (`approval.rs`: `ask_approval`, `approval_current`).
+/// Approved with the arguments it binds, then pinned by replay to other journaled ones:
+/// the call that would be made is not the one approved, so it is not made, and the step
+/// is put to a person again, for the journaled arguments.
 #[test]
-#[ignore = "an approved step is called with the arguments replay pinned, not those approved"]
 fn an_approved_step_whose_call_replay_pinned_to_other_arguments_is_not_called() {
     let (mut saga, bound) = waiting();
     let approve = Event::Resolve {
@@ -141,11 +115,35 @@ fn an_approved_step_whose_call_replay_pinned_to_other_arguments_is_not_called() 
     assert_eq!(saga.records[REVIEW].forward, Forward::Approved);
     let mut journaled = bound.clone();
     journaled["vendorId"] = json!("v_journaled");
-    saga.step(diverged(&saga, journaled, bound.clone(), T0 + 150));
-    let commands = saga.step(Event::Proceed { now_ms: T0 + 200 });
-    let called: Vec<&Value> = invoked(&commands).iter().map(|i| &i.args).collect();
+    saga.step(diverged(&saga, journaled.clone(), bound.clone(), T0 + 150));
+    // The divergence stops the saga for a person: no slot is asked for meanwhile, and a
+    // late one calls nothing.
+    assert!(!saga.awaits_slot_to_call());
+    let late = saga.step(Event::Proceed { now_ms: T0 + 160 });
+    assert!(matches!(late.as_slice(), [Command::Ignored { .. }]), "{late:?}");
+    // Told to try it, the saga calls the step only once it is approved for what is sent.
+    let commands = saga.step(Event::Resolve {
+        resolution: Resolution::Retry,
+        now_ms: T0 + 200,
+        decider: None,
+    });
+    assert_eq!(invoked(&commands), Vec::<&Invocation>::new());
+    let Some(Command::Pause { reason }) = commands.last() else {
+        panic!("{commands:?}");
+    };
     assert!(
-        called.iter().all(|args| **args == bound),
-        "approved {bound}, called with {called:?}"
+        reason.contains(
+            "needs approval again: the arguments it would be sent are not those approved"
+        ),
+        "{reason}"
     );
+    assert_eq!(saga.records[REVIEW].forward, Forward::AwaitingApproval);
+    assert_eq!(saga.awaiting().unwrap()["approval"]["args"], journaled);
+    assert!(commands.contains(&Command::StartTimer {
+        timer: Timer::ApprovalTimeout {
+            step: REVIEW,
+            round: 1
+        },
+        after_ms: saga.spec.steps[REVIEW].approval_timeout_ms.unwrap(),
+    }));
 }

@@ -83,6 +83,15 @@ impl Saga {
                     ),
                 });
             }
+            (PauseOn::Forward { step }, Resolution::Retry)
+                if self.records[step].forward == Forward::Approved =>
+            {
+                // Stopped after its approval and before its call (a replay divergence):
+                // called as any approved step, only if its approval still stands.
+                self.decided(step, resolution, decider, now_ms);
+                self.phase = Phase::Forward { step };
+                self.on_proceed(now_ms, out);
+            }
             (PauseOn::Forward { step }, Resolution::Retry) => {
                 self.decided(step, resolution, decider, now_ms);
                 self.phase = Phase::Forward { step };

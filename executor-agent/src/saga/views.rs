@@ -104,10 +104,12 @@ impl Saga {
         self.calls_out().first().copied()
     }
 
-    /// Whether a step is approved and not called yet: the driver sends `Event::Proceed`
-    /// once it holds a slot.
+    /// Whether a step is approved and not called yet, and the saga goes on (it neither
+    /// ended nor waits for a person): the driver sends `Event::Proceed` once it holds a
+    /// slot.
     pub fn awaits_slot_to_call(&self) -> bool {
-        self.records.iter().any(|r| r.forward == Forward::Approved)
+        !matches!(self.phase, Phase::Paused { .. } | Phase::Done { .. })
+            && self.records.iter().any(|r| r.forward == Forward::Approved)
     }
 
     /// The calls out, whose answers are awaited, in plan order: forward calls of branches
