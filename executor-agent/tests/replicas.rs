@@ -1,9 +1,12 @@
 //! Three real `executor-agent` replicas on one PostgreSQL database, in front of the six
 //! tool agents: plans sent to any of them, one SIGKILLed while its sagas have calls out,
 //! and the others taking those sagas over; every tool's ledger is then checked, each
-//! idempotency key applied once.
+//! idempotency key applied once. `replicas/sanction_gate.rs`: a revocation through one
+//! replica stops the pivots of sagas the others drive.
 
 mod common;
+#[path = "replicas/sanction_gate.rs"]
+mod sanction_gate;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -1049,62 +1052,4 @@ async fn plans_accepted_while_the_database_restarts_each_begin_or_end() {
             );
         }
     }
-}
-
-/// Issue 42, the sanction gate across replicas: the mandate is revoked through one replica
-/// while another drives a saga whose last call before the pivot is out. That replica hears
-/// nothing of the revocation; it reads the mandate at the moment of effect, makes no
-/// forward call after the revocation was acknowledged, and unwinds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_revocation_through_one_replica_stops_the_pivot_another_replica_was_about_to_call() {
-    let _alone = ONE_AT_A_TIME.lock().await;
-    let Some(url) = scratch_database("replicas_revoked").await else {
-        return;
-    };
-    let world = World::new();
-    let held = [(HELD_SKILL, Fault::ApplyThenHold(1))];
-    let (cards, logs) =
-        start_tools_timed(&held, &world.platform, PATIENCE.as_millis() as u64).await;
-    let driving = Executor::replica(&world, &url, "warn", &[]);
-    let acknowledging = Executor::replica(&world, &url, "warn", &[]);
-    register(&driving, &cards).await;
-    let mandate = signed_plan(&world, 0)["mandate"]["mandateId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let task = send_plan(&world, &driving, 0).await;
-    tokio::time::timeout(PATIENCE, until_applied(&logs, "compliance-registry", 1))
-        .await
-        .expect("the saga reaches s3, its last step before the pivot");
-
-    let answer = post_revocation(&acknowledging.url, &mandate).await;
-    assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
-    let acknowledged = Instant::now();
-    // s3 answers on the replica that drives the saga: its next call would be the pivot.
-    logs["compliance-registry"]
-        .lock()
-        .unwrap()
-        .release
-        .notify_one();
-    let ended = tokio::time::timeout(PATIENCE, settle(&world, &driving, task))
-        .await
-        .expect("the saga ends");
-    assert_eq!(ended.status.state, TaskState::Failed, "{:?}", ended.status);
-    assert_eq!(
-        ended.metadata.as_ref().and_then(|m| m.get("outcome")),
-        Some(&Value::from("compensated"))
-    );
-    let captures: Vec<Instant> = {
-        let log = logs["payments"].lock().unwrap();
-        log.called_at.clone()
-    };
-    assert!(
-        captures.iter().all(|at| *at < acknowledged),
-        "{} call(s) of the payments agent after the revocation",
-        captures.len()
-    );
-    assert_eq!(
-        effects_of_saga_0(&logs),
-        set(&["s0", "s1", "s2", "s3", "s2:undo", "s1:undo", "s0:undo"])
-    );
 }
