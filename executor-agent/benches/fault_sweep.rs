@@ -6,15 +6,19 @@
 //! sent, and the others take its sagas over. The six tool agents (in this process) meet a
 //! fault on `FAULT_SWEEP_RATE` of their calls (0.3): transient failures, timeouts after
 //! the effect and before it, permanent failures, failing compensations, failing status
-//! calls (`fault_sweep/chaos_tool.rs`). It runs twice: with the payments agent's
-//! `verify` declared, and without it.
+//! calls (`fault_sweep/chaos_tool.rs`). The capture is declared not idempotent, and its
+//! tool applies each call of it afresh: an unknown outcome of it must be asked of the
+//! status skill or put to a person, never retried. It runs twice: with the payments
+//! agent's `verify` declared, and without it.
 //!
-//! Judged from the tool agents' own ledger, every saga must end completed (every step's
-//! effect in place, nothing undone), compensated (no charge, every effect undone) or
-//! waiting for a person (the task holds what is asked); no key is applied twice; no
-//! effect is left that neither the task nor a person's queue accounts for. It prints what
-//! each run saw: endings, violations, faults, and how many unknown outcomes the status
-//! skill settled and how many went to a person. It exits 1 on a violation.
+//! Judged from the tool agents' own ledger (`fault_sweep/judge.rs`), every saga must end
+//! completed (every step's effect in place, nothing undone), compensated (no charge,
+//! every effect undone) or waiting for a person with a complete record (the step asked
+//! about is the one in doubt, every other effect in place or undone as the record says);
+//! no effect is applied twice (counted per key by the tools); no effect is left that
+//! neither the task nor a person's queue accounts for. It prints what each run saw:
+//! endings, violations, faults, and how many unknown outcomes the status skill settled
+//! and how many went to a person. It exits 1 on a violation.
 //!
 //! `scripts/with-postgres cargo bench -p executor-agent --bench fault_sweep` (or
 //! `FAULT_SWEEP_STORE=postgres://…`); `FAULT_SWEEP_SEED` repeats a run's draws;
@@ -34,6 +38,8 @@ use serde_json::{Value, json};
 
 #[path = "fault_sweep/chaos_tool.rs"]
 mod chaos_tool;
+#[path = "fault_sweep/judge.rs"]
+mod judge;
 #[path = "whole_path/setup.rs"]
 mod setup;
 // For its results, shaped as the cards' `outputSchema`s (its agent is not used here).
@@ -41,7 +47,7 @@ mod setup;
 #[path = "saga/tool_agent.rs"]
 mod tool_agent;
 
-use chaos_tool::{Chaos, Ledger};
+use chaos_tool::{Chaos, Ledger, NOT_IDEMPOTENT};
 use setup::{Executor, Keys};
 
 pub(crate) const TOOL_TOKEN: &str = "tool-secret";
@@ -71,8 +77,15 @@ struct Outcome {
     verified_not_applied: u64,
     status_failed: u64,
     retried_after_timeout: u64,
-    /// Sagas waiting for a person about an unknown outcome (else a definite failure).
+    /// Calls of the capture (not idempotent) made again under a key that timed out.
+    not_idempotent_again: u64,
+    /// Captures applied, and keys applied more than once (each a violation).
+    captures: u64,
+    applied_twice: usize,
+    /// Sagas waiting for a person about an unknown outcome (else a definite failure),
+    /// and how many at each step.
     person_in_doubt: usize,
+    in_doubt_at: BTreeMap<String, usize>,
 }
 
 fn main() {
@@ -146,8 +159,18 @@ fn report(verify: bool, o: &Outcome) {
         o.person_in_doubt
     );
     println!(
-        "  sagas waiting for a person: {} about an unknown outcome, {} about a definite failure past the pivot or of an undo",
+        "  {NOT_IDEMPOTENT} (not idempotent): {} applied; {} called again under a key that timed out; effects applied more than once: {}",
+        o.captures, o.not_idempotent_again, o.applied_twice
+    );
+    let at: Vec<String> = o
+        .in_doubt_at
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    println!(
+        "  sagas waiting for a person: {} about an unknown outcome ({}), {} about a definite failure past the pivot or of an undo",
         o.person_in_doubt,
+        at.join(", "),
         ended("person") - o.person_in_doubt
     );
 }
@@ -215,6 +238,10 @@ fn sweep(
                 members.remove("verify");
             }
         }
+        // The capture as its tool behaves: a call made again is a charge made again.
+        if let Some(capture) = card.pointer_mut(&format!("{skills}/{NOT_IDEMPOTENT}")) {
+            capture["idempotent"] = json!(false);
+        }
     };
     runtime.block_on(setup::register(
         &replicas[0].url,
@@ -239,7 +266,7 @@ fn sweep(
     let tasks = runtime.block_on(wait_all(&sent, &urls[..2], &keys));
     let seconds = started.elapsed().as_secs_f64();
     let ledger = ledger.lock().expect("the ledger");
-    let mut outcome = judge(&tasks, &ledger);
+    let mut outcome = judge::judge(&tasks, &ledger);
     outcome.seconds = seconds;
     outcome.calls = ledger.calls;
     outcome.faults = ledger
@@ -248,6 +275,13 @@ fn sweep(
         .map(|(k, n)| (format!("{k:?}"), *n))
         .collect();
     outcome.retried_after_timeout = ledger.retried_after_timeout;
+    outcome.not_idempotent_again = ledger.not_idempotent_again;
+    outcome.captures = ledger
+        .applications
+        .iter()
+        .filter(|(key, _)| ledger.effects[*key].0 == NOT_IDEMPOTENT)
+        .map(|(_, n)| u64::from(*n))
+        .sum();
     outcome.verified_applied = ledger.verified_applied;
     outcome.verified_not_applied = ledger.verified_not_applied;
     outcome.status_failed = ledger
@@ -336,108 +370,4 @@ async fn wait_all(
         .buffer_unordered(64)
         .collect()
         .await
-}
-
-/// The forward steps of the plan that change something, and those with an undo.
-const CHANGING: [&str; 5] = ["s0", "s1", "s2", "s4", "s5"];
-const UNDONE: [&str; 3] = ["s0", "s1", "s2"];
-
-/// Every saga's ending, judged against the tools' ledger.
-fn judge(tasks: &[(String, Option<agent_host::sdk::Task>)], ledger: &Ledger) -> Outcome {
-    let mut outcome = Outcome::default();
-    let mut by_saga: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for key in ledger.effects.keys() {
-        let Some((saga, rest)) = key.split_once(':') else {
-            outcome
-                .violations
-                .push(format!("an effect under a key of no saga: {key}"));
-            continue;
-        };
-        let step = rest.strip_suffix(":undo").unwrap_or(rest);
-        let expected = if rest.ends_with(":undo") {
-            UNDONE.contains(&step)
-        } else {
-            // The read-only check is kept too: its answer is replayed under its key.
-            CHANGING.contains(&step) || step == "s3"
-        };
-        if !expected {
-            outcome.violations.push(format!(
-                "an effect under a key the plan does not give: {key}"
-            ));
-        }
-        by_saga.entry(saga).or_default().push(rest);
-    }
-    for (saga, task) in tasks {
-        let effects = by_saga.get(saga.as_str()).cloned().unwrap_or_default();
-        let has = |k: &str| effects.contains(&k);
-        let state = task.as_ref().map(|t| t.status.state.clone());
-        let ending = match state {
-            Some(TaskState::Completed) => {
-                for step in CHANGING {
-                    if !has(step) {
-                        outcome
-                            .violations
-                            .push(format!("{saga} completed without {step}"));
-                    }
-                }
-                if effects.iter().any(|k| k.ends_with(":undo")) {
-                    outcome
-                        .violations
-                        .push(format!("{saga} completed with an undo"));
-                }
-                "completed"
-            }
-            Some(TaskState::Failed | TaskState::Canceled | TaskState::Rejected) => {
-                if has("s4") {
-                    outcome
-                        .violations
-                        .push(format!("{saga} unwound, and was charged"));
-                }
-                if has("s5") {
-                    outcome
-                        .violations
-                        .push(format!("{saga} unwound, and mailed"));
-                }
-                for step in UNDONE {
-                    if has(step) && !has(&format!("{step}:undo")) {
-                        outcome
-                            .violations
-                            .push(format!("{saga} unwound, and {step} was left in place"));
-                    }
-                }
-                "compensated"
-            }
-            Some(TaskState::InputRequired) => {
-                let asks = task
-                    .as_ref()
-                    .and_then(|t| t.status.message.as_ref())
-                    .is_some_and(|m| {
-                        m.parts
-                            .iter()
-                            .any(|p| matches!(&p.content, agent_host::sdk::PartContent::Data(_)))
-                    });
-                if !asks {
-                    outcome
-                        .violations
-                        .push(format!("{saga} waits for a person who is not told what"));
-                }
-                let said = task
-                    .as_ref()
-                    .and_then(|t| serde_json::to_string(&t.status.message).ok())
-                    .unwrap_or_default();
-                if said.contains("no answer") || said.contains("unknown") {
-                    outcome.person_in_doubt += 1;
-                }
-                "person"
-            }
-            _ => {
-                outcome
-                    .violations
-                    .push(format!("{saga} did not end: {state:?}"));
-                "not ended"
-            }
-        };
-        *outcome.ended.entry(ending).or_default() += 1;
-    }
-    outcome
 }

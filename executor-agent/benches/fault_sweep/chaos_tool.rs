@@ -3,7 +3,10 @@
 //! faults drawn at a rate per call: a transient failure (nothing applied), a timeout
 //! after the effect (applied, never answered in time), a timeout before it (nothing
 //! applied), a permanent failure of a forward call, a failing compensation (unmarked, so
-//! it is tried again) and a failing status call.
+//! it is tried again) and a failing status call. The capture is not idempotent (its card
+//! says so, `NOT_IDEMPOTENT`): each call of it is applied afresh, as a charge with no
+//! idempotency key would be, so a blind retry after a timeout after the effect charges
+//! twice; every other skill applies a key once and replays it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +19,9 @@ use serde_json::{Value, json};
 use shared_types::FailureClass;
 
 use crate::TOOL_TOKEN;
+
+/// The skill whose calls are each applied afresh, whatever their key.
+pub(crate) const NOT_IDEMPOTENT: &str = "payments.capture";
 
 /// What one call met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -31,8 +37,11 @@ pub(crate) enum Fault {
 /// Everything the six agents applied and answered, shared by them (keys name their saga).
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
-    /// Per idempotency key: the skill applied and its result.
+    /// Per idempotency key: the skill applied and its (last) result.
     pub(crate) effects: HashMap<String, (String, Value)>,
+    /// Per idempotency key: how many times its effect was applied (a replay is not one),
+    /// so a key applied twice is seen.
+    pub(crate) applications: HashMap<String, u32>,
     /// Applications refused or replayed under a key already applied: never re-applied.
     pub(crate) replays: u64,
     /// Forward keys answered `not-applied`, or undone before they arrived: dead.
@@ -46,6 +55,8 @@ pub(crate) struct Ledger {
     /// same key (the executor's retry settling an unknown outcome).
     pub(crate) timed_out: HashSet<String>,
     pub(crate) retried_after_timeout: u64,
+    /// Of those, calls of the skill that is not idempotent: each a blind repeat.
+    pub(crate) not_idempotent_again: u64,
 }
 
 /// The fault draw: a rate, and a sequence from a seed (splitmix64), so a run repeats.
@@ -99,11 +110,13 @@ async fn answer(task: &TaskHandle, result: Value) {
 }
 
 impl ChaosTool {
-    /// Applies `skill` under `key` once (a repeat replays the first result); what it
-    /// answers.
+    /// Applies `skill` under `key` once (a repeat replays the first result), or afresh
+    /// at each call for the skill that is not idempotent; what it answers.
     fn apply(&self, key: &str, skill: &str, args: &Value) -> Value {
         let mut ledger = self.ledger.lock().expect("the ledger");
-        if let Some((_, result)) = ledger.effects.get(key) {
+        if skill != NOT_IDEMPOTENT
+            && let Some((_, result)) = ledger.effects.get(key)
+        {
             let result = result.clone();
             ledger.replays += 1;
             return result;
@@ -127,6 +140,7 @@ impl ChaosTool {
         ledger
             .effects
             .insert(key.to_owned(), (skill.to_owned(), result.clone()));
+        *ledger.applications.entry(key.to_owned()).or_default() += 1;
         result
     }
 }
@@ -161,13 +175,15 @@ impl Agent for ChaosTool {
         };
         // A key applied already is answered with its result (a timeout may still lose
         // the answer): a definite failure says that nothing took effect, so a tool that
-        // keeps its contract never answers one for a key it applied.
-        let applied = self
-            .ledger
-            .lock()
-            .expect("the ledger")
-            .effects
-            .contains_key(&key);
+        // keeps its contract never answers one for a key it applied. A call of the skill
+        // that is not idempotent is a new effect, and may fail like a first one.
+        let applied = skill != NOT_IDEMPOTENT
+            && self
+                .ledger
+                .lock()
+                .expect("the ledger")
+                .effects
+                .contains_key(&key);
         let fault = self.chaos.draw(kinds).filter(|f| {
             !applied
                 || !matches!(
@@ -183,6 +199,9 @@ impl Agent for ChaosTool {
             }
             if !status && ledger.timed_out.remove(&key) {
                 ledger.retried_after_timeout += 1;
+                if skill == NOT_IDEMPOTENT {
+                    ledger.not_idempotent_again += 1;
+                }
             }
             if matches!(
                 fault,
