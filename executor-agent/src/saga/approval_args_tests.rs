@@ -120,7 +120,10 @@ fn an_approved_step_whose_call_replay_pinned_to_other_arguments_is_not_called() 
     // late one calls nothing.
     assert!(!saga.awaits_slot_to_call());
     let late = saga.step(Event::Proceed { now_ms: T0 + 160 });
-    assert!(matches!(late.as_slice(), [Command::Ignored { .. }]), "{late:?}");
+    assert!(
+        matches!(late.as_slice(), [Command::Ignored { .. }]),
+        "{late:?}"
+    );
     // Told to try it, the saga calls the step only once it is approved for what is sent.
     let commands = saga.step(Event::Resolve {
         resolution: Resolution::Retry,
