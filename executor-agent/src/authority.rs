@@ -71,7 +71,14 @@ pub async fn lapse(saga: &Saga, book: &dyn Revocations, now_ms: i64) -> Result<O
     {
         return Ok(Some(Lapse::Revoked));
     }
-    Ok((now_ms >= saga.spec.expires_at_ms).then_some(Lapse::Expired))
+    Ok(expired(saga, now_ms))
+}
+
+/// Whether the mandate of `saga` has expired at `now_ms` (`notAfter`): the half of
+/// `lapse` a journal that checks revocations in its writes leaves to the driver.
+pub fn expired(saga: &Saga, now_ms: i64) -> Option<Lapse> {
+    let held = saga.spec.mandate.is_some();
+    (held && now_ms >= saga.spec.expires_at_ms).then_some(Lapse::Expired)
 }
 
 /// The entries an event and the commands it led to are journaled as: the event, then the

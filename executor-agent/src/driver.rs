@@ -23,10 +23,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::authority::{Revocations, entries_of, guarded, lapse, not_made};
+use crate::authority::{Lapse, Revocations, entries_of, expired, guarded, lapse, not_made};
 use crate::error::Result;
 use crate::invoke::{CallContext, Invoker, trace_id};
-use crate::journal::{Ending, Entry, Epoch, Journal, SagaHeader};
+use crate::journal::{Ending, Entry, Epoch, Journal, SagaHeader, Unrevoked};
 use crate::recovery::Recovered;
 use crate::saga::model::Phase;
 use crate::saga::{
@@ -85,6 +85,9 @@ pub struct StepWrite<'a> {
     /// The message of the person's answer the step took, as it came: it joins the
     /// saga's task with the step (`Reporter::written`).
     pub(crate) answer: Option<&'a agent_host::sdk::Message>,
+    /// The mandate the write requires unrevoked, when it carries forward calls and the
+    /// journal checks revocations in its writes (`SagaLog::checks_revocations`).
+    pub(crate) unrevoked: Option<Unrevoked<'a>>,
 }
 
 impl StepWrite<'_> {
@@ -104,7 +107,7 @@ impl StepWrite<'_> {
             }
             None => {
                 self.journal
-                    .append_carrying(self.saga_id, self.epoch, self.entries, task)
+                    .append_carrying(self.saga_id, self.epoch, self.entries, task, self.unrevoked)
                     .await
             }
         }
@@ -413,60 +416,93 @@ impl Driver {
             // A forward call is allowed by the saga's mandate as it stands now, or not made
             // (`authority`): read again and again while the database cannot answer, as a
             // journal write is. Told to stop, no call is made: recovery decides it again.
+            // A journal that checks revocations in its write (`checks_revocations`) is
+            // given the mandate instead of a read here; only the clock is read first.
             let calls = guarded(&saga, &commands);
-            let (entries, commands) = if stopping {
-                (vec![Entry::Event(event)], commands)
-            } else if calls.is_empty() {
-                (entries_of(event, &commands), commands)
+            let now = now_ms();
+            let in_write = !stopping && !calls.is_empty() && journal.checks_revocations();
+            let lapsed = if stopping || calls.is_empty() {
+                None
+            } else if in_write {
+                expired(&saga, now)
             } else {
-                let now = now_ms();
                 let read = || lapse(&saga, revocations.as_ref(), now);
-                match ctx.retrying(read).await? {
-                    None => (entries_of(event, &commands), commands),
-                    Some(lapsed) => not_made(&mut saga, event, commands, &calls, lapsed, now),
-                }
+                ctx.retrying(read).await?
             };
-            if ends(&commands) {
-                // The end, its finish mark and what people see of it: one durable write
-                // (told to stop, too: an end makes no call).
+            // What the write that finds the mandate revoked is decided again from.
+            let mut undecided =
+                (in_write && lapsed.is_none()).then(|| (event.clone(), commands.clone()));
+            let (mut entries, mut commands) = if stopping {
+                (vec![Entry::Event(event)], commands)
+            } else if let Some(lapsed) = lapsed {
+                not_made(&mut saga, event, commands, &calls, lapsed, now)
+            } else {
+                (entries_of(event, &commands), commands)
+            };
+            loop {
+                if ends(&commands) {
+                    // The end, its finish mark and what people see of it: one durable write
+                    // (told to stop, too: an end makes no call).
+                    let refused = refusal(&commands);
+                    let shown = ctx.shown(commands);
+                    let step = Step {
+                        entries: &entries,
+                        shown: &shown,
+                        answer: answered.as_deref(),
+                    };
+                    let phase = ctx.end(&saga, step, reporter.as_ref()).await?;
+                    if is_cancel && let Some(reply) = pending_cancel.take() {
+                        let _ = reply.send(refused.map_or(Ok(()), Err));
+                    }
+                    if let Some(reply) = pending_revocation.take() {
+                        let _ = reply.send(saga.mandate_end_effect());
+                    }
+                    return Ok(phase);
+                }
                 let refused = refusal(&commands);
-                let shown = ctx.shown(commands);
+                let (shown, acts) = if stopping {
+                    // The event alone: the calls it led to stay decided but not journaled as
+                    // made, and recovery makes them; timers come back from the journal too.
+                    // What people should see is shown with it.
+                    (ctx.shown(commands), Vec::new())
+                } else {
+                    commands.into_iter().partition(Command::is_shown)
+                };
                 let step = Step {
                     entries: &entries,
                     shown: &shown,
                     answer: answered.as_deref(),
                 };
-                let phase = ctx.end(&saga, step, reporter.as_ref()).await?;
+                let unrevoked = undecided
+                    .as_ref()
+                    .and(saga.spec.mandate.as_ref())
+                    .map(|hold| Unrevoked {
+                        principal_key: &hold.principal_key,
+                        mandate_id: &hold.mandate_id,
+                    });
+                match ctx.write(&saga, step, unrevoked, reporter.as_ref()).await {
+                    // Revoked, as the write found: nothing was written; the calls are
+                    // journaled as not made instead, and the saga unwinds.
+                    Err(revoked @ crate::Error::RevokedAtWrite { .. }) => {
+                        // The saga is as the event left it: the write changed nothing.
+                        let Some((event, decided)) = undecided.take() else {
+                            return Err(revoked);
+                        };
+                        (entries, commands) =
+                            not_made(&mut saga, event, decided, &calls, Lapse::Revoked, now);
+                        continue;
+                    }
+                    written => written?,
+                }
                 if is_cancel && let Some(reply) = pending_cancel.take() {
                     let _ = reply.send(refused.map_or(Ok(()), Err));
                 }
                 if let Some(reply) = pending_revocation.take() {
                     let _ = reply.send(saga.mandate_end_effect());
                 }
-                return Ok(phase);
+                out.extend(ctx.perform(&saga, acts, &mut running));
+                break;
             }
-            let refused = refusal(&commands);
-            let (shown, acts) = if stopping {
-                // The event alone: the calls it led to stay decided but not journaled as
-                // made, and recovery makes them; timers come back from the journal too.
-                // What people should see is shown with it.
-                (ctx.shown(commands), Vec::new())
-            } else {
-                commands.into_iter().partition(Command::is_shown)
-            };
-            let step = Step {
-                entries: &entries,
-                shown: &shown,
-                answer: answered.as_deref(),
-            };
-            ctx.write(&saga, step, None, reporter.as_ref()).await?;
-            if is_cancel && let Some(reply) = pending_cancel.take() {
-                let _ = reply.send(refused.map_or(Ok(()), Err));
-            }
-            if let Some(reply) = pending_revocation.take() {
-                let _ = reply.send(saga.mandate_end_effect());
-            }
-            out.extend(ctx.perform(&saga, acts, &mut running));
         }
     }
 }
@@ -539,7 +575,20 @@ impl Ctx {
         &self,
         saga: &Saga,
         step: Step<'_>,
+        unrevoked: Option<Unrevoked<'_>>,
+        reporter: &dyn Reporter,
+    ) -> Result<()> {
+        self.write_or_end(saga, step, None, unrevoked, reporter)
+            .await
+    }
+
+    /// `write`, or the end (`ending`) of the saga.
+    async fn write_or_end(
+        &self,
+        saga: &Saga,
+        step: Step<'_>,
         ending: Option<Ending>,
+        unrevoked: Option<Unrevoked<'_>>,
         reporter: &dyn Reporter,
     ) -> Result<()> {
         let write = StepWrite {
@@ -549,6 +598,7 @@ impl Ctx {
             entries: step.entries,
             ending,
             answer: step.answer,
+            unrevoked,
         };
         self.retrying(|| reporter.written(step.shown, saga, &write))
             .await
@@ -560,7 +610,8 @@ impl Ctx {
             mandate: saga.spec.mandate.clone(),
             spent_minor: saga.spent_minor(),
         };
-        self.write(saga, step, Some(ending), reporter).await?;
+        self.write_or_end(saga, step, Some(ending), None, reporter)
+            .await?;
         Ok(saga.phase.clone())
     }
 
@@ -576,6 +627,8 @@ impl Ctx {
                 Ok(done) => return Ok(done),
                 // Another owner drives the saga now: nothing more is done for it here.
                 Err(fenced @ crate::Error::Fenced { .. }) => return Err(fenced),
+                // Not a failure to try again: the caller decides the step anew.
+                Err(revoked @ crate::Error::RevokedAtWrite { .. }) => return Err(revoked),
                 Err(e) => e,
             };
             if self.stop.is_cancelled() {

@@ -59,6 +59,13 @@ pub enum Error {
         "saga {saga_id}: the journal refused a write at epoch {epoch}; another owner drives it now"
     )]
     Fenced { saga_id: String, epoch: u64 },
+    /// A write carrying forward calls was refused, and nothing written: the journal found
+    /// the saga's mandate revoked in the write itself (`Unrevoked`). The driver then
+    /// journals the calls as not made, and the saga unwinds.
+    #[error(
+        "saga {saga_id}: its mandate was revoked; the write carrying its next calls was refused"
+    )]
+    RevokedAtWrite { saga_id: String },
 }
 
 /// The storage engine's failures are the stores' failures, as `agent_host` reports them.

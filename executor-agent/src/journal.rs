@@ -94,6 +94,14 @@ pub trait Journal: SagaLog + Ownership + Headers {}
 
 impl<J: SagaLog + Ownership + Headers> Journal for J {}
 
+/// A mandate that must not be revoked for a write to be made (`SagaLog::append_carrying`):
+/// the write carries forward calls at or before the saga's point of no return.
+#[derive(Debug, Clone, Copy)]
+pub struct Unrevoked<'a> {
+    pub principal_key: &'a str,
+    pub mandate_id: &'a str,
+}
+
 /// The sagas' entries: begun, appended to under the owner's fence, finished, read back
 /// for recovery, and forgotten.
 #[async_trait]
@@ -120,21 +128,32 @@ pub trait SagaLog: Send + Sync + 'static {
     /// `epoch` (`Error::Fenced`, and nothing written, when the saga was claimed since).
     /// Durable when it returns; concurrent appends share an fsync.
     async fn append(&self, saga_id: &str, epoch: Epoch, entries: &[Entry]) -> Result<()> {
-        self.append_carrying(saga_id, epoch, entries, None).await
+        self.append_carrying(saga_id, epoch, entries, None, None)
+            .await
     }
     /// `append`, carrying the write of the saga's task in the same write, all of it or
     /// none, when given (a step that changes the state its task shows): a journal keeping
     /// its tables in the task store's database writes it
     /// (`ExecutorConfig::tasks_beside_journal`). A task store that holds another version
     /// of the task than `task` expects refuses it (`agent_host::Error::Conflict`, nothing
-    /// written).
+    /// written). Given `unrevoked` (only by a driver told so by `checks_revocations`), the
+    /// write is made only if that mandate is not revoked as the write is made
+    /// (`Error::RevokedAtWrite`, nothing written, otherwise).
     async fn append_carrying(
         &self,
         saga_id: &str,
         epoch: Epoch,
         entries: &[Entry],
         task: Option<&agent_host::store::TaskWrite>,
+        unrevoked: Option<Unrevoked<'_>>,
     ) -> Result<()>;
+    /// Whether `append_carrying` checks a mandate's revocation in the write itself
+    /// (`unrevoked`): where the revocations live in a database other replicas write, this
+    /// saves the driver a read before each forward call. A journal that does not is
+    /// never given one: the driver reads the revocations first.
+    fn checks_revocations(&self) -> bool {
+        false
+    }
     /// Ends a saga in one durable write, all of it or none: `entries` (the step that
     /// ended it; none when the end was journaled before, by a process that died before
     /// marking it), its finish mark (it needs no recovery), its mandate's reservation

@@ -22,7 +22,7 @@ use shared_types::{TrustStore, Violation, ViolationCode};
 use crate::error::{Error, Result};
 use crate::saga::spec::MandateHold;
 
-mod postgres;
+pub(crate) mod postgres;
 
 pub(crate) use postgres::POSTGRES_MIGRATIONS;
 

@@ -271,7 +271,7 @@ async fn a_write_carries_its_tasks_all_or_nothing(
                 .await
         } else {
             journal
-                .append_carrying(saga_id, 1, &[event(1)], Some(&write))
+                .append_carrying(saga_id, 1, &[event(1)], Some(&write), None)
                 .await
         }
     };
@@ -715,6 +715,94 @@ async fn on_postgres_a_plan_under_a_revoked_mandate_is_refused_and_writes_nothin
     );
     assert_eq!(journal.header("after").await.unwrap(), None);
     assert!(journal.header("before").await.unwrap().is_some());
+}
+
+/// On PostgreSQL an append that names its saga's mandate (it carries forward calls) is
+/// written only while the mandate is not revoked, checked in the write itself, plain or
+/// carrying its task's write: refused `RevokedAtWrite` with nothing written once it is,
+/// while an append that names none (an answer, an undo) is written as before, and a
+/// fence that moved is still told apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_an_append_carrying_calls_is_refused_once_its_mandate_is_revoked() {
+    use crate::journal::{SagaLog, Unrevoked};
+    use agent_host::sdk::{Task, TaskState, TaskStatus};
+    use agent_host::store::{Expected, TaskStore, TaskWrite};
+    use sagaplane_storage::postgres::{Cached, Postgres, testing};
+    let Some(url) = testing::scratch_database("postgres_append_unrevoked").await else {
+        return;
+    };
+    let db = Postgres::connect(&url, 4).unwrap();
+    let journal = super::PostgresJournal::on(&db).await.unwrap();
+    let tasks = agent_host::store::postgres::PostgresTaskStore::on(&db)
+        .await
+        .unwrap();
+    let task = |state| Task {
+        id: "task-guarded".into(),
+        context_id: "ctx-guarded".into(),
+        status: TaskStatus {
+            state,
+            message: None,
+            timestamp: Some(chrono::Utc::now()),
+        },
+        artifacts: None,
+        history: None,
+        metadata: None,
+    };
+    let mandate = Unrevoked {
+        principal_key: "principal-key",
+        mandate_id: "md_conformance",
+    };
+    journal
+        .begin(&under_mandate("guarded", 10), &[event(1)])
+        .await
+        .unwrap();
+    journal
+        .append_carrying("guarded", 1, &[event(2)], None, Some(mandate))
+        .await
+        .unwrap();
+    // A stale epoch is fenced, not taken for a revocation.
+    let fenced = journal
+        .append_carrying("guarded", 7, &[event(9)], None, Some(mandate))
+        .await;
+    assert!(matches!(&fenced, Err(Error::Fenced { .. })), "{fenced:?}");
+    db.connection()
+        .await
+        .unwrap()
+        .run(
+            "INSERT INTO mandate_revocations VALUES ('principal-key', 'md_conformance', 'now', '{}')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let refused = journal
+        .append_carrying("guarded", 1, &[event(3)], None, Some(mandate))
+        .await;
+    assert!(
+        matches!(&refused, Err(Error::RevokedAtWrite { saga_id }) if saga_id == "guarded"),
+        "{refused:?}"
+    );
+    // Carrying its task's write: neither is written.
+    tasks
+        .put(&task(TaskState::Working), Expected::Absent)
+        .await
+        .unwrap();
+    let write = TaskWrite::of(&task(TaskState::Completed), Expected::Version(1)).unwrap();
+    let refused = journal
+        .append_carrying("guarded", 1, &[event(3)], Some(&write), Some(mandate))
+        .await;
+    assert!(
+        matches!(&refused, Err(Error::RevokedAtWrite { .. })),
+        "{refused:?}"
+    );
+    let stored = tasks.read("task-guarded").await.unwrap().unwrap();
+    assert_eq!(stored.task.status.state, TaskState::Working);
+    // What names no mandate (an answer, an undo) is written as before.
+    journal
+        .append_carrying("guarded", 1, &[event(4)], None, None)
+        .await
+        .unwrap();
+    let (_, entries) = journal.load("guarded").await.unwrap().unwrap();
+    assert_eq!(entries, [event(1), event(2), event(4)]);
 }
 
 /// On PostgreSQL the owners alive share a dead owner's sagas out, each claiming only its

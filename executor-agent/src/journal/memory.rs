@@ -127,6 +127,8 @@ impl SagaLog for MemoryJournal {
         epoch: Epoch,
         entries: &[Entry],
         task: Option<&agent_host::store::TaskWrite>,
+        // Never given (`checks_revocations` is false): the driver reads the revocations.
+        _unrevoked: Option<super::Unrevoked<'_>>,
     ) -> Result<()> {
         if task.is_some() {
             return Err(Error::Journal(

@@ -14,7 +14,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use shared_types::Violation;
 
-use super::{Claim, Ending, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog};
+use super::{
+    Claim, Ending, Entry, Epoch, Forgettable, Headers, Ownership, SagaHeader, SagaLog, Unrevoked,
+};
 use crate::error::{Error, Result};
 use crate::mandates;
 use crate::saga::spec::MandateHold;
@@ -175,6 +177,7 @@ impl PostgresJournal {
         epoch: Epoch,
         body: String,
         task: &TaskWrite,
+        unrevoked: Option<Unrevoked<'_>>,
     ) -> Result<()> {
         let mut params: Vec<Param> = vec![
             Box::new(saga_id.to_owned()),
@@ -183,6 +186,8 @@ impl PostgresJournal {
             Box::new(body),
         ];
         params.extend(task_params(task)?);
+        params.push(Box::new(unrevoked.map(|m| m.principal_key.to_owned())));
+        params.push(Box::new(unrevoked.map(|m| m.mandate_id.to_owned())));
         let statement = Statement {
             sql: APPEND_WITH_TASK,
             params,
@@ -384,32 +389,63 @@ impl SagaLog for PostgresJournal {
         epoch: Epoch,
         entries: &[Entry],
         task: Option<&TaskWrite>,
+        unrevoked: Option<Unrevoked<'_>>,
     ) -> Result<()> {
         let body = encode(&entries)?;
-        if let Some(task) = task {
-            return self.append_with_task(saga_id, epoch, body, task).await;
+        let written = match task {
+            Some(task) => {
+                self.append_with_task(saga_id, epoch, body, task, unrevoked)
+                    .await
+            }
+            // Group-committed with the other writes waiting at this moment (the
+            // database's `write_row`): each append is fenced as if alone.
+            None => self
+                .db
+                .write_row(RowWrite {
+                    sql: APPEND,
+                    values: vec![
+                        Some(saga_id.to_owned()),
+                        Some(body),
+                        Some(epoch.to_string()),
+                        Some(self.owner.clone()),
+                        unrevoked.map(|m| m.principal_key.to_owned()),
+                        unrevoked.map(|m| m.mandate_id.to_owned()),
+                    ],
+                })
+                .await
+                .map_err(Error::from)
+                .and_then(|written| {
+                    if written {
+                        Ok(())
+                    } else {
+                        Err(Error::Fenced {
+                            saga_id: saga_id.to_owned(),
+                            epoch,
+                        })
+                    }
+                }),
+        };
+        match (written, unrevoked) {
+            // Not written: for a fence that moved, or for the mandate's revocation, which
+            // is read (rarely: a refused write) to say which.
+            (Err(Error::Fenced { .. }), Some(mandate))
+                if mandates::postgres::is_revoked(
+                    &self.db,
+                    mandate.principal_key,
+                    mandate.mandate_id,
+                )
+                .await? =>
+            {
+                Err(Error::RevokedAtWrite {
+                    saga_id: saga_id.to_owned(),
+                })
+            }
+            (written, _) => written,
         }
-        // Group-committed with the other writes waiting at this moment (the database's
-        // `write_row`): each append is fenced as if alone.
-        let written = self
-            .db
-            .write_row(RowWrite {
-                sql: APPEND,
-                values: vec![
-                    Some(saga_id.to_owned()),
-                    Some(body),
-                    Some(epoch.to_string()),
-                    Some(self.owner.clone()),
-                ],
-            })
-            .await?;
-        if !written {
-            return Err(Error::Fenced {
-                saga_id: saga_id.to_owned(),
-                epoch,
-            });
-        }
-        Ok(())
+    }
+
+    fn checks_revocations(&self) -> bool {
+        true
     }
 
     async fn end(

@@ -589,6 +589,9 @@ impl SagaLog for SqliteJournal {
         epoch: Epoch,
         entries: &[Entry],
         task: Option<&TaskWrite>,
+        // Never given (`checks_revocations` is false): the revocations of this process's
+        // state file are read in memory first, exactly.
+        _unrevoked: Option<super::Unrevoked<'_>>,
     ) -> Result<()> {
         // One row per append: the entries of a step are written and read together.
         let body = encode(&entries)?;

@@ -132,14 +132,21 @@ impl<J: Journal, A: Around> SagaLog for Wrapped<J, A> {
         epoch: Epoch,
         entries: &[Entry],
         task: Option<&TaskWrite>,
+        unrevoked: Option<super::Unrevoked<'_>>,
     ) -> Result<()> {
-        let call = self.inner.append_carrying(saga_id, epoch, entries, task);
+        let call = self
+            .inner
+            .append_carrying(saga_id, epoch, entries, task, unrevoked);
         let what = Call::Append {
             saga_id,
             epoch,
             entries,
         };
         self.around.around(what, call).await
+    }
+
+    fn checks_revocations(&self) -> bool {
+        self.inner.checks_revocations()
     }
 
     async fn end(

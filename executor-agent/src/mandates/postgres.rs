@@ -45,7 +45,7 @@ fn store(what: &str) -> impl Fn(DriverError) -> Error + '_ {
     move |e| Error::from(failed(what, &e))
 }
 
-pub(super) async fn is_revoked(
+pub(crate) async fn is_revoked(
     db: &Postgres,
     principal_key: &str,
     mandate_id: &str,

@@ -373,6 +373,7 @@ impl Beside {
             entries,
             ending: None,
             answer: None,
+            unrevoked: None,
         }
     }
 

@@ -163,6 +163,7 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
                 .any(|c| matches!(c, Command::Finish { .. }))
                 .then(crate::journal::Ending::default),
             answer: taken.as_ref(),
+            unrevoked: None,
         };
         reporter.written(&shown, &saga, &write).await.unwrap();
         if paused

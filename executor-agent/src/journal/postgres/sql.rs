@@ -7,14 +7,21 @@
 /// weakest lock that a claim's `FOR UPDATE` still waits for; a renewal (a plain update of
 /// the lease) does not wait for it, nor it for a renewal: appends of many sagas and the
 /// renewal of all of them run at once without deadlocking. The appends of one batch
-/// share the statement (`RowWrite`: saga, body, epoch, owner), each fenced as if alone.
+/// share the statement (`RowWrite`: saga, body, epoch, owner, and the mandate that must
+/// not be revoked, or NULLs), each fenced as if alone. An append carrying forward calls
+/// names its saga's mandate, and is not written if it is revoked: the check at the moment
+/// of effect, in the statement that journals the calls' intents.
 pub(super) const APPEND: &str = "WITH r AS (
-         SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[])
-             WITH ORDINALITY AS r (saga_id, body, epoch, owner, n)
+         SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
+                              $6::TEXT[])
+             WITH ORDINALITY AS r (saga_id, body, epoch, owner, principal_key, mandate_id, n)
      ), fenced AS (
          SELECT r.n, r.saga_id, r.body FROM r
          JOIN sagas ON sagas.saga_id = r.saga_id AND sagas.epoch = r.epoch::BIGINT
                    AND sagas.owner = r.owner
+         WHERE r.mandate_id IS NULL OR NOT EXISTS (
+             SELECT 1 FROM mandate_revocations v
+             WHERE v.principal_key = r.principal_key AND v.mandate_id = r.mandate_id)
          FOR KEY SHARE OF sagas
      ), written AS (
          INSERT INTO entries (saga_id, body) SELECT saga_id, body FROM fenced ORDER BY n
@@ -24,9 +31,14 @@ pub(super) const APPEND: &str = "WITH r AS (
 /// An append with its task's write, in one statement, all of it or none: under the fence
 /// of the saga's row (saga `$1`, epoch `$2`, owner `$3`), task `$5` at version `$11`
 /// written with the columns of the task store's row (`$6`-`$10`), and the entries `$4`
-/// only if both held. Answers whether the fence held and whether it wrote.
+/// only if both held; given a mandate (`$12`, `$13`, else NULLs), only if it is not
+/// revoked, which the fence then counts as not holding. Answers whether the fence held and
+/// whether it wrote.
 pub(super) const APPEND_WITH_TASK: &str = "WITH fence AS (
          SELECT saga_id FROM sagas WHERE saga_id = $1 AND epoch = $2 AND owner = $3
+           AND ($13::TEXT IS NULL OR NOT EXISTS (
+               SELECT 1 FROM mandate_revocations
+               WHERE principal_key = $12::TEXT AND mandate_id = $13::TEXT))
          FOR KEY SHARE
      ), task AS (
          UPDATE tasks SET context_id = $6, state = $7, owner = $8, updated_ms = $9,
