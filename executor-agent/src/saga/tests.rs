@@ -157,7 +157,8 @@ fn failed() -> CallOutcome {
     CallOutcome::failed("declined")
 }
 
-const FORWARD: [&str; 6] = [
+/// The supplier saga's forward skills, in plan order (the names the engine's tests use).
+pub(crate) const FORWARD: [&str; 6] = [
     "vendor.create",
     "budget.reserve",
     "sandbox.provision",
