@@ -244,6 +244,18 @@ impl Run {
 }
 
 /// The forward effects of `skill` in every ledger, in the order applied: (key, undone).
+/// Asserts that each of `steps` (skill, step) was called once, for `saga` alone, and
+/// undone or standing as `undone` says, as the tools' own ledgers tell.
+fn assert_called_once(ledgers: &[LedgerReport], saga: &str, undone: bool, steps: &[(&str, &str)]) {
+    for (skill, step) in steps {
+        assert_eq!(
+            forwards(ledgers, skill),
+            [(format!("{saga}:{step}"), undone)],
+            "{skill}"
+        );
+    }
+}
+
 fn forwards(ledgers: &[LedgerReport], skill: &str) -> Vec<(String, bool)> {
     ledgers
         .iter()
@@ -435,16 +447,16 @@ async fn with_a_replan_bound_of_zero_an_unwound_goal_ends_as_before() {
         .unwrap()
         .to_owned();
     let ledgers = run.ledgers().await;
-    for (skill, step) in [
-        ("vendor.create", "s0"),
-        ("budget.reserve", "s1"),
-        ("sandbox.provision", "s2"),
-    ] {
-        assert_eq!(
-            forwards(&ledgers, skill),
-            [(format!("{saga}:{step}"), true)]
-        );
-    }
+    assert_called_once(
+        &ledgers,
+        &saga,
+        true,
+        &[
+            ("vendor.create", "s0"),
+            ("budget.reserve", "s1"),
+            ("sandbox.provision", "s2"),
+        ],
+    );
     for skill in ["payments.capture", "email.send"] {
         assert!(forwards(&ledgers, skill).is_empty(), "{skill}");
     }
@@ -495,17 +507,17 @@ async fn a_failure_past_the_pivot_is_not_planned_again() {
         .unwrap()
         .to_owned();
     let ledgers = run.ledgers().await;
-    for (skill, step) in [
-        ("vendor.create", "s0"),
-        ("budget.reserve", "s1"),
-        ("sandbox.provision", "s2"),
-        ("payments.capture", "s4"),
-    ] {
-        assert_eq!(
-            forwards(&ledgers, skill),
-            [(format!("{saga}:{step}"), false)]
-        );
-    }
+    assert_called_once(
+        &ledgers,
+        &saga,
+        false,
+        &[
+            ("vendor.create", "s0"),
+            ("budget.reserve", "s1"),
+            ("sandbox.provision", "s2"),
+            ("payments.capture", "s4"),
+        ],
+    );
     assert!(forwards(&ledgers, "email.send").is_empty());
     let account = run.account().await;
     assert_eq!(settled(&account).len(), 1, "{account}");
@@ -715,16 +727,16 @@ async fn a_plan_refused_for_a_skill_withdrawn_meanwhile_is_planned_again_from_th
             .starts_with(first)),
         "{ledgers:?}"
     );
-    for (skill, step) in [
-        ("vendor.create", "s0"),
-        ("budget.reserve", "s2"),
-        ("payments.capture", "s4"),
-    ] {
-        assert_eq!(
-            forwards(&ledgers, skill),
-            [(format!("{second}:{step}"), false)]
-        );
-    }
+    assert_called_once(
+        &ledgers,
+        second,
+        false,
+        &[
+            ("vendor.create", "s0"),
+            ("budget.reserve", "s2"),
+            ("payments.capture", "s4"),
+        ],
+    );
     // Only the plan that ran reserved (and spent) the mandate's budget.
     let account = run.account().await;
     assert_eq!(

@@ -16,19 +16,7 @@ const REVIEW: usize = 2;
 /// A saga approved at its review (valid until `T0 + 60 s`) whose first attempt answered
 /// `outcome`: it waits to try again. The events it took, in order, for replay.
 fn approved_then(outcome: CallOutcome) -> (Saga, Vec<Event>) {
-    let mut saga = saga_from("examples/plans/invalid/undo-ttl-too-short.json");
-    let mut events = vec![Event::Start { now_ms: T0 }];
-    start(&mut saga, &mut ok);
-    for (i, skill) in ["vendor.create", "budget.reserve"].iter().enumerate() {
-        events.push(Event::Result {
-            target: Target::Forward(i),
-            attempt: 1,
-            outcome: CallOutcome::Succeeded {
-                response: super::tests::response(skill),
-            },
-            now_ms: T0 + 10 * (i as i64 + 1),
-        });
-    }
+    let (mut saga, mut events) = paused_for_review();
     let approve = Event::Resolve {
         resolution: Resolution::Approve,
         now_ms: T0 + 100,
