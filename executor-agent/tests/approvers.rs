@@ -72,6 +72,17 @@ async fn standing(served: &Served, id: &str) -> Standing {
     }
 }
 
+/// How many times the compliance registry was asked for a review.
+fn reviews_of(served: &Served) -> usize {
+    served.logs["compliance-registry"]
+        .lock()
+        .unwrap()
+        .calls
+        .iter()
+        .filter(|c| c.1 == "compliance.review")
+        .count()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planners_resolution_is_refused_and_the_saga_does_not_move() {
     let served = serve().await;
@@ -758,13 +769,7 @@ async fn an_approval_withdrawn_while_its_step_waits_to_retry_makes_no_call_of_th
         .await
         .unwrap();
     assert_eq!(ended.status.state, TaskState::Failed, "{:?}", ended.status);
-    let reviews = served.logs["compliance-registry"]
-        .lock()
-        .unwrap()
-        .calls
-        .iter()
-        .filter(|c| c.1 == "compliance.review")
-        .count();
+    let reviews = reviews_of(&served);
     assert_eq!(
         reviews, 1,
         "the review was called once, before the withdrawal"
@@ -793,15 +798,7 @@ async fn an_approval_withdrawn_while_its_step_waits_for_a_saga_slot_makes_no_cal
         settings.max_running_sagas = 1;
     })
     .await;
-    let reviews = || {
-        served.logs["compliance-registry"]
-            .lock()
-            .unwrap()
-            .calls
-            .iter()
-            .filter(|c| c.1 == "compliance.review")
-            .count()
-    };
+    let reviews = || reviews_of(&served);
     // The review is the plan's first step: the saga pauses before any call.
     let paused = send(
         &served,

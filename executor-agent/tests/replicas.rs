@@ -458,9 +458,9 @@ fn replica_with_approver(
     Executor::replica(world, url, log, &["--approver", &flag])
 }
 
-/// The effects applied under saga 0's keys, each as `s<n>` or `s<n>:undo`.
-fn effects_of_saga_0(logs: &HashMap<String, Arc<Mutex<ToolLog>>>) -> BTreeSet<String> {
-    let prefix = format!("{}:", saga_id(0));
+/// The effects applied under saga `n`'s keys, each as `s<n>` or `s<n>:undo`.
+fn effects_of(logs: &HashMap<String, Arc<Mutex<ToolLog>>>, n: usize) -> BTreeSet<String> {
+    let prefix = format!("{}:", saga_id(n));
     logs.values()
         .flat_map(|log| {
             log.lock()
@@ -502,7 +502,7 @@ async fn canceled_in_front_of_the_pivot(
         canceled.status
     );
     assert_eq!(
-        effects_of_saga_0(logs),
+        effects_of(logs, 0),
         set(&["s0", "s1", "s2", "s3", "s0:undo", "s1:undo", "s2:undo"])
     );
 }
@@ -620,7 +620,7 @@ async fn an_answer_sent_to_a_third_replica_reaches_the_saga_paused_where_it_is_d
     // The vendor, compensated after the budget in reverse order, was archived once the
     // person had released the budget by hand.
     assert_eq!(
-        effects_of_saga_0(&logs),
+        effects_of(&logs, 0),
         set(&["s0", "s1", "s2", "s2:undo", "s0:undo"])
     );
 }

@@ -118,6 +118,12 @@ impl Run {
         )
     }
 
+    /// The goal's task `task_id` once it has ended.
+    async fn ended(&self, task_id: &str) -> Task {
+        self.until(task_id, "the goal ends", TaskState::is_terminal)
+            .await
+    }
+
     /// Reads the goal's task `task_id` as its caller does, following it until its state
     /// is one `reached` accepts; fails if it ends in another, or gets stuck.
     async fn until(&self, task_id: &str, what: &str, reached: impl Fn(&TaskState) -> bool) -> Task {
@@ -244,6 +250,14 @@ impl Run {
 }
 
 /// The forward effects of `skill` in every ledger, in the order applied: (key, undone).
+/// The saga id of the plan the goal's task last submitted.
+fn saga_of(task: &Task) -> String {
+    plan_artifact(task).unwrap()["sagaId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// Asserts that each of `steps` (skill, step) was called once, for `saga` alone, and
 /// undone or standing as `undone` says, as the tools' own ledgers tell.
 fn assert_called_once(ledgers: &[LedgerReport], saga: &str, undone: bool, steps: &[(&str, &str)]) {
@@ -329,9 +343,7 @@ async fn after_an_unwinding_the_model_answers_another_valid_plan_and_the_goal_co
         )
         .await;
     run.answer(&waiting, "approve").await;
-    let task = run
-        .until(&task_id, "the goal ends", TaskState::is_terminal)
-        .await;
+    let task = run.ended(&task_id).await;
     assert_eq!(
         task.status.state,
         TaskState::Completed,
@@ -424,9 +436,7 @@ async fn with_a_replan_bound_of_zero_an_unwound_goal_ends_as_before() {
     )
     .await;
     let task_id = run.goal_task().await;
-    let task = run
-        .until(&task_id, "the goal ends", TaskState::is_terminal)
-        .await;
+    let task = run.ended(&task_id).await;
     assert_eq!(
         task.status.state,
         TaskState::Failed,
@@ -442,10 +452,7 @@ async fn with_a_replan_bound_of_zero_an_unwound_goal_ends_as_before() {
     );
     assert_eq!(run.model.received().len(), 1);
 
-    let saga = plan_artifact(&task).unwrap()["sagaId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let saga = saga_of(&task);
     let ledgers = run.ledgers().await;
     assert_called_once(
         &ledgers,
@@ -490,9 +497,7 @@ async fn a_failure_past_the_pivot_is_not_planned_again() {
         .await;
     assert_eq!(run.model.received().len(), 1);
     run.answer(&waiting, "resolved-manually").await;
-    let task = run
-        .until(&task_id, "the goal ends", TaskState::is_terminal)
-        .await;
+    let task = run.ended(&task_id).await;
     assert_eq!(
         task.status.state,
         TaskState::Completed,
@@ -502,10 +507,7 @@ async fn a_failure_past_the_pivot_is_not_planned_again() {
     assert!(attempts(&task).is_empty());
     assert_eq!(run.model.received().len(), 1, "nothing planned again");
 
-    let saga = plan_artifact(&task).unwrap()["sagaId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let saga = saga_of(&task);
     let ledgers = run.ledgers().await;
     assert_called_once(
         &ledgers,
@@ -549,9 +551,7 @@ async fn a_cancel_during_the_second_attempt_unwinds_it_and_ends_canceled() {
         .cancel_task(&OutboundCall::default(), &task_id)
         .await
         .unwrap();
-    let task = run
-        .until(&task_id, "the goal ends", TaskState::is_terminal)
-        .await;
+    let task = run.ended(&task_id).await;
     assert_eq!(
         task.status.state,
         TaskState::Canceled,
@@ -670,9 +670,7 @@ async fn a_plan_refused_for_a_skill_withdrawn_meanwhile_is_planned_again_from_th
         )
         .await;
     run.answer(&waiting, "approve").await;
-    let task = run
-        .until(&task_id, "the goal ends", TaskState::is_terminal)
-        .await;
+    let task = run.ended(&task_id).await;
     assert_eq!(
         task.status.state,
         TaskState::Completed,
@@ -781,9 +779,7 @@ async fn a_plan_refused_under_a_revoked_mandate_is_not_planned_again() {
     );
 
     let task_id = run.goal_task().await;
-    let task = run
-        .until(&task_id, "the goal ends", TaskState::is_terminal)
-        .await;
+    let task = run.ended(&task_id).await;
     assert_eq!(
         task.status.state,
         TaskState::Rejected,

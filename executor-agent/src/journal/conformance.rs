@@ -689,7 +689,7 @@ async fn the_postgres_journal_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_a_plan_under_a_revoked_mandate_is_refused_and_writes_nothing() {
     use crate::journal::{Headers, SagaLog};
-    use sagaplane_storage::postgres::{Cached, Postgres, testing};
+    use sagaplane_storage::postgres::{Postgres, testing};
     let Some(url) = testing::scratch_database("postgres_revoked_mandate").await else {
         return;
     };
@@ -699,6 +699,19 @@ async fn on_postgres_a_plan_under_a_revoked_mandate_is_refused_and_writes_nothin
         .begin(&under_mandate("before", 10), &[])
         .await
         .unwrap();
+    revoke_conformance_mandate(&db).await;
+    let refused = journal.begin(&under_mandate("after", 10), &[]).await;
+    assert!(
+        matches!(&refused, Err(Error::Mandate(v)) if v.code == shared_types::ViolationCode::MandateRevoked),
+        "{refused:?}"
+    );
+    assert_eq!(journal.header("after").await.unwrap(), None);
+    assert!(journal.header("before").await.unwrap().is_some());
+}
+
+/// Records the revocation of the mandate `under_mandate` names, as the mandate book does.
+async fn revoke_conformance_mandate(db: &sagaplane_storage::postgres::Postgres) {
+    use sagaplane_storage::postgres::Cached;
     db.connection()
         .await
         .unwrap()
@@ -708,13 +721,6 @@ async fn on_postgres_a_plan_under_a_revoked_mandate_is_refused_and_writes_nothin
         )
         .await
         .unwrap();
-    let refused = journal.begin(&under_mandate("after", 10), &[]).await;
-    assert!(
-        matches!(&refused, Err(Error::Mandate(v)) if v.code == shared_types::ViolationCode::MandateRevoked),
-        "{refused:?}"
-    );
-    assert_eq!(journal.header("after").await.unwrap(), None);
-    assert!(journal.header("before").await.unwrap().is_some());
 }
 
 /// On PostgreSQL an append that names its saga's mandate (it carries forward calls) is
@@ -727,7 +733,7 @@ async fn on_postgres_an_append_carrying_calls_is_refused_once_its_mandate_is_rev
     use crate::journal::{SagaLog, Unrevoked};
     use agent_host::sdk::{Task, TaskState, TaskStatus};
     use agent_host::store::{Expected, TaskStore, TaskWrite};
-    use sagaplane_storage::postgres::{Cached, Postgres, testing};
+    use sagaplane_storage::postgres::{Postgres, testing};
     let Some(url) = testing::scratch_database("postgres_append_unrevoked").await else {
         return;
     };
@@ -765,15 +771,7 @@ async fn on_postgres_an_append_carrying_calls_is_refused_once_its_mandate_is_rev
         .append_carrying("guarded", 7, &[event(9)], None, Some(mandate))
         .await;
     assert!(matches!(&fenced, Err(Error::Fenced { .. })), "{fenced:?}");
-    db.connection()
-        .await
-        .unwrap()
-        .run(
-            "INSERT INTO mandate_revocations VALUES ('principal-key', 'md_conformance', 'now', '{}')",
-            &[],
-        )
-        .await
-        .unwrap();
+    revoke_conformance_mandate(&db).await;
     let refused = journal
         .append_carrying("guarded", 1, &[event(3)], None, Some(mandate))
         .await;

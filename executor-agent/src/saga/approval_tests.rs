@@ -90,6 +90,18 @@ fn invokes(commands: &[Command]) -> Vec<(Target, u32)> {
         .collect()
 }
 
+/// Asserts that `commands` put the review to a person for approval again, `why`.
+fn asked_again(saga: &Saga, commands: &[Command], why: &str) {
+    let Some(Command::Pause { reason }) = commands.last() else {
+        panic!("{commands:?}");
+    };
+    assert!(
+        reason.contains(&format!("needs approval again: {why}")),
+        "{reason}"
+    );
+    assert_eq!(saga.records[REVIEW].forward, Forward::AwaitingApproval);
+}
+
 fn ignored(commands: &[Command]) -> bool {
     matches!(commands, [Command::Ignored { .. }])
 }
@@ -120,14 +132,7 @@ fn a_withdrawn_approval_of_a_step_that_failed_is_asked_again_and_the_step_not_ca
         },
         after_ms: saga.spec.steps[REVIEW].approval_timeout_ms.unwrap(),
     }));
-    let Some(Command::Pause { reason }) = commands.last() else {
-        panic!("{commands:?}");
-    };
-    assert!(
-        reason.contains("needs approval again: its approval was withdrawn by carol"),
-        "{reason}"
-    );
-    assert_eq!(saga.records[REVIEW].forward, Forward::AwaitingApproval);
+    asked_again(&saga, &commands, "its approval was withdrawn by carol");
     // The retry it waited for, and the first wait's timeout, change nothing now.
     for stale in [
         retry_fires(T0 + 400),
@@ -233,13 +238,7 @@ fn an_approval_that_expired_while_its_step_waited_to_retry_is_asked_again() {
     // The approval lasted until T0 + 60 s; the retry comes later.
     let commands = saga.step(retry_fires(T0 + 61_000));
     assert_eq!(invokes(&commands), []);
-    let Some(Command::Pause { reason }) = commands.last() else {
-        panic!("{commands:?}");
-    };
-    assert!(
-        reason.contains("needs approval again: its approval by alice expired at"),
-        "{reason}"
-    );
+    asked_again(&saga, &commands, "its approval by alice expired at");
     // Within its life, the retry is made.
     let (mut saga, _) = approved_then(transient());
     let commands = saga.step(retry_fires(T0 + 59_000));
@@ -410,14 +409,7 @@ fn an_approval_withdrawn_before_its_step_is_called_makes_no_call_and_is_asked_ag
     let commands = saga.step(withdraw.clone());
     events.push(withdraw);
     assert_eq!(invokes(&commands), []);
-    let Some(Command::Pause { reason }) = commands.last() else {
-        panic!("{commands:?}");
-    };
-    assert!(
-        reason.contains("needs approval again: its approval was withdrawn by carol"),
-        "{reason}"
-    );
-    assert_eq!(saga.records[REVIEW].forward, Forward::AwaitingApproval);
+    asked_again(&saga, &commands, "its approval was withdrawn by carol");
     assert!(!saga.awaits_slot_to_call());
     // A slot that comes after the withdrawal calls nothing.
     let late = Event::Proceed { now_ms: T0 + 300 };
@@ -446,11 +438,7 @@ fn an_approval_that_expired_while_its_step_waited_for_a_slot_is_asked_again() {
         now_ms: T0 + 61_000,
     });
     assert_eq!(invokes(&commands), []);
-    let Some(Command::Pause { reason }) = commands.last() else {
-        panic!("{commands:?}");
-    };
-    assert!(reason.contains("its approval by alice expired"), "{reason}");
-    assert_eq!(saga.records[REVIEW].forward, Forward::AwaitingApproval);
+    asked_again(&saga, &commands, "its approval by alice expired at");
 }
 
 #[test]

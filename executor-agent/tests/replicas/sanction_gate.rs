@@ -27,21 +27,6 @@ fn capture_needs_approval(agent: &str, card: &mut Value) {
     capture["approvalTimeoutSeconds"] = json!(600);
 }
 
-/// The effects applied under saga `n`'s keys, each as `s<n>` or `s<n>:undo`.
-fn effects_of(logs: &HashMap<String, Arc<Mutex<ToolLog>>>, n: usize) -> BTreeSet<String> {
-    let prefix = format!("{}:", saga_id(n));
-    logs.values()
-        .flat_map(|log| {
-            log.lock()
-                .unwrap()
-                .effects
-                .iter()
-                .filter_map(|(key, _)| key.strip_prefix(&prefix).map(str::to_owned))
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 /// Every call a tool received at or after `since`: (agent, key, skill).
 fn calls_since(
     logs: &HashMap<String, Arc<Mutex<ToolLog>>>,
