@@ -196,7 +196,9 @@ pub trait Ownership: Send + Sync + 'static {
     /// journal's lease; the new epoch, or `None` when it is finished, unknown, or held by
     /// a live owner.
     async fn claim(&self, saga_id: &str, now_ms: i64, how: Claim) -> Result<Option<Epoch>>;
-    /// Extends every lease this journal's owner holds, in one write; how many.
+    /// Extends every lease this journal's owner holds, in one write; how many. A store
+    /// whose rows other transactions lock may skip a saga locked at that moment (its end
+    /// or a claim is being written), which the next renewal extends if it is still held.
     async fn renew(&self, now_ms: i64) -> Result<usize>;
     /// Gives a saga up (a stop): any owner may claim it at once.
     async fn release(&self, saga_id: &str, epoch: Epoch) -> Result<()>;
