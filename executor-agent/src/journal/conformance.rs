@@ -35,7 +35,7 @@ pub(crate) fn header(saga_id: &str) -> SagaHeader {
     }
 }
 
-fn event(n: i64) -> Entry {
+pub(crate) fn event(n: i64) -> Entry {
     Entry::Event(Event::Cancel { now_ms: n })
 }
 

@@ -238,3 +238,69 @@ async fn a_claim_reads_the_sagas_still_running_not_every_saga_kept() {
     );
     assert!(pages < 50, "{pages} pages read:\n{plan}");
 }
+
+#[tokio::test]
+async fn a_journal_of_schema_version_4_keeps_its_entries_keyed_by_saga_with_no_foreign_key() {
+    const TEST: &str = "journal_entries_keyed_by_saga";
+    let Some(url) = testing::scratch_database(TEST).await else {
+        return;
+    };
+    let db = Postgres::connect(&url, 2).unwrap();
+    // A saga and two appends, written by a release at version 4.
+    db.migrate("journal", &super::MIGRATIONS[..4])
+        .await
+        .unwrap();
+    let old = conformance::header("old");
+    let conn = db.connection().await.unwrap();
+    conn.run(
+        "INSERT INTO sagas (saga_id, task_id, header, finished_ms, owner, epoch, lease_until_ms)
+         VALUES ('old', $1, $2, 0, NULL, 1, 0)",
+        &[&old.task_id, &super::encode(&old).unwrap()],
+    )
+    .await
+    .unwrap();
+    for n in [1, 2] {
+        let append = super::encode(&vec![conformance::event(n)]).unwrap();
+        conn.run(
+            "INSERT INTO entries (saga_id, body) VALUES ('old', $1)",
+            &[&append],
+        )
+        .await
+        .unwrap();
+    }
+
+    let journal = PostgresJournal::on(&db).await.unwrap();
+    let (header, entries) = journal.load("old").await.unwrap().unwrap();
+    assert_eq!(header.saga_id, "old");
+    assert_eq!(entries, [conformance::event(1), conformance::event(2)]);
+
+    // Each entry is written to one index, the one every read takes, and checked by its
+    // saga's fence, not again by a key.
+    let indexes: Vec<String> = conn
+        .rows(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'entries'
+               AND schemaname = current_schema()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(indexes.len(), 1, "{indexes:?}");
+    assert!(
+        indexes[0].contains("UNIQUE INDEX entries_pkey"),
+        "{indexes:?}"
+    );
+    assert!(indexes[0].contains("(saga_id, seq)"), "{indexes:?}");
+    let foreign: i64 = conn
+        .row(
+            "SELECT count(*) FROM pg_constraint
+             WHERE conrelid = 'entries'::regclass AND contype = 'f'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(foreign, 0);
+}
