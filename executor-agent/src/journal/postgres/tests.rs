@@ -1,6 +1,6 @@
 //! The PostgreSQL journal's accepting write against a registry replicas share.
 
-use sagaplane_storage::postgres::{Cached, Postgres, testing};
+use sagaplane_storage::postgres::{Cached, Postgres, ToSql, testing};
 use shared_types::TrustStore;
 
 use super::PostgresJournal;
@@ -24,28 +24,52 @@ fn header(saga_id: &str, under_mandate: bool, read: i64) -> SagaHeader {
     header
 }
 
-/// How many reservations the test mandate holds.
-async fn reservations(db: &Postgres) -> i64 {
+/// The one number `sql` answers.
+async fn number(db: &Postgres, sql: &str, params: &[&(dyn ToSql + Sync)]) -> i64 {
     db.connection()
         .await
         .unwrap()
-        .row(
-            "SELECT count(*) FROM mandate_reservations WHERE mandate_id = 'md_test_registry'",
-            &[],
-        )
+        .row(sql, params)
         .await
         .unwrap()
         .get(0)
 }
 
-#[tokio::test]
-async fn an_accepting_write_validated_before_another_replicas_registration_writes_nothing() {
-    const TEST: &str = "journal_begin_against_a_changed_registry";
-    let Some(url) = testing::scratch_database(TEST).await else {
-        return;
-    };
+/// The text of each row `sql` answers.
+async fn texts(client: &(impl Cached + Sync), sql: &str) -> Vec<String> {
+    client
+        .rows(sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// How many reservations the test mandate holds.
+async fn reservations(db: &Postgres) -> i64 {
+    number(
+        db,
+        "SELECT count(*) FROM mandate_reservations WHERE mandate_id = 'md_test_registry'",
+        &[],
+    )
+    .await
+}
+
+/// A database of its own for `test`, with the journal on it; `None` when no PostgreSQL
+/// is given (the test is skipped, and says so).
+async fn journal_for(test: &str) -> Option<(Postgres, PostgresJournal)> {
+    let url = testing::scratch_database(test).await?;
     let db = Postgres::connect(&url, 4).unwrap();
     let journal = PostgresJournal::on(&db).await.unwrap();
+    Some((db, journal))
+}
+
+#[tokio::test]
+async fn an_accepting_write_validated_before_another_replicas_registration_writes_nothing() {
+    let Some((db, journal)) = journal_for("journal_begin_against_a_changed_registry").await else {
+        return;
+    };
     let registry = Registry::on_postgres(&db, TrustStore::new()).await.unwrap();
     assert_eq!(registry.registrations_read(), Some(0));
     // Another replica registers something: the history's newest entry is 1.
@@ -86,12 +110,9 @@ async fn an_accepting_write_validated_before_another_replicas_registration_write
 
 #[tokio::test]
 async fn a_saga_id_begun_already_is_refused_without_failing_the_transaction_or_taking_budget() {
-    const TEST: &str = "journal_begin_a_saga_id_twice";
-    let Some(url) = testing::scratch_database(TEST).await else {
+    let Some((db, journal)) = journal_for("journal_begin_a_saga_id_twice").await else {
         return;
     };
-    let db = Postgres::connect(&url, 4).unwrap();
-    let journal = PostgresJournal::on(&db).await.unwrap();
     let registry = Registry::on_postgres(&db, TrustStore::new()).await.unwrap();
     let read = registry.registrations_read().unwrap();
     for under_mandate in [true, false] {
@@ -108,16 +129,12 @@ async fn a_saga_id_begun_already_is_refused_without_failing_the_transaction_or_t
 
 /// A saga's lease, as stored.
 async fn lease_of(db: &Postgres, saga_id: &str) -> i64 {
-    db.connection()
-        .await
-        .unwrap()
-        .row(
-            "SELECT lease_until_ms FROM sagas WHERE saga_id = $1",
-            &[&saga_id],
-        )
-        .await
-        .unwrap()
-        .get(0)
+    number(
+        db,
+        "SELECT lease_until_ms FROM sagas WHERE saga_id = $1",
+        &[&saga_id],
+    )
+    .await
 }
 
 /// The deadlock this prevents: a mandate's transaction ending sagas `a` then `b` while the
@@ -125,12 +142,9 @@ async fn lease_of(db: &Postgres, saga_id: &str) -> i64 {
 /// such a cycle.
 #[tokio::test]
 async fn a_renewal_skips_a_saga_whose_row_another_transaction_holds_instead_of_waiting() {
-    const TEST: &str = "journal_renewal_waits_for_no_row";
-    let Some(url) = testing::scratch_database(TEST).await else {
+    let Some((db, journal)) = journal_for("journal_renewal_waits_for_no_row").await else {
         return;
     };
-    let db = Postgres::connect(&url, 4).unwrap();
-    let journal = PostgresJournal::on(&db).await.unwrap();
     for saga_id in ["renewed", "locked"] {
         journal
             .begin(&conformance::header(saga_id), &[])
@@ -141,8 +155,7 @@ async fn a_renewal_skips_a_saga_whose_row_another_transaction_holds_instead_of_w
     let later = chrono::Utc::now().timestamp_millis() + 3_600_000;
 
     // Another transaction holds `locked`'s row as an end's update does.
-    let holder = Postgres::connect(&url, 1).unwrap();
-    let mut holding = holder.connection().await.unwrap();
+    let mut holding = db.connection().await.unwrap();
     let end = holding.transaction().await.unwrap();
     end.run(
         "UPDATE sagas SET finished_ms = finished_ms WHERE saga_id = 'locked'",
@@ -180,16 +193,11 @@ async fn pages_read_by_a_claim(db: &Postgres) -> (u64, String) {
     ))
     .await
     .unwrap();
-    let lines: Vec<String> = tx
-        .query(
-            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE claim ('claimer', 10, 1, 100, 1)",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let lines = texts(
+        &tx,
+        "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE claim ('claimer', 10, 1, 100, 1)",
+    )
+    .await;
     tx.rollback().await.unwrap();
     let plan = lines.join("\n");
     // The statement's first line of buffers counts all it read.
@@ -203,12 +211,9 @@ async fn pages_read_by_a_claim(db: &Postgres) -> (u64, String) {
 
 #[tokio::test]
 async fn a_claim_reads_the_sagas_still_running_not_every_saga_kept() {
-    const TEST: &str = "journal_claim_reads_unfinished";
-    let Some(url) = testing::scratch_database(TEST).await else {
+    let Some((db, _journal)) = journal_for("journal_claim_reads_unfinished").await else {
         return;
     };
-    let db = Postgres::connect(&url, 2).unwrap();
-    let _journal = PostgresJournal::on(&db).await.unwrap();
     // Many sagas finished and kept, as for the days before they are forgotten, and one
     // that lapsed.
     db.connection()
@@ -276,17 +281,12 @@ async fn a_journal_of_schema_version_4_keeps_its_entries_keyed_by_saga_with_no_f
 
     // Each entry is written to one index, the one every read takes, and checked by its
     // saga's fence, not again by a key.
-    let indexes: Vec<String> = conn
-        .rows(
-            "SELECT indexdef FROM pg_indexes WHERE tablename = 'entries'
-               AND schemaname = current_schema()",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let indexes = texts(
+        &conn,
+        "SELECT indexdef FROM pg_indexes WHERE tablename = 'entries'
+           AND schemaname = current_schema()",
+    )
+    .await;
     assert_eq!(indexes.len(), 1, "{indexes:?}");
     assert!(
         indexes[0].contains("UNIQUE INDEX entries_pkey"),
