@@ -159,6 +159,11 @@ async fn write_batches(db: Postgres, queued: Queue) {
         for write in batch {
             groups.entry(write.group.clone()).or_default().push(write);
         }
+        // The common transaction first, then each group's, even when there is one
+        // group: merged into the common one, the appends waited for the mandate's row
+        // that other replicas' begins hold, and three replicas measured a higher share
+        // of the database's CPU (0.56 of the executors' against 0.53-0.55) and fewer
+        // steps/s.
         for writes in groups.into_values() {
             commit_and_answer(&db, writes).await;
         }
