@@ -77,7 +77,7 @@ const MIGRATIONS: &[Migration] = &[
         // A claim takes lapsed sagas in saga id order: with the unfinished ones indexed by
         // owner first, the server walked the primary key over every saga kept (finished
         // for days, until forgotten) each renewal period, on every replica. A renewal
-        // reads all unfinished sagas for its owner's: those are the sagas in flight.
+        // now reads every running saga to find its owner's: the sagas in flight, few.
         sql: "CREATE INDEX IF NOT EXISTS sagas_unfinished_by_id ON sagas (saga_id) WHERE NOT finished;
               DROP INDEX IF EXISTS sagas_unfinished;",
     },
