@@ -9,7 +9,7 @@ use agent_host::OutboundCall;
 use agent_host::sdk::{SendMessageResponse, TaskState};
 use common::process::*;
 use common::served::{approval, approval_plan_by, in_five_minutes};
-use common::{answered_at_once, data_message, ledger_of, start_tools_with};
+use common::{answered_at_once, calls_of, data_message, ledger_of, start_tools_with};
 use shared_types::SigningIdentity;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,15 +55,7 @@ async fn a_kill_after_an_approval_is_journaled_calls_the_approved_step_once_afte
         executor.paused().await,
         "the approval's write was never reached"
     );
-    let reviews = || {
-        logs["compliance-registry"]
-            .lock()
-            .unwrap()
-            .calls
-            .iter()
-            .filter(|c| c.1 == "compliance.review")
-            .count()
-    };
+    let reviews = || calls_of(&logs, "compliance-registry", "compliance.review");
     assert_eq!(reviews(), 0, "killed before the review was called");
     executor.kill();
 

@@ -74,13 +74,7 @@ async fn standing(served: &Served, id: &str) -> Standing {
 
 /// How many times the compliance registry was asked for a review.
 fn reviews_of(served: &Served) -> usize {
-    served.logs["compliance-registry"]
-        .lock()
-        .unwrap()
-        .calls
-        .iter()
-        .filter(|c| c.1 == "compliance.review")
-        .count()
+    common::calls_of(&served.logs, "compliance-registry", "compliance.review")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -158,26 +158,32 @@ pub async fn an_end_is_one_write_fenced_like_an_append(first: &dyn Journal, seco
     assert!(second.unfinished().await.unwrap().contains(&"taken".into()));
 }
 
-/// A journal keeping its tables beside `tasks`: a saga's begin carries its task's
-/// creation, and both land or neither does.
-pub async fn a_begin_creates_its_task_all_or_nothing(
-    journal: &dyn Journal,
-    tasks: &dyn agent_host::TaskStore,
-) {
-    use agent_host::sdk::{Task, TaskState, TaskStatus};
-    use agent_host::store::{Expected, TaskWrite};
-    let task = |saga_id: &str| Task {
+/// The task of saga `saga_id` (`task-…`, in context `ctx-…`) in `state`, with nothing else.
+fn saga_task(saga_id: &str, state: agent_host::sdk::TaskState) -> agent_host::sdk::Task {
+    use agent_host::sdk::{Task, TaskStatus};
+    Task {
         id: format!("task-{saga_id}"),
         context_id: format!("ctx-{saga_id}"),
         status: TaskStatus {
-            state: TaskState::Submitted,
+            state,
             message: None,
             timestamp: Some(chrono::Utc::now()),
         },
         artifacts: None,
         history: None,
         metadata: None,
-    };
+    }
+}
+
+/// A journal keeping its tables beside `tasks`: a saga's begin carries its task's
+/// creation, and both land or neither does.
+pub async fn a_begin_creates_its_task_all_or_nothing(
+    journal: &dyn Journal,
+    tasks: &dyn agent_host::TaskStore,
+) {
+    use agent_host::sdk::TaskState;
+    use agent_host::store::{Expected, TaskWrite};
+    let task = |saga_id: &str| saga_task(saga_id, TaskState::Submitted);
     let creation = |saga_id: &str| TaskWrite::of(&task(saga_id), Expected::Absent).unwrap();
     let stored = async |saga_id: &str| {
         tasks
@@ -240,22 +246,11 @@ async fn a_write_carries_its_tasks_all_or_nothing(
     tasks: &dyn agent_host::TaskStore,
     ends: bool,
 ) {
-    use agent_host::sdk::{Task, TaskState, TaskStatus};
+    use agent_host::sdk::TaskState;
     use agent_host::store::{Expected, TaskWrite};
     let how = if ends { "end" } else { "append" };
     let id = |case: &str| format!("{case}-by-{how}");
-    let task = |saga_id: &str, state| Task {
-        id: format!("task-{saga_id}"),
-        context_id: format!("ctx-{saga_id}"),
-        status: TaskStatus {
-            state,
-            message: None,
-            timestamp: Some(chrono::Utc::now()),
-        },
-        artifacts: None,
-        history: None,
-        metadata: None,
-    };
+    let task = saga_task;
     let shown = if ends {
         TaskState::Completed
     } else {
@@ -689,12 +684,9 @@ async fn the_postgres_journal_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_a_plan_under_a_revoked_mandate_is_refused_and_writes_nothing() {
     use crate::journal::{Headers, SagaLog};
-    use sagaplane_storage::postgres::{Postgres, testing};
-    let Some(url) = testing::scratch_database("postgres_revoked_mandate").await else {
+    let Some((db, journal)) = postgres_journal("postgres_revoked_mandate").await else {
         return;
     };
-    let db = Postgres::connect(&url, 4).unwrap();
-    let journal = super::PostgresJournal::on(&db).await.unwrap();
     journal
         .begin(&under_mandate("before", 10), &[])
         .await
@@ -707,6 +699,21 @@ async fn on_postgres_a_plan_under_a_revoked_mandate_is_refused_and_writes_nothin
     );
     assert_eq!(journal.header("after").await.unwrap(), None);
     assert!(journal.header("before").await.unwrap().is_some());
+}
+
+/// A database of its own for `test`, with the PostgreSQL journal on it; `None` when no
+/// PostgreSQL is given (the test is skipped, and says so).
+pub(crate) async fn postgres_journal(
+    test: &str,
+) -> Option<(
+    sagaplane_storage::postgres::Postgres,
+    super::PostgresJournal,
+)> {
+    use sagaplane_storage::postgres::{Postgres, testing};
+    let url = testing::scratch_database(test).await?;
+    let db = Postgres::connect(&url, 4).unwrap();
+    let journal = super::PostgresJournal::on(&db).await.unwrap();
+    Some((db, journal))
 }
 
 /// Records the revocation of the mandate `under_mandate` names, as the mandate book does.
@@ -731,29 +738,15 @@ async fn revoke_conformance_mandate(db: &sagaplane_storage::postgres::Postgres) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_an_append_carrying_calls_is_refused_once_its_mandate_is_revoked() {
     use crate::journal::{SagaLog, Unrevoked};
-    use agent_host::sdk::{Task, TaskState, TaskStatus};
+    use agent_host::sdk::TaskState;
     use agent_host::store::{Expected, TaskStore, TaskWrite};
-    use sagaplane_storage::postgres::{Postgres, testing};
-    let Some(url) = testing::scratch_database("postgres_append_unrevoked").await else {
+    let Some((db, journal)) = postgres_journal("postgres_append_unrevoked").await else {
         return;
     };
-    let db = Postgres::connect(&url, 4).unwrap();
-    let journal = super::PostgresJournal::on(&db).await.unwrap();
     let tasks = agent_host::store::postgres::PostgresTaskStore::on(&db)
         .await
         .unwrap();
-    let task = |state| Task {
-        id: "task-guarded".into(),
-        context_id: "ctx-guarded".into(),
-        status: TaskStatus {
-            state,
-            message: None,
-            timestamp: Some(chrono::Utc::now()),
-        },
-        artifacts: None,
-        history: None,
-        metadata: None,
-    };
+    let task = |state| saga_task("guarded", state);
     let mandate = Unrevoked {
         principal_key: "principal-key",
         mandate_id: "md_conformance",
@@ -809,15 +802,10 @@ async fn on_postgres_an_append_carrying_calls_is_refused_once_its_mandate_is_rev
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_the_owners_alive_share_a_dead_owners_sagas_out() {
     use crate::journal::{Ownership, SagaLog};
-    use sagaplane_storage::postgres::{Postgres, testing};
-    let Some(url) = testing::scratch_database("postgres_sagas_shared_out").await else {
+    let Some((_db, dead)) = postgres_journal("postgres_sagas_shared_out").await else {
         return;
     };
-    let db = Postgres::connect(&url, 4).unwrap();
-    let dead = super::PostgresJournal::on(&db)
-        .await
-        .unwrap()
-        .with_lease(LEASE);
+    let dead = dead.with_lease(LEASE);
     let (two, three, idle) = (
         dead.as_other_owner(),
         dead.as_other_owner(),
@@ -900,12 +888,10 @@ async fn on_postgres_the_owners_alive_share_a_dead_owners_sagas_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_a_mandate_row_gone_after_it_was_seen_is_created_again() {
     use crate::journal::{Headers, SagaLog};
-    use sagaplane_storage::postgres::{Cached, Postgres, testing};
-    let Some(url) = testing::scratch_database("postgres_mandate_row_again").await else {
+    use sagaplane_storage::postgres::Cached;
+    let Some((db, journal)) = postgres_journal("postgres_mandate_row_again").await else {
         return;
     };
-    let db = Postgres::connect(&url, 4).unwrap();
-    let journal = super::PostgresJournal::on(&db).await.unwrap();
     journal
         .begin(&under_mandate("first", 10), &[])
         .await

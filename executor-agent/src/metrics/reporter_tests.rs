@@ -53,6 +53,17 @@ fn run(
     }
 }
 
+/// `saga` started and run as far as `tool` takes it, with its metrics and the reporter
+/// that observed it.
+fn started(
+    mut saga: Saga,
+    tool: &dyn Fn(&Invocation) -> CallOutcome,
+) -> (Saga, Arc<Metrics>, MeteredReporter) {
+    let (metrics, seen) = metered(&saga);
+    run(&mut saga, &seen, Event::Start { now_ms: T0 }, tool);
+    (saga, metrics, seen)
+}
+
 /// A tool whose `skill` never answers; every other call succeeds.
 fn lost(skill: &'static str) -> impl Fn(&Invocation) -> CallOutcome {
     move |call| {
@@ -79,14 +90,7 @@ fn unknown_outcomes(metrics: &Metrics) -> Vec<String> {
 
 #[test]
 fn an_unknown_outcome_put_to_a_person_is_counted_once_whatever_follows() {
-    let mut saga = supplier_unverified();
-    let (metrics, seen) = metered(&saga);
-    run(
-        &mut saga,
-        &seen,
-        Event::Start { now_ms: T0 },
-        &lost(CAPTURE_SKILL),
-    );
+    let (mut saga, metrics, seen) = started(supplier_unverified(), &lost(CAPTURE_SKILL));
     assert!(
         matches!(saga.phase, Phase::Paused { .. }),
         "{:?}",
@@ -121,15 +125,13 @@ fn an_unknown_outcome_put_to_a_person_is_counted_once_whatever_follows() {
 
 #[test]
 fn an_unknown_outcome_a_verification_settles_is_counted_as_settled_by_it() {
-    let mut saga = supplier();
-    let (metrics, seen) = metered(&saga);
     let tool = |call: &Invocation| match call.target {
         Target::Verification(_) => CallOutcome::Succeeded {
             response: json!({"status": "applied", "response": response(CAPTURE_SKILL)}),
         },
         _ => lost(CAPTURE_SKILL)(call),
     };
-    run(&mut saga, &seen, Event::Start { now_ms: T0 }, &tool);
+    let (saga, metrics, _) = started(supplier(), &tool);
     assert!(matches!(saga.phase, Phase::Done { .. }), "{:?}", saga.phase);
     assert!(matches!(
         saga.records[CAPTURE].forward,
@@ -145,27 +147,18 @@ fn an_unknown_outcome_a_verification_settles_is_counted_as_settled_by_it() {
 fn an_unknown_outcome_before_the_point_of_no_return_is_settled_by_the_unwind() {
     let unwound =
         ["sagaplane_unknown_outcomes_total{agent=\"sandbox\",settled_by=\"unwinding\"} 1"];
-    let mut saga = supplier_unverified();
-    let (metrics, seen) = metered(&saga);
-    run(
-        &mut saga,
-        &seen,
-        Event::Start { now_ms: T0 },
-        &lost(SANDBOX_SKILL),
-    );
+    let (saga, metrics, _) = started(supplier_unverified(), &lost(SANDBOX_SKILL));
     assert!(matches!(saga.phase, Phase::Done { .. }), "{:?}", saga.phase);
     assert_eq!(unknown_outcomes(&metrics), unwound);
     // Its undo then fails for good and waits for a person: still the one outcome,
     // settled by the unwind (the dead letter is counted among the compensations).
-    let mut saga = supplier_unverified();
-    let (metrics, seen) = metered(&saga);
     let tool = |call: &Invocation| match call.target {
         Target::Compensation(_) if call.call.skill == "sandbox.deprovision" => {
             CallOutcome::failed("no such tenant")
         }
         _ => lost(SANDBOX_SKILL)(call),
     };
-    run(&mut saga, &seen, Event::Start { now_ms: T0 }, &tool);
+    let (saga, metrics, _) = started(supplier_unverified(), &tool);
     assert!(
         matches!(
             saga.phase,

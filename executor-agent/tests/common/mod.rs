@@ -278,6 +278,17 @@ pub struct ToolLog {
     pub answers: HashMap<String, Value>,
 }
 
+/// How many calls of `skill` the tool agent `agent` received.
+pub fn calls_of(logs: &HashMap<String, Arc<Mutex<ToolLog>>>, agent: &str, skill: &str) -> usize {
+    logs[agent]
+        .lock()
+        .unwrap()
+        .calls
+        .iter()
+        .filter(|call| call.1 == skill)
+        .count()
+}
+
 /// The idempotency keys of every effect the tools applied, in the order they applied them.
 pub fn effects_in_order(logs: &HashMap<String, Arc<Mutex<ToolLog>>>) -> Vec<String> {
     effects_with_skills(logs)

@@ -56,18 +56,11 @@ async fn reservations(db: &Postgres) -> i64 {
     .await
 }
 
-/// A database of its own for `test`, with the journal on it; `None` when no PostgreSQL
-/// is given (the test is skipped, and says so).
-async fn journal_for(test: &str) -> Option<(Postgres, PostgresJournal)> {
-    let url = testing::scratch_database(test).await?;
-    let db = Postgres::connect(&url, 4).unwrap();
-    let journal = PostgresJournal::on(&db).await.unwrap();
-    Some((db, journal))
-}
-
 #[tokio::test]
 async fn an_accepting_write_validated_before_another_replicas_registration_writes_nothing() {
-    let Some((db, journal)) = journal_for("journal_begin_against_a_changed_registry").await else {
+    let Some((db, journal)) =
+        conformance::postgres_journal("journal_begin_against_a_changed_registry").await
+    else {
         return;
     };
     let registry = Registry::on_postgres(&db, TrustStore::new()).await.unwrap();
@@ -110,7 +103,8 @@ async fn an_accepting_write_validated_before_another_replicas_registration_write
 
 #[tokio::test]
 async fn a_saga_id_begun_already_is_refused_without_failing_the_transaction_or_taking_budget() {
-    let Some((db, journal)) = journal_for("journal_begin_a_saga_id_twice").await else {
+    let Some((db, journal)) = conformance::postgres_journal("journal_begin_a_saga_id_twice").await
+    else {
         return;
     };
     let registry = Registry::on_postgres(&db, TrustStore::new()).await.unwrap();
@@ -142,7 +136,9 @@ async fn lease_of(db: &Postgres, saga_id: &str) -> i64 {
 /// such a cycle.
 #[tokio::test]
 async fn a_renewal_skips_a_saga_whose_row_another_transaction_holds_instead_of_waiting() {
-    let Some((db, journal)) = journal_for("journal_renewal_waits_for_no_row").await else {
+    let Some((db, journal)) =
+        conformance::postgres_journal("journal_renewal_waits_for_no_row").await
+    else {
         return;
     };
     for saga_id in ["renewed", "locked"] {
@@ -211,7 +207,9 @@ async fn pages_read_by_a_claim(db: &Postgres) -> (u64, String) {
 
 #[tokio::test]
 async fn a_claim_reads_the_sagas_still_running_not_every_saga_kept() {
-    let Some((db, _journal)) = journal_for("journal_claim_reads_unfinished").await else {
+    let Some((db, _journal)) =
+        conformance::postgres_journal("journal_claim_reads_unfinished").await
+    else {
         return;
     };
     // Many sagas finished and kept, as for the days before they are forgotten, and one
