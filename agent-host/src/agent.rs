@@ -141,9 +141,10 @@ pub trait Agent: Send + Sync + 'static {
     /// The task as callers read it (GetTask, ListTasks, the task a SubscribeToTask or a
     /// message continuing it starts from), from `stored`, the task as the store holds it:
     /// an agent whose tasks are views of a record of its own (the executor's journal)
-    /// brings them up to date here. The default: as stored.
-    async fn shown(&self, stored: Task) -> Task {
-        stored
+    /// brings them up to date here, and says how far into that record the view reaches
+    /// (`Viewed::seq`), as its writes' events do. The default: as stored.
+    async fn shown(&self, stored: Task) -> Viewed {
+        Viewed::stored(stored)
     }
 
     /// Cancels a task that is not terminal. The default marks it canceled at once.
@@ -151,6 +152,22 @@ pub trait Agent: Send + Sync + 'static {
         task.set_status(TaskState::Canceled, None)
             .await
             .map_err(crate::Error::into_a2a)
+    }
+}
+
+/// A task as callers read it (`Agent::shown`).
+#[derive(Debug, Clone)]
+pub struct Viewed {
+    pub task: Task,
+    /// The sequence of its agent's record the view reaches (`tasks::Seq`), when the
+    /// agent keeps one: a stream starting from it drops the events of writes it reaches.
+    pub seq: Option<crate::tasks::Seq>,
+}
+
+impl Viewed {
+    /// A task that is its own record, as stored.
+    pub fn stored(task: Task) -> Self {
+        Self { task, seq: None }
     }
 }
 

@@ -9,7 +9,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, OWNER_METADATA, Reply, RequestContext};
+use crate::agent::{Agent, OWNER_METADATA, Reply, RequestContext, Viewed};
 use crate::cpu::{self, Phase};
 use crate::modes::InputModes;
 use crate::sdk;
@@ -20,7 +20,7 @@ use crate::sdk::{
     new_context_id, new_task_id,
 };
 use crate::store::{PageKey, TaskQuery, owner_of};
-use crate::tasks::{Prepared, Watch};
+use crate::tasks::{Announced, Prepared, Watch};
 use crate::tasks::{Subscription, TaskHandle, TaskManager};
 
 const DEFAULT_PAGE_SIZE: usize = 50;
@@ -66,7 +66,7 @@ impl<A: Agent> HostHandler<A> {
         let existing = match message.task_id.as_deref().filter(|id| !id.is_empty()) {
             None => None,
             Some(id) => {
-                let task = self.get_for(&ctx.caller, id).await?;
+                let task = self.get_for(&ctx.caller, id).await?.task;
                 if is_terminal(&task.status.state) {
                     return Err(A2AError::unsupported_operation(format!(
                         "task {id} is {:?} and accepts no more messages",
@@ -247,7 +247,7 @@ impl<A: Agent> HostHandler<A> {
     /// agent scopes tasks to their callers, another caller's task is not found, exactly
     /// as a task that does not exist (unless the agent lets `caller` see every task), and
     /// nothing of it is read beyond its stored owner.
-    async fn get_for(&self, caller: &str, id: &str) -> Result<Task, A2AError> {
+    async fn get_for(&self, caller: &str, id: &str) -> Result<Viewed, A2AError> {
         let stored = self
             .tasks
             .store()
@@ -264,11 +264,13 @@ impl<A: Agent> HostHandler<A> {
     /// `task`, which `caller` may see and has just subscribed to, once its writer
     /// (perhaps another process) announces here: read again when something written
     /// meanwhile may not have been announced here. An ended task no longer changes.
-    async fn followed(&self, caller: &str, task: Task, watch: Watch) -> Result<Task, A2AError> {
-        if is_terminal(&task.status.state) || !self.tasks.follow_writer(&task.id, watch).await {
+    async fn followed(&self, caller: &str, task: Viewed, watch: Watch) -> Result<Viewed, A2AError> {
+        if is_terminal(&task.task.status.state)
+            || !self.tasks.follow_writer(&task.task.id, watch).await
+        {
             return Ok(task);
         }
-        self.get_for(caller, &task.id).await
+        self.get_for(caller, &task.task.id).await
     }
 
     /// Whether `caller` sees only its own tasks.
@@ -286,14 +288,15 @@ impl<A: Agent> HostHandler<A> {
     /// terminal or interrupted, or the agent's run ends without either.
     fn follow(
         &self,
-        first: Task,
+        first: Viewed,
         events: Subscription,
         run: Option<tokio::task::JoinHandle<()>>,
     ) -> BoxStream<'static, Result<StreamResponse, A2AError>> {
         let tasks = self.tasks.clone();
+        let Viewed { task: first, seq } = first;
         let id = first.id.clone();
         let state = Follow {
-            shown: crate::tasks::Shown::of(&first),
+            shown: crate::tasks::Shown::of(&first, seq),
             events,
             run,
             done: false,
@@ -321,7 +324,7 @@ impl<A: Agent> HostHandler<A> {
 enum Started {
     Message(Message),
     Existing {
-        task: Box<Task>,
+        task: Box<Viewed>,
         events: Subscription,
     },
     Task {
@@ -334,8 +337,8 @@ enum Started {
 }
 
 struct Follow {
-    /// What the first task showed, until a status newer than it arrives.
-    shown: Option<crate::tasks::Shown>,
+    /// What the stream has shown.
+    shown: crate::tasks::Shown,
     shutdown: CancellationToken,
     events: Subscription,
     run: Option<tokio::task::JoinHandle<()>>,
@@ -349,25 +352,18 @@ impl Follow {
     /// The next event the stream has not shown yet (`tasks/shown.rs`).
     async fn next_new(&mut self) -> Option<StreamResponse> {
         loop {
-            let event = self.next().await?;
-            let Some(shown) = self.shown.as_mut() else {
-                return Some(event);
-            };
-            let (sent, late) = shown.take(event);
-            if !late {
-                self.shown = None;
-            }
-            if let Some(event) = sent {
+            let announced = self.next().await?;
+            if let Some(event) = self.shown.take(announced) {
                 return Some(event);
             }
         }
     }
 
     /// The next event; after a lag, the task as callers read it stands in for what was
-    /// missed.
+    /// missed, and only what is newer than it follows.
     /// Events come before the end of the run (`biased`), so nothing the run published
     /// is lost when it ends.
-    async fn next(&mut self) -> Option<StreamResponse> {
+    async fn next(&mut self) -> Option<Announced> {
         loop {
             let received = match &mut self.run {
                 Some(run) => tokio::select! {
@@ -388,7 +384,12 @@ impl Follow {
                 Ok(event) => return Some(event),
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     if let Ok(Some(task)) = self.tasks.store().get(&self.id).await {
-                        return Some(StreamResponse::Task(self.agent.shown(task).await));
+                        let Viewed { task, seq } = self.agent.shown(task).await;
+                        self.shown.reread(seq);
+                        return Some(Announced {
+                            seq: None,
+                            event: StreamResponse::Task(task),
+                        });
                     }
                 }
                 Err(broadcast::error::RecvError::Closed) => return None,
@@ -474,7 +475,7 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
         match self.start(params, req, Watch::End).await? {
             Started::Message(m) => Ok(SendMessageResponse::Message(m)),
             Started::Existing { task, .. } => Ok(SendMessageResponse::Task(trim_history(
-                *task,
+                task.task,
                 history_length,
             ))),
             Started::Task {
@@ -485,7 +486,7 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
             } => {
                 let ended = events.ended();
                 if !immediately {
-                    let mut stream = self.follow(*first, events, Some(run));
+                    let mut stream = self.follow(Viewed::stored(*first), events, Some(run));
                     while stream.next().await.is_some() {}
                 }
                 // The task as it ended, when the stream saw it end; else as it stands,
@@ -499,7 +500,7 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
                     Some(task) => task,
                     None => {
                         let stored = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
-                        self.agent.shown(stored).await
+                        self.agent.shown(stored).await.task
                     }
                 };
                 Ok(SendMessageResponse::Task(trim_history(
@@ -520,15 +521,15 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
                 Ok(stream::once(async move { Ok(StreamResponse::Message(m)) }).boxed())
             }
             Started::Existing { task, events } => {
-                if is_terminal(&task.status.state) || is_interrupted(&task.status.state) {
-                    Ok(stream::once(async move { Ok(StreamResponse::Task(*task)) }).boxed())
+                if is_terminal(&task.task.status.state) || is_interrupted(&task.task.status.state) {
+                    Ok(stream::once(async move { Ok(StreamResponse::Task(task.task)) }).boxed())
                 } else {
                     Ok(self.follow(*task, events, None))
                 }
             }
             Started::Task {
                 first, events, run, ..
-            } => Ok(self.follow(*first, events, Some(run))),
+            } => Ok(self.follow(Viewed::stored(*first), events, Some(run))),
         }
     }
 
@@ -546,7 +547,7 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
         }
         let caller = RequestContext::from_params(params).caller;
         Ok(trim_history(
-            self.get_for(&caller, &req.id).await?,
+            self.get_for(&caller, &req.id).await?.task,
             req.history_length,
         ))
     }
@@ -595,7 +596,7 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
         let include_artifacts = req.include_artifacts.unwrap_or(false);
         let mut shown = Vec::with_capacity(page.tasks.len());
         for stored in page.tasks {
-            shown.push(self.agent.shown(stored).await);
+            shown.push(self.agent.shown(stored).await.task);
         }
         let tasks: Vec<Task> = shown
             .into_iter()
@@ -620,7 +621,7 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
         req: CancelTaskRequest,
     ) -> Result<Task, A2AError> {
         let caller = RequestContext::from_params(params).caller;
-        let task = self.get_for(&caller, &req.id).await?;
+        let task = self.get_for(&caller, &req.id).await?.task;
         if task.status.state == TaskState::Canceled {
             Ok(task)
         } else if is_terminal(&task.status.state) {
@@ -643,16 +644,16 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
             .subscribe(&req.id)
             .map_err(crate::Error::into_a2a)?;
         let task = self.get_for(&caller, &req.id).await?;
-        if is_terminal(&task.status.state) {
+        if is_terminal(&task.task.status.state) {
             return Err(A2AError::unsupported_operation(format!(
                 "task {} is already in a terminal state; use GetTask",
                 req.id
             )));
         }
         let task = self.followed(&caller, task, Watch::Everything).await?;
-        if is_terminal(&task.status.state) {
+        if is_terminal(&task.task.status.state) {
             // It ended while its writer heard of this subscriber: the stream is its end.
-            return Ok(stream::once(async move { Ok(StreamResponse::Task(task)) }).boxed());
+            return Ok(stream::once(async move { Ok(StreamResponse::Task(task.task)) }).boxed());
         }
         Ok(self.follow(task, events, None))
     }

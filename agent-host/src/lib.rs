@@ -24,7 +24,7 @@ pub mod tasks;
 pub mod telemetry;
 
 pub use agent::{
-    Accepted, Agent, OWNER_METADATA, Reply, RequestContext, agent_message, user_request,
+    Accepted, Agent, OWNER_METADATA, Reply, RequestContext, Viewed, agent_message, user_request,
 };
 pub use auth::{Caller, InboundAuth, JwtPolicy, mint_jwt};
 pub use body_check::BodyLimits;

@@ -18,7 +18,7 @@ mod feed;
 mod prepared;
 mod shown;
 
-pub use feed::{Ended, InProcessFeed, Subscription, TaskFeed, Watch};
+pub use feed::{Announced, Ended, InProcessFeed, Seq, Subscription, TaskFeed, Watch};
 pub(crate) use shown::Shown;
 
 /// The task as this manager last wrote it, with the version the store gave that write
@@ -184,8 +184,12 @@ impl TaskManager {
         *written = None;
         let version = self.store.put(&task, Expected::Absent).await?;
         *written = Some((version, task.clone()));
-        self.feed
-            .publish(&task.id, vec![StreamResponse::Task(task.clone())], None);
+        self.feed.publish(
+            &task.id,
+            vec![StreamResponse::Task(task.clone())],
+            None,
+            None,
+        );
         Ok(self.handle(&task.id, &task.context_id))
     }
 
@@ -284,6 +288,7 @@ impl TaskManager {
             task_id,
             change,
             |task| vec![event(task)],
+            None,
             Task::clone,
             ToStore,
         )
@@ -291,12 +296,13 @@ impl TaskManager {
     }
 
     /// `update`, announcing several events (in order) for one durable write, which `put`
-    /// makes.
+    /// makes, at sequence `seq` of the agent's record.
     async fn update_announcing<T, P: Put>(
         &self,
         task_id: &str,
         change: impl FnOnce(&mut Task) -> std::result::Result<(), A2AError>,
         events: impl FnOnce(&Task) -> Vec<StreamResponse>,
+        seq: Option<Seq>,
         answer: impl FnOnce(&Task) -> T,
         put: P,
     ) -> std::result::Result<T, P::Error> {
@@ -359,10 +365,10 @@ impl TaskManager {
             if let Ok(mut locks) = self.write_locks.lock() {
                 locks.remove(task_id);
             }
-            self.feed.publish(task_id, events, Some(task));
+            self.feed.publish(task_id, events, seq, Some(task));
         } else {
             *written = Some((version, task));
-            self.feed.publish(task_id, events, None);
+            self.feed.publish(task_id, events, seq, None);
         }
         Ok(answer)
     }
@@ -451,20 +457,21 @@ impl TaskHandle {
         statuses: Vec<(TaskState, Option<Message>)>,
     ) -> Result<()> {
         let put = |task: &mut Task| Ok(artifact.map(|artifact| put_artifact(task, artifact)));
-        self.change_with_statuses(put, statuses, 0).await
+        self.change_with_statuses(put, statuses, 0, None).await
     }
 
     /// The general form of the one above: `change` edits the task (its artifacts with
     /// `put_artifact`, or `edit_artifact` for a large one that changes a little at a time;
     /// its metadata) and names the artifact it changed, if any, for the event that shows
     /// it; then come the statuses, of which the first `announced` were announced already
-    /// (`announce`) and get no event again; all in one durable write. Nothing is written
-    /// if `change` fails.
+    /// (`announce`) and get no event again; all in one durable write, at sequence `seq`
+    /// of the agent's record when it keeps one. Nothing is written if `change` fails.
     pub async fn change_with_statuses(
         &self,
         change: impl FnOnce(&mut Task) -> std::result::Result<Option<String>, String>,
         statuses: Vec<(TaskState, Option<Message>)>,
         announced: usize,
+        seq: Option<Seq>,
     ) -> Result<()> {
         let change = |task: &mut Task| {
             change(task).map_err(|why| A2AError::internal(format!("cannot change the task: {why}")))
@@ -472,6 +479,7 @@ impl TaskHandle {
         let statuses = Statuses {
             all: statuses,
             announced,
+            seq,
         };
         self.change_status(change, statuses, false, |_| (), ToStore)
             .await
@@ -487,6 +495,7 @@ impl TaskHandle {
         change: impl FnOnce(&mut Task) -> std::result::Result<Option<String>, String>,
         statuses: Vec<(TaskState, Option<Message>)>,
         announced: usize,
+        seq: Option<Seq>,
         write: impl FnOnce(TaskWrite) -> Fut,
     ) -> std::result::Result<(), E>
     where
@@ -499,6 +508,7 @@ impl TaskHandle {
         let statuses = Statuses {
             all: statuses,
             announced,
+            seq,
         };
         self.change_status(change, statuses, false, |_| (), CarriedBy(write))
             .await
@@ -526,10 +536,12 @@ impl TaskHandle {
     /// there and shows them on every read (`Agent::shown`). Events are built only for
     /// someone listening, and `artifact` is called only for one who hears everything;
     /// one waiting for the end alone hears only an interrupting or ending last status.
+    /// `seq`: the sequence in that record of what is announced.
     pub fn announce(
         &self,
         artifact: impl FnOnce() -> Option<Artifact>,
         statuses: &[(TaskState, Option<Message>)],
+        seq: Seq,
     ) {
         let Some(watch) = self.manager.feed.watched(&self.id) else {
             return;
@@ -569,7 +581,7 @@ impl TaskHandle {
             };
             status_event(&self.id, &self.context_id, status)
         }));
-        self.manager.feed.publish(&self.id, events, None);
+        self.manager.feed.publish(&self.id, events, Some(seq), None);
     }
 
     /// Applies `artifact` (which names the artifact it changed, if any) and the statuses
@@ -586,6 +598,7 @@ impl TaskHandle {
         let Statuses {
             all: statuses,
             announced,
+            seq,
         } = statuses;
         if statuses.is_empty() {
             return Err(Error::Protocol(A2AError::invalid_params(
@@ -679,6 +692,7 @@ impl TaskHandle {
                     }));
                     events
                 },
+                seq,
                 answer,
                 put,
             )
@@ -738,15 +752,22 @@ impl TaskHandle {
     }
 }
 
-/// Statuses for one write, of which the first `announced` were announced already.
+/// Statuses for one write, of which the first `announced` were announced already, at
+/// sequence `seq` of the agent's record.
 struct Statuses {
     all: Vec<(TaskState, Option<Message>)>,
     announced: usize,
+    seq: Option<Seq>,
 }
 
 impl Statuses {
+    /// Statuses of a write the agent keeps no record of.
     fn new(all: Vec<(TaskState, Option<Message>)>) -> Self {
-        Self { all, announced: 0 }
+        Self {
+            all,
+            announced: 0,
+            seq: None,
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use agent_host::cpu;
 use agent_host::sdk::{A2AError, Message, PartContent, Task, TaskState, TaskStatus};
 use agent_host::store::TaskQuery;
 use agent_host::{
-    Agent, AgentClient, Reply, RequestContext, TaskHandle, TaskManager, agent_message,
+    Agent, AgentClient, Reply, RequestContext, TaskHandle, TaskManager, Viewed, agent_message,
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -475,7 +475,7 @@ impl Agent for ExecutorAgent {
     /// A saga's task brought up to date from its journal: what the reports have not
     /// written yet (they gather progress) is shown all the same. A task whose saga ended
     /// shows what its finishing write stored; one without a saga, as stored.
-    async fn shown(&self, stored: Task) -> Task {
+    async fn shown(&self, stored: Task) -> Viewed {
         self.0.shown(stored).await
     }
 
@@ -508,18 +508,22 @@ impl Agent for ExecutorAgent {
 impl Executor {
     /// A saga's task brought up to date from its journal: what the reports have not
     /// written yet (they gather progress) is shown all the same. A task whose saga ended
-    /// shows what its finishing write stored; one without a saga, as stored.
-    pub(crate) async fn shown(&self, stored: Task) -> Task {
+    /// shows what its finishing write stored; one without a saga, as stored. The view
+    /// says how many of the saga's events it shows, as the reports' events do.
+    pub(crate) async fn shown(&self, stored: Task) -> Viewed {
         if stored.status.state.is_terminal() {
-            return stored;
+            return Viewed::stored(stored);
         }
         match self.journal_view(&stored).await {
-            Ok(Some(view)) => view,
-            Ok(None) => stored,
+            Ok(Some(view)) => Viewed {
+                task: view.task,
+                seq: Some(view.seq),
+            },
+            Ok(None) => Viewed::stored(stored),
             Err(e) => {
                 // The stored task is what the reports wrote: behind, never wrong.
                 tracing::debug!(task = %stored.id, error = %e.chain(), "the task is shown as stored");
-                stored
+                Viewed::stored(stored)
             }
         }
     }
@@ -527,7 +531,7 @@ impl Executor {
     /// `stored`, the task of an unfinished saga, with what the saga's journal shows and
     /// it lacks; `None` for a task without one, or whose saga the journal marks finished
     /// (its finishing write stored the task as it ended), or journaled in another format.
-    async fn journal_view(&self, stored: &Task) -> Result<Option<Task>> {
+    async fn journal_view(&self, stored: &Task) -> Result<Option<crate::task_view::View>> {
         let journal = &self.config.journal;
         let Some((saga_id, false)) = journal.saga_of_task(&stored.id).await? else {
             return Ok(None);
@@ -538,7 +542,7 @@ impl Executor {
         if header.format != JOURNAL_FORMAT || header.task_id != stored.id {
             return Ok(None);
         }
-        crate::task_view::saga_task(stored, &header, &entries).map(Some)
+        crate::task_view::view(stored, &header, &entries).map(Some)
     }
 
     /// Cancels the saga of `task` if this process drives it (or it never began, or waits

@@ -75,9 +75,10 @@ impl Unwritten {
 
     /// Writes what `task` lacks on it now, with the saga's `ledger`: for a row that shows
     /// another state than its journal (left so by an earlier release, which wrote a
-    /// pause after journaling it), since listings filter by it. What is still unwritten:
-    /// nothing, or all of it when the write failed.
-    pub async fn write_now(self, task: &TaskHandle, ledger: Option<Artifact>) -> Self {
+    /// pause after journaling it), since listings filter by it; `seq`: how many of the
+    /// saga's events the journal holds. What is still unwritten: nothing, or all of it
+    /// when the write failed.
+    pub async fn write_now(self, task: &TaskHandle, ledger: Option<Artifact>, seq: u64) -> Self {
         let (history, statuses, _) = assemble(task, &self.shown, 0);
         let Some((state, _)) = statuses.last() else {
             return self;
@@ -94,6 +95,7 @@ impl Unwritten {
                 },
                 statuses,
                 0,
+                Some(seq),
             )
             .await;
         match written {
@@ -264,8 +266,11 @@ impl TaskProgress {
     ) {
         log_stops(shown, saga, self.task.id());
         if !statuses.is_empty() {
-            self.task
-                .announce(|| Some(ledger_artifact(saga.ledger())), &statuses);
+            self.task.announce(
+                || Some(ledger_artifact(saga.ledger())),
+                &statuses,
+                saga.events,
+            );
         }
         let mut unwritten = sync::lock(&self.unwritten);
         unwritten.shown.extend(answer.cloned().map(Shown::Answer));
@@ -307,9 +312,13 @@ impl TaskProgress {
         let written = match durable {
             Durable::CarriedBy(write) => {
                 self.task
-                    .change_written_by(change, to_write, announced, |task| async move {
-                        write.write(Some(&task)).await
-                    })
+                    .change_written_by(
+                        change,
+                        to_write,
+                        announced,
+                        Some(saga.events),
+                        |task| async move { write.write(Some(&task)).await },
+                    )
                     .await
             }
             Durable::After(_) | Durable::Alone => {
@@ -318,7 +327,7 @@ impl TaskProgress {
                 }
                 let shown_too = self
                     .task
-                    .change_with_statuses(change, to_write.clone(), announced)
+                    .change_with_statuses(change, to_write.clone(), announced, Some(saga.events))
                     .await;
                 if let Err(e) = shown_too {
                     // The journal holds them, and every read shows them: they are
@@ -327,6 +336,7 @@ impl TaskProgress {
                     self.task.announce(
                         || Some(ledger_artifact(saga.ledger())),
                         &to_write[announced..],
+                        saga.events,
                     );
                     self.put_back(all, metadata);
                     self.stopped(shown);
@@ -390,8 +400,11 @@ impl Reporter for TaskProgress {
         let statuses = shown_statuses(self.task.id(), shown, saga);
         log_stops(shown, saga, self.task.id());
         if !statuses.is_empty() {
-            self.task
-                .announce(|| Some(ledger_artifact(saga.ledger())), &statuses);
+            self.task.announce(
+                || Some(ledger_artifact(saga.ledger())),
+                &statuses,
+                saga.events,
+            );
         }
         self.stopped(shown);
     }

@@ -153,11 +153,14 @@ pub enum Shown {
     Answer(Message),
 }
 
-/// A saga's task as its journal shows it, and what it shows that the snapshot it was
-/// derived from lacked, in order.
+/// A saga's task as its journal shows it, what it shows that the snapshot it was
+/// derived from lacked, in order, and how many of the saga's events it shows: the
+/// sequence the reports tag their events with (`agent_host::tasks::Seq`), so that a stream
+/// starting from this task drops what it shows already.
 pub struct View {
     pub task: Task,
     pub added: Vec<Shown>,
+    pub seq: u64,
 }
 
 /// `saga_task`, with what it added to `snapshot`.
@@ -237,7 +240,11 @@ pub fn view(snapshot: &Task, header: &SagaHeader, entries: &[Entry]) -> Result<V
         members.push(("outcome".to_owned(), json!("compensated")));
     }
     metadata.extend(members);
-    Ok(View { task, added })
+    Ok(View {
+        task,
+        added,
+        seq: saga.events,
+    })
 }
 
 /// The id of the `n`th status shown on task `task_id` by the `event`th event its saga

@@ -409,7 +409,7 @@ impl Planner {
         };
         let said = format!("attempt {next_number}: plan {new} supersedes {old}");
         let status = vec![(TaskState::Working, Some(agent_message(said, None)))];
-        if let Err(e) = task.change_with_statuses(record, status, 0).await {
+        if let Err(e) = task.change_with_statuses(record, status, 0, None).await {
             tracing::warn!(task = task.id(), error = %e, "cannot record the next attempt");
             let last = attempts.pop()?;
             let note = format!("the planner could not record attempt {next_number}: {e}");

@@ -23,6 +23,21 @@ const EVENT_BUFFER: usize = 256;
 /// once per waiting request.
 const STOP_BUFFER: usize = 4;
 
+/// How far a write reaches into the durable record its agent keeps of a task, besides the
+/// task (the executor's journal: how many of its saga's events it holds), counted so that
+/// a later write reaches further. A task as read carries the sequence it reaches
+/// (`Agent::shown`), and a stream drops an event whose write that task already reaches.
+pub type Seq = u64;
+
+/// An event as announced, with the sequence of its write when its agent keeps a record
+/// (`None`: the task is the only record; `tasks/shown.rs` then tells late events by
+/// their messages).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Announced {
+    pub seq: Option<Seq>,
+    pub event: StreamResponse,
+}
+
 /// The task as it ended, for the subscribers that watched it end (a blocking send
 /// answers with it without reading the store back).
 pub type Ended = Arc<std::sync::OnceLock<Task>>;
@@ -64,20 +79,27 @@ pub trait TaskFeed: Send + Sync + 'static {
         Box::pin(std::future::ready(false))
     }
 
-    /// Announces the events of one durable write, in order. `ended` is the task as the
-    /// write ended it, if it did: subscribers find it in `Subscription::ended` before the
-    /// last event reaches them, and the task has no events after these.
-    fn publish(&self, task_id: &str, events: Vec<StreamResponse>, ended: Option<Task>);
+    /// Announces the events of one durable write, in order, with the write's sequence
+    /// (`Seq`) when its agent keeps a record. `ended` is the task as the write ended it,
+    /// if it did: subscribers find it in `Subscription::ended` before the last event
+    /// reaches them, and the task has no events after these.
+    fn publish(
+        &self,
+        task_id: &str,
+        events: Vec<StreamResponse>,
+        seq: Option<Seq>,
+        ended: Option<Task>,
+    );
 }
 
 /// A watched task's fan-out, a channel per way of watching, each made for its first
 /// subscriber.
 struct Channel {
     /// Every event, for the subscribers that read them all (a stream).
-    every: Option<broadcast::Sender<StreamResponse>>,
+    every: Option<broadcast::Sender<Announced>>,
     /// The status that ends or interrupts the task, for the subscribers that wait only
     /// for that (a blocking send).
-    stops: Option<broadcast::Sender<StreamResponse>>,
+    stops: Option<broadcast::Sender<Announced>>,
     ended: Ended,
     /// How many subscribers each has.
     every_event: usize,
@@ -85,7 +107,7 @@ struct Channel {
 }
 
 impl Channel {
-    fn sender(&mut self, watch: Watch) -> &broadcast::Sender<StreamResponse> {
+    fn sender(&mut self, watch: Watch) -> &broadcast::Sender<Announced> {
         let (sender, buffer) = match watch {
             Watch::Everything => (&mut self.every, EVENT_BUFFER),
             Watch::End => (&mut self.stops, STOP_BUFFER),
@@ -101,7 +123,7 @@ impl Channel {
     }
 
     /// Whether `events` is a receiver of this channel's, for `watch`.
-    fn holds(&self, watch: Watch, events: &broadcast::Receiver<StreamResponse>) -> bool {
+    fn holds(&self, watch: Watch, events: &broadcast::Receiver<Announced>) -> bool {
         let sender = match watch {
             Watch::Everything => &self.every,
             Watch::End => &self.stops,
@@ -113,8 +135,8 @@ impl Channel {
 }
 
 /// Whether `event` ends or interrupts its task: all a subscriber of the end reads.
-fn stops(event: &StreamResponse) -> bool {
-    matches!(event, StreamResponse::StatusUpdate(update)
+fn stops(event: &Announced) -> bool {
+    matches!(&event.event, StreamResponse::StatusUpdate(update)
         if crate::sdk::is_terminal(&update.status.state)
             || crate::sdk::is_interrupted(&update.status.state))
 }
@@ -176,7 +198,13 @@ impl TaskFeed for InProcessFeed {
         })
     }
 
-    fn publish(&self, task_id: &str, events: Vec<StreamResponse>, ended: Option<Task>) {
+    fn publish(
+        &self,
+        task_id: &str,
+        events: Vec<StreamResponse>,
+        seq: Option<Seq>,
+        ended: Option<Task>,
+    ) {
         let Ok(mut channels) = self.channels.lock() else {
             return;
         };
@@ -189,6 +217,7 @@ impl TaskFeed for InProcessFeed {
             let _ = channel.ended.set(task);
         }
         for event in events {
+            let event = Announced { seq, event };
             // The last subscriber may have just left: nobody is watching, which is fine.
             let to_stops = channel.stops.as_ref().filter(|_| stops(&event));
             match (&channel.every, to_stops) {
@@ -216,7 +245,7 @@ fn leave(
     channels: &Channels,
     task_id: &str,
     watch: Watch,
-    events: &broadcast::Receiver<StreamResponse>,
+    events: &broadcast::Receiver<Announced>,
 ) {
     let Ok(mut channels) = channels.lock() else {
         return;
@@ -238,13 +267,13 @@ fn leave(
 }
 
 /// Called with the subscription's receiver when it is dropped.
-type Leave = Box<dyn FnOnce(&broadcast::Receiver<StreamResponse>) + Send + Sync>;
+type Leave = Box<dyn FnOnce(&broadcast::Receiver<Announced>) + Send + Sync>;
 
 /// One subscriber's events of a task. When the last subscriber of a task goes, so does
 /// the task's channel: a task that is never written again (it ended, or waits paused)
 /// keeps nothing behind for subscribers that left.
 pub struct Subscription {
-    events: broadcast::Receiver<StreamResponse>,
+    events: broadcast::Receiver<Announced>,
     ended: Ended,
     leave: Option<Leave>,
 }
@@ -252,9 +281,9 @@ pub struct Subscription {
 impl Subscription {
     /// A subscription a feed hands out: `leave` runs when it is dropped.
     pub fn new(
-        events: broadcast::Receiver<StreamResponse>,
+        events: broadcast::Receiver<Announced>,
         ended: Ended,
-        leave: impl FnOnce(&broadcast::Receiver<StreamResponse>) + Send + Sync + 'static,
+        leave: impl FnOnce(&broadcast::Receiver<Announced>) + Send + Sync + 'static,
     ) -> Self {
         Self {
             events,
@@ -271,7 +300,7 @@ impl Subscription {
 }
 
 impl std::ops::Deref for Subscription {
-    type Target = broadcast::Receiver<StreamResponse>;
+    type Target = broadcast::Receiver<Announced>;
 
     fn deref(&self) -> &Self::Target {
         &self.events

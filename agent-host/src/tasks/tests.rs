@@ -55,14 +55,14 @@ async fn edit_ledger(
         edit_artifact(task, "ledger", edit)?;
         Ok(Some("ledger".to_owned()))
     };
-    task.change_with_statuses(change, statuses, 0).await
+    task.change_with_statuses(change, statuses, 0, None).await
 }
 
 /// The events received so far, one line each.
 fn received(events: &mut Subscription) -> Vec<String> {
     let mut seen = Vec::new();
-    while let Ok(event) = events.try_recv() {
-        seen.push(match event {
+    while let Ok(announced) = events.try_recv() {
+        seen.push(match announced.event {
             StreamResponse::ArtifactUpdate(a) => {
                 let data: Vec<String> = a
                     .artifact
@@ -170,7 +170,9 @@ async fn metadata_and_a_status_are_one_write_announced_as_the_task_then_the_stat
         .set_metadata_and_status(metadata, TaskState::Failed, said("unwound"))
         .await
         .unwrap();
-    let announced: Vec<StreamResponse> = std::iter::from_fn(|| events.try_recv().ok()).collect();
+    let announced: Vec<StreamResponse> = std::iter::from_fn(|| events.try_recv().ok())
+        .map(|announced| announced.event)
+        .collect();
     let [
         StreamResponse::Task(edited),
         StreamResponse::StatusUpdate(status),
@@ -377,16 +379,21 @@ async fn an_announcement_builds_its_artifact_only_for_who_hears_everything_and_w
     };
     let step = [(TaskState::Working, said("s1: succeeded"))];
     // Nobody listening, then one waiting for the end alone.
-    task.announce(artifact, &step);
+    task.announce(artifact, &step, 1);
     let mut end = manager.watch("t1", Watch::End).unwrap();
-    task.announce(artifact, &step);
-    task.announce(artifact, &[(TaskState::InputRequired, said("asks"))]);
+    task.announce(artifact, &step, 2);
+    task.announce(artifact, &[(TaskState::InputRequired, said("asks"))], 3);
     assert_eq!(built.load(std::sync::atomic::Ordering::SeqCst), 0);
     assert_eq!(received(&mut end), ["InputRequired asks"]);
 
     let mut everything = manager.subscribe("t1").unwrap();
-    task.announce(artifact, &step);
+    task.announce(artifact, &step, 4);
     assert_eq!(built.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let tagged: Vec<_> = std::iter::from_fn(|| everything.try_recv().ok())
+        .map(|announced| announced.seq)
+        .collect();
+    assert_eq!(tagged, [Some(4), Some(4)], "each event with its sequence");
+    task.announce(artifact, &step, 5);
     assert_eq!(
         received(&mut everything),
         [r#"artifact ledger {"n":2}"#, "Working s1: succeeded"]

@@ -29,6 +29,10 @@ pub(super) enum Admission {
 
 /// The wait before a plan is taken in again after its store failed, doubled each time
 /// up to the cap (as a saga's driver waits for its journal).
+/// The sequence of a saga's accepting write among its events (`task_view::View::seq`):
+/// it journals the header alone, before any event.
+const ACCEPTED: u64 = 0;
+
 const FIRST_STORE_RETRY: Duration = Duration::from_millis(50);
 const MAX_STORE_RETRY: Duration = Duration::from_secs(5);
 /// How many attempts at taking a plan in may fail while the store says it can write
@@ -434,7 +438,8 @@ impl Executor {
         let waiting = vec![(TaskState::Submitted, Some(agent_message(text, None)))];
         let journal = self.config.journal.as_ref();
         if !self.config.tasks_beside_journal {
-            task.change_with_statuses(|_| Ok(None), waiting, 0).await?;
+            task.change_with_statuses(|_| Ok(None), waiting, 0, Some(ACCEPTED))
+                .await?;
             let epoch = journal.begin(header, &[]).await?;
             return Ok((saga, Start::Accepted(epoch)));
         }
@@ -444,6 +449,7 @@ impl Executor {
             |_| Ok(None),
             waiting,
             0,
+            Some(ACCEPTED),
             |creation| async move {
                 let begun = journal.begin_creating(header, &[], Some(&creation)).await?;
                 let _ = given.set(begun);

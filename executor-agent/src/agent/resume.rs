@@ -266,5 +266,5 @@ async fn behind(task: &TaskHandle, header: &SagaHeader, entries: &[Entry]) -> Un
         .flatten()
         .find(|a| a.artifact_id == crate::task_view::LEDGER)
         .cloned();
-    unwritten.write_now(task, ledger).await
+    unwritten.write_now(task, ledger, view.seq).await
 }

@@ -69,7 +69,7 @@ impl Executor {
         self.tasks.follow_writer(task.id(), Watch::End).await;
         // Read from the store: what this process last wrote of the task is behind.
         if let Ok(Some(stored)) = self.tasks.store().get(task.id()).await
-            && stopped(&self.shown(stored).await.status.state)
+            && stopped(&self.shown(stored).await.task.status.state)
         {
             return;
         }

@@ -381,7 +381,7 @@ pub async fn find_task(executor: &Executor, id: &str) -> Result<Option<Task>> {
         },
     };
     Ok(match stored {
-        Some(task) => Some(executor.shown(task).await),
+        Some(task) => Some(executor.shown(task).await.task),
         None => None,
     })
 }

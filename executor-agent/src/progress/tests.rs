@@ -164,9 +164,17 @@ async fn progress_in_the_same_state_is_announced_and_not_written() {
     assert!(history(&f.stored().await).is_empty());
     assert_eq!(*stops.borrow(), 0);
     let mut seen = Vec::new();
+    let mut seqs = Vec::new();
     for _ in 0..3 {
-        seen.push(events.recv().await.unwrap());
+        let announced = events.recv().await.unwrap();
+        seqs.push(announced.seq);
+        seen.push(announced.event);
     }
+    assert_eq!(
+        seqs,
+        [Some(f.saga.events); 3],
+        "tagged with the journal's sequence of the step, as a view reaching it says"
+    );
     assert!(
         matches!(&seen[0], StreamResponse::ArtifactUpdate(a) if a.artifact.artifact_id == LEDGER),
         "{seen:?}"
@@ -259,7 +267,7 @@ async fn a_pause_that_cannot_be_written_is_announced_and_the_next_write_carries_
         1,
         "the pause is shown: the journal holds it"
     );
-    match waiting.recv().await.unwrap() {
+    match waiting.recv().await.unwrap().event {
         StreamResponse::StatusUpdate(u) => assert_eq!(u.status.state, TaskState::InputRequired),
         other => panic!("not the pause: {other:?}"),
     }
@@ -636,8 +644,8 @@ async fn a_subscriber_hears_each_status_once_though_writes_carry_what_was_announ
         .await
         .unwrap();
     let mut heard = Vec::new();
-    while let Ok(event) = events.try_recv() {
-        if let StreamResponse::StatusUpdate(u) = event {
+    while let Ok(announced) = events.try_recv() {
+        if let StreamResponse::StatusUpdate(u) = announced.event {
             heard.extend(u.status.message.as_ref().and_then(text_of));
         }
     }

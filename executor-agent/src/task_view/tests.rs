@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 
 use agent_host::sdk::PartContent;
+use agent_host::tasks::Announced;
 use agent_host::{MemoryTaskStore, TaskManager};
 use proptest::prelude::*;
 
@@ -92,12 +93,15 @@ fn created(header: &SagaHeader) -> Task {
 /// does, each step through its progress (`Reporter::written`, on a journal in memory, the
 /// task written after it); the journal and the task the progress wrote. A person's answer
 /// comes with the step that takes it, as the driver gives it.
-async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
+/// A run's journal, the task its reports wrote, and what they announced.
+async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task, Vec<Announced>) {
     use crate::journal::SagaLog;
     let mut saga = supplier();
     let header = header(&saga);
     let tasks = TaskManager::new(std::sync::Arc::new(MemoryTaskStore::new()));
     let task = tasks.create(created(&header)).await.unwrap();
+    let mut subscription = tasks.subscribe("task-1").unwrap();
+    let mut announced = Vec::new();
     let (reporter, mut stops_written) = TaskProgress::start(
         task.clone(),
         Unwritten::metadata(saga_metadata(&header)),
@@ -166,6 +170,7 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
             unrevoked: None,
         };
         reporter.written(&shown, &saga, &write).await.unwrap();
+        announced.extend(std::iter::from_fn(|| subscription.try_recv().ok()));
         if paused
             && !answered
             && let Some(resolution) = script.resolution
@@ -200,7 +205,7 @@ async fn run(script: &Script) -> (SagaHeader, Vec<Entry>, Task) {
     }
     drop(reporter);
     let reported = tasks.store().get("task-1").await.unwrap().unwrap();
-    (header, journal, reported)
+    (header, journal, reported, announced)
 }
 
 fn result(invocation: &Invocation, answer: Outcome, now_ms: i64) -> Event {
@@ -236,10 +241,54 @@ fn seen(task: &Task) -> Value {
 }
 
 async fn derived_is_reported(script: Script) -> (Task, Task) {
-    let (header, journal, reported) = run(&script).await;
+    let (header, journal, reported, announced) = run(&script).await;
     let derived = saga_task(&created(&header), &header, &journal).unwrap();
     assert_eq!(seen(&derived), seen(&reported));
+    sequences_tell_what_a_view_shows(&header, &journal, &announced);
     (derived, reported)
+}
+
+/// A stream drops an announced event whose sequence the task it started from reaches
+/// (`agent_host::tasks::Shown`): for that to drop exactly what the task shows, a status
+/// announced at sequence `s` must be in the view of every journal prefix that reaches
+/// `s`, and in none other. Checked for the view of every prefix a read can find (a
+/// journal is read whole up to an event; a step's intents follow its event).
+fn sequences_tell_what_a_view_shows(
+    header: &SagaHeader,
+    journal: &[Entry],
+    announced: &[Announced],
+) {
+    let statuses: Vec<(u64, &str)> = announced
+        .iter()
+        .filter_map(|a| match &a.event {
+            agent_host::sdk::StreamResponse::StatusUpdate(update) => Some((
+                a.seq.expect("a saga's reports tag every event"),
+                update.status.message.as_ref()?.message_id.as_str(),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert!(!statuses.is_empty(), "the run announced statuses");
+    let ends = (0..=journal.len())
+        .filter(|&k| k == journal.len() || matches!(journal[k], Entry::Event(_)));
+    for k in ends {
+        let view = view(&created(header), header, &journal[..k]).unwrap();
+        let shown: std::collections::HashSet<&str> = view
+            .task
+            .history
+            .iter()
+            .flatten()
+            .map(|m| m.message_id.as_str())
+            .collect();
+        for (seq, id) in &statuses {
+            assert_eq!(
+                *seq <= view.seq,
+                shown.contains(id),
+                "a status announced at {seq}, against the view of {k} entries at {}",
+                view.seq
+            );
+        }
+    }
 }
 
 #[tokio::test]
@@ -287,7 +336,7 @@ async fn a_saga_answered_by_a_person_derives_the_answer_and_what_followed() {
 #[tokio::test]
 async fn the_same_journal_derives_the_same_task_ids_and_times_included() {
     use Outcome::*;
-    let (header, journal, _) = run(&Script {
+    let (header, journal, _, _) = run(&Script {
         answers: vec![Succeeds, Unknown, Succeeds],
         resolution: Some(Resolution::Retry),
         expires_after: None,

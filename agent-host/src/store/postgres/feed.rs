@@ -35,7 +35,7 @@ use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
 use crate::sdk::{StreamResponse, Task};
-use crate::tasks::{InProcessFeed, Subscription, TaskFeed, Watch};
+use crate::tasks::{InProcessFeed, Seq, Subscription, TaskFeed, Watch};
 use sagaplane_storage::postgres::{Cached, Listener, Migration, Postgres, chain};
 
 /// The notification channel of task events, in the `public` schema; the stores of
@@ -81,6 +81,10 @@ struct Notice {
     origin: String,
     task_id: String,
     events: Vec<StreamResponse>,
+    /// The write's sequence in the agent's record of the task (`tasks::Seq`), which the
+    /// streams here compare. Absent from what an earlier binary sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seq: Option<Seq>,
     /// The task as the write ended it, when it did (sent by earlier binaries; `ends`
     /// now, and the listening side reads the ended task, which no longer changes).
     ended: Option<Task>,
@@ -323,7 +327,13 @@ impl TaskFeed for PostgresFeed {
     /// reads it first), and an ended task no longer changes, so the other side reads it
     /// when someone there waits for it. What travels is then mostly a status, within a
     /// notification.
-    fn publish(&self, task_id: &str, events: Vec<StreamResponse>, ended: Option<Task>) {
+    fn publish(
+        &self,
+        task_id: &str,
+        events: Vec<StreamResponse>,
+        seq: Option<Seq>,
+        ended: Option<Task>,
+    ) {
         let ends = ended.is_some();
         let followed = if ends {
             self.interest.ended(task_id)
@@ -332,7 +342,7 @@ impl TaskFeed for PostgresFeed {
             self.interest.followed(task_id).is_some()
         };
         if !followed {
-            self.local.publish(task_id, events, ended);
+            self.local.publish(task_id, events, seq, ended);
             return;
         }
         let remote: Vec<StreamResponse> = events
@@ -340,7 +350,7 @@ impl TaskFeed for PostgresFeed {
             .filter(|event| !matches!(event, StreamResponse::Task(_)))
             .cloned()
             .collect();
-        self.local.publish(task_id, events, ended);
+        self.local.publish(task_id, events, seq, ended);
         if remote.is_empty() && !ends {
             return;
         }
@@ -348,6 +358,7 @@ impl TaskFeed for PostgresFeed {
             origin: self.interest.origin.clone(),
             task_id: task_id.to_owned(),
             events: remote,
+            seq,
             ended: None,
             ends,
         };
@@ -533,7 +544,7 @@ async fn relay(db: &Postgres, payload: &str, interest: &Interest, local: &InProc
         },
         None => None,
     };
-    local.publish(&notice.task_id, notice.events, ended);
+    local.publish(&notice.task_id, notice.events, notice.seq, ended);
 }
 
 /// The notice kept under `id`, if it is still kept.
@@ -601,29 +612,42 @@ mod tests {
         // Followed elsewhere once it exists, as a subscription there reads it first.
         let mut events = follower.subscribe("t1").unwrap();
         assert!(follower.follow_writer("t1", Watch::Everything).await);
-        handle.set_status(TaskState::Working, None).await.unwrap();
+        // Writes an agent keeps a record of carry their sequence in it across processes.
+        let working = |message| vec![(TaskState::Working, message)];
+        handle
+            .change_with_statuses(|_| Ok(None), working(None), 0, Some(1))
+            .await
+            .unwrap();
         // Too large for a notification: kept in the table, announced by its id.
         let large = crate::agent::agent_message("x".repeat(20_000), None);
         handle
-            .set_status(TaskState::Working, Some(large))
+            .change_with_statuses(|_| Ok(None), working(Some(large)), 0, Some(2))
             .await
             .unwrap();
         handle.set_status(TaskState::Completed, None).await.unwrap();
 
         let mut seen = Vec::new();
         let mut texts = Vec::new();
+        let mut seqs = Vec::new();
         while seen.last() != Some(&TaskState::Completed) {
-            let event = events.recv().await.unwrap();
-            if let StreamResponse::StatusUpdate(update) = &event {
+            let announced = events.recv().await.unwrap();
+            let event = &announced.event;
+            if let StreamResponse::StatusUpdate(update) = event {
                 texts.push(update.status.message.is_some());
             }
-            seen.push(state_of(&event));
+            seen.push(state_of(event));
+            seqs.push(announced.seq);
         }
         assert_eq!(
             seen,
             [TaskState::Working, TaskState::Working, TaskState::Completed]
         );
         assert_eq!(texts, [false, true, false], "the large status came whole");
+        assert_eq!(
+            seqs,
+            [Some(1), Some(2), None],
+            "each write's sequence came with it"
+        );
         let ended = events.ended();
         assert_eq!(
             ended.get().map(|task| task.status.state.clone()),
@@ -643,7 +667,7 @@ mod tests {
         // Followed from now on: the writer acknowledges, then sends what comes next.
         assert!(follower.follow_writer("t2", Watch::Everything).await);
         handle.set_status(TaskState::Completed, None).await.unwrap();
-        let first = events.recv().await.unwrap();
+        let first = events.recv().await.unwrap().event;
         assert_eq!(
             state_of(&first),
             TaskState::Completed,
@@ -676,7 +700,8 @@ mod tests {
         let event = tokio::time::timeout(std::time::Duration::from_secs(30), events.recv())
             .await
             .expect("the process that took the task up sends its events here")
-            .unwrap();
+            .unwrap()
+            .event;
         assert_eq!(state_of(&event), TaskState::Completed, "{event:?}");
     }
 }
