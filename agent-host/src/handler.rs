@@ -166,14 +166,15 @@ impl<A: Agent> HostHandler<A> {
             // starts (which may pass the message on to it), and the read below follows.
             self.tasks.follow_writer(handle.id(), watch).await;
         }
-        // The task as it stands before the agent starts: a stream begins with it, and every
-        // change the agent makes then arrives as an event (the subscription is older).
+        // The task as it stands before the agent starts, as callers read it: a stream
+        // begins with it, and every change the agent makes then arrives as an event (the
+        // subscription is older).
         let (first, stored) = match prepared {
-            Some((first, stored)) => (first, Some(stored)),
-            None => (
-                handle.snapshot().await.map_err(crate::Error::into_a2a)?,
-                None,
-            ),
+            Some((first, stored)) => (Viewed::stored(first), Some(stored)),
+            None => {
+                let stored = handle.snapshot().await.map_err(crate::Error::into_a2a)?;
+                (self.agent.shown(stored).await, None)
+            }
         };
         let caller = ctx.caller.clone();
         let agent = self.agent.clone();
@@ -330,7 +331,7 @@ enum Started {
     Task {
         handle: TaskHandle,
         /// The task before the agent started on it.
-        first: Box<Task>,
+        first: Box<Viewed>,
         events: Subscription,
         run: tokio::task::JoinHandle<()>,
     },
@@ -486,7 +487,7 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
             } => {
                 let ended = events.ended();
                 if !immediately {
-                    let mut stream = self.follow(Viewed::stored(*first), events, Some(run));
+                    let mut stream = self.follow(*first, events, Some(run));
                     while stream.next().await.is_some() {}
                 }
                 // The task as it ended, when the stream saw it end; else as it stands,
@@ -529,7 +530,7 @@ impl<A: Agent> RequestHandler for HostHandler<A> {
             }
             Started::Task {
                 first, events, run, ..
-            } => Ok(self.follow(Viewed::stored(*first), events, Some(run))),
+            } => Ok(self.follow(*first, events, Some(run))),
         }
     }
 

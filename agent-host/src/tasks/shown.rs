@@ -9,10 +9,9 @@
 //! it reaches: an event is late when the first task reaches its write, or when the stream
 //! has shown a later write's events (across a takeover, two replicas' announcements need
 //! not arrive in order). Where there is no sequence to compare (a task that is its own
-//! record, or a first task read without its record: a prepared one, or the stored row a
-//! continuing message starts from), statuses are told by their messages instead: one
-//! whose message the first task holds was shown; from the first new one on, a sequence
-//! decides where the events carry one. An artifact event with nothing to compare passes:
+//! record, or one its request prepared, which no record holds yet), statuses are told by
+//! their messages instead: one whose message the first task holds was shown; from the
+//! first new one on, a sequence decides where the events carry one. An artifact event with nothing to compare passes:
 //! an artifact written alone must reach the stream at once.
 
 use std::collections::HashSet;
