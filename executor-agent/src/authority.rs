@@ -151,7 +151,7 @@ mod tests {
     /// event, the event and its commands.
     fn deciding(step: usize) -> (Saga, Vec<Entry>, Event, Vec<Command>) {
         let mut saga = supplier();
-        saga.spec.mandate = Some(MandateHold {
+        saga.spec_mut().mandate = Some(MandateHold {
             principal_key: "p".into(),
             mandate_id: "md".into(),
             principal: "P".into(),
@@ -164,7 +164,7 @@ mod tests {
             reserved_minor: 0,
             spend_minor: vec![0; 6],
         });
-        saga.spec.expires_at_ms = T0 + 1_000_000;
+        saga.spec_mut().expires_at_ms = T0 + 1_000_000;
         let mut journal = Vec::new();
         let mut event = Event::Start { now_ms: T0 };
         loop {
@@ -271,7 +271,7 @@ mod tests {
         let (saga, _, _, commands) = deciding(5);
         assert!(guarded(&saga, &commands).is_empty(), "s5 is past the pivot");
         let (mut saga, _, _, commands) = deciding(2);
-        saga.spec.mandate = None;
+        saga.spec_mut().mandate = None;
         assert!(guarded(&saga, &commands).is_empty());
     }
 }

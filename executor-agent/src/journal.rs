@@ -4,6 +4,8 @@
 //! replaying the journal therefore rebuilds the saga exactly, and shows which calls were
 //! made but never answered.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -53,9 +55,11 @@ pub struct SagaHeader {
     /// The A2A task that reports this saga, and its context.
     pub task_id: String,
     pub context_id: String,
-    /// The signed plan as received (to recognise a resubmission).
-    pub plan: serde_json::Value,
-    pub spec: SagaSpec,
+    /// The signed plan as received (to recognise a resubmission), shared with the plan
+    /// as taken in rather than copied.
+    pub plan: Arc<serde_json::Value>,
+    /// Shared with the saga's state (`Saga::spec`).
+    pub spec: Arc<SagaSpec>,
     /// On a registry replicas share, the newest registration the plan was validated
     /// against (`Registry::registrations_read`): the accepting write is refused when the
     /// database holds a newer one (`Error::RegistryChanged`), and the plan is validated

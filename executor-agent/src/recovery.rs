@@ -64,7 +64,11 @@ impl Recovered {
 /// Replays `entries` (events and intents, in journal order) onto a fresh saga. A journal
 /// whose events name a step the saga does not have is refused (`Error::Journal`): it is
 /// not the journal of this saga.
-pub fn replay(spec: SagaSpec, entries: &[Entry], now_ms: i64) -> Result<Recovered> {
+pub fn replay(
+    spec: impl Into<std::sync::Arc<SagaSpec>>,
+    entries: &[Entry],
+    now_ms: i64,
+) -> Result<Recovered> {
     let mut saga = Saga::new(spec);
     let mut decided: Vec<Invocation> = Vec::new();
     let mut timers: HashMap<Timer, i64> = HashMap::new();

@@ -205,8 +205,8 @@ fn header(saga_id: &str) -> SagaHeader {
         plan_version: 1,
         task_id: format!("task-{saga_id}"),
         context_id: format!("ctx-{saga_id}"),
-        plan: json!({}),
-        spec: spec(),
+        plan: json!({}).into(),
+        spec: spec().into(),
         registrations_read: None,
     }
 }

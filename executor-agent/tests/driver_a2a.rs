@@ -122,11 +122,11 @@ async fn launch(
         plan_version: 1,
         task_id: "t".into(),
         context_id: "c".into(),
-        plan: json!({}),
-        spec: spec.clone(),
+        plan: json!({}).into(),
+        spec: spec.into(),
         registrations_read: None,
     };
-    let (saga, start) = begin(journal.as_ref(), &header, Saga::new(spec))
+    let (saga, start) = begin(journal.as_ref(), &header, Saga::new(header.spec.clone()))
         .await
         .unwrap();
     let (reports_tx, reports) = mpsc::unbounded_channel();
@@ -154,7 +154,7 @@ async fn launch(
         saga,
         journal,
         saga_id: plan.saga_id.clone(),
-        spec: header.spec,
+        spec: SagaSpec::clone(&header.spec),
         slots,
         _journal_dir: dir,
     }

@@ -550,8 +550,8 @@ async fn a_saga_journaled_in_a_format_this_executor_does_not_know_is_refused_not
         plan_version: 1,
         task_id: "t_newer".into(),
         context_id: "c_newer".into(),
-        plan: json!({}),
-        spec,
+        plan: json!({}).into(),
+        spec: spec.into(),
         registrations_read: None,
     };
     setup.journal.begin(&header, &[]).await.unwrap();

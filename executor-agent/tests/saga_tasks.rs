@@ -65,8 +65,8 @@ async fn begun(journal: &MemoryJournal, saga_id: &str) -> (Saga, Start) {
         plan_version: 1,
         task_id: format!("task-{saga_id}"),
         context_id: "c".into(),
-        plan: json!({}),
-        spec: spec.clone(),
+        plan: json!({}).into(),
+        spec: spec.clone().into(),
         registrations_read: None,
     };
     begin(journal, &header, Saga::new(spec)).await.unwrap()

@@ -259,8 +259,8 @@ impl Executor {
             plan_version: 1,
             task_id,
             context_id,
-            plan,
-            spec: spec.clone(),
+            plan: plan.into(),
+            spec: spec.clone().into(),
             registrations_read: None,
         };
         let (saga, start) = begin(self.journal.as_ref(), &header, Saga::new(spec))
@@ -350,8 +350,8 @@ impl Executor {
             plan_version: 1,
             task_id: "t".into(),
             context_id: "c".into(),
-            plan,
-            spec,
+            plan: plan.into(),
+            spec: spec.into(),
             registrations_read: None,
         }
     }
@@ -364,7 +364,7 @@ impl Executor {
     pub(crate) async fn write_ahead_directly(&self) -> (Duration, Vec<Duration>) {
         let header = self.untasked_header();
         let saga_id = header.saga_id.clone();
-        let invocations = forward_invocations(header.spec.clone());
+        let invocations = forward_invocations(SagaSpec::clone(&header.spec));
         let trace_id = trace_id(&saga_id);
         let mut writes = Vec::with_capacity(invocations.len() + 1);
         let started = Instant::now();

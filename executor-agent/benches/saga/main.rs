@@ -318,8 +318,8 @@ fn pure_work(executor: &Executor, sagas: u64) -> PureWork {
             plan_version: 1,
             task_id: "t".into(),
             context_id: "c".into(),
-            plan,
-            spec: spec.clone(),
+            plan: plan.into(),
+            spec: spec.clone().into(),
             registrations_read: None,
         };
         let started = Instant::now();

@@ -50,7 +50,8 @@ const REGISTRY_CHANGES_AT_MOST: u32 = 3;
 /// attempt at taking it in reuses its signature's verdict.
 #[derive(Debug, Clone)]
 pub(crate) struct TakenPlan {
-    pub(crate) plan: Value,
+    /// Normalised, as its signature was checked; shared with the saga's header.
+    pub(crate) plan: Arc<Value>,
     pub(crate) saga_id: String,
     /// The trusted planner key id that signed it, or why none did.
     pub(crate) signature: std::result::Result<String, shared_types::Error>,
@@ -81,7 +82,7 @@ impl Executor {
             self.config.planner_keys.verify(&plan)
         });
         TakenPlan {
-            plan,
+            plan: Arc::new(plan),
             saga_id,
             signature,
         }
@@ -288,10 +289,10 @@ impl Executor {
             task_id: task.id().to_owned(),
             context_id: task.context_id().to_owned(),
             plan: plan.plan.clone(),
-            spec: spec.clone(),
+            spec: Arc::new(spec),
             registrations_read,
         };
-        let saga = Saga::new(spec);
+        let saga = Saga::new(header.spec.clone());
         let permit = self.slots.try_take();
         let accepted = match permit {
             Some(_) => self.begin_now(task, &header, saga).await,

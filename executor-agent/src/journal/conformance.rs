@@ -22,7 +22,7 @@ pub(crate) fn header(saga_id: &str) -> SagaHeader {
         plan_version: 1,
         task_id: format!("task-{saga_id}"),
         context_id: format!("ctx-{saga_id}"),
-        plan: json!({}),
+        plan: json!({}).into(),
         spec: SagaSpec {
             saga_id: saga_id.into(),
             steps: Vec::new(),
@@ -30,7 +30,8 @@ pub(crate) fn header(saga_id: &str) -> SagaHeader {
             expires_at_ms: 0,
             mandate: None,
             max_parallel_steps: None,
-        },
+        }
+        .into(),
         registrations_read: None,
     }
 }
@@ -505,7 +506,7 @@ pub async fn owners_claiming_lapsed_sagas_at_once_share_them_out(
 /// may spend `reserved`.
 fn under_mandate(saga_id: &str, reserved: u64) -> SagaHeader {
     let mut header = header(saga_id);
-    header.spec.mandate = Some(crate::mandates::test_hold(
+    std::sync::Arc::make_mut(&mut header.spec).mandate = Some(crate::mandates::test_hold(
         "principal-key",
         "md_conformance",
         Some(4),

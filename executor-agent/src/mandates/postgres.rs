@@ -141,7 +141,7 @@ mod tests {
     /// A test saga under `mandate_id` of the example principal, reserving 40 of 100.
     fn header(saga_id: &str, mandate_id: &str) -> crate::journal::SagaHeader {
         let mut header = crate::journal::conformance::header(saga_id);
-        header.spec.mandate = Some(crate::mandates::test_hold(
+        std::sync::Arc::make_mut(&mut header.spec).mandate = Some(crate::mandates::test_hold(
             "test-principal",
             mandate_id,
             None,

@@ -14,10 +14,10 @@ const T0: i64 = 1_800_000_000_000;
 /// The supplier-onboarding saga as a diamond: s0 → {s1, s2} → s3 → s4 (pivot) → s5.
 fn diamond() -> Saga {
     let mut saga = supplier();
-    saga.spec.steps[1].after = Some(vec![0]);
-    saga.spec.steps[2].after = Some(vec![0]);
-    saga.spec.steps[3].after = Some(vec![1, 2]);
-    saga.spec.max_parallel_steps = Some(8);
+    saga.spec_mut().steps[1].after = Some(vec![0]);
+    saga.spec_mut().steps[2].after = Some(vec![0]);
+    saga.spec_mut().steps[3].after = Some(vec![1, 2]);
+    saga.spec_mut().max_parallel_steps = Some(8);
     saga
 }
 
@@ -170,13 +170,13 @@ fn a_failure_beside_a_call_out_waits_for_it_then_unwinds_what_took_effect() {
 fn the_unwind_follows_the_reverse_of_the_order_steps_started_in_not_the_plans() {
     // s0 and s2 wait for nothing; s1 waits for s0, so it starts after s2.
     let mut saga = supplier();
-    saga.spec.steps[0].after = Some(vec![]);
-    saga.spec.steps[1].after = Some(vec![0]);
-    saga.spec.steps[2].after = Some(vec![]);
-    saga.spec.steps[2].args = json!({"vendorId": "v_literal"});
-    saga.spec.steps[3].after = Some(vec![1, 2]);
-    saga.spec.steps[3].args = json!({"vendorId": "v_literal", "tenantId": "t_literal"});
-    saga.spec.max_parallel_steps = Some(4);
+    saga.spec_mut().steps[0].after = Some(vec![]);
+    saga.spec_mut().steps[1].after = Some(vec![0]);
+    saga.spec_mut().steps[2].after = Some(vec![]);
+    saga.spec_mut().steps[2].args = json!({"vendorId": "v_literal"});
+    saga.spec_mut().steps[3].after = Some(vec![1, 2]);
+    saga.spec_mut().steps[3].args = json!({"vendorId": "v_literal", "tenantId": "t_literal"});
+    saga.spec_mut().max_parallel_steps = Some(4);
     let started = saga.step(Event::Start { now_ms: T0 });
     assert_eq!(
         invoked(&started)
@@ -220,7 +220,7 @@ fn the_unwind_follows_the_reverse_of_the_order_steps_started_in_not_the_plans() 
 #[test]
 fn the_bound_keeps_branches_from_running_at_once() {
     let mut saga = diamond();
-    saga.spec.max_parallel_steps = Some(1);
+    saga.spec_mut().max_parallel_steps = Some(1);
     let started = saga.step(Event::Start { now_ms: T0 });
     let after_s0 = answer_ok(&mut saga, &started, 0);
     assert_eq!(
@@ -253,7 +253,7 @@ fn a_cancel_while_two_branches_are_out_waits_for_both_then_compensates() {
 #[test]
 fn a_step_that_needs_an_approval_is_asked_for_once_nothing_else_is_under_way() {
     let mut saga = diamond();
-    saga.spec.steps[2].approval_timeout_ms = Some(60_000);
+    saga.spec_mut().steps[2].approval_timeout_ms = Some(60_000);
     let started = saga.step(Event::Start { now_ms: T0 });
     // s1 starts; s2 (needing approval) waits while s1 is out.
     let after_s0 = answer_ok(&mut saga, &started, 0);
@@ -293,8 +293,8 @@ fn past_the_pivot_a_failed_branch_waits_for_the_other_then_a_person_decides() {
     s6.id = "s6".into();
     s6.idempotency_key = "sg_demo_supplier_onboarding:s6".into();
     s6.after = Some(vec![4]);
-    saga.spec.steps.push(s6);
-    saga.spec.max_parallel_steps = Some(4);
+    saga.spec_mut().steps.push(s6);
+    saga.spec_mut().max_parallel_steps = Some(4);
     let mut saga = Saga::new(saga.spec);
     let mut next = saga.step(Event::Start { now_ms: T0 });
     for step in 0..5 {
@@ -347,7 +347,7 @@ fn past_the_pivot_a_failed_branch_waits_for_the_other_then_a_person_decides() {
 fn random_saga(after: &[Vec<usize>], bound: u32) -> Saga {
     let template = supplier();
     let mut saga = template.clone();
-    saga.spec.steps = after
+    saga.spec_mut().steps = after
         .iter()
         .enumerate()
         .map(|(k, waits)| {
@@ -367,9 +367,9 @@ fn random_saga(after: &[Vec<usize>], bound: u32) -> Saga {
             step
         })
         .collect();
-    saga.spec.point_of_no_return = None;
-    saga.spec.mandate = None;
-    saga.spec.max_parallel_steps = Some(bound);
+    saga.spec_mut().point_of_no_return = None;
+    saga.spec_mut().mandate = None;
+    saga.spec_mut().max_parallel_steps = Some(bound);
     Saga::new(saga.spec)
 }
 

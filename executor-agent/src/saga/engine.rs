@@ -19,7 +19,9 @@ use super::spec::{CallSpec, SagaSpec};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Saga {
-    pub spec: SagaSpec,
+    /// Shared with the journal's header, and with every copy of the saga (a view, a
+    /// replay): a plan's spec is built once, when it is taken in.
+    pub spec: Arc<SagaSpec>,
     pub phase: Phase,
     pub records: Vec<StepRecord>,
     /// A cancel or expiry that arrived while a call was in flight; acted on at its result.
@@ -39,7 +41,14 @@ pub struct Saga {
 }
 
 impl Saga {
-    pub fn new(spec: SagaSpec) -> Self {
+    /// The spec, to change in a test (a copy of its own when shared).
+    #[cfg(test)]
+    pub fn spec_mut(&mut self) -> &mut SagaSpec {
+        Arc::make_mut(&mut self.spec)
+    }
+
+    pub fn new(spec: impl Into<Arc<SagaSpec>>) -> Self {
+        let spec = spec.into();
         let records = spec
             .steps
             .iter()

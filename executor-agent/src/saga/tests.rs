@@ -28,7 +28,7 @@ pub(crate) fn supplier() -> Saga {
 /// outcome that retries cannot settle unwinds or goes to a person at once.
 pub(crate) fn supplier_unverified() -> Saga {
     let mut saga = supplier();
-    for step in &mut saga.spec.steps {
+    for step in &mut saga.spec_mut().steps {
         step.verification = None;
     }
     saga
@@ -557,7 +557,7 @@ fn after_a_restart_idempotent_calls_are_repeated_with_the_same_key_others_escala
 
     // The same saga with a skill that is not idempotent: a person decides.
     let mut saga = supplier();
-    saga.spec.steps[0].call.idempotent = false;
+    saga.spec_mut().steps[0].call.idempotent = false;
     saga.step(Event::Start { now_ms: T0 });
     let commands = saga.step(Event::InFlightLost {
         target: Target::Forward(0),

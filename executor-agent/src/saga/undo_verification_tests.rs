@@ -15,7 +15,7 @@ const T0: i64 = 1_800_000_000_000;
 /// says whether the compensation itself is.
 fn archive_verified(idempotent: bool) -> Saga {
     let mut saga = supplier();
-    let compensation = saga.spec.steps[0].compensation.as_mut().unwrap();
+    let compensation = saga.spec_mut().steps[0].compensation.as_mut().unwrap();
     compensation.call.idempotent = idempotent;
     let mut call = compensation.call.clone();
     call.skill = "vendor.status".into();
@@ -140,7 +140,7 @@ fn a_compensation_verified_not_applied_or_unsettled_goes_to_a_person_who_may_ret
 #[test]
 fn without_a_verification_a_compensation_that_is_not_idempotent_goes_to_a_person_at_once() {
     let mut saga = archive_verified(false);
-    saga.spec.steps[0]
+    saga.spec_mut().steps[0]
         .compensation
         .as_mut()
         .unwrap()

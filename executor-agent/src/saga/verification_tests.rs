@@ -176,7 +176,7 @@ fn a_verification_lost_in_a_restart_is_asked_again_under_the_same_key() {
 #[test]
 fn a_non_idempotent_call_lost_in_a_restart_is_verified_rather_than_put_to_a_person() {
     let mut saga = supplier();
-    for step in &mut saga.spec.steps {
+    for step in &mut saga.spec_mut().steps {
         step.call.idempotent = false;
     }
     let mut out = saga.step(Event::Start { now_ms: T0 });

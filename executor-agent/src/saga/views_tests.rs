@@ -29,7 +29,7 @@ fn the_ledger_names_the_point_of_no_return_and_whether_it_was_passed() {
 
     // Without the capture, the email (retriable, it changes something) is where the saga
     // can no longer unwind: not a pivot, and said so.
-    let mut spec = supplier().spec;
+    let mut spec = SagaSpec::clone(&supplier().spec);
     spec.steps.remove(4);
     spec.point_of_no_return = Some(4);
     let saga = Saga::new(spec);

@@ -16,7 +16,7 @@ fn header(saga_id: &str) -> SagaHeader {
         plan_version: 1,
         task_id: format!("task-{saga_id}"),
         context_id: format!("ctx-{saga_id}"),
-        plan: serde_json::json!({"sagaId": saga_id}),
+        plan: serde_json::json!({"sagaId": saga_id}).into(),
         spec: SagaSpec {
             saga_id: saga_id.into(),
             steps: Vec::new(),
@@ -24,7 +24,8 @@ fn header(saga_id: &str) -> SagaHeader {
             expires_at_ms: 0,
             mandate: None,
             max_parallel_steps: None,
-        },
+        }
+        .into(),
         registrations_read: None,
     }
 }

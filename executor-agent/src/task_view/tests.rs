@@ -62,7 +62,7 @@ fn header(saga: &Saga) -> SagaHeader {
         plan_version: 1,
         task_id: "task-1".into(),
         context_id: "ctx-1".into(),
-        plan: json!({"sagaId": saga.spec.saga_id}),
+        plan: json!({"sagaId": saga.spec.saga_id}).into(),
         spec: saga.spec.clone(),
         registrations_read: None,
     }
@@ -70,7 +70,7 @@ fn header(saga: &Saga) -> SagaHeader {
 
 /// The task as the accepting write creates it: the plan's message, `SUBMITTED`.
 fn created(header: &SagaHeader) -> Task {
-    let mut plan = agent_message("", Some(header.plan.clone()));
+    let mut plan = agent_message("", Some(Value::clone(&header.plan)));
     plan.role = Role::User;
     plan.message_id = "the-plans-message".into();
     plan.task_id = Some(header.task_id.clone());

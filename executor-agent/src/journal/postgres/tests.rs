@@ -13,7 +13,7 @@ use crate::registry::Registry;
 fn header(saga_id: &str, under_mandate: bool, read: i64) -> SagaHeader {
     let mut header = conformance::header(saga_id);
     if under_mandate {
-        header.spec.mandate = Some(crate::mandates::test_hold(
+        std::sync::Arc::make_mut(&mut header.spec).mandate = Some(crate::mandates::test_hold(
             "test-principal",
             "md_test_registry",
             None,
