@@ -35,7 +35,9 @@ pub struct RequestContext {
 /// What `Agent::accept` made of a message that `Agent::run` needs (a plan it read and
 /// verified, say), handed to `run` with the request's context so that the message is read
 /// once. Empty in a context built elsewhere (a request forwarded from another replica):
-/// `run` then reads the message itself.
+/// `run` then reads the message itself. When `accept` keeps something for a message that
+/// opens a new task, `run` gets that message without its parts: they move to the task's
+/// history rather than being copied there (a plan can be most of a request).
 #[derive(Clone, Default)]
 pub struct Accepted(Arc<Mutex<Option<Box<dyn Any + Send>>>>);
 
@@ -45,6 +47,11 @@ impl Accepted {
         if let Ok(mut kept) = self.0.lock() {
             *kept = Some(Box::new(value));
         }
+    }
+
+    /// Whether `accept` kept something, not taken yet.
+    pub fn holds(&self) -> bool {
+        self.0.lock().is_ok_and(|kept| kept.is_some())
     }
 
     /// Takes what `accept` kept, if it is a `T` (anything else stays).

@@ -61,7 +61,7 @@ impl<A: Agent> HostHandler<A> {
         watch: Watch,
     ) -> Result<Started, A2AError> {
         let ctx = RequestContext::from_params(params);
-        let message = validate_message(req.message)?;
+        let mut message = validate_message(req.message)?;
         self.input_modes.check(&message)?;
         let existing = match message.task_id.as_deref().filter(|id| !id.is_empty()) {
             None => None,
@@ -115,7 +115,17 @@ impl<A: Agent> HostHandler<A> {
                     .filter(|c| !c.is_empty())
                     .unwrap_or_else(new_context_id);
                 let id = new_task_id();
-                let mut first = message.clone();
+                // What `run` needs of the message was taken at `accept`: its parts move
+                // to the task's history, and `run` gets the rest (`Accepted`).
+                let mut first = if ctx.accepted.holds() {
+                    let parts = std::mem::take(&mut message.parts);
+                    Message {
+                        parts,
+                        ..message.clone()
+                    }
+                } else {
+                    message.clone()
+                };
                 first.task_id = Some(id.clone());
                 first.context_id = Some(context_id.clone());
                 let task = Task {

@@ -234,3 +234,55 @@ async fn shutdown_ends_open_streams_and_in_flight_requests() {
         "answered with the task as it stood"
     );
 }
+
+/// What `accept` took of a message that opens a task (`Accepted`) is not handed to `run`
+/// again: its parts move to the task's history, and `run` gets the message without them;
+/// a message `accept` kept nothing of reaches `run` whole.
+#[tokio::test]
+async fn a_message_accept_took_reaches_run_without_its_parts_and_the_task_keeps_them() {
+    let agent = start(InboundAuth::StaticBearer {
+        name: "executor".into(),
+        token: "s3cret".into(),
+    })
+    .await;
+    let client = AgentClient::new(&agent.url).unwrap();
+    let send = |text: &'static str| {
+        let client = &client;
+        async move {
+            match client.send(&call(), &request(text)).await.unwrap() {
+                SendMessageResponse::Task(task) => task,
+                other => panic!("expected a task, got {other:?}"),
+            }
+        }
+    };
+    let reply = |task: &agent_host::sdk::Task| {
+        task.status
+            .message
+            .as_ref()
+            .and_then(|m| m.parts.iter().find_map(|p| p.as_text()))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let first_text = |task: &agent_host::sdk::Task| {
+        task.history.as_ref().unwrap()[0]
+            .parts
+            .iter()
+            .find_map(|p| p.as_text())
+            .map(str::to_owned)
+    };
+
+    let taken = send(common::TAKEN_AT_ACCEPT).await;
+    assert_eq!(taken.status.state, TaskState::Completed);
+    assert_eq!(reply(&taken), "taken at accept; parts in run: 0");
+    assert_eq!(first_text(&taken).as_deref(), Some(common::TAKEN_AT_ACCEPT));
+    let read = client.get_task(&call(), &taken.id).await.unwrap();
+    assert_eq!(
+        first_text(&read).as_deref(),
+        Some(common::TAKEN_AT_ACCEPT),
+        "stored whole"
+    );
+
+    let whole = send("complete").await;
+    assert_eq!(reply(&whole), "echo: complete");
+    assert_eq!(first_text(&whole).as_deref(), Some("complete"));
+}

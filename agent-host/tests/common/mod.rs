@@ -13,17 +13,48 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 /// Completes on "complete", pauses for input on "pause"; a follow-up turn completes.
+/// "taken at accept" is read by `accept`, which keeps it for `run`.
 pub struct EchoAgent;
+
+/// The text `accept` reads and keeps for `run` (`Accepted`).
+pub const TAKEN_AT_ACCEPT: &str = "taken at accept";
+
+fn text_of(message: &Message) -> String {
+    message
+        .parts
+        .iter()
+        .find_map(|p| p.as_text())
+        .unwrap_or_default()
+        .to_owned()
+}
 
 #[async_trait::async_trait]
 impl Agent for EchoAgent {
+    async fn accept(
+        &self,
+        ctx: &RequestContext,
+        message: &Message,
+        _task: Option<&agent_host::sdk::Task>,
+    ) -> Result<agent_host::Reply, agent_host::sdk::A2AError> {
+        let text = text_of(message);
+        if text == TAKEN_AT_ACCEPT {
+            ctx.accepted.keep(text);
+        }
+        Ok(agent_host::Reply::Task)
+    }
+
     async fn run(&self, ctx: RequestContext, task: TaskHandle, message: Message) {
-        let text = message
-            .parts
-            .iter()
-            .find_map(|p| p.as_text())
-            .unwrap_or_default()
-            .to_owned();
+        // The reply says how many parts `run` was handed, and what it read.
+        let parts = message.parts.len();
+        let text = ctx
+            .accepted
+            .take::<String>()
+            .unwrap_or_else(|| text_of(&message));
+        if text == TAKEN_AT_ACCEPT {
+            let reply = agent_host::agent_message(format!("{text}; parts in run: {parts}"), None);
+            let _ = task.set_status(TaskState::Completed, Some(reply)).await;
+            return;
+        }
         if text == "headers" {
             let seen = serde_json::json!({
                 "caller": ctx.caller, "idempotencyKey": ctx.idempotency_key,
