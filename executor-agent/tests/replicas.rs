@@ -194,20 +194,7 @@ async fn sagas_of_a_replica_killed_with_calls_out_are_taken_over_and_end_once() 
 
     // Followed on the replicas alive, each task whichever replica drives it.
     let alive: Vec<&Executor> = replicas.iter().flatten().collect();
-    let ended = futures::future::join_all(tasks.into_iter().enumerate().map(|(n, task)| {
-        let world = &world;
-        let replica = alive[n % alive.len()];
-        async move { settle(world, replica, task).await }
-    }))
-    .await;
-    for (n, task) in ended.iter().enumerate() {
-        assert_eq!(
-            task.status.state,
-            TaskState::Completed,
-            "saga {n}: {:?}",
-            task.status
-        );
-    }
+    all_completed(&world, &alive, tasks).await;
     // Every tool applied each saga's step once, under the key the plan derives.
     each_key_applied_once(&logs, SAGAS);
     // The killed replica's held calls were made again, by a replica that took the saga
@@ -249,6 +236,24 @@ async fn sagas_of_a_replica_killed_with_calls_out_are_taken_over_and_end_once() 
 }
 
 /// The count in a log line's `sagas=N` field.
+/// Follows task `n` to its end on `replicas[n % len]`, whichever replica drives it, and
+/// checks that every one completed.
+async fn all_completed(world: &World, replicas: &[&Executor], tasks: Vec<Task>) {
+    let ended = futures::future::join_all(tasks.into_iter().enumerate().map(|(n, task)| {
+        let replica = replicas[n % replicas.len()];
+        async move { settle(world, replica, task).await }
+    }))
+    .await;
+    for (n, task) in ended.iter().enumerate() {
+        assert_eq!(
+            task.status.state,
+            TaskState::Completed,
+            "saga {n}: {:?}",
+            task.status
+        );
+    }
+}
+
 fn sagas_in(line: &str) -> usize {
     line.split("sagas=")
         .nth(1)

@@ -65,19 +65,8 @@ async fn the_database_restarted_under_replicas_with_calls_out_loses_nothing_and_
     logs["compliance-registry"].lock().unwrap().gate.open();
     cluster.start_server().unwrap();
 
-    let ended = futures::future::join_all(tasks.into_iter().enumerate().map(|(n, task)| {
-        let (world, replica) = (&world, &replicas[n % REPLICAS]);
-        async move { settle(world, replica, task).await }
-    }))
-    .await;
-    for (n, task) in ended.iter().enumerate() {
-        assert_eq!(
-            task.status.state,
-            TaskState::Completed,
-            "saga {n}: {:?}",
-            task.status
-        );
-    }
+    let every: Vec<&Executor> = replicas.iter().collect();
+    all_completed(&world, &every, tasks).await;
     each_key_applied_once(&logs, RESTART_SAGAS);
     for replica in &replicas {
         assert_eq!(readiness(replica).await, 200, "ready once it is back");
