@@ -138,16 +138,21 @@ pub(crate) fn spawn_executor(
         .stderr(Stdio::inherit())
         .spawn()
         .expect("the executor-agent binary starts");
-    let stdout = child.stdout.take().expect("its stdout");
-    let mut line = String::new();
-    std::io::BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("the executor prints where it listens");
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("listening on URL")
-        .to_owned();
+    // A wrapper (a profiler) may print lines of its own before the executor's first.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("its stdout"));
+    let url = loop {
+        let mut line = String::new();
+        let read = stdout
+            .read_line(&mut line)
+            .expect("the executor prints where it listens");
+        assert!(
+            read > 0,
+            "the executor ended before saying where it listens"
+        );
+        if let Some(url) = line.trim().strip_prefix("listening on ") {
+            break url.to_owned();
+        }
+    };
     Executor {
         child,
         url,
