@@ -15,9 +15,21 @@ fn request(text: &str) -> SendMessageRequest {
     agent_host::user_request(Some(text), None, None)
 }
 
+/// The token the agent `start_for_call` starts accepts, and `call` sends.
+const TOKEN: &str = "s3cret";
+
+/// An agent that accepts `call()`'s bearer token.
+async fn start_for_call() -> Running {
+    start(InboundAuth::StaticBearer {
+        name: "executor".into(),
+        token: TOKEN.into(),
+    })
+    .await
+}
+
 fn call() -> OutboundCall {
     OutboundCall {
-        bearer: Some("s3cret".into()),
+        bearer: Some(TOKEN.into()),
         idempotency_key: Some("sg_1:s0".into()),
         traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
         baggage: vec![
@@ -31,11 +43,7 @@ fn call() -> OutboundCall {
 
 #[tokio::test]
 async fn headers_reach_the_agent() {
-    let agent = start(InboundAuth::StaticBearer {
-        name: "executor".into(),
-        token: "s3cret".into(),
-    })
-    .await;
+    let agent = start_for_call().await;
     let client = AgentClient::new(&agent.url).unwrap();
     let SendMessageResponse::Task(task) = client.send(&call(), &request("headers")).await.unwrap()
     else {
@@ -240,11 +248,7 @@ async fn shutdown_ends_open_streams_and_in_flight_requests() {
 /// a message `accept` kept nothing of reaches `run` whole.
 #[tokio::test]
 async fn a_message_accept_took_reaches_run_without_its_parts_and_the_task_keeps_them() {
-    let agent = start(InboundAuth::StaticBearer {
-        name: "executor".into(),
-        token: "s3cret".into(),
-    })
-    .await;
+    let agent = start_for_call().await;
     let client = AgentClient::new(&agent.url).unwrap();
     let send = |text: &'static str| {
         let client = &client;
