@@ -22,6 +22,9 @@
 //! saga's own sequence of commits and tool calls made without the executor.
 //! `WHOLE_PATH_INTERLEAVED=N` with it also starts a SQLite executor and runs N pairs of
 //! rounds per level, one on each set-up in turn (`whole_path/interleaved.rs`).
+//! `WHOLE_PATH_LEVEL_PAIRS=N` runs N pairs of rounds at the two levels of
+//! `WHOLE_PATH_LEVELS` in turn instead, each round on a fresh executor
+//! (`whole_path/levels.rs`).
 //! `WHOLE_PATH_CALLGRIND=1` runs the measured executors under valgrind's callgrind and
 //! prints, per round, their instructions per step: a count that holds on a noisy machine
 //! (`whole_path/callgrind.rs`).
@@ -47,6 +50,8 @@ mod console;
 mod database;
 #[path = "whole_path/interleaved.rs"]
 mod interleaved;
+#[path = "whole_path/levels.rs"]
+mod levels;
 #[path = "whole_path/setup.rs"]
 mod setup;
 #[path = "saga/tool_agent.rs"]
@@ -254,6 +259,22 @@ fn main() {
         .expect("the client's runtime");
     let template = plan_template(&keys, "md_whole_path");
     let length = Duration::from_secs(seconds);
+    if let Some(pairs) = levels::wanted() {
+        assert!(
+            store().is_none(),
+            "WHOLE_PATH_LEVEL_PAIRS runs on SQLite: leave WHOLE_PATH_STORE unset"
+        );
+        levels::compare(
+            &client,
+            dir.path(),
+            &keys,
+            &tool_urls,
+            &template,
+            pairs,
+            length,
+        );
+        return;
+    }
     let replicas: usize = std::env::var("WHOLE_PATH_REPLICAS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -296,24 +317,7 @@ fn main() {
         64,
         Duration::from_secs(WARM_UP_SECONDS),
     ));
-    println!(
-        "{:>9} {:>7} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>7} {:>8}",
-        "mode",
-        "clients",
-        "sagas",
-        "sagas/s",
-        "steps/s",
-        "p50 ms",
-        "p99 ms",
-        "exec/saga",
-        "exec/step",
-        "tool/saga",
-        "clnt/saga",
-        "write/saga",
-        "fsync/saga",
-        "rss MiB",
-        "KiB/saga"
-    );
+    print_header();
     let db = store().map(|url| {
         sagaplane_storage::postgres::Postgres::connect(&url, 2).expect("WHOLE_PATH_STORE")
     });
@@ -525,6 +529,33 @@ fn quantile(values: &[f64], p: f64) -> f64 {
 
 /// Unreported: connections opened, pools and the heap grown, before the first round.
 const WARM_UP_SECONDS: u64 = 2;
+
+/// The count environment variable `name` sets, if it sets one above 0.
+fn count_in(name: &str) -> Option<usize> {
+    std::env::var(name).ok()?.parse().ok().filter(|n| *n > 0)
+}
+
+/// The column names above the rounds' lines (`print_round`).
+fn print_header() {
+    println!(
+        "{:>9} {:>7} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>7} {:>8}",
+        "mode",
+        "clients",
+        "sagas",
+        "sagas/s",
+        "steps/s",
+        "p50 ms",
+        "p99 ms",
+        "exec/saga",
+        "exec/step",
+        "tool/saga",
+        "clnt/saga",
+        "write/saga",
+        "fsync/saga",
+        "rss MiB",
+        "KiB/saga"
+    );
+}
 
 fn print_round(round: &Round) {
     let mut sorted = round.latencies_ms.clone();

@@ -35,11 +35,7 @@ impl Cost {
 
 /// How many pairs of rounds each level gets, if asked for.
 pub fn wanted() -> Option<usize> {
-    std::env::var("WHOLE_PATH_INTERLEAVED")
-        .ok()?
-        .parse()
-        .ok()
-        .filter(|n| *n > 0)
+    super::count_in("WHOLE_PATH_INTERLEAVED")
 }
 
 /// Runs the pairs and prints each, then each level's summary.
