@@ -1,5 +1,6 @@
 //! Two concurrency levels in turn (`WHOLE_PATH_LEVEL_PAIRS=N`): N pairs of rounds, one at
-//! each of the two levels `WHOLE_PATH_LEVELS` names, the order swapped from one pair to
+//! each of the two levels `WHOLE_PATH_LEVELS` names (the clients waiting as the first of
+//! `WHOLE_PATH_MODES` says), the order swapped from one pair to
 //! the next, each round on an executor of its own (a fresh SQLite state file, warmed as
 //! the usual rounds are). The usual rounds share one executor, so a later level meets a
 //! larger state file and a warmer process; and the machine's speed drifts by as much as
