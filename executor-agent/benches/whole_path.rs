@@ -308,15 +308,7 @@ fn main() {
             (None, _) => "SQLite state, fresh data directory".to_owned(),
         }
     );
-    client.block_on(run_round(
-        usize::MAX,
-        Mode::Blocking,
-        &executors,
-        &keys.planner,
-        &template,
-        64,
-        Duration::from_secs(WARM_UP_SECONDS),
-    ));
+    client.block_on(warm_up(usize::MAX, &executors, &keys.planner, &template));
     print_header();
     let db = store().map(|url| {
         sagaplane_storage::postgres::Postgres::connect(&url, 2).expect("WHOLE_PATH_STORE")
@@ -529,6 +521,22 @@ fn quantile(values: &[f64], p: f64) -> f64 {
 
 /// Unreported: connections opened, pools and the heap grown, before the first round.
 const WARM_UP_SECONDS: u64 = 2;
+
+/// An unreported round of `WARM_UP_SECONDS` at 64 blocking clients (saga ids named by
+/// `round`, as `run_round`'s), before the measured ones.
+async fn warm_up(round: usize, executors: &[Executor], planner: &SigningIdentity, template: &str) {
+    let length = Duration::from_secs(WARM_UP_SECONDS);
+    run_round(
+        round,
+        Mode::Blocking,
+        executors,
+        planner,
+        template,
+        64,
+        length,
+    )
+    .await;
+}
 
 /// The count environment variable `name` sets, if it sets one above 0.
 fn count_in(name: &str) -> Option<usize> {

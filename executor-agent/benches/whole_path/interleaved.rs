@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use shared_types::SigningIdentity;
 
-use super::{Executor, Mode, Round, STEPS, database, ms, quantile, rounds, run_round};
+use super::{Executor, Round, STEPS, database, ms, quantile, rounds, run_round};
 
 /// What a round cost per step, in ms of CPU (from `/proc`): the executors, the tool agents
 /// and clients of this process, and the postgres processes.
@@ -48,16 +48,7 @@ pub async fn compare(
     length: Duration,
 ) {
     // Warm, as the replicas are: connections, pools, the heap.
-    run_round(
-        usize::MAX - 3,
-        Mode::Blocking,
-        sqlite,
-        planner,
-        template,
-        64,
-        Duration::from_secs(super::WARM_UP_SECONDS),
-    )
-    .await;
+    super::warm_up(usize::MAX - 3, sqlite, planner, template).await;
     println!(
         "\nthe SQLite executor and the {} replicas in turn, {} s a round, {pairs} pairs per level (the order swapped each pair):",
         replicas.len(),

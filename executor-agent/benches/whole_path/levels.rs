@@ -1,11 +1,10 @@
 //! Two concurrency levels in turn (`WHOLE_PATH_LEVEL_PAIRS=N`): N pairs of rounds, one at
 //! each of the two levels `WHOLE_PATH_LEVELS` names (the clients waiting as the first of
-//! `WHOLE_PATH_MODES` says), the order swapped from one pair to
-//! the next, each round on an executor of its own (a fresh SQLite state file, warmed as
-//! the usual rounds are). The usual rounds share one executor, so a later level meets a
-//! larger state file and a warmer process; and the machine's speed drifts by as much as
-//! the levels differ. Here neither favours a level: what is left is whether CPU per step
-//! rises with concurrency.
+//! `WHOLE_PATH_MODES` says), the order swapped from one pair to the next, each round on an
+//! executor of its own (a fresh SQLite state file, warmed as the usual rounds are). The
+//! usual rounds share one executor, so a later level meets a larger state file and a
+//! warmer process; and the machine's speed drifts by as much as the levels differ. Here
+//! neither favours a level: what is left is whether CPU per step rises with concurrency.
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,7 +12,7 @@ use std::time::Duration;
 use super::setup::{Keys, register};
 use super::{
     Mode, Round, STEPS, WARM_UP_SECONDS, print_header, print_round, rounds, run_round,
-    start_executor,
+    start_executor, warm_up,
 };
 
 /// How many pairs of rounds, if asked for.
@@ -97,16 +96,7 @@ pub fn compare(
                 tool_urls,
                 &|_, _| {},
             ));
-            let warm_up = Duration::from_secs(WARM_UP_SECONDS);
-            client.block_on(run_round(
-                index + 100_000,
-                Mode::Blocking,
-                &executor,
-                &keys.planner,
-                template,
-                64,
-                warm_up,
-            ));
+            client.block_on(warm_up(index + 100_000, &executor, &keys.planner, template));
             let round = client.block_on(run_round(
                 index,
                 mode,
